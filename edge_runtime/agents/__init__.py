@@ -1,0 +1,38 @@
+"""Asyncio agents over MQTT: leaves run FPCA-Edge, aggregators merge their children."""
+
+from edge_runtime.agents.aggregator import AggregatorAgent
+from edge_runtime.agents.base import Agent, AgentState, AgentStats
+from edge_runtime.agents.leaf import LeafAgent
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.topology import Topology
+
+__all__ = [
+    "Agent",
+    "AgentSettings",
+    "AgentState",
+    "AgentStats",
+    "AggregatorAgent",
+    "LeafAgent",
+    "create_agent",
+]
+
+
+def create_agent(
+    topology: Topology,
+    node_id: str,
+    settings: AgentSettings | None = None,
+    *,
+    n_features: int | None = None,
+) -> Agent:
+    """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`.
+
+    Raises
+    ------
+    KeyError
+        If ``node_id`` is not in ``topology``.
+    """
+    if node_id not in topology.nodes:
+        raise KeyError(f"node {node_id!r} is not in topology {topology.name!r}")
+    if topology.is_leaf(node_id):
+        return LeafAgent(topology, node_id, settings, n_features=n_features)
+    return AggregatorAgent(topology, node_id, settings)

@@ -1,0 +1,205 @@
+"""Aggregator agent: children's latest snapshots in, their merge out (the root: the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+import aiomqtt
+
+from edge_runtime.agents.base import Agent
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.fpca import Subspace, merge_many
+from edge_runtime.topology import Topology
+from edge_runtime.wire import (
+    StatusDetail,
+    SubspaceMessage,
+    WireError,
+    decode_subspace,
+    encode_subspace,
+)
+
+__all__ = ["AggregatorAgent", "is_newer"]
+
+
+def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
+    """Whether snapshot ``new`` supersedes ``current`` from the same child.
+
+    Within one epoch (one lineage of the child's state) the larger ``seq`` wins, so
+    duplicates and late arrivals change nothing. A different epoch means the child's
+    state was started afresh; the later ``timestamp`` wins.
+    """
+    if new.epoch == current.epoch:
+        return new.seq > current.seq
+    return new.timestamp > current.timestamp
+
+
+class AggregatorAgent(Agent):
+    """Keeps each child's latest snapshot and publishes their merge on every arrival.
+
+    Subscribes to ``<prefix>/<path>/+/subspace`` (QoS 1; retained snapshots rebuild the
+    state at once after a restart). A snapshot replaces the child's previous one only
+    if `is_newer`; its estimate is ``merge_many`` (Alg. 2 of Grammenos et al. 2020,
+    applied in a balanced tree) over the children's latest snapshots, in topology
+    order, so arrival order does not matter (Lemma 10) and nothing is counted twice.
+    Merges never wait for stragglers: an arrival marks the state dirty and the ``work``
+    task merges as soon as the previous merge is done, so a burst of arrivals costs one
+    merge. A failed child's last snapshot stays in the merge. The root (no parent) also
+    publishes the merged snapshot on ``<prefix>/<root>/model``.
+
+    Provenance of the published snapshot maps each leaf below to the samples of that
+    leaf it covers.
+
+    Parameters
+    ----------
+    topology : Topology
+    node_id : str
+        A node with children.
+    settings : AgentSettings, optional
+
+    Raises
+    ------
+    ValueError
+        If ``node_id`` is a leaf.
+    """
+
+    role = "aggregator"
+
+    def __init__(
+        self, topology: Topology, node_id: str, settings: AgentSettings | None = None
+    ) -> None:
+        super().__init__(topology, node_id, settings or AgentSettings())
+        if topology.is_leaf(node_id):
+            raise ValueError(f"node {node_id!r} is a leaf, not an aggregator")
+        self.is_root = topology.nodes[node_id].parent is None
+        if self.is_root:
+            self.role = "root"
+            self.log = self.log.bind(role="root")
+        self.child_ids = topology.children(node_id)
+        self.children: dict[str, SubspaceMessage] = {}
+        self.epoch = secrets.token_hex(8)
+        self.seq = 0
+        self.snapshot: SubspaceMessage | None = None
+        self.merges = 0
+        self._dirty = asyncio.Event()
+        self._merged_key: tuple[tuple[str, str, int], ...] = ()
+        self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
+
+    def subscriptions(self) -> list[str]:
+        return [self.topology.children_filter(self.node_id)]
+
+    # ------------------------------------------------------------------ inbound
+    async def handle(self, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        payload = message.payload
+        if not payload:
+            return  # a cleared retained message: nothing to merge
+        levels = topic.split("/")
+        child = levels[self._prefix_depth] if len(levels) > self._prefix_depth else ""
+        if child not in self.child_ids:
+            self.reject("unknown_child", topic, f"{child!r} is not a child of {self.node_id!r}")
+            return
+        if not isinstance(payload, bytes | bytearray):
+            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        try:
+            msg = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.reject(exc.reason, topic, str(exc))
+            return
+        if msg.node_id != child:
+            self.reject("node_mismatch", topic, f"snapshot of {msg.node_id!r} on {child!r}'s topic")
+            return
+        others = [m.n_features for c, m in self.children.items() if c != child]
+        if others and msg.n_features != others[0]:
+            self.reject(
+                "n_features", topic, f"{msg.n_features} features, siblings have {others[0]}"
+            )
+            return
+        current = self.children.get(child)
+        if current is not None and not is_newer(msg, current):
+            self.stats.duplicates += 1
+            return
+        self.children[child] = msg
+        self._dirty.set()
+
+    # ----------------------------------------------------------------- outbound
+    def _merge(self, snapshots: list[SubspaceMessage]) -> Subspace:
+        return merge_many([m.subspace for m in snapshots], rank=self.config.rank)
+
+    async def work(self, client: aiomqtt.Client) -> None:
+        while True:
+            await self._dirty.wait()
+            await self._merge_and_publish(client)
+            await self.publish_status(client)
+
+    async def _merge_and_publish(self, client: aiomqtt.Client) -> None:
+        """Merge the children's latest snapshots and publish, unless nothing changed."""
+        self._dirty.clear()
+        snapshots = [self.children[c] for c in self.child_ids if c in self.children]
+        key = tuple((m.node_id, m.epoch, m.seq) for m in snapshots)
+        if not snapshots or key == self._merged_key:
+            return
+        cells = snapshots[0].n_features * sum(m.rank for m in snapshots)
+        if cells >= self.settings.offload_min_cells:
+            merged = await asyncio.to_thread(self._merge, snapshots)
+        else:
+            merged = self._merge(snapshots)
+        self.merges += 1
+        self._merged_key = key
+        provenance: dict[str, int] = {}
+        for m in snapshots:
+            provenance.update(m.provenance)
+        self.seq += 1
+        self.snapshot = SubspaceMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            seq=self.seq,
+            subspace=merged,
+            timestamp=time.time(),
+            provenance=provenance,
+        )
+        await self._publish_snapshot(client)
+
+    async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
+        assert self.snapshot is not None
+        payload = encode_subspace(self.snapshot)
+        await self.publish(client, self.topology.subspace_topic(self.node_id), payload)
+        if self.is_root:
+            await self.publish(client, self.topology.model_topic(), payload)
+
+    async def on_connected(self, client: aiomqtt.Client) -> None:
+        if self.snapshot is not None:
+            await self._publish_snapshot(client)
+        await self.publish_status(client, force=True)
+
+    async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        await self._merge_and_publish(client)
+
+    def coverage(self) -> dict[str, int]:
+        """Samples covered per leaf in the latest published snapshot."""
+        return {} if self.snapshot is None else dict(self.snapshot.provenance)
+
+    def status_detail(self) -> StatusDetail:
+        snap = self.snapshot
+        return StatusDetail(
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            rank=0 if snap is None else snap.rank,
+            n_samples=0 if snap is None else snap.n_samples,
+            seq=self.seq,
+            epoch=self.epoch,
+            rejects=dict(self.rejects),
+            uptime_s=round(self.uptime_s(), 3),
+            extra={
+                "children": {
+                    c: {"seq": m.seq, "n_samples": m.n_samples} for c, m in self.children.items()
+                },
+                "coverage": self.coverage(),
+                "merges": self.merges,
+                "duplicates": self.stats.duplicates,
+                "reconnects": self.stats.reconnects,
+            },
+        )

@@ -1,0 +1,265 @@
+"""What every agent shares: connection lifecycle, reconnects, status topics, counters.
+
+An agent is an async context manager (``async with LeafAgent(...) as agent``) whose
+lifecycle is an explicit `AgentState`. Inside, one connection at a time: a *fresh*
+``aiomqtt.Client`` per attempt (re-entering one client after a drop can report a
+connection that is not there, measured with aiomqtt 2.5 and Mosquitto 2.0), jittered
+exponential backoff between attempts, and per connection one ``asyncio.TaskGroup``
+with two named tasks: ``receive`` (drain the broker, never blocked by numerics) and
+``work`` (the role's background loop: publishing a leaf's snapshots, merging an
+aggregator's children). Leaving the context publishes the final state and the retained
+``offline`` status, then disconnects.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from types import TracebackType
+
+import aiomqtt
+import structlog
+
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.topology import Topology
+from edge_runtime.wire import StatusDetail, encode_status
+
+__all__ = ["Agent", "AgentState", "AgentStats"]
+
+ONLINE = b"online"
+OFFLINE = b"offline"
+
+
+class AgentState(enum.Enum):
+    """Lifecycle of an agent: entered at most once."""
+
+    UNOPENED = "unopened"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+@dataclass
+class AgentStats:
+    """Traffic counters of one agent (messages and payload bytes, both directions)."""
+
+    messages_published: int = 0
+    bytes_published: int = 0
+    messages_received: int = 0
+    duplicates: int = 0
+    reconnects: int = 0
+
+
+class Agent(abc.ABC):
+    """Base class of `LeafAgent` and `AggregatorAgent`.
+
+    Parameters
+    ----------
+    topology : Topology
+        The aggregation tree; gives this node's configuration and topic names.
+    node_id : str
+        This node's id in ``topology``.
+    settings : AgentSettings
+        Broker address, timeouts and bounds.
+
+    Raises
+    ------
+    KeyError
+        If ``node_id`` is not in the topology.
+    """
+
+    role: str = "agent"
+
+    def __init__(self, topology: Topology, node_id: str, settings: AgentSettings) -> None:
+        if node_id not in topology.nodes:
+            raise KeyError(f"node {node_id!r} is not in topology {topology.name!r}")
+        self.topology = topology
+        self.node_id = node_id
+        self.config = topology.nodes[node_id]
+        self.settings = settings
+        self.state = AgentState.UNOPENED
+        self.stats = AgentStats()
+        self.rejects: Counter[str] = Counter()
+        self.connected = asyncio.Event()
+        self.log = structlog.get_logger("edge_runtime.agent").bind(node=node_id, role=self.role)
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
+        self._last_status = -float("inf")
+
+    # ----------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> Agent:
+        if self.state is not AgentState.UNOPENED:
+            raise RuntimeError(
+                f"agent {self.node_id!r} is {self.state.value}; an agent can be entered once"
+            )
+        self.state = AgentState.RUNNING
+        self._task = asyncio.create_task(self.run(), name=f"agent:{self.node_id}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def stop(self) -> None:
+        """Ask the agent to publish its final state and disconnect (non-blocking)."""
+        self._stop.set()
+
+    async def aclose(self) -> None:
+        """Stop, wait for the final publish and disconnect; idempotent."""
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        self.state = AgentState.CLOSED
+
+    async def wait_connected(self, timeout_s: float) -> None:
+        """Wait until subscribed and announced online.
+
+        Raises
+        ------
+        TimeoutError
+            If that takes longer than ``timeout_s`` seconds.
+        """
+        async with asyncio.timeout(timeout_s):
+            await self.connected.wait()
+
+    # ------------------------------------------------------------------ role API
+    @abc.abstractmethod
+    def subscriptions(self) -> list[str]:
+        """Topic filters this agent subscribes to."""
+
+    @abc.abstractmethod
+    async def handle(self, message: aiomqtt.Message) -> None:
+        """Process one inbound message (must not raise for bad input: count it)."""
+
+    @abc.abstractmethod
+    async def work(self, client: aiomqtt.Client) -> None:
+        """The role's background loop for one connection; runs until cancelled."""
+
+    @abc.abstractmethod
+    async def on_connected(self, client: aiomqtt.Client) -> None:
+        """Called after subscribing on every (re)connection: re-publish the latest state."""
+
+    @abc.abstractmethod
+    async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        """Publish the final state before disconnecting."""
+
+    @abc.abstractmethod
+    def status_detail(self) -> StatusDetail:
+        """The JSON status document of this node."""
+
+    # ------------------------------------------------------------------ internals
+    def client_id(self) -> str:
+        """Fixed MQTT client id of this node, ``edge-<prefix>-<node id>``."""
+        return f"edge-{self.topology.prefix.replace('/', '-')}-{self.node_id}"
+
+    def _make_client(self) -> aiomqtt.Client:
+        will = aiomqtt.Will(
+            self.topology.status_topic(self.node_id), OFFLINE, qos=self.settings.qos, retain=True
+        )
+        return aiomqtt.Client(
+            self.settings.host,
+            self.settings.port,
+            identifier=self.client_id(),
+            will=will,
+            keepalive=self.settings.keepalive_s,
+            timeout=self.settings.timeout_s,
+        )
+
+    def reject(self, reason: str, topic: str, detail: str) -> None:
+        """Count and log one rejected inbound message."""
+        self.rejects[reason] += 1
+        self.log.warning("message_rejected", reason=reason, topic=topic, detail=detail)
+
+    async def publish(
+        self, client: aiomqtt.Client, topic: str, payload: bytes, *, retain: bool = True
+    ) -> None:
+        """Publish with the configured QoS and timeout, counting messages and bytes."""
+        await client.publish(
+            topic, payload, qos=self.settings.qos, retain=retain, timeout=self.settings.timeout_s
+        )
+        self.stats.messages_published += 1
+        self.stats.bytes_published += len(payload)
+
+    async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
+        """Publish the JSON status document, at most once per ``status_interval_s``."""
+        now = time.monotonic()
+        if not force and now - self._last_status < self.settings.status_interval_s:
+            return
+        self._last_status = now
+        await self.publish(
+            client,
+            self.topology.status_detail_topic(self.node_id),
+            encode_status(self.status_detail()),
+        )
+
+    def uptime_s(self) -> float:
+        """Seconds since this agent object was created."""
+        return time.monotonic() - self._started
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Full-jitter exponential backoff, capped at ``reconnect_max_s``."""
+        cap = min(self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt)
+        return random.uniform(
+            self.settings.reconnect_min_s, max(cap, self.settings.reconnect_min_s)
+        )
+
+    async def run(self) -> None:
+        """Connect, serve and reconnect until `stop` is called."""
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                await self._serve_once()
+                return
+            except* aiomqtt.MqttError as group:
+                self.connected.clear()
+                self.stats.reconnects += 1
+                delay = self._backoff_s(attempt)
+                attempt += 1
+                self.log.warning(
+                    "connection_lost", error=str(group.exceptions[0]), retry_in_s=round(delay, 2)
+                )
+            try:
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()
+            except TimeoutError:
+                pass
+        self.log.info("stopped_while_disconnected")
+
+    async def _serve_once(self) -> None:
+        async with self._make_client() as client:
+            for topic in self.subscriptions():
+                await client.subscribe(topic, qos=self.settings.qos)
+            await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
+            await self.on_connected(client)
+            self.connected.set()
+            self.log.info("connected", host=self.settings.host, port=self.settings.port)
+            async with asyncio.TaskGroup() as group:
+                receiver = group.create_task(self._receive(client), name=f"{self.node_id}:receive")
+                worker = group.create_task(self.work(client), name=f"{self.node_id}:work")
+                stopper = group.create_task(self._stop.wait(), name=f"{self.node_id}:stop")
+                await stopper
+                receiver.cancel()
+                worker.cancel()
+            await self.on_shutdown(client)
+            await self.publish_status(client, force=True)
+            await self.publish(client, self.topology.status_topic(self.node_id), OFFLINE)
+            self.connected.clear()
+            self.log.info("disconnected")
+
+    async def _receive(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            self.stats.messages_received += 1
+            try:
+                await self.handle(message)
+            except Exception as exc:  # a bug must not take the agent down: count it
+                self.rejects["internal_error"] += 1
+                self.log.exception("handler_failed", topic=str(message.topic), error=str(exc))

@@ -1,0 +1,238 @@
+"""Leaf agent: sensor readings in, FPCA-Edge, cumulative subspace snapshots out."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import aiomqtt
+import numpy as np
+
+from edge_runtime.agents.base import Agent
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.fpca import FPCAEdge
+from edge_runtime.topology import Topology
+from edge_runtime.wire import (
+    SensorReadings,
+    StatusDetail,
+    SubspaceMessage,
+    WireError,
+    decode_readings,
+    encode_subspace,
+)
+
+__all__ = ["LeafAgent"]
+
+T = TypeVar("T")
+
+
+class LeafAgent(Agent):
+    """Runs FPCA-Edge on one device's sensor stream and publishes its subspace.
+
+    Subscribes to the leaf's sensor topic (QoS 1); each payload is one reading
+    ``(n_features,)`` or a batch ``(n_samples, n_features)`` (JSON or msgpack, see
+    `edge_runtime.wire.decode_readings`). Readings feed `FPCAEdge.partial_fit`
+    (eq. (3) of Grammenos et al. 2020). After every ``publish_every`` completed blocks,
+    and after ``idle_flush_s`` seconds without readings while samples are pending, the
+    leaf publishes its cumulative snapshot — everything it has seen, pending samples
+    included — retained, QoS 1, on ``<prefix>/<path>/subspace``; it re-publishes the
+    latest snapshot after every reconnect and publishes a final one on shutdown.
+
+    Readings in the map form carry a source id and a per-source sequence number; a
+    reading whose sequence was already ingested is dropped as a duplicate (counted in
+    ``stats.duplicates``), and the last sequence ingested per source is reported in the
+    status document. Bare arrays carry no sequence and are taken as they come.
+
+    Parameters
+    ----------
+    topology : Topology
+    node_id : str
+        A leaf of ``topology``.
+    settings : AgentSettings, optional
+    n_features : int, optional
+        Width of a reading. When omitted, the first valid reading fixes it; later
+        readings of another width are rejected (reason ``width``).
+    publish_every : int, default 1
+        Publish after this many completed blocks.
+
+    Raises
+    ------
+    ValueError
+        If ``node_id`` is not a leaf, or ``n_features < 1``.
+    """
+
+    role = "leaf"
+
+    def __init__(
+        self,
+        topology: Topology,
+        node_id: str,
+        settings: AgentSettings | None = None,
+        *,
+        n_features: int | None = None,
+        publish_every: int = 1,
+    ) -> None:
+        super().__init__(topology, node_id, settings or AgentSettings())
+        if not topology.is_leaf(node_id):
+            raise ValueError(f"node {node_id!r} is not a leaf of topology {topology.name!r}")
+        if n_features is not None and n_features < 1:
+            raise ValueError(f"n_features must be >= 1, got {n_features}")
+        if publish_every < 1:
+            raise ValueError(f"publish_every must be >= 1, got {publish_every}")
+        self.n_features = n_features
+        self.publish_every = publish_every
+        self.epoch = secrets.token_hex(8)
+        self.seq = 0
+        self.estimator: FPCAEdge | None = None
+        self.ingested: dict[str, int] = {}
+        self.snapshot: SubspaceMessage | None = None
+        self._lock = asyncio.Lock()
+        self._block_done = asyncio.Event()
+        self._last_reading = time.monotonic()
+        if n_features is not None:
+            self.estimator = self._new_estimator(n_features)
+
+    @property
+    def n_samples(self) -> int:
+        """Samples ingested so far."""
+        return 0 if self.estimator is None else self.estimator.n_samples_seen_
+
+    def subscriptions(self) -> list[str]:
+        assert self.config.sensor_topic is not None
+        return [self.config.sensor_topic]
+
+    def _new_estimator(self, n_features: int) -> FPCAEdge:
+        cfg = self.config
+        rank = min(cfg.rank, n_features)
+        return FPCAEdge(
+            n_features,
+            rank,
+            block_size=max(cfg.block_size, rank),
+            adaptive=cfg.adaptive,
+            rank_bounds=cfg.rank_bounds,
+            holdoff=cfg.holdoff,
+        )
+
+    def _cells(self) -> int:
+        est = self.estimator
+        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the estimator lock, in a thread when the problem is large."""
+        async with self._lock:
+            if self._cells() >= self.settings.offload_min_cells:
+                return await asyncio.to_thread(fn)
+            return fn()
+
+    # ------------------------------------------------------------------ inbound
+    async def handle(self, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        payload = message.payload
+        if not isinstance(payload, bytes | bytearray):
+            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        try:
+            readings = decode_readings(
+                bytes(payload),
+                n_features=self.n_features,
+                max_bytes=self.settings.max_payload_bytes,
+            )
+        except WireError as exc:
+            self.reject(exc.reason, topic, str(exc))
+            return
+        values = self._new_rows(readings)
+        if values is None:
+            return
+        if self.estimator is None:
+            self.n_features = values.shape[1]
+            self.estimator = self._new_estimator(self.n_features)
+        est = self.estimator
+        blocks_before = est.n_blocks_
+        await self._numerics(lambda: est.partial_fit(values))
+        if readings.source is not None and readings.seq is not None:
+            self.ingested[readings.source] = readings.seq + len(readings.values) - 1
+        self._last_reading = time.monotonic()
+        if est.n_blocks_ // self.publish_every > blocks_before // self.publish_every:
+            self._block_done.set()
+
+    def _new_rows(self, readings: SensorReadings) -> np.ndarray | None:
+        """The rows of ``readings`` not ingested before (by source sequence number)."""
+        if readings.source is None or readings.seq is None:
+            return readings.values
+        last = self.ingested.get(readings.source, -1)
+        skip = last - readings.seq + 1
+        if skip <= 0:
+            return readings.values
+        if skip >= len(readings.values):
+            self.stats.duplicates += len(readings.values)
+            return None
+        self.stats.duplicates += skip
+        return readings.values[skip:]
+
+    # ----------------------------------------------------------------- outbound
+    async def work(self, client: aiomqtt.Client) -> None:
+        idle = self.config.idle_flush_s
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    await self._block_done.wait()
+            except TimeoutError:
+                if time.monotonic() - self._last_reading < idle:
+                    continue
+            self._block_done.clear()
+            if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
+                await self._publish_snapshot(client)
+            await self.publish_status(client)
+
+    async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
+        est = self.estimator
+        if est is None:
+            return
+        subspace = await self._numerics(lambda: est.subspace)
+        self.seq += 1
+        self.snapshot = SubspaceMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            seq=self.seq,
+            subspace=subspace,
+            timestamp=time.time(),
+            provenance={self.node_id: subspace.n_samples},
+        )
+        await self.publish(
+            client, self.topology.subspace_topic(self.node_id), encode_subspace(self.snapshot)
+        )
+        self.log.debug("snapshot_published", seq=self.seq, n_samples=subspace.n_samples)
+
+    async def on_connected(self, client: aiomqtt.Client) -> None:
+        if self.snapshot is not None:
+            await self.publish(
+                client, self.topology.subspace_topic(self.node_id), encode_subspace(self.snapshot)
+            )
+        await self.publish_status(client, force=True)
+
+    async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
+            await self._publish_snapshot(client)
+
+    def status_detail(self) -> StatusDetail:
+        snap = self.snapshot
+        return StatusDetail(
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            rank=0 if self.estimator is None else self.estimator.rank_,
+            n_samples=self.n_samples,
+            seq=self.seq,
+            epoch=self.epoch,
+            rejects=dict(self.rejects),
+            uptime_s=round(self.uptime_s(), 3),
+            extra={
+                "ingested": dict(self.ingested),
+                "published_n_samples": 0 if snap is None else snap.n_samples,
+                "duplicates": self.stats.duplicates,
+                "reconnects": self.stats.reconnects,
+            },
+        )

@@ -1,0 +1,366 @@
+"""``edge-runtime``: the command line, and the composition root of the runtime.
+
+Commands: ``run`` (the whole tree in one process, with a replay and a summary),
+``agent`` (one node, as a Raspberry Pi runs it), ``replay`` (a dataset as live sensor
+readings) and ``watch`` (follow the root's global model). Bad input ends in one line
+on stderr and a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import aiomqtt
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from edge_runtime import __version__
+from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
+from edge_runtime.datasets import DatasetError, load_dataset
+from edge_runtime.logs import configure_logging
+from edge_runtime.monitor import ModelWatcher
+from edge_runtime.replay import Replayer, wait_online
+from edge_runtime.runner import Progress, RunSummary, run_topology
+from edge_runtime.topology import Topology, TopologyError, load_topology
+from edge_runtime.wire import SubspaceMessage
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # ran, but the goal was not reached (coverage, timeout)
+EXIT_USAGE = 2  # bad input: files, topology, data, broker address
+
+
+class CliError(Exception):
+    """A one-line error for the user; ``main`` prints it and exits non-zero."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------- parsing
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``edge-runtime``."""
+    parser = argparse.ArgumentParser(
+        prog="edge-runtime",
+        description="Federated streaming PCA (FPCA-Edge) over MQTT.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level", default=None, help="debug, info, warning or error (default per command)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        parents=[common], name="run", help="run a whole topology in one process and replay data"
+    )
+    run.add_argument("topology", type=Path, help="topology TOML file")
+    run.add_argument("--data", type=Path, help="matrix file (rows are samples); default: topology")
+    run.add_argument("--broker", help="mqtt://HOST:PORT; default: start a local Mosquitto")
+    run.add_argument(
+        "--rate", type=_positive_float, help="samples/s (default: as fast as possible)"
+    )
+    run.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds to wait after the replay for the root to cover every leaf (default 60)",
+    )
+
+    agent = sub.add_parser(
+        parents=[common], name="agent", help="run one node of a topology (what a device runs)"
+    )
+    agent.add_argument("--topology", type=Path, required=True)
+    agent.add_argument("--node", required=True, help="node id in the topology")
+    agent.add_argument("--broker", default="mqtt://127.0.0.1:1883")
+    agent.add_argument("--n-features", type=_positive_int, help="reading width (default: learnt)")
+    agent.add_argument(
+        "--startup-timeout",
+        type=_positive_float,
+        default=30.0,
+        help="seconds to reach the broker the first time before giving up (default 30)",
+    )
+
+    replay = sub.add_parser(
+        parents=[common], name="replay", help="publish a dataset as live sensor readings"
+    )
+    replay.add_argument("--topology", type=Path, required=True)
+    replay.add_argument("--data", type=Path)
+    replay.add_argument("--broker", required=True)
+    replay.add_argument("--rate", type=_positive_float)
+    replay.add_argument(
+        "--wait-online",
+        type=float,
+        default=30.0,
+        help="seconds to wait for every leaf to be online first; 0 to skip (default 30)",
+    )
+
+    watch = sub.add_parser(parents=[common], name="watch", help="follow the root's global model")
+    watch.add_argument("--topology", type=Path, required=True)
+    watch.add_argument("--broker", required=True)
+    watch.add_argument("--json", action="store_true", help="one JSON object per root update")
+    watch.add_argument("--until-samples", type=_positive_int, help="exit 0 once covered")
+    watch.add_argument("--timeout", type=_positive_float, help="exit 1 after this many seconds")
+    return parser
+
+
+# ---------------------------------------------------------------------------- helpers
+def _topology(path: Path) -> Topology:
+    return load_topology(path)
+
+
+def _data(topology: Topology, path: Path | None) -> np.ndarray:
+    if path is not None:
+        return load_dataset(path)
+    source = topology.dataset_path() or topology.dataset
+    if source is None:
+        raise CliError(f"topology {topology.name!r} names no dataset; pass --data PATH")
+    return load_dataset(source)
+
+
+def _settings(url: str) -> AgentSettings:
+    address = parse_broker_url(url)
+    if address.tls:
+        raise CliError(f"TLS broker URLs are not supported yet: {url!r}; use mqtt://HOST:PORT")
+    return AgentSettings(host=address.host, port=address.port)
+
+
+def _model_line(model: SubspaceMessage) -> dict[str, object]:
+    return {
+        "n_samples": model.n_samples,
+        "rank": model.rank,
+        "leaves_covered": sorted(k for k, v in model.provenance.items() if v > 0),
+        "seq": model.seq,
+        "epoch": model.epoch,
+        "timestamp": model.timestamp,
+    }
+
+
+class _ProgressLine:
+    """One self-overwriting status line on a terminal, at most 10 times a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._last = 0.0
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self._last < 0.1:
+            return
+        self._last = now
+        sys.stderr.write(
+            f"\rreplayed {p.samples_replayed}/{p.samples_total} samples | "
+            f"leaves reporting {p.leaves_reporting}/{p.leaves_total} | "
+            f"root rank {p.root_rank}, n={p.root_n_samples} | {p.elapsed_s:.1f} s  "
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _print_summary(s: RunSummary) -> None:
+    ratio = s.payload_bytes / s.raw_bytes if s.raw_bytes else float("nan")
+    lines = [
+        f"samples replayed    {s.samples} x {s.n_features} features",
+        f"leaves reporting    {s.leaves_reporting}/{s.leaves_total}",
+        f"root rank           {s.rank} (covers {s.root_n_samples} samples)",
+        f"error ratio         {s.error_ratio:.6f}  (vs offline rank-{s.rank} SVD; 1.0 optimal)",
+        f"MQTT messages       {s.messages} ({s.payload_bytes} payload bytes, "
+        f"{ratio:.2f}x the {s.raw_bytes} bytes of the raw readings)",
+        f"sensor messages     {s.sensor_messages} ({s.sensor_bytes} bytes)",
+        f"merges              {s.merges}",
+        f"rejected messages   {s.rejects}",
+        f"wall time           {s.wall_s:.2f} s",
+    ]
+    print("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------- commands
+async def _cmd_run(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    data = _data(topology, args.data)
+    with ExitStack() as stack:
+        if args.broker:
+            settings = _settings(args.broker)
+        else:
+            broker = stack.enter_context(LocalMosquitto())
+            settings = AgentSettings(host=broker.host, port=broker.port)
+        line = _ProgressLine(enabled=not args.json and sys.stderr.isatty())
+        try:
+            summary = await run_topology(
+                topology,
+                data,
+                settings,
+                rate=args.rate,
+                settle_timeout_s=args.timeout,
+                progress=line,
+            )
+        finally:
+            line.close()
+    if args.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        _print_summary(summary)
+    if not summary.covered:
+        print(
+            f"edge-runtime: error: the root covers {summary.leaves_reporting} of "
+            f"{summary.leaves_total} leaves after {args.timeout:g} s",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _cmd_agent(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    if args.node not in topology.nodes:
+        known = ", ".join(topology.nodes)
+        raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
+    settings = _settings(args.broker)
+    agent = create_agent(topology, args.node, settings, n_features=args.n_features)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, agent.stop)
+    async with agent:
+        try:
+            await agent.wait_connected(args.startup_timeout)
+        except TimeoutError:
+            agent.stop()
+            raise CliError(
+                f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} s",
+                EXIT_FAILED,
+            ) from None
+        await agent._stop.wait()
+    return EXIT_OK
+
+
+async def _cmd_replay(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    data = _data(topology, args.data)
+    settings = _settings(args.broker)
+    if args.wait_online > 0:
+        missing = await wait_online(topology, topology.leaves(), settings, args.wait_online)
+        if missing:
+            raise CliError(
+                f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
+                EXIT_FAILED,
+            )
+    stats = await Replayer(topology, data, settings, rate=args.rate).run()
+    print(
+        json.dumps(
+            {
+                "samples": stats.rows,
+                "messages": stats.messages,
+                "payload_bytes": stats.payload_bytes,
+                "wall_s": round(stats.wall_s, 3),
+            }
+        )
+    )
+    return EXIT_OK
+
+
+async def _cmd_watch(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    settings = _settings(args.broker)
+
+    def show(model: SubspaceMessage) -> None:
+        line = _model_line(model)
+        if args.json:
+            print(json.dumps(line), flush=True)
+        else:
+            print(
+                f"root n_samples={line['n_samples']} rank={line['rank']} "
+                f"leaves={len(line['leaves_covered'])} seq={line['seq']}",  # type: ignore[arg-type]
+                flush=True,
+            )
+
+    target = args.until_samples
+    timeout = args.timeout if args.timeout is not None else math.inf
+    async with ModelWatcher(topology, settings, show) as watcher:
+        try:
+            await watcher.wait_until(
+                lambda m: target is not None and m is not None and m.n_samples >= target, timeout
+            )
+        except TimeoutError:
+            if target is None:
+                return EXIT_OK
+            have = 0 if watcher.model is None else watcher.model.n_samples
+            raise CliError(
+                f"timed out after {args.timeout:g} s: the root covers {have} of {target} samples",
+                EXIT_FAILED,
+            ) from None
+    return EXIT_OK
+
+
+COMMANDS = {"run": _cmd_run, "agent": _cmd_agent, "replay": _cmd_replay, "watch": _cmd_watch}
+DEFAULT_LOG_LEVEL = {"run": "warning", "agent": "info", "replay": "warning", "watch": "warning"}
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (TaskGroup wraps errors in groups)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``edge-runtime``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        configure_logging(args.log_level or DEFAULT_LOG_LEVEL[args.command])
+        # Small matrices: one BLAS thread is faster and leaves the other core to the loop.
+        with threadpool_limits(limits=1):
+            return asyncio.run(COMMANDS[args.command](args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as raised:
+        exc = _innermost(raised)
+        if isinstance(exc, CliError):
+            message, code = str(exc), exc.code
+        elif isinstance(exc, TopologyError | DatasetError | BrokerError | ValueError):
+            message, code = str(exc), EXIT_USAGE
+        elif isinstance(exc, aiomqtt.MqttError | OSError):
+            message, code = f"cannot talk to the MQTT broker: {exc}", EXIT_FAILED
+        else:
+            raise
+    print(f"edge-runtime: error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""FPCA numerics: streaming subspaces (FPCA-Edge), merges and accuracy metrics.
+
+numpy/scipy only (no asyncio, MQTT or logging setup), usable alone as a library::
+
+    from edge_runtime.fpca import FPCAEdge, merge_subspaces
+
+Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal
+``basis`` ``(n_features, rank)``, its ``singular_values`` ``(rank,)`` and
+``n_samples``. Algorithms are from Grammenos, Mendoza-Smith, Crowcroft, Mascolo,
+"Federated Principal Component Analysis", NeurIPS 2020: the block update, eq. (3),
+and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`.
+"""
+
+from edge_runtime.fpca.merge import merge_many, merge_subspaces
+from edge_runtime.fpca.metrics import (
+    error_ratio,
+    offline_subspace,
+    principal_angles,
+    projection_error,
+)
+from edge_runtime.fpca.streaming import FPCAEdge
+from edge_runtime.fpca.subspace import Subspace
+
+__all__ = [
+    "FPCAEdge",
+    "Subspace",
+    "error_ratio",
+    "merge_many",
+    "merge_subspaces",
+    "offline_subspace",
+    "principal_angles",
+    "projection_error",
+]

@@ -1,0 +1,887 @@
+"""The aggregation tree: nodes, their FPCA settings and MQTT topic names, read from TOML.
+
+A topology is a rooted tree of nodes. A node without children is a *leaf*: it reads sensor
+readings (from its ``sensor_topic``) and runs FPCA-Edge (Grammenos et al., "Federated Principal
+Component Analysis", NeurIPS 2020, eq. (3) block update, eq. (4) adaptive rank). A node with
+children is an *aggregator*: it merges its children's latest subspaces (Alg. 2, Merge_r) and
+publishes upwards; the one node without a parent is the *root*, whose merge is the global
+estimate (Alg. 1). The format is documented in ``topologies/README.md``; in short::
+
+    name = "motes-light"
+    prefix = "fpca"                # topic prefix, default "fpca"
+    [defaults]                     # any per-node setting; a node's own keys override
+    rank = 10
+    [data]
+    dataset = "motes-light"        # built-in dataset name or a path relative to this file
+    split = "contiguous"           # or "round-robin"
+    [[nodes]]
+    id = "root"
+    [[nodes]]
+    id = "pi-01"
+    parent = "root"
+
+Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
+``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
+``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<root>/model`` (global estimate); an
+aggregator subscribes to ``<prefix>/<path>/+/subspace``.
+
+Every problem raises `TopologyError` (a `ValueError`) with a one-line message that names the
+file (when there is one) and the offending node or key.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_ID_LENGTH",
+    "RESERVED_IDS",
+    "SPLITS",
+    "NodeConfig",
+    "Topology",
+    "TopologyError",
+    "load_topology",
+    "parse_topology",
+]
+
+DEFAULT_PREFIX = "fpca"
+"""Topic prefix when the file sets none."""
+
+MAX_ID_LENGTH = 64
+"""Longest node id, in characters."""
+
+RESERVED_IDS: frozenset[str] = frozenset({"subspace", "status", "model"})
+"""Ids that would collide with the topic names a node publishes under its path."""
+
+SPLITS: tuple[str, ...] = ("contiguous", "round-robin")
+"""How `Topology.split_rows` deals a dataset's rows to the leaves."""
+
+_DEFAULT_SENSOR_TOPIC = "sensors/{id}"
+
+# Per-node settings that [defaults] may set, with their built-in defaults (rank has none).
+_BUILTIN_DEFAULTS: dict[str, Any] = {
+    "block_size": 50,
+    "adaptive": False,
+    "rank_bounds": (0.01, 0.10),
+    "holdoff": 1,
+    "idle_flush_s": 0.5,
+    "share": 1.0,
+}
+_DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
+_NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic")
+_TOP_LEVEL_KEYS = ("name", "prefix", "defaults", "data", "nodes")
+_DATA_KEYS = ("dataset", "split")
+
+# Expected kind of each key: "int", "float" (an integer is accepted), "bool", "str", "bounds".
+_KINDS: dict[str, str] = {
+    "id": "str",
+    "parent": "str",
+    "rank": "int",
+    "block_size": "int",
+    "adaptive": "bool",
+    "rank_bounds": "bounds",
+    "holdoff": "int",
+    "idle_flush_s": "float",
+    "share": "float",
+    "sensor_topic": "str",
+    "name": "str",
+    "prefix": "str",
+    "dataset": "str",
+    "split": "str",
+}
+_KIND_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "str": "a string",
+    "bounds": "an array of two numbers [lower, upper]",
+}
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_TOML_POSITION = re.compile(r"^(?P<msg>.*) \(at line (?P<line>\d+), column (?P<col>\d+)\)$")
+_TOML_AT_END = re.compile(r"^(?P<msg>.*) \(at end of document\)$")
+
+
+class TopologyError(ValueError):
+    """A topology file is missing, not valid TOML, or does not describe a valid tree."""
+
+
+# --------------------------------------------------------------------------------------------
+# Checks shared by parsing and direct construction
+
+
+def _toml_type(value: object) -> str:
+    """The TOML name of a parsed value's type, for error messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, datetime.datetime):
+        return "datetime"
+    if isinstance(value, datetime.date):
+        return "date"
+    if isinstance(value, datetime.time):
+        return "time"
+    return type(value).__name__
+
+
+def _toml_repr(value: object) -> str:
+    """A value as it would be written in TOML (booleans lower case), for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_repr(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_repr(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_kind(where: str, key: str, value: object) -> object:
+    """Check a value's TOML type against ``_KINDS[key]``; return it normalised (floats, tuples).
+
+    ``where`` names the place for the message, e.g. ``"node 'pi-01'"`` or ``"[defaults]"``.
+    """
+    kind = _KINDS[key]
+    ok = (
+        (kind == "int" and isinstance(value, int) and not isinstance(value, bool))
+        or (kind == "float" and _is_number(value))
+        or (kind == "bool" and isinstance(value, bool))
+        or (kind == "str" and isinstance(value, str))
+        or (
+            kind == "bounds"
+            and isinstance(value, list | tuple)
+            and len(value) == 2
+            and all(_is_number(v) for v in value)
+        )
+    )
+    if not ok:
+        raise TopologyError(
+            f"{where}: {key} must be {_KIND_NAMES[kind]}, "
+            f"got {_toml_type(value)} {_toml_repr(value)}"
+        )
+    if kind == "float":
+        return float(value)  # type: ignore[arg-type]
+    if kind == "bounds":
+        return (float(value[0]), float(value[1]))  # type: ignore[index]
+    return value
+
+
+def _unknown_key_message(where: str, key: str, allowed: Iterable[str]) -> str:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{where}: unknown key {key!r} (expected one of: {', '.join(allowed)}){hint}"
+
+
+def _check_keys(where: str, table: Mapping[str, object], allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    for key in table:
+        if key not in allowed:
+            raise TopologyError(_unknown_key_message(where, key, allowed))
+
+
+def _node_id_problem(node_id: str) -> str | None:
+    """Why ``node_id`` is not a valid single MQTT topic level for a node, or ``None``."""
+    if node_id == "":
+        return "is empty"
+    if len(node_id) > MAX_ID_LENGTH:
+        return f"is {len(node_id)} characters long, at most {MAX_ID_LENGTH} are allowed"
+    for char in ("/", "+", "#"):
+        if char in node_id:
+            return f"contains {char!r}; an id must be a single MQTT topic level without wildcards"
+    if "\x00" in node_id:
+        return "contains a NUL character"
+    if _CONTROL_CHARS.search(node_id):
+        return "contains a control character"
+    if node_id in RESERVED_IDS:
+        return f"is reserved for topic names ({', '.join(sorted(RESERVED_IDS))})"
+    return None
+
+
+def _check_node_id(node_id: str, where: str = "") -> None:
+    problem = _node_id_problem(node_id)
+    if problem is not None:
+        raise TopologyError(f"{where}node id {node_id!r} {problem}")
+
+
+def _prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` is not a valid topic prefix, or ``None``."""
+    if prefix == "":
+        return "is empty"
+    if "+" in prefix or "#" in prefix:
+        return "contains an MQTT wildcard ('+' or '#')"
+    if "\x00" in prefix:
+        return "contains a NUL character"
+    if prefix.startswith("/") or prefix.endswith("/"):
+        return "starts or ends with '/'"
+    if "//" in prefix:
+        return "has an empty topic level ('//')"
+    if prefix.startswith("$"):
+        return "starts with '$' (reserved for broker topics such as $SYS)"
+    return None
+
+
+def _topic_filter_problem(topic: str) -> str | None:
+    """Why ``topic`` is not a valid MQTT topic filter (MQTT 3.1.1 section 4.7), or ``None``."""
+    if topic == "":
+        return "is empty"
+    if "\x00" in topic:
+        return "contains a NUL character"
+    if len(topic.encode("utf-8")) > 65535:
+        return "is longer than 65535 bytes"
+    levels = topic.split("/")
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != len(levels) - 1):
+            return "uses '#' other than as the whole last level"
+        if "+" in level and level != "+":
+            return "uses '+' other than as a whole level"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Public types
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node of a topology and the FPCA settings its agent runs with.
+
+    Parameters
+    ----------
+    id : str
+        A single MQTT topic level: non-empty, at most `MAX_ID_LENGTH` characters, without
+        ``/``, ``+``, ``#``, NUL or other control characters, and none of `RESERVED_IDS`.
+    parent : str or None
+        The parent's id; ``None`` for the root.
+    rank : int
+        Initial rank ``r`` of the node's subspace, >= 1 (for an aggregator, the rank Merge_r
+        truncates to, Alg. 2).
+    block_size : int, default 50
+        Block size ``b`` of the streaming update, eq. (3); >= ``rank``.
+    adaptive : bool, default False
+        Adapt the rank after each block, eq. (4).
+    rank_bounds : tuple of float (lower, upper), default (0.01, 0.10)
+        Bounds on the energy ratio of eq. (4), ``0 < lower < upper < 1``.
+    holdoff : int, default 1
+        Blocks between two rank changes, >= 1.
+    idle_flush_s : float, default 0.5
+        Seconds, > 0: a leaf publishes a snapshot including its pending (partial-block) samples
+        once no readings have arrived for this long.
+    sensor_topic : str or None, default None
+        MQTT topic filter a leaf reads its sensor readings from (``"sensors/<id>"`` when parsed
+        from TOML); ``None`` for aggregators.
+    share : float, default 1.0
+        Relative share of a dataset's rows for the contiguous split, finite and > 0.
+
+    Raises
+    ------
+    TopologyError
+        If a value is of the wrong type or out of range; the message names the node.
+    """
+
+    id: str
+    parent: str | None
+    rank: int
+    block_size: int = 50
+    adaptive: bool = False
+    rank_bounds: tuple[float, float] = (0.01, 0.10)
+    holdoff: int = 1
+    idle_flush_s: float = 0.5
+    sensor_topic: str | None = None
+    share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TopologyError(
+                f"node id must be a string, got {_toml_type(self.id)} {_toml_repr(self.id)}"
+            )
+        _check_node_id(self.id)
+        where = f"node {self.id!r}"
+        if self.parent is not None:
+            _check_kind(where, "parent", self.parent)
+        for key in ("rank", "block_size", "adaptive", "holdoff"):
+            _check_kind(where, key, getattr(self, key))
+        for key in ("rank_bounds", "idle_flush_s", "share"):
+            object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
+        if self.rank < 1:
+            raise TopologyError(f"{where}: rank must be >= 1, got {self.rank}")
+        if self.block_size < self.rank:
+            raise TopologyError(
+                f"{where}: block_size must be >= rank ({self.rank}), got {self.block_size}"
+            )
+        lower, upper = self.rank_bounds
+        if not 0.0 < lower < upper < 1.0:
+            raise TopologyError(
+                f"{where}: rank_bounds must satisfy 0 < lower < upper < 1, got [{lower}, {upper}]"
+            )
+        if self.holdoff < 1:
+            raise TopologyError(f"{where}: holdoff must be >= 1 block, got {self.holdoff}")
+        if not (math.isfinite(self.idle_flush_s) and self.idle_flush_s > 0):
+            raise TopologyError(
+                f"{where}: idle_flush_s must be a finite number of seconds > 0, "
+                f"got {self.idle_flush_s}"
+            )
+        if not (math.isfinite(self.share) and self.share > 0):
+            raise TopologyError(f"{where}: share must be a finite number > 0, got {self.share}")
+        if self.sensor_topic is not None:
+            _check_kind(where, "sensor_topic", self.sensor_topic)
+            problem = _topic_filter_problem(self.sensor_topic)
+            if problem is not None:
+                raise TopologyError(
+                    f"{where}: sensor_topic {self.sensor_topic!r} is not a valid MQTT topic "
+                    f"filter: it {problem}"
+                )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated aggregation tree with its topic names and dataset split.
+
+    Parameters
+    ----------
+    name : str
+        Name of the deployment (for logs and summaries).
+    prefix : str
+        Topic prefix, e.g. ``"fpca"``: no ``+``/``#``/NUL, no leading/trailing ``/``, no empty
+        level, not starting with ``$``.
+    nodes : Mapping[str, NodeConfig]
+        Every node by id, in file order (kept as a read-only mapping).
+    root : str
+        Id of the one node without a parent.
+    dataset : str or None, default None
+        Built-in dataset name or a file path (relative to ``source_path``'s folder), or None.
+    split : str, default "contiguous"
+        One of `SPLITS`, see `split_rows`.
+    source_path : Path or None, default None
+        The TOML file this came from, if any.
+
+    Raises
+    ------
+    TopologyError
+        If the nodes do not form one tree rooted at ``root`` with at least one leaf, a leaf has
+        no sensor topic or an aggregator has one, or another field is invalid.
+    """
+
+    name: str
+    prefix: str
+    nodes: Mapping[str, NodeConfig]
+    root: str
+    dataset: str | None = None
+    split: str = "contiguous"
+    source_path: Path | None = None
+    _children: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _paths: Mapping[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or self.name == "":
+            raise TopologyError(f"name must be a non-empty string, got {self.name!r}")
+        _check_kind("topology", "prefix", self.prefix)
+        problem = _prefix_problem(self.prefix)
+        if problem is not None:
+            raise TopologyError(f"prefix {self.prefix!r} is not a valid topic prefix: it {problem}")
+        if self.split not in SPLITS:
+            raise TopologyError(
+                f"split must be one of {', '.join(map(repr, SPLITS))}, got {self.split!r}"
+            )
+        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
+            raise TopologyError(f"dataset must be a non-empty string, got {self.dataset!r}")
+        nodes = dict(self.nodes)
+        for key, node in nodes.items():
+            if not isinstance(node, NodeConfig) or node.id != key:
+                raise TopologyError(f"nodes[{key!r}] must be a NodeConfig with id {key!r}")
+        parents = {node_id: node.parent for node_id, node in nodes.items()}
+        root = _check_tree(parents)
+        if root != self.root:
+            raise TopologyError(f"root is {self.root!r}, but the node without a parent is {root!r}")
+        children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+        for node_id, parent in parents.items():
+            if parent is not None:
+                children[parent].append(node_id)
+        for node_id, node in nodes.items():
+            if children[node_id] and node.sensor_topic is not None:
+                raise TopologyError(
+                    f"node {node_id!r} has children, so it is an aggregator and must not have "
+                    f"a sensor_topic (got {node.sensor_topic!r})"
+                )
+            if not children[node_id] and node.sensor_topic is None:
+                raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
+        paths: dict[str, str] = {}
+        for node_id in nodes:  # parents are known and acyclic, so each walk ends at the root
+            chain = [node_id]
+            for _ in range(len(nodes)):
+                parent = parents[chain[-1]]
+                if parent is None:
+                    break
+                chain.append(parent)
+            paths[node_id] = "/".join(reversed(chain))
+        object.__setattr__(self, "nodes", MappingProxyType(nodes))
+        object.__setattr__(
+            self, "_children", MappingProxyType({k: tuple(v) for k, v in children.items()})
+        )
+        object.__setattr__(self, "_paths", MappingProxyType(paths))
+        if self.source_path is not None:
+            object.__setattr__(self, "source_path", Path(self.source_path))
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.name,
+                self.prefix,
+                tuple(self.nodes.values()),
+                self.root,
+                self.dataset,
+                self.split,
+                self.source_path,
+            )
+        )
+
+    # -- tree -------------------------------------------------------------------------------
+
+    def _node(self, node_id: str) -> NodeConfig:
+        try:
+            return self.nodes[node_id]
+        except (KeyError, TypeError):
+            known = list(self.nodes)
+            shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+            raise TopologyError(
+                f"unknown node {node_id!r} in topology {self.name!r} (nodes: {shown})"
+            ) from None
+
+    def children(self, node_id: str) -> list[str]:
+        """Ids of the children of ``node_id``, in file order (empty for a leaf)."""
+        self._node(node_id)
+        return list(self._children[node_id])
+
+    def is_leaf(self, node_id: str) -> bool:
+        """Whether ``node_id`` has no children (and so reads sensors and runs FPCA-Edge)."""
+        self._node(node_id)
+        return not self._children[node_id]
+
+    def leaves(self) -> list[str]:
+        """Ids of all leaves, in file order."""
+        return [node_id for node_id, kids in self._children.items() if not kids]
+
+    def aggregators(self) -> list[str]:
+        """Ids of all nodes with children (the root included), in file order."""
+        return [node_id for node_id, kids in self._children.items() if kids]
+
+    def leaves_under(self, node_id: str) -> list[str]:
+        """Leaves in the subtree of ``node_id``, in file order (``[node_id]`` for a leaf)."""
+        prefix = self.path(node_id)
+        return [
+            leaf
+            for leaf in self.leaves()
+            if self._paths[leaf] == prefix or self._paths[leaf].startswith(prefix + "/")
+        ]
+
+    def path(self, node_id: str) -> str:
+        """The chain of ids from the root to ``node_id``, e.g. ``"root/site-a/pi-01"``."""
+        self._node(node_id)
+        return self._paths[node_id]
+
+    # -- topics -----------------------------------------------------------------------------
+
+    def subspace_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/subspace``: the node's latest snapshot (retained, QoS 1)."""
+        return f"{self.prefix}/{self.path(node_id)}/subspace"
+
+    def status_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/status``: ``online`` / ``offline`` (retained, Last Will)."""
+        return f"{self.prefix}/{self.path(node_id)}/status"
+
+    def status_detail_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/status/detail``: the JSON status document (retained)."""
+        return f"{self.prefix}/{self.path(node_id)}/status/detail"
+
+    def model_topic(self) -> str:
+        """``<prefix>/<root>/model``: the global estimate (retained)."""
+        return f"{self.prefix}/{self.path(self.root)}/model"
+
+    def children_filter(self, node_id: str) -> str:
+        """``<prefix>/<path>/+/subspace``: the filter matching the snapshots of the children.
+
+        Defined for leaves too (it then matches nothing the topology publishes).
+        """
+        return f"{self.prefix}/{self.path(node_id)}/+/subspace"
+
+    # -- data -------------------------------------------------------------------------------
+
+    def split_rows(self, n_rows: int) -> dict[str, np.ndarray]:
+        """Deal rows ``0 .. n_rows-1`` of a dataset to the leaves; every row exactly once.
+
+        ``"contiguous"``: leaf ``i`` (file order) gets one contiguous range, the ranges in leaf
+        order, of ``n_rows * share_i / sum(shares)`` rows rounded by the largest-remainder
+        method (exact rational arithmetic; ties go to the earlier leaf), so each count is within
+        1 of its exact quota. ``"round-robin"``: row ``j`` goes to leaf ``j % n_leaves``; shares
+        are ignored. With fewer rows than leaves some leaves get none.
+
+        Parameters
+        ----------
+        n_rows : int
+            Number of rows (samples) in the dataset, >= 0.
+
+        Returns
+        -------
+        dict of leaf id -> ndarray of shape (n_leaf_rows,), int64
+            Increasing row indices, keys in leaf file order.
+
+        Raises
+        ------
+        ValueError
+            If ``n_rows`` is not a non-negative integer.
+        """
+        if isinstance(n_rows, bool) or not isinstance(n_rows, int | np.integer) or n_rows < 0:
+            raise ValueError(f"n_rows must be a non-negative integer, got {n_rows!r}")
+        n_rows = int(n_rows)
+        leaves = self.leaves()
+        if self.split == "round-robin":
+            k = len(leaves)
+            return {leaf: np.arange(i, n_rows, k, dtype=np.int64) for i, leaf in enumerate(leaves)}
+        shares = [Fraction(self.nodes[leaf].share) for leaf in leaves]
+        total = sum(shares, Fraction(0))
+        quotas = [n_rows * share / total for share in shares]
+        counts = [math.floor(quota) for quota in quotas]
+        remaining = n_rows - sum(counts)  # 0 <= remaining < len(leaves)
+        by_remainder = sorted(range(len(leaves)), key=lambda i: (-(quotas[i] - counts[i]), i))
+        for i in by_remainder[:remaining]:
+            counts[i] += 1
+        result: dict[str, np.ndarray] = {}
+        start = 0
+        for leaf, count in zip(leaves, counts, strict=True):
+            result[leaf] = np.arange(start, start + count, dtype=np.int64)
+            start += count
+        return result
+
+    def dataset_path(self) -> Path | None:
+        """The file of the configured dataset, or ``None`` if there is no ``dataset``.
+
+        A built-in name (see `edge_runtime.datasets.BUILTIN_DATASETS`; it wins over a file of the
+        same name) gives the file shipped in the package. Otherwise ``~`` is expanded and a
+        relative path is taken relative to the TOML file's folder (the working directory when
+        the topology was parsed from a string). The file's existence is not checked here.
+        `edge_runtime.datasets.load_dataset` accepts the result in every case.
+        """
+        if self.dataset is None:
+            return None
+        if self.dataset in BUILTIN_DATASETS:
+            return builtin_dataset_path(self.dataset)
+        path = Path(self.dataset).expanduser()
+        if not path.is_absolute() and self.source_path is not None:
+            path = self.source_path.parent / path
+        return path
+
+
+# --------------------------------------------------------------------------------------------
+# Tree validation
+
+
+def _check_tree(parents: Mapping[str, str | None]) -> str:
+    """Check that ``parents`` (id -> parent id) is one tree with children; return the root.
+
+    Raises TopologyError for: no nodes, an unknown parent, zero or several roots, a cycle, or a
+    root without children.
+    """
+    if not parents:
+        raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
+    for node_id, parent in parents.items():
+        if parent is not None and parent not in parents:
+            close = difflib.get_close_matches(parent, list(parents), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TopologyError(f"node {node_id!r} has unknown parent {parent!r}{hint}")
+    roots = [node_id for node_id, parent in parents.items() if parent is None]
+    if not roots:
+        cycle = _find_cycle(parents, next(iter(parents)))
+        raise TopologyError(
+            f"no root: every node has a parent, e.g. the cycle {_cycle_text(cycle)}; "
+            "exactly one node must omit 'parent'"
+        )
+    if len(roots) > 1:
+        names = ", ".join(repr(r) for r in roots[:-1]) + f" and {roots[-1]!r}"
+        raise TopologyError(f"{len(roots)} roots {names}: exactly one node may omit 'parent'")
+    root = roots[0]
+    reaches_root = {root}
+    for node_id in parents:
+        if node_id not in reaches_root:
+            chain = _walk_up(parents, node_id, reaches_root)
+            if chain is None:
+                raise TopologyError(
+                    f"node {node_id!r} is on or under a parent cycle: "
+                    f"{_cycle_text(_find_cycle(parents, node_id))}"
+                )
+            reaches_root.update(chain)
+    if all(parent != root for parent in parents.values()):
+        raise TopologyError(
+            f"root {root!r} has no children: a topology needs at least one leaf under its root"
+        )
+    return root
+
+
+def _walk_up(
+    parents: Mapping[str, str | None], start: str, reaches_root: set[str]
+) -> list[str] | None:
+    """The chain from ``start`` up to a node known to reach the root, or None on a cycle."""
+    chain = [start]
+    for _ in range(len(parents)):
+        parent = parents[chain[-1]]
+        if parent is None or parent in reaches_root:
+            return chain
+        if parent in chain:
+            return None
+        chain.append(parent)
+    return None
+
+
+def _find_cycle(parents: Mapping[str, str | None], start: str) -> list[str]:
+    """The cycle reached by walking up from ``start`` (each id's parent is the next one)."""
+    seen: dict[str, int] = {}
+    chain: list[str] = []
+    node: str | None = start
+    for _ in range(len(parents) + 1):
+        if node is None:
+            break
+        if node in seen:
+            return chain[seen[node] :]
+        seen[node] = len(chain)
+        chain.append(node)
+        node = parents[node]
+    raise AssertionError(f"no parent cycle above {start!r}")  # callers guarantee one exists
+
+
+def _cycle_text(cycle: list[str]) -> str:
+    return " -> ".join(repr(node_id) for node_id in [*cycle, cycle[0]]) + " (child -> parent)"
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def load_topology(path: str | os.PathLike[str]) -> Topology:
+    """Read and validate a topology TOML file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The TOML file (format: ``topologies/README.md``).
+
+    Returns
+    -------
+    Topology
+        With ``source_path`` set to ``path``; a relative ``dataset`` is relative to its folder.
+
+    Raises
+    ------
+    TopologyError
+        If the file is missing, unreadable, not UTF-8, not valid TOML (the message gives the
+        file, line and column), or does not describe a valid topology.
+    """
+    path = Path(path).expanduser()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TopologyError(f"topology file not found: {str(path)!r}") from None
+    except IsADirectoryError:
+        raise TopologyError(
+            f"topology path {str(path)!r} is a directory, expected a file"
+        ) from None
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {str(path)!r}: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_topology(text, source_path=path)
+
+
+def parse_topology(text: str, source_path: str | os.PathLike[str] | None = None) -> Topology:
+    """Parse and validate a topology from TOML text.
+
+    Parameters
+    ----------
+    text : str
+        TOML in the format of ``topologies/README.md``.
+    source_path : str or path-like, optional
+        Where the text came from: named in error messages, the default ``name`` (its stem) and
+        the folder a relative ``dataset`` is resolved against.
+
+    Returns
+    -------
+    Topology
+
+    Raises
+    ------
+    TopologyError
+        One line, prefixed with ``source_path`` when given: TOML syntax errors (with line and
+        column), unknown keys, wrong TOML types, out-of-range values, invalid ids, duplicate
+        ids, unknown parents, zero or several roots, cycles, a root without children, an
+        aggregator with a ``sensor_topic``, an unknown split.
+    """
+    source = Path(source_path) if source_path is not None else None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TopologyError(_syntax_message(exc, text, source)) from None
+    try:
+        return _build(document, source)
+    except TopologyError as exc:
+        if source is None:
+            raise
+        raise TopologyError(f"{source}: {exc}") from None
+
+
+def _syntax_message(exc: tomllib.TOMLDecodeError, text: str, source: Path | None) -> str:
+    """One line: file, line and column of a TOML syntax error."""
+    message = str(exc)
+    where = str(source) if source is not None else "<string>"
+    match = _TOML_POSITION.match(message)
+    if match:
+        line, col = int(match["line"]), int(match["col"])
+        return f"{where}: TOML syntax error at line {line}, column {col}: {match['msg']}"
+    match = _TOML_AT_END.match(message)
+    if match:
+        lines = text.split("\n")
+        line, col = len(lines), len(lines[-1]) + 1
+        return (
+            f"{where}: TOML syntax error at line {line}, column {col} (end of file): {match['msg']}"
+        )
+    return f"{where}: TOML syntax error: {message}"
+
+
+def _build(document: dict[str, Any], source: Path | None) -> Topology:
+    _check_keys("topology", document, _TOP_LEVEL_KEYS)
+
+    name = _check_kind(
+        "topology", "name", document.get("name", source.stem if source else "topology")
+    )
+    if name == "":
+        raise TopologyError('topology: name must be a non-empty string (set name = "...")')
+    prefix = _check_kind("topology", "prefix", document.get("prefix", DEFAULT_PREFIX))
+
+    defaults = _table(document, "defaults")
+    _check_defaults_keys(defaults)
+    defaults = {k: _check_kind("[defaults]", k, v) for k, v in defaults.items()}
+
+    data = _table(document, "data")
+    _check_keys("[data]", data, _DATA_KEYS)
+    dataset = data.get("dataset")
+    if dataset is not None:
+        dataset = _check_kind("[data]", "dataset", dataset)
+        if dataset == "":
+            raise TopologyError("[data]: dataset must be a built-in name or a path, got ''")
+    split = _check_kind("[data]", "split", data.get("split", "contiguous"))
+    if split not in SPLITS:
+        raise TopologyError(
+            f"[data]: unknown split {split!r}, expected one of: {', '.join(map(repr, SPLITS))}"
+        )
+
+    raw_nodes = _raw_nodes(document)
+    parents = {node_id: raw.get("parent") for node_id, raw in raw_nodes.items()}
+    root = _check_tree(parents)
+    has_children = {parent for parent in parents.values() if parent is not None}
+
+    nodes: dict[str, NodeConfig] = {}
+    for node_id, raw in raw_nodes.items():
+        settings = {**_BUILTIN_DEFAULTS, **defaults, **raw}
+        if "rank" not in settings:
+            raise TopologyError(f"node {node_id!r}: no rank; set rank in [defaults] or on the node")
+        if node_id in has_children:
+            if "sensor_topic" in raw:
+                raise TopologyError(
+                    f"node {node_id!r} has children, so it is an aggregator and must not have "
+                    f"a sensor_topic (got {raw['sensor_topic']!r})"
+                )
+            settings["sensor_topic"] = None
+        else:
+            settings.setdefault("sensor_topic", _DEFAULT_SENSOR_TOPIC.format(id=node_id))
+        settings["parent"] = raw.get("parent")
+        nodes[node_id] = NodeConfig(**settings)
+
+    return Topology(
+        name=name,
+        prefix=prefix,
+        nodes=nodes,
+        root=root,
+        dataset=dataset,
+        split=split,
+        source_path=source,
+    )
+
+
+def _table(document: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = document.get(key, {})
+    if not isinstance(value, dict):
+        raise TopologyError(f"topology: {key} must be a table ([{key}]), got {_toml_type(value)}")
+    return value
+
+
+def _check_defaults_keys(defaults: Mapping[str, Any]) -> None:
+    for key in defaults:
+        if key in ("id", "parent", "sensor_topic"):
+            raise TopologyError(f"[defaults]: {key} cannot have a default; set it on each node")
+        if key not in _DEFAULTABLE_KEYS:
+            raise TopologyError(_unknown_key_message("[defaults]", key, _DEFAULTABLE_KEYS))
+
+
+def _raw_nodes(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The [[nodes]] tables by id, in file order, with keys and TOML types checked."""
+    tables = document.get("nodes")
+    if tables is None:
+        raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise TopologyError(
+            f"topology: nodes must be an array of tables ([[nodes]]), got {_toml_type(tables)}"
+        )
+    by_id: dict[str, dict[str, Any]] = {}
+    index_of: dict[str, int] = {}
+    for index, table in enumerate(tables):
+        if "id" not in table:
+            raise TopologyError(
+                f"nodes[{index}] (the [[nodes]] table number {index + 1}) has no id"
+            )
+        node_id = table["id"]
+        if not isinstance(node_id, str):
+            raise TopologyError(
+                f"nodes[{index}]: id must be a string, "
+                f"got {_toml_type(node_id)} {_toml_repr(node_id)}"
+            )
+        _check_node_id(node_id, where=f"nodes[{index}]: ")
+        where = f"node {node_id!r}"
+        if node_id in by_id:
+            raise TopologyError(
+                f"duplicate node id {node_id!r} (nodes[{index_of[node_id]}] and nodes[{index}])"
+            )
+        _check_keys(where, table, _NODE_KEYS)
+        by_id[node_id] = {k: _check_kind(where, k, v) for k, v in table.items()}
+        index_of[node_id] = index
+    if not by_id:
+        raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
+    return by_id

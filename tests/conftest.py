@@ -1,0 +1,103 @@
+"""Shared fixtures: real Mosquitto brokers and MQTT topics unique to each test.
+
+The broker fixtures start `edge_runtime.broker.LocalMosquitto` (a private Mosquitto
+on 127.0.0.1 with its own port and temporary directory) and never skip: when
+Mosquitto is missing or does not start, the test fails with the reason (CI installs
+Mosquitto). Teardown always runs in a ``finally``: `LocalMosquitto.stop`, and if that
+fails, SIGKILL to the broker's pid, so no test leaves a broker process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from edge_runtime.broker import BrokerError, LocalMosquitto
+
+
+def _stop_by_pid(broker: LocalMosquitto) -> None:
+    """Stop ``broker`` and remove its directory; SIGKILL its pid if the orderly stop fails."""
+    broker.keep_dir = False
+    try:
+        broker.stop()
+    finally:
+        # After a successful stop the pid is None (the process was reaped). If it is still
+        # set, the process was never reaped, so the pid cannot belong to anyone else yet.
+        pid = broker.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _start(broker: LocalMosquitto) -> LocalMosquitto:
+    try:
+        broker.start()
+    except BrokerError as exc:
+        pytest.fail(f"cannot start Mosquitto for the test: {exc}", pytrace=False)
+    return broker
+
+
+@pytest.fixture
+def mosquitto() -> Iterator[LocalMosquitto]:
+    """A started `LocalMosquitto` for this test only (stopped by pid at teardown)."""
+    broker = LocalMosquitto()
+    try:
+        yield _start(broker)
+    finally:
+        _stop_by_pid(broker)
+
+
+@pytest.fixture(scope="session")
+def mosquitto_session() -> Iterator[LocalMosquitto]:
+    """A started `LocalMosquitto` shared by the whole session; isolate tests by topic."""
+    broker = LocalMosquitto()
+    try:
+        yield _start(broker)
+    finally:
+        _stop_by_pid(broker)
+
+
+@pytest.fixture
+def make_mosquitto() -> Iterator[Callable[..., LocalMosquitto]]:
+    """Factory of *unstarted* `LocalMosquitto` (same arguments), all stopped at teardown.
+
+    For tests that control the lifecycle themselves (restarts, ``keep_dir``, fault
+    injection). Teardown stops each one by pid and removes its directory, even with
+    ``keep_dir=True``.
+    """
+    brokers: list[LocalMosquitto] = []
+
+    def make(*args: Any, **kwargs: Any) -> LocalMosquitto:
+        broker = LocalMosquitto(*args, **kwargs)
+        brokers.append(broker)
+        return broker
+
+    try:
+        yield make
+    finally:
+        errors: list[BaseException] = []
+        for broker in brokers:
+            try:
+                _stop_by_pid(broker)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture
+def unique_topic(request: pytest.FixtureRequest) -> str:
+    """A topic prefix no other test uses, e.g. ``"test/test_round_trip-1f0c9a2b"``.
+
+    Built from the test's name (characters other than letters, digits, ``_`` and ``-``
+    replaced, so it is a valid topic without wildcards) and a random suffix.
+    """
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:40].strip("-")
+    return f"test/{name}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,198 @@
+"""The ``edge-runtime`` command line, run as a user runs it: a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import low_rank_data
+
+from edge_runtime.broker import free_port
+from edge_runtime.topology import load_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+MOTES = ROOT / "topologies" / "motes-light.toml"
+MINIMAL = ROOT / "topologies" / "minimal.toml"
+
+
+def cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "edge_runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("edge-runtime: error:")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.mark.mqtt
+def test_run_motes_light_covers_every_leaf_within_five_percent_of_offline_svd():
+    proc = cli("run", str(MOTES), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    for key in (
+        "samples", "leaves_reporting", "leaves_total", "rank", "error_ratio",
+        "messages", "payload_bytes", "raw_bytes", "wall_s",
+    ):  # fmt: skip
+        assert key in summary
+    assert summary["samples"] == 7712
+    assert summary["leaves_reporting"] == summary["leaves_total"] == 8
+    assert summary["root_n_samples"] == 7712
+    assert summary["error_ratio"] <= 1.05
+    assert summary["raw_bytes"] == 7712 * 48 * 8
+    assert summary["payload_bytes"] < summary["raw_bytes"]
+
+
+@pytest.mark.mqtt
+def test_run_with_other_data_follows_its_number_of_features(tmp_path):
+    data = low_rank_data(1200, 17, 5, seed=11)
+    path = tmp_path / "field.csv"
+    np.savetxt(path, data, delimiter=",", header=",".join(f"s{i}" for i in range(17)), comments="")
+    proc = cli("run", str(MOTES), "--data", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["samples"] == 1200
+    assert summary["n_features"] == 17
+    assert summary["leaves_reporting"] == 8
+    assert summary["error_ratio"] <= 1.05
+
+
+def test_missing_topology_file_is_one_line_and_exit_2(tmp_path):
+    proc = cli("run", str(tmp_path / "nope.toml"))
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "nope.toml")
+
+
+def test_malformed_topology_names_the_offending_node(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[nodes]]\nid = "root"\n[[nodes]]\nid = "a"\nparent = "ghost"\n')
+    proc = cli("run", str(bad))
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "ghost")
+
+
+def test_missing_data_file_is_one_line_and_exit_2(tmp_path):
+    proc = cli("run", str(MINIMAL), "--data", str(tmp_path / "none.csv"))
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "none.csv")
+
+
+def test_ragged_data_names_the_line(tmp_path):
+    path = tmp_path / "ragged.csv"
+    path.write_text("1,2,3\n4,5,6\n7,8\n")
+    proc = cli("run", str(MINIMAL), "--data", str(path))
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "3")
+
+
+def test_bad_broker_url_is_one_line(tmp_path):
+    proc = cli("watch", "--topology", str(MINIMAL), "--broker", "http://example")
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "http://example")
+
+
+def test_unreachable_broker_is_one_line_and_non_zero():
+    port = free_port()  # nothing listens there
+    proc = cli("watch", "--topology", str(MINIMAL), "--broker", f"mqtt://127.0.0.1:{port}")
+    assert proc.returncode == 1
+    assert_one_line_error(proc, "broker")
+
+
+def test_agent_with_unknown_node_lists_the_nodes():
+    proc = cli("agent", "--topology", str(MINIMAL), "--node", "pi-99")
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "pi-99")
+
+
+def test_agent_gives_up_on_an_unreachable_broker_after_its_startup_timeout():
+    port = free_port()
+    proc = cli(
+        "agent", "--topology", str(MINIMAL), "--node", "root",
+        "--broker", f"mqtt://127.0.0.1:{port}", "--startup-timeout", "1", "--log-level", "error",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert_one_line_error(proc, "cannot reach the broker")
+
+
+@pytest.mark.mqtt
+def test_per_node_commands_work_as_separate_processes_against_one_broker(mosquitto, tmp_path):
+    url = mosquitto.url
+    data = low_rank_data(900, 9, 3, seed=12)
+    path = tmp_path / "data.txt"
+    np.savetxt(path, data)
+    topology = tmp_path / "tree.toml"
+    topology.write_text(
+        MINIMAL.read_text().replace('name = "minimal"', 'name = "minimal"\nprefix = "proc"')
+    )
+    topo = load_topology(topology)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    agents = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "edge_runtime.cli",
+                "agent",
+                "--log-level",
+                "warning",
+                "--topology",
+                str(topology),
+                "--node",
+                node,
+                "--broker",
+                url,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in topo.nodes
+    ]
+    try:
+        replay = cli("replay", "--topology", str(topology), "--data", str(path), "--broker", url)
+        if replay.returncode != 0:
+            for proc in agents:
+                proc.terminate()
+            logs = [proc.communicate(timeout=10)[1][-2000:] for proc in agents]
+            pytest.fail(f"replay failed: {replay.stderr}; agents said: {logs}")
+        assert json.loads(replay.stdout)["samples"] == 900
+        watch = cli(
+            "watch", "--topology", str(topology), "--broker", url, "--json",
+            "--until-samples", "900", "--timeout", "30",
+        )  # fmt: skip
+        assert watch.returncode == 0, watch.stderr
+        updates = [json.loads(line) for line in watch.stdout.splitlines()]
+        assert updates[-1]["n_samples"] == 900
+        assert sorted(updates[-1]["leaves_covered"]) == sorted(topo.leaves())
+    finally:
+        for proc in agents:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in agents:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            proc.stdout.close()
+            proc.stderr.close()
+    assert all(proc.returncode == 0 for proc in agents), [p.returncode for p in agents]

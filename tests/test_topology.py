@@ -1,0 +1,509 @@
+"""Tests of edge_runtime.topology: parsing, validation, topic names and the dataset split."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_runtime import topology as topology_module
+from edge_runtime.datasets import builtin_dataset_path
+from edge_runtime.topology import (
+    NodeConfig,
+    Topology,
+    TopologyError,
+    load_topology,
+    parse_topology,
+)
+
+TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
+
+ROOT = '[[nodes]]\nid = "root"\n'
+LEAF = '[[nodes]]\nid = "leaf"\nparent = "root"\n'
+VALID = f"[defaults]\nrank = 2\n{ROOT}{LEAF}"
+
+
+def node(node_id: str, parent: str | None = None, **keys: object) -> str:
+    """One [[nodes]] table as TOML text; string values must be given already quoted."""
+    lines = ["[[nodes]]", f'id = "{node_id}"']
+    if parent is not None:
+        lines.append(f'parent = "{parent}"')
+    lines += [f"{key} = {value}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def tree(nodes: list[tuple[str, str | None]]) -> Topology:
+    """A topology built directly from (id, parent) pairs, rank 1."""
+    configs = {}
+    has_children = {parent for _, parent in nodes if parent is not None}
+    for node_id, parent in nodes:
+        topic = None if node_id in has_children else f"sensors/{node_id}"
+        configs[node_id] = NodeConfig(node_id, parent, rank=1, sensor_topic=topic)
+    root = next(node_id for node_id, parent in nodes if parent is None)
+    return Topology(name="t", prefix="fpca", nodes=configs, root=root)
+
+
+def leaves_with_shares(shares: list[float], split: str = "contiguous") -> Topology:
+    configs = {"root": NodeConfig("root", None, rank=1)}
+    for i, share in enumerate(shares):
+        leaf = f"leaf-{i}"
+        configs[leaf] = NodeConfig(leaf, "root", rank=1, sensor_topic=f"s/{leaf}", share=share)
+    return Topology(name="t", prefix="fpca", nodes=configs, root="root", split=split)
+
+
+# --------------------------------------------------------------------------------------------
+# The shipped files
+
+
+@pytest.mark.parametrize("path", sorted(TOPOLOGIES.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_topology_loads_with_leaves_and_a_dataset_file(path: Path) -> None:
+    topo = load_topology(path)
+    assert topo.leaves()
+    assert topo.source_path == path
+    assert topo.dataset_path() is not None
+    assert topo.dataset_path().is_file()
+
+
+def test_the_shipped_topologies_include_motes_light_and_minimal() -> None:
+    assert {p.name for p in TOPOLOGIES.glob("*.toml")} >= {"motes-light.toml", "minimal.toml"}
+
+
+def test_motes_light_has_eight_leaves_under_two_sites_under_the_root() -> None:
+    topo = load_topology(TOPOLOGIES / "motes-light.toml")
+    assert topo.name == "motes-light"
+    assert topo.root == "root"
+    assert topo.leaves() == [f"pi-{i:02d}" for i in range(1, 9)]
+    assert topo.aggregators() == ["root", "site-a", "site-b"]
+    assert topo.children("root") == ["site-a", "site-b"]
+    assert topo.children("site-a") == ["pi-01", "pi-02", "pi-03", "pi-04"]
+    assert topo.children("pi-01") == []
+    assert topo.leaves_under("site-b") == ["pi-05", "pi-06", "pi-07", "pi-08"]
+    assert topo.leaves_under("root") == topo.leaves()
+    assert topo.leaves_under("pi-03") == ["pi-03"]
+    assert topo.is_leaf("pi-08")
+    assert not topo.is_leaf("site-a")
+    assert topo.dataset == "motes-light"
+    assert topo.split == "contiguous"
+
+
+def test_motes_light_nodes_carry_the_defaults() -> None:
+    topo = load_topology(TOPOLOGIES / "motes-light.toml")
+    for config in topo.nodes.values():
+        assert config.rank == 10
+        assert config.block_size == 50
+        assert config.adaptive is False
+        assert config.rank_bounds == (0.01, 0.10)
+        assert config.holdoff == 1
+        assert config.idle_flush_s == 0.5
+        assert config.share == 1.0
+    assert topo.nodes["pi-04"].sensor_topic == "sensors/pi-04"
+    assert topo.nodes["site-a"].sensor_topic is None
+    assert topo.nodes["root"].parent is None
+    assert topo.nodes["pi-04"].parent == "site-a"
+
+
+def test_motes_light_topic_names_follow_the_tree() -> None:
+    topo = load_topology(TOPOLOGIES / "motes-light.toml")
+    assert topo.path("root") == "root"
+    assert topo.path("site-b") == "root/site-b"
+    assert topo.path("pi-07") == "root/site-b/pi-07"
+    assert topo.subspace_topic("pi-07") == "fpca/root/site-b/pi-07/subspace"
+    assert topo.status_topic("pi-07") == "fpca/root/site-b/pi-07/status"
+    assert topo.status_detail_topic("pi-07") == "fpca/root/site-b/pi-07/status/detail"
+    assert topo.subspace_topic("site-a") == "fpca/root/site-a/subspace"
+    assert topo.subspace_topic("root") == "fpca/root/subspace"
+    assert topo.model_topic() == "fpca/root/model"
+    assert topo.children_filter("site-a") == "fpca/root/site-a/+/subspace"
+    assert topo.children_filter("root") == "fpca/root/+/subspace"
+
+
+def test_motes_light_splits_the_dataset_into_eight_contiguous_equal_ranges() -> None:
+    topo = load_topology(TOPOLOGIES / "motes-light.toml")
+    parts = topo.split_rows(7712)
+    assert list(parts) == topo.leaves()
+    assert [len(rows) for rows in parts.values()] == [964] * 8
+    np.testing.assert_array_equal(np.concatenate(list(parts.values())), np.arange(7712))
+
+
+def test_minimal_has_two_leaves_directly_under_the_root() -> None:
+    topo = load_topology(TOPOLOGIES / "minimal.toml")
+    assert topo.leaves() == topo.children(topo.root)
+    assert len(topo.leaves()) == 2
+    assert topo.aggregators() == [topo.root]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing features
+
+
+def test_node_keys_override_defaults_and_builtin_defaults_fill_the_rest() -> None:
+    text = (
+        "[defaults]\nrank = 3\nadaptive = true\n"
+        + ROOT
+        + node("a", "root", rank=5, block_size=7, rank_bounds="[0.2, 0.5]", idle_flush_s=2)
+        + node("b", "root")
+    )
+    topo = parse_topology(text)
+    a, b = topo.nodes["a"], topo.nodes["b"]
+    assert (a.rank, a.block_size, a.adaptive, a.rank_bounds) == (5, 7, True, (0.2, 0.5))
+    assert a.idle_flush_s == 2.0
+    assert isinstance(a.idle_flush_s, float)
+    assert (b.rank, b.block_size, b.adaptive, b.rank_bounds) == (3, 50, True, (0.01, 0.10))
+    assert (b.holdoff, b.idle_flush_s, b.share) == (1, 0.5, 1.0)
+
+
+def test_prefix_defaults_to_fpca_and_may_have_several_levels() -> None:
+    assert parse_topology(VALID).prefix == "fpca"
+    topo = parse_topology('prefix = "lab/fpca"\n' + VALID)
+    assert topo.subspace_topic("leaf") == "lab/fpca/root/leaf/subspace"
+    assert topo.model_topic() == "lab/fpca/root/model"
+
+
+def test_name_defaults_to_the_file_stem(tmp_path: Path) -> None:
+    path = tmp_path / "my-site.toml"
+    path.write_text(VALID)
+    assert load_topology(path).name == "my-site"
+    assert parse_topology('name = "x"\n' + VALID).name == "x"
+
+
+def test_a_leaf_may_set_its_own_sensor_topic_with_wildcards() -> None:
+    text = "[defaults]\nrank = 1\n" + ROOT + node("leaf", "root", sensor_topic='"lab/room-2/+"')
+    assert parse_topology(text).nodes["leaf"].sensor_topic == "lab/room-2/+"
+
+
+def test_without_data_table_there_is_no_dataset_and_the_split_is_contiguous() -> None:
+    topo = parse_topology(VALID)
+    assert topo.dataset is None
+    assert topo.dataset_path() is None
+    assert topo.split == "contiguous"
+
+
+def test_a_builtin_dataset_name_resolves_to_the_shipped_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('[data]\ndataset = "motes-light"\n' + VALID)
+    assert load_topology(path).dataset_path() == builtin_dataset_path("motes-light")
+
+
+def test_a_relative_dataset_path_resolves_against_the_topology_folder(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "t.toml"
+    path.parent.mkdir()
+    path.write_text('[data]\ndataset = "data/x.csv"\nsplit = "round-robin"\n' + VALID)
+    topo = load_topology(path)
+    assert topo.dataset_path() == tmp_path / "sub" / "data" / "x.csv"
+    assert topo.split == "round-robin"
+
+
+def test_an_absolute_dataset_path_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.csv"
+    path = tmp_path / "sub" / "t.toml"
+    path.parent.mkdir()
+    path.write_text(f'[data]\ndataset = "{target}"\n' + VALID)
+    assert load_topology(path).dataset_path() == target
+
+
+def test_a_relative_dataset_path_parsed_from_text_stays_relative() -> None:
+    topo = parse_topology('[data]\ndataset = "x.csv"\n' + VALID)
+    assert topo.dataset_path() == Path("x.csv")
+
+
+def test_children_keep_file_order_even_when_declared_before_their_parent() -> None:
+    text = (
+        "[defaults]\nrank = 1\n"
+        + node("z", "agg")
+        + node("agg", "root")
+        + node("a", "agg")
+        + ROOT
+        + node("m", "root")
+    )
+    topo = parse_topology(text)
+    assert topo.root == "root"
+    assert topo.children("agg") == ["z", "a"]
+    assert topo.children("root") == ["agg", "m"]
+    assert topo.leaves() == ["z", "a", "m"]
+    assert topo.path("z") == "root/agg/z"
+
+
+def test_unknown_node_ids_in_queries_raise_naming_the_id() -> None:
+    topo = parse_topology(VALID)
+    for query in (topo.path, topo.children, topo.is_leaf, topo.subspace_topic):
+        with pytest.raises(TopologyError, match="unknown node 'ghost'"):
+            query("ghost")
+
+
+def test_topology_and_nodes_are_frozen() -> None:
+    topo = parse_topology(VALID)
+    with pytest.raises(AttributeError):
+        topo.root = "leaf"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        topo.nodes["x"] = topo.nodes["leaf"]  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        topo.nodes["leaf"].rank = 3  # type: ignore[misc]
+
+
+def test_the_module_exports_exactly_its_public_names() -> None:
+    assert set(topology_module.__all__) == {
+        "DEFAULT_PREFIX",
+        "MAX_ID_LENGTH",
+        "RESERVED_IDS",
+        "SPLITS",
+        "NodeConfig",
+        "Topology",
+        "TopologyError",
+        "load_topology",
+        "parse_topology",
+    }
+    assert issubclass(TopologyError, ValueError)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation errors: one line, naming the offending node or key
+
+D = "[defaults]\nrank = 2\n"
+
+ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
+    # tree structure
+    ("duplicate id", D + ROOT + LEAF + LEAF, ("duplicate node id 'leaf'",)),
+    ("unknown parent", D + ROOT + node("leaf", "roto"), ("'leaf'", "unknown parent 'roto'")),
+    ("no root", D + node("a", "b") + node("b", "a"), ("no root", "'a'", "'b'")),
+    ("self parent", D + node("a", "a"), ("no root", "'a' -> 'a'")),
+    ("two roots", D + ROOT + node("other") + LEAF, ("2 roots", "'root'", "'other'")),
+    ("cycle", D + ROOT + LEAF + node("c1", "c2") + node("c2", "c1"), ("cycle", "'c1'", "'c2'")),
+    ("under a cycle", D + ROOT + LEAF + node("x", "c1") + node("c1", "c1"), ("'c1'", "cycle")),
+    ("root without leaves", D + ROOT, ("root 'root' has no children",)),
+    ("no nodes", D, ("no nodes",)),
+    ("nodes not tables", "nodes = 5\n" + D, ("nodes must be an array of tables", "integer")),
+    # ids
+    ("empty id", D + ROOT + node("", "root"), ("node id ''", "empty")),
+    ("slash in id", D + ROOT + node("a/b", "root"), ("'a/b'", "'/'")),
+    ("plus in id", D + ROOT + node("a+b", "root"), ("'a+b'", "'+'")),
+    ("hash in id", D + ROOT + node("a#b", "root"), ("'a#b'", "'#'")),
+    ("NUL in id", D + ROOT + node("a\\u0000b", "root"), ("'a\\x00b'", "NUL")),
+    ("newline in id", D + ROOT + node("a\\nb", "root"), ("'a\\nb'", "control")),
+    ("id subspace", D + ROOT + node("subspace", "root"), ("'subspace'", "reserved")),
+    ("id status", D + ROOT + node("status", "root"), ("'status'", "reserved")),
+    ("id model", D + ROOT + node("model", "root"), ("'model'", "reserved")),
+    ("long id", D + ROOT + node("x" * 65, "root"), ("'" + "x" * 65 + "'", "65 characters")),
+    ("missing id", D + ROOT + "[[nodes]]\nparent = 'root'\n", ("nodes[1]", "no id")),
+    ("id not a string", D + ROOT + "[[nodes]]\nid = 7\n", ("nodes[1]", "id must be a string")),
+    # values
+    ("rank 0", D + ROOT + node("leaf", "root", rank=0), ("'leaf'", "rank must be >= 1")),
+    ("rank missing", ROOT + LEAF, ("'root'", "no rank")),
+    ("block < rank", D + ROOT + node("leaf", "root", block_size=1), ("'leaf'", "block_size")),
+    ("bounds lo 0", D + ROOT + node("leaf", "root", rank_bounds="[0, 0.1]"), ("'leaf'",)),
+    ("bounds hi 1", D + ROOT + node("leaf", "root", rank_bounds="[0.1, 1]"), ("'leaf'",)),
+    ("bounds equal", D + ROOT + node("leaf", "root", rank_bounds="[0.1, 0.1]"), ("'leaf'",)),
+    ("bounds reversed", D + ROOT + node("leaf", "root", rank_bounds="[0.2, 0.1]"), ("'leaf'",)),
+    ("bounds nan", D + ROOT + node("leaf", "root", rank_bounds="[nan, 0.1]"), ("'leaf'",)),
+    ("bounds length", D + ROOT + node("leaf", "root", rank_bounds="[0.1]"), ("'leaf'", "array")),
+    ("holdoff 0", D + ROOT + node("leaf", "root", holdoff=0), ("'leaf'", "holdoff")),
+    ("idle 0", D + ROOT + node("leaf", "root", idle_flush_s=0), ("'leaf'", "idle_flush_s")),
+    ("idle negative", D + ROOT + node("leaf", "root", idle_flush_s=-1.5), ("'leaf'", "idle")),
+    ("idle inf", D + ROOT + node("leaf", "root", idle_flush_s="inf"), ("'leaf'", "idle")),
+    ("share 0", D + ROOT + node("leaf", "root", share=0), ("'leaf'", "share")),
+    ("share negative", D + ROOT + node("leaf", "root", share=-1), ("'leaf'", "share")),
+    ("share nan", D + ROOT + node("leaf", "root", share="nan"), ("'leaf'", "share")),
+    ("defaults value", "[defaults]\nrank = 0\n" + ROOT + LEAF, ("'root'", "rank must be >= 1")),
+    # TOML types
+    ("rank bool", D + ROOT + node("leaf", "root", rank="true"), ("'leaf'", "boolean true")),
+    ("rank float", D + ROOT + node("leaf", "root", rank=3.0), ("'leaf'", "integer", "float")),
+    ("rank string", D + ROOT + node("leaf", "root", rank='"3"'), ("'leaf'", "string '3'")),
+    ("adaptive int", D + ROOT + node("leaf", "root", adaptive=1), ("'leaf'", "boolean")),
+    ("share bool", D + ROOT + node("leaf", "root", share="false"), ("'leaf'", "a number")),
+    ("idle bool", D + ROOT + node("leaf", "root", idle_flush_s="true"), ("'leaf'", "number")),
+    (
+        "bounds bool",
+        D + ROOT + node("leaf", "root", rank_bounds="[true, 0.5]"),
+        ("'leaf'", "[true, 0.5]"),
+    ),
+    ("parent int", D + ROOT + '[[nodes]]\nid = "leaf"\nparent = 1\n', ("'leaf'", "parent")),
+    ("topic int", D + ROOT + node("leaf", "root", sensor_topic=5), ("'leaf'", "sensor_topic")),
+    ("defaults type", "[defaults]\nrank = 'x'\n" + ROOT + LEAF, ("[defaults]", "rank")),
+    ("defaults not table", "defaults = 3\n" + ROOT + LEAF, ("defaults must be a table",)),
+    ("data not table", 'data = "x"\n' + VALID, ("data must be a table",)),
+    ("name int", "name = 3\n" + VALID, ("name must be a string",)),
+    ("name empty", 'name = ""\n' + VALID, ("name must be a non-empty string",)),
+    ("prefix int", "prefix = 3\n" + VALID, ("prefix must be a string",)),
+    # unknown keys
+    ("node key", D + ROOT + node("leaf", "root", rnak=2), ("'leaf'", "'rnak'", "'rank'")),
+    ("top key", "nodez = 1\n" + VALID, ("unknown key 'nodez'", "did you mean 'nodes'")),
+    ("data key", '[data]\nsplitt = "contiguous"\n' + VALID, ("[data]", "'splitt'")),
+    ("defaults key", "[defaults]\nrank = 2\nforget = 0.9\n" + ROOT + LEAF, ("'forget'",)),
+    ("defaults id", '[defaults]\nrank = 2\nid = "x"\n' + ROOT + LEAF, ("[defaults]", "id")),
+    ("defaults parent", '[defaults]\nrank = 2\nparent = "root"\n' + ROOT + LEAF, ("parent",)),
+    ("defaults topic", '[defaults]\nrank = 2\nsensor_topic = "s"\n' + ROOT + LEAF, ("topic",)),
+    # data, prefix, sensor topics
+    ("unknown split", '[data]\nsplit = "random"\n' + VALID, ("unknown split 'random'",)),
+    ("empty dataset", '[data]\ndataset = ""\n' + VALID, ("dataset",)),
+    ("prefix plus", 'prefix = "a/+"\n' + VALID, ("prefix 'a/+'", "wildcard")),
+    ("prefix hash", 'prefix = "#"\n' + VALID, ("prefix '#'",)),
+    ("prefix leading slash", 'prefix = "/fpca"\n' + VALID, ("prefix '/fpca'",)),
+    ("prefix trailing slash", 'prefix = "fpca/"\n' + VALID, ("prefix 'fpca/'",)),
+    ("prefix empty", 'prefix = ""\n' + VALID, ("prefix ''", "empty")),
+    ("prefix empty level", 'prefix = "a//b"\n' + VALID, ("prefix 'a//b'",)),
+    ("prefix dollar", 'prefix = "$SYS"\n' + VALID, ("prefix '$SYS'",)),
+    (
+        "topic on aggregator",
+        D + node("root", None, sensor_topic='"sensors/root"') + LEAF,
+        ("'root'", "aggregator", "sensor_topic"),
+    ),
+    ("bad topic filter", D + ROOT + node("leaf", "root", sensor_topic='"a/#/b"'), ("'leaf'",)),
+    ("topic plus", D + ROOT + node("leaf", "root", sensor_topic='"a/b+"'), ("'leaf'", "'+'")),
+    ("empty topic", D + ROOT + node("leaf", "root", sensor_topic='""'), ("'leaf'", "empty")),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [pytest.param(text, expected, id=name) for name, text, expected in ERROR_CASES],
+)
+def test_invalid_topologies_raise_one_line_errors_naming_the_problem(
+    text: str, expected: tuple[str, ...]
+) -> None:
+    with pytest.raises(TopologyError) as info:
+        parse_topology(text)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in expected:
+        assert part in message
+
+
+def test_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(D + ROOT + node("leaf", "root", rank=0))
+    with pytest.raises(TopologyError, match=r"bad\.toml: node 'leaf': rank must be >= 1"):
+        load_topology(path)
+
+
+def test_toml_syntax_errors_name_the_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "syntax.toml"
+    path.write_text('name = "x"\n[defaults]\nrank = 10 12\n')
+    with pytest.raises(TopologyError) as info:
+        load_topology(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: TOML syntax error at line 3, column ")
+
+
+def test_toml_syntax_errors_at_the_end_of_the_text_still_give_line_and_column() -> None:
+    with pytest.raises(TopologyError, match=r"<string>: TOML syntax error at line 2, column 9"):
+        parse_topology('name = "x"\nrank = [')
+
+
+def test_duplicate_toml_keys_are_syntax_errors() -> None:
+    with pytest.raises(TopologyError, match="TOML syntax error"):
+        parse_topology("[defaults]\nrank = 1\nrank = 2\n" + ROOT + LEAF)
+
+
+def test_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(TopologyError, match=r"topology file not found: .*nope\.toml"):
+        load_topology(missing)
+
+
+def test_a_directory_is_not_a_topology_file(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="is a directory"):
+        load_topology(tmp_path)
+
+
+def test_a_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(TopologyError, match=r"latin1\.toml: not UTF-8"):
+        load_topology(path)
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(TopologyError, match="node 'a': rank must be >= 1"):
+        NodeConfig("a", None, rank=0)
+    with pytest.raises(TopologyError, match="node id 'a/b'"):
+        NodeConfig("a/b", None, rank=1)
+    topo = tree([("root", None), ("leaf", "root")])
+    with pytest.raises(TopologyError, match="root is 'leaf'"):
+        Topology(name="t", prefix="fpca", nodes=topo.nodes, root="leaf")
+    with pytest.raises(TopologyError, match="leaf 'leaf' has no sensor_topic"):
+        Topology(
+            name="t",
+            prefix="fpca",
+            nodes={"root": topo.nodes["root"], "leaf": NodeConfig("leaf", "root", rank=1)},
+            root="root",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# split_rows
+
+
+def test_contiguous_split_follows_shares_with_largest_remainder_rounding() -> None:
+    topo = leaves_with_shares([1.0, 2.0, 1.0])
+    parts = topo.split_rows(10)  # quotas 2.5, 5, 2.5: the tie goes to the earlier leaf
+    assert [rows.tolist() for rows in parts.values()] == [[0, 1, 2], [3, 4, 5, 6, 7], [8, 9]]
+    assert all(rows.dtype == np.int64 for rows in parts.values())
+
+
+def test_round_robin_split_deals_row_i_to_leaf_i_mod_k() -> None:
+    topo = leaves_with_shares([1.0, 5.0, 1.0], split="round-robin")
+    parts = topo.split_rows(8)
+    assert [rows.tolist() for rows in parts.values()] == [[0, 3, 6], [1, 4, 7], [2, 5]]
+
+
+@pytest.mark.parametrize("split", ["contiguous", "round-robin"])
+def test_fewer_rows_than_leaves_leaves_some_leaves_empty(split: str) -> None:
+    parts = leaves_with_shares([1.0] * 5, split=split).split_rows(3)
+    assert [len(rows) for rows in parts.values()] == [1, 1, 1, 0, 0]
+    assert all(len(rows) == 0 for rows in leaves_with_shares([1.0] * 3).split_rows(0).values())
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "10", None])
+def test_split_rows_rejects_anything_but_a_non_negative_integer(bad: object) -> None:
+    with pytest.raises(ValueError, match="n_rows must be a non-negative integer"):
+        leaves_with_shares([1.0]).split_rows(bad)  # type: ignore[arg-type]
+
+
+def test_split_rows_accepts_numpy_integers() -> None:
+    parts = leaves_with_shares([1.0, 1.0]).split_rows(np.int64(4))
+    assert [rows.tolist() for rows in parts.values()] == [[0, 1], [2, 3]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shares=st.lists(
+        st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False),
+        min_size=1,
+        max_size=12,
+    ),
+    n_rows=st.integers(min_value=0, max_value=5000),
+)
+def test_contiguous_split_covers_every_row_once_in_order_and_within_one_of_the_quota(
+    shares: list[float], n_rows: int
+) -> None:
+    parts = leaves_with_shares(shares).split_rows(n_rows)
+    assert len(parts) == len(shares)
+    np.testing.assert_array_equal(np.concatenate(list(parts.values())), np.arange(n_rows))
+    total = sum(Fraction(s) for s in shares)
+    for share, rows in zip(shares, parts.values(), strict=True):
+        assert abs(len(rows) - n_rows * Fraction(share) / total) < 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(n_leaves=st.integers(min_value=1, max_value=12), n_rows=st.integers(0, 5000))
+def test_round_robin_split_covers_every_row_once(n_leaves: int, n_rows: int) -> None:
+    parts = leaves_with_shares([1.0] * n_leaves, split="round-robin").split_rows(n_rows)
+    owner = np.full(n_rows, -1)
+    for index, rows in enumerate(parts.values()):
+        assert (owner[rows] == -1).all()
+        owner[rows] = index
+    np.testing.assert_array_equal(owner, np.arange(n_rows) % n_leaves)
+    counts = [len(rows) for rows in parts.values()]
+    assert max(counts) - min(counts) <= 1
+
+
+def test_a_topology_loaded_twice_is_equal_and_hashable() -> None:
+    first = load_topology(TOPOLOGIES / "motes-light.toml")
+    second = load_topology(TOPOLOGIES / "motes-light.toml")
+    assert first == second
+    assert {first: "ok"}[second] == "ok"
+    assert first != load_topology(TOPOLOGIES / "minimal.toml")
