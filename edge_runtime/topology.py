@@ -82,6 +82,9 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "holdoff": 1,
     "idle_flush_s": 0.5,
     "share": 1.0,
+    "oversample": None,
+    "forget": 1.0,
+    "center": False,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
 _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic")
@@ -99,6 +102,9 @@ _KINDS: dict[str, str] = {
     "holdoff": "int",
     "idle_flush_s": "float",
     "share": "float",
+    "oversample": "int",
+    "forget": "float",
+    "center": "bool",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -302,6 +308,15 @@ class NodeConfig:
         from TOML); ``None`` for aggregators.
     share : float, default 1.0
         Relative share of a dataset's rows for the contiguous split, finite and > 0.
+    oversample : int or None, default None
+        Extra directions ``p >= 0`` tracked beyond ``rank`` (`FPCAEdge`'s ``oversample``);
+        snapshots carry ``rank + p`` directions and aggregators merge at ``rank + p``, the
+        root's model is truncated to ``rank``. None uses `FPCAEdge`'s default.
+    forget : float, default 1.0
+        Forgetting factor ``lambda`` in (0, 1] of a leaf's block updates, eq. (2).
+    center : bool, default False
+        Track the streaming mean and summarise centred data (merged with the mean
+        correction); the paper's default is uncentred.
 
     Raises
     ------
@@ -319,6 +334,9 @@ class NodeConfig:
     idle_flush_s: float = 0.5
     sensor_topic: str | None = None
     share: float = 1.0
+    oversample: int | None = None
+    forget: float = 1.0
+    center: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -329,9 +347,13 @@ class NodeConfig:
         where = f"node {self.id!r}"
         if self.parent is not None:
             _check_kind(where, "parent", self.parent)
-        for key in ("rank", "block_size", "adaptive", "holdoff"):
+        for key in ("rank", "block_size", "adaptive", "holdoff", "center"):
             _check_kind(where, key, getattr(self, key))
-        for key in ("rank_bounds", "idle_flush_s", "share"):
+        if self.oversample is not None:
+            _check_kind(where, "oversample", self.oversample)
+            if self.oversample < 0:
+                raise TopologyError(f"{where}: oversample must be >= 0, got {self.oversample}")
+        for key in ("rank_bounds", "idle_flush_s", "share", "forget"):
             object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
         if self.rank < 1:
             raise TopologyError(f"{where}: rank must be >= 1, got {self.rank}")
@@ -351,6 +373,8 @@ class NodeConfig:
                 f"{where}: idle_flush_s must be a finite number of seconds > 0, "
                 f"got {self.idle_flush_s}"
             )
+        if not 0.0 < self.forget <= 1.0:
+            raise TopologyError(f"{where}: forget must be in (0, 1], got {self.forget}")
         if not (math.isfinite(self.share) and self.share > 0):
             raise TopologyError(f"{where}: share must be a finite number > 0, got {self.share}")
         if self.sensor_topic is not None:

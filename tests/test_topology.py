@@ -331,7 +331,7 @@ ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("node key", D + ROOT + node("leaf", "root", rnak=2), ("'leaf'", "'rnak'", "'rank'")),
     ("top key", "nodez = 1\n" + VALID, ("unknown key 'nodez'", "did you mean 'nodes'")),
     ("data key", '[data]\nsplitt = "contiguous"\n' + VALID, ("[data]", "'splitt'")),
-    ("defaults key", "[defaults]\nrank = 2\nforget = 0.9\n" + ROOT + LEAF, ("'forget'",)),
+    ("defaults key", "[defaults]\nrank = 2\nforgetting = 0.9\n" + ROOT + LEAF, ("'forgetting'",)),
     ("defaults id", '[defaults]\nrank = 2\nid = "x"\n' + ROOT + LEAF, ("[defaults]", "id")),
     ("defaults parent", '[defaults]\nrank = 2\nparent = "root"\n' + ROOT + LEAF, ("parent",)),
     ("defaults topic", '[defaults]\nrank = 2\nsensor_topic = "s"\n' + ROOT + LEAF, ("topic",)),
@@ -507,3 +507,29 @@ def test_a_topology_loaded_twice_is_equal_and_hashable() -> None:
     assert first == second
     assert {first: "ok"}[second] == "ok"
     assert first != load_topology(TOPOLOGIES / "minimal.toml")
+
+
+def test_fpca_settings_default_to_the_paper_and_can_be_set_per_node() -> None:
+    text = (
+        "[defaults]\nrank = 3\nforget = 0.98\n"
+        '[[nodes]]\nid = "root"\n'
+        '[[nodes]]\nid = "a"\nparent = "root"\noversample = 4\ncenter = true\n'
+        '[[nodes]]\nid = "b"\nparent = "root"\n'
+    )
+    topology = parse_topology(text)
+    a, b = topology.nodes["a"], topology.nodes["b"]
+    assert (a.oversample, a.center, a.forget) == (4, True, 0.98)
+    assert (b.oversample, b.center, b.forget) == (None, False, 0.98)
+
+
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [("oversample = -1", "oversample"), ("forget = 0.0", "forget"), ("forget = 1.5", "forget"),
+     ("center = 1", "center")],
+)  # fmt: skip
+def test_bad_fpca_settings_name_the_node_and_the_key(setting: str, needle: str) -> None:
+    nodes = '[[nodes]]\nid = "root"\n[[nodes]]\nid = "a"\nparent = "root"\n'
+    text = f"[defaults]\nrank = 3\n{nodes}{setting}\n"
+    with pytest.raises(TopologyError, match=needle) as info:
+        parse_topology(text)
+    assert "'a'" in str(info.value)
