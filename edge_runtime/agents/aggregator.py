@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import threading
 import time
+from dataclasses import replace
 
 import aiomqtt
 
 from edge_runtime.agents.base import Agent
 from edge_runtime.agents.settings import AgentSettings
-from edge_runtime.fpca import Subspace, merge_many
+from edge_runtime.fpca import Subspace
+from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     StatusDetail,
@@ -40,13 +43,16 @@ class AggregatorAgent(Agent):
 
     Subscribes to ``<prefix>/<path>/+/subspace`` (QoS 1; retained snapshots rebuild the
     state at once after a restart). A snapshot replaces the child's previous one only
-    if `is_newer`; its estimate is ``merge_many`` (Alg. 2 of Grammenos et al. 2020,
-    applied in a balanced tree) over the children's latest snapshots, in topology
-    order, so arrival order does not matter (Lemma 10) and nothing is counted twice.
-    Merges never wait for stragglers: an arrival marks the state dirty and the ``work``
-    task merges as soon as the previous merge is done, so a burst of arrivals costs one
-    merge. A failed child's last snapshot stays in the merge. The root (no parent) also
-    publishes the merged snapshot on ``<prefix>/<root>/model``.
+    if `is_newer`; its estimate is the merge (Alg. 2 of Grammenos et al. 2020) of the
+    children's latest snapshots in a balanced `MergeTree` over the children in topology
+    order, so arrival order does not matter (Lemma 10), nothing is counted twice, and
+    one child's update costs O(log k) merges for k children, not O(k). Merges keep as
+    many directions as the children track (their ``rank + oversample``), so accuracy is
+    not lost on the way up. Merges never wait for stragglers: an arrival marks the state
+    dirty and the ``work`` task merges as soon as the previous merge is done, so a burst
+    of arrivals is applied together. A failed child's last snapshot stays in the merge.
+    The root (no parent) also publishes its estimate truncated to its ``rank`` on
+    ``<prefix>/<root>/model``, for consumers.
 
     Provenance of the published snapshot maps each leaf below to the samples of that
     leaf it covers.
@@ -82,8 +88,10 @@ class AggregatorAgent(Agent):
         self.seq = 0
         self.snapshot: SubspaceMessage | None = None
         self.merges = 0
+        self.tree = MergeTree(self.child_ids)
+        self._tree_lock = threading.Lock()  # the tree may be updated in a worker thread
+        self._pending: dict[str, Subspace] = {}
         self._dirty = asyncio.Event()
-        self._merged_key: tuple[tuple[str, str, int], ...] = ()
         self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
 
     def subscriptions(self) -> list[str]:
@@ -122,11 +130,19 @@ class AggregatorAgent(Agent):
             self.stats.duplicates += 1
             return
         self.children[child] = msg
+        self._pending[child] = msg.subspace
         self._dirty.set()
 
     # ----------------------------------------------------------------- outbound
-    def _merge(self, snapshots: list[SubspaceMessage]) -> Subspace:
-        return merge_many([m.subspace for m in snapshots], rank=self.config.rank)
+    def _apply(self, pending: dict[str, Subspace]) -> tuple[Subspace | None, int]:
+        """Put the pending snapshots into the merge tree; returns (result, merges made)."""
+        merges = 0
+        with self._tree_lock:
+            for child in self.child_ids:
+                if child in pending:
+                    self.tree.update(child, pending[child])
+                    merges += self.tree.merges_last_update
+            return self.tree.result, merges
 
     async def work(self, client: aiomqtt.Client) -> None:
         while True:
@@ -135,22 +151,23 @@ class AggregatorAgent(Agent):
             await self.publish_status(client)
 
     async def _merge_and_publish(self, client: aiomqtt.Client) -> None:
-        """Merge the children's latest snapshots and publish, unless nothing changed."""
+        """Merge the snapshots that arrived since the last merge and publish the result."""
         self._dirty.clear()
-        snapshots = [self.children[c] for c in self.child_ids if c in self.children]
-        key = tuple((m.node_id, m.epoch, m.seq) for m in snapshots)
-        if not snapshots or key == self._merged_key:
+        if not self._pending:
             return
-        cells = snapshots[0].n_features * sum(m.rank for m in snapshots)
+        pending, self._pending = self._pending, {}
+        cells = sum(sub.n_features * sub.rank for sub in pending.values()) * len(self.child_ids)
         if cells >= self.settings.offload_min_cells:
-            merged = await asyncio.to_thread(self._merge, snapshots)
+            merged, merges = await asyncio.to_thread(self._apply, pending)
         else:
-            merged = self._merge(snapshots)
-        self.merges += 1
-        self._merged_key = key
+            merged, merges = self._apply(pending)
+        if merged is None:
+            return
+        self.merges += merges
         provenance: dict[str, int] = {}
-        for m in snapshots:
-            provenance.update(m.provenance)
+        for child in self.child_ids:
+            if child in self.children:
+                provenance.update(self.children[child].provenance)
         self.seq += 1
         self.snapshot = SubspaceMessage(
             node_id=self.node_id,
@@ -164,10 +181,18 @@ class AggregatorAgent(Agent):
 
     async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
         assert self.snapshot is not None
-        payload = encode_subspace(self.snapshot)
-        await self.publish(client, self.topology.subspace_topic(self.node_id), payload)
+        snapshot = self.snapshot
+        await self.publish(
+            client, self.topology.subspace_topic(self.node_id), encode_subspace(snapshot)
+        )
         if self.is_root:
-            await self.publish(client, self.topology.model_topic(), payload)
+            await self.publish(client, self.topology.model_topic(), encode_subspace(self.model()))
+
+    def model(self) -> SubspaceMessage:
+        """The latest snapshot truncated to this node's ``rank``: the global estimate."""
+        assert self.snapshot is not None
+        snap = self.snapshot
+        return replace(snap, subspace=snap.subspace.truncate(self.config.rank))
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
         if self.snapshot is not None:

@@ -8,7 +8,9 @@ Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal
 ``basis`` ``(n_features, rank)``, its ``singular_values`` ``(rank,)`` and
 ``n_samples``. Algorithms are from Grammenos, Mendoza-Smith, Crowcroft, Mascolo,
 "Federated Principal Component Analysis", NeurIPS 2020: the block update, eq. (3),
-and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`.
+and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`;
+the federation of Alg. 1 as a balanced tree of merges in `merge_many` and, updated one
+child at a time in O(log k) merges, `MergeTree`.
 """
 
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
@@ -20,9 +22,11 @@ from edge_runtime.fpca.metrics import (
 )
 from edge_runtime.fpca.streaming import FPCAEdge
 from edge_runtime.fpca.subspace import Subspace
+from edge_runtime.fpca.tree import MergeTree
 
 __all__ = [
     "FPCAEdge",
+    "MergeTree",
     "Subspace",
     "error_ratio",
     "merge_many",
