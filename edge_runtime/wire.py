@@ -15,7 +15,8 @@ message            payload                    topic (see `edge_runtime.topology`
 A subspace message carries a node's local summary ``(U, Sigma, n)`` of Grammenos et al.,
 "Federated Principal Component Analysis", NeurIPS 2020 (Alg. 1, the inputs of Merge_r in
 Alg. 2): ``basis`` U of shape ``(n_features, rank)``, ``singular_values`` Sigma of shape
-``(rank,)`` and the number of samples ``n`` it summarises. Samples are rows throughout.
+``(rank,)`` and the number of samples ``n`` it summarises; a centred summary also carries
+its ``mean`` ``(n_features,)`` (optional key ``mean``). Samples are rows throughout.
 
 Decoders never trust their input: the size limit is checked before parsing, msgpack ext types
 are refused, every field has an exact type (a bool is not an int, an int is not a str; a
@@ -687,7 +688,9 @@ def encode_subspace(
         Map with keys ``v, node, epoch, seq, n, d, r, dtype, basis, sv, ts, privacy, prov``;
         ``basis`` is ``d * r`` little-endian values of ``dtype`` in C order of shape
         ``(d, r)``, ``sv`` is ``r`` values; ``privacy`` is a map
-        ``{epsilon, delta, clip_norm}`` or nil; ``prov`` a map of str to int.
+        ``{epsilon, delta, clip_norm}`` or nil; ``prov`` a map of str to int. A centred
+        summary (``subspace.mean`` not None) adds ``mean``: ``d`` values of ``dtype``; the
+        key is absent for uncentred summaries, so older decoders still read them.
 
     Raises
     ------
@@ -728,7 +731,36 @@ def encode_subspace(
         else {"epsilon": privacy.epsilon, "delta": privacy.delta, "clip_norm": privacy.clip_norm},
         "prov": dict(msg.provenance),
     }
+    mean = msg.subspace.mean
+    if mean is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            wire_mean = np.ascontiguousarray(mean, dtype=wire_dtype)
+        _check_mean(wire_mean.astype(np.float64))
+        obj["mean"] = wire_mean.tobytes()
     return _check_size(msgpack.packb(obj, use_bin_type=True), "subspace message", max_bytes)
+
+
+def _check_mean(mean: np.ndarray) -> None:
+    bad = int(np.count_nonzero(~np.isfinite(mean)))
+    if bad:
+        raise WireError("non_finite", f"mean has {bad} non-finite entries (NaN or inf)")
+
+
+def _mean_from_wire(blob: object, d: int, wire_dtype: np.dtype) -> np.ndarray | None:
+    """The optional ``mean`` field: absent or nil for uncentred summaries."""
+    if blob is None:
+        return None
+    if not isinstance(blob, bytes):
+        _fail_type("mean", blob, "bytes or nil")
+    if len(blob) != d * wire_dtype.itemsize:
+        raise WireError(
+            "byte_length",
+            f"mean has {len(blob)} bytes, expected {d * wire_dtype.itemsize} "
+            f"({d} {wire_dtype.name} values for d={d})",
+        )
+    mean = np.frombuffer(blob, dtype=wire_dtype).astype(np.float64)
+    _check_mean(mean)
+    return mean
 
 
 def decode_subspace(
@@ -809,11 +841,12 @@ def decode_subspace(
     basis = np.frombuffer(raw["basis"], dtype=wire_dtype).reshape(d, r).astype(np.float64)
     sv = np.frombuffer(raw["sv"], dtype=wire_dtype).astype(np.float64)
     _check_arrays(basis, sv, tol if dtype == "float64" else tol_float32)
+    mean = _mean_from_wire(obj.get("mean"), d, wire_dtype)
     return SubspaceMessage(
         node_id=node_id,
         epoch=epoch,
         seq=seq,
-        subspace=Subspace(basis, sv, n_samples),
+        subspace=Subspace(basis, sv, n_samples, mean),
         timestamp=timestamp,
         privacy=privacy,
         provenance=provenance,

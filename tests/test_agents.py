@@ -56,7 +56,8 @@ async def test_leaf_snapshot_equals_offline_fpca_edge_on_the_same_rows(mosquitto
     retained = decode_subspace(
         await collect_retained(mosquitto.host, mosquitto.port, topology.subspace_topic(leaf))
     )
-    expected = offline_leaf(topology, leaf, data).subspace
+    expected = offline_leaf(topology, leaf, data).tracked_subspace
+    assert retained.rank == 6  # rank 3 + the default oversample
     assert retained.n_samples == 73
     assert retained.provenance == {leaf: 73}
     np.testing.assert_allclose(retained.subspace.singular_values, expected.singular_values)
@@ -109,20 +110,27 @@ async def test_bad_sensor_payloads_are_counted_and_leave_the_estimate_unchanged(
 async def test_stopping_a_leaf_publishes_its_final_snapshot_and_offline_status(mosquitto):
     topology = tree_topology(sites=1, leaves_per_site=1, idle_flush_s=30.0)
     leaf = topology.leaves()[0]
-    data = low_rank_data(25, 6, 2, seed=4)  # 2 blocks of 10 and 5 pending rows
+    data = low_rank_data(15, 6, 2, seed=4)  # one block of 10, then 5 pending rows
+    topic = topology.nodes[leaf].sensor_topic
     async with LeafAgent(topology, leaf, settings_for(mosquitto)) as agent:
         await agent.wait_connected(5)
-        await publish_rows(mosquitto, topology.nodes[leaf].sensor_topic, data, "s")
+        await publish_rows(mosquitto, topic, data[:10], "s")
         async with asyncio.timeout(10):
-            while agent.n_samples < 25:
+            while agent.snapshot is None:
                 await asyncio.sleep(0.02)
-        assert agent.snapshot.n_samples == 20  # idle flush far away: only whole blocks so far
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
+            for i in range(10, 15):
+                await client.publish(topic, encode_readings(data[i], source="s", seq=i), qos=1)
+        async with asyncio.timeout(10):
+            while agent.n_samples < 15:
+                await asyncio.sleep(0.02)
+        assert agent.snapshot.n_samples == 10  # no block completed, idle flush far away
     host, port = mosquitto.host, mosquitto.port
     final = decode_subspace(await collect_retained(host, port, topology.subspace_topic(leaf)))
-    assert final.n_samples == 25
+    assert final.n_samples == 15
     assert await collect_retained(host, port, topology.status_topic(leaf)) == b"offline"
     detail = json.loads(await collect_retained(host, port, topology.status_detail_topic(leaf)))
-    assert detail["n_samples"] == 25
+    assert detail["n_samples"] == 15
     assert detail["online"] is False
 
 
@@ -138,9 +146,12 @@ async def test_tree_of_agents_gives_the_merge_of_the_leaves_offline_estimates(mo
         await collect_retained(mosquitto.host, mosquitto.port, topology.model_topic())
     )
     split = topology.split_rows(800)
-    leaves = [offline_leaf(topology, leaf, data[rows]).subspace for leaf, rows in split.items()]
-    sites = [merge_many(leaves[:2], rank=4), merge_many(leaves[2:], rank=4)]
-    expected = merge_many(sites, rank=4)
+    leaves = [
+        offline_leaf(topology, leaf, data[rows]).tracked_subspace for leaf, rows in split.items()
+    ]
+    sites = [merge_many(leaves[:2]), merge_many(leaves[2:])]
+    expected = merge_many(sites).truncate(4)
+    assert model.rank == 4
     assert principal_angles(model.subspace.basis, expected.basis).max() < 1e-8
     np.testing.assert_allclose(model.subspace.singular_values, expected.singular_values)
 

@@ -12,6 +12,7 @@ from edge_runtime.fpca import (
     offline_subspace,
     principal_angles,
 )
+from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
 from edge_runtime.fpca.subspace import flip_signs
 
 
@@ -289,3 +290,73 @@ def test_subspace_arrays_are_read_only_and_truncate_keeps_the_leading_directions
     np.testing.assert_array_equal(head.singular_values, [3.0, 2.0])
     assert s.truncate(10).rank == 3
     assert Subspace.empty(4).rank == 0
+
+
+@pytest.mark.parametrize("method", ["gram_d", "gram_small", "qr_svd", "auto"])
+@pytest.mark.parametrize(("d", "t0", "k", "rank"), [(12, 4, 50, 8), (60, 10, 20, 10), (9, 0, 3, 3)])
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_every_formulation_of_the_update_gives_the_svd_of_the_concatenation(
+    method: str, d: int, t0: int, k: int, rank: int, preallocated: bool
+) -> None:
+    rng = np.random.default_rng(13)
+    u = np.linalg.qr(rng.normal(size=(d, t0)))[0]
+    s = np.sort(rng.uniform(1.0, 10.0, t0))[::-1]
+    cols = rng.normal(size=(d, k))
+    buffers = UpdateBuffers(d, rank, k) if preallocated else None
+    out = np.empty((d, rank), order="F") if preallocated else None
+
+    basis, sv = svd_update(u, s, cols, rank, 0.8, method=method, buffers=buffers, out_basis=out)
+
+    concat = np.hstack([0.8 * u * s, cols])
+    ref_u, ref_s, _ = np.linalg.svd(concat, full_matrices=False)
+    np.testing.assert_allclose(sv, ref_s[:rank], rtol=1e-12)
+    assert principal_angles(basis, ref_u[:, :rank]).max() < 1e-10
+    assert_orthonormal(basis)
+
+
+def test_merge_of_ill_conditioned_subspaces_is_as_precise_as_the_svd_of_the_concatenation() -> None:
+    # Singular values down to 1e-7 s_1: a Gram matrix would lose 14 digits there, so the
+    # update falls back to the QR + SVD formulation.
+    rng = np.random.default_rng(14)
+    sv = np.logspace(0, -7, 6)
+    a = Subspace(np.linalg.qr(rng.normal(size=(30, 6)))[0], sv, 10)
+    b = Subspace(np.linalg.qr(rng.normal(size=(30, 6)))[0], 0.5 * sv, 10)
+
+    merged = merge_subspaces(a, b, rank=8)
+
+    basis, ref_sv = svd_of_concatenated_factors(a, b, 8)
+    np.testing.assert_allclose(merged.singular_values, ref_sv, rtol=1e-8)
+    assert principal_angles(merged.basis, basis).max() < 1e-8
+    assert_orthonormal(merged.basis)
+    cols = b.basis * b.singular_values
+    forced = svd_update(a.basis, a.singular_values, cols, 8, method="gram_small")
+    precise = svd_update(a.basis, a.singular_values, cols, 8, method="qr_svd")
+    np.testing.assert_array_equal(forced[1], precise[1])
+
+
+def test_merge_at_d_800_rank_100_matches_the_svd_of_the_concatenation() -> None:
+    rng = np.random.default_rng(15)
+    a = Subspace(np.linalg.qr(rng.normal(size=(800, 100)))[0], np.linspace(50.0, 1.0, 100), 600)
+    b = Subspace(np.linalg.qr(rng.normal(size=(800, 100)))[0], np.linspace(40.0, 2.0, 100), 600)
+
+    merged = merge_subspaces(a, b, rank=100)
+
+    basis, sv = svd_of_concatenated_factors(a, b, 100)
+    np.testing.assert_allclose(merged.singular_values, sv, rtol=1e-12)
+    assert principal_angles(merged.basis, basis).max() < 1e-8
+    assert_orthonormal(merged.basis)
+
+
+def test_merge_many_pairs_neighbours_level_by_level() -> None:
+    # The pairing order is shared with MergeTree: ((s0 s1) (s2 s3)) (s4).
+    rng = np.random.default_rng(16)
+    parts = [offline_subspace(rng.normal(size=(6, 10)), 3) for _ in range(5)]
+
+    merged = merge_many(parts, rank=3)
+
+    left = merge_subspaces(
+        merge_subspaces(parts[0], parts[1], 3), merge_subspaces(parts[2], parts[3], 3), 3
+    )
+    expected = merge_subspaces(left, parts[4], 3)
+    np.testing.assert_array_equal(merged.basis, expected.basis)
+    np.testing.assert_array_equal(merged.singular_values, expected.singular_values)

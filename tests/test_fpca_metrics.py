@@ -29,6 +29,7 @@ def test_public_names_are_exactly_the_contract_list() -> None:
         [
             "Subspace",
             "FPCAEdge",
+            "MergeTree",
             "merge_subspaces",
             "merge_many",
             "offline_subspace",

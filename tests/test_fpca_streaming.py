@@ -17,14 +17,20 @@ def low_rank_data(
     return x + noise * rng.normal(size=(n, d))
 
 
-def naive_stream(x: np.ndarray, rank: int, block_size: int, forget: float = 1.0) -> Subspace:
-    """Reference eq. (3): SVD of the explicit concatenation ``[forget U S, B]`` per block."""
+def naive_stream(
+    x: np.ndarray, rank: int, block_size: int, forget: float = 1.0, tracked: int | None = None
+) -> Subspace:
+    """Reference eq. (3): SVD of the explicit concatenation ``[forget U S, B]`` per block.
+
+    Keeps ``tracked`` directions (default ``rank``) after each block, reports ``rank``.
+    """
+    tracked = rank if tracked is None else tracked
     u, s = np.zeros((x.shape[1], 0)), np.zeros(0)
     for start in range(0, x.shape[0], block_size):
         concat = np.hstack([forget * u * s, x[start : start + block_size].T])
         u, s, _ = np.linalg.svd(concat, full_matrices=False)
-        u, s = u[:, :rank], s[:rank]
-    return Subspace(u, s, x.shape[0])
+        u, s = u[:, :tracked], s[:tracked]
+    return Subspace(u[:, :rank], s[:rank], x.shape[0])
 
 
 def rank_history(edge: FPCAEdge, x: np.ndarray) -> list[int]:
@@ -65,10 +71,14 @@ def test_partial_fit_gives_bitwise_identical_state_for_any_chunking(
     assert_same_state(whole, chunked)
 
 
-def test_block_updates_match_the_svd_of_the_explicit_concatenation(stream: np.ndarray) -> None:
-    edge = FPCAEdge(12, 4, 50, forget=0.9).partial_fit(stream[:1000])
+@pytest.mark.parametrize(("oversample", "tracked"), [(0, 4), (None, 8), (3, 7)])
+def test_block_updates_match_the_svd_of_the_explicit_concatenation(
+    stream: np.ndarray, oversample: int | None, tracked: int
+) -> None:
+    edge = FPCAEdge(12, 4, 50, forget=0.9, oversample=oversample).partial_fit(stream[:1000])
 
-    reference = naive_stream(stream[:1000], 4, 50, forget=0.9)
+    reference = naive_stream(stream[:1000], 4, 50, forget=0.9, tracked=tracked)
+    assert edge.n_tracked_ == tracked
     np.testing.assert_allclose(edge.subspace.singular_values, reference.singular_values, rtol=1e-12)
     assert principal_angles(edge.subspace.basis, reference.basis).max() < 1e-8
 
@@ -81,7 +91,7 @@ def test_stream_stays_exact_when_blocks_start_with_samples_of_zeros() -> None:
 
     edge = FPCAEdge(8, 5, 6).fit(x)
 
-    reference = naive_stream(x, 5, 6)
+    reference = naive_stream(x, 5, 6, tracked=8)  # oversample min(5, 8 - 5) = 3
     np.testing.assert_allclose(edge.subspace.singular_values, reference.singular_values, rtol=1e-12)
     assert principal_angles(edge.subspace.basis, reference.basis).max() < 1e-8
     gram = edge.subspace.basis.T @ edge.subspace.basis
@@ -111,7 +121,7 @@ def test_subspace_includes_pending_samples_without_changing_the_state(stream: np
     assert first.n_samples == read.n_samples_seen_ == 137
     assert read.n_blocks_ == 2
     # The 37 pending rows count: the result is the update with them as a final block.
-    reference = naive_stream(stream[:137], 3, 50)
+    reference = naive_stream(stream[:137], 3, 50, tracked=6)
     np.testing.assert_allclose(first.singular_values, reference.singular_values, rtol=1e-12)
     read.partial_fit(stream[137:])
     unread.partial_fit(stream[137:])
@@ -294,7 +304,13 @@ def test_partial_fit_rejects_non_numeric_input() -> None:
     [
         ({"rank": 0}, ValueError, "rank must be >= 1, got 0"),
         ({"rank": 49}, ValueError, "rank 49 exceeds n_features 48"),
-        ({"rank": 10, "block_size": 5}, ValueError, "rank 10 exceeds block_size 5"),
+        (
+            {"rank": 10, "block_size": 5, "adaptive": True},
+            ValueError,
+            r"rank 10 exceeds block_size 5 \(required with adaptive=True\)",
+        ),
+        ({"oversample": -1}, ValueError, "oversample must be >= 0, got -1"),
+        ({"oversample": 1.5}, TypeError, "oversample must be an integer, got 1.5"),
         ({"rank": 3, "max_rank": 2}, ValueError, "rank 3 exceeds max_rank 2"),
         ({"n_features": 0}, ValueError, "n_features must be >= 1, got 0"),
         ({"block_size": 0}, ValueError, "block_size must be >= 1, got 0"),
@@ -318,6 +334,126 @@ def test_constructor_exposes_the_parameters_and_initial_state() -> None:
     edge = FPCAEdge(48, 10, adaptive=True, holdoff=3, max_rank=20, forget=0.99)
 
     assert (edge.n_features_, edge.rank_, edge.block_size) == (48, 10, 50)
-    assert (edge.n_samples_seen_, edge.n_blocks_) == (0, 0)
+    assert (edge.n_samples_seen_, edge.n_blocks_, edge.n_tracked_) == (0, 0, 0)
     assert edge.rank_bounds == (0.01, 0.10)
+    assert (edge.oversample, edge.oversample_, edge.center, edge.mean_) == (None, 10, False, None)
     assert "rank_=10" in repr(edge)
+    assert "oversample=10" in repr(edge)
+
+
+def drifting_data(rng: np.random.Generator, n: int, d: int, k: int, noise: float) -> np.ndarray:
+    """``n`` samples whose ``k``-dim signal subspace rotates from one random span to another."""
+    start = np.linalg.qr(rng.normal(size=(d, k)))[0]
+    end = np.linalg.qr(rng.normal(size=(d, k)))[0]
+    factors = rng.normal(size=(n, k)) * np.linspace(10.0, 1.0, k)
+    x = np.empty((n, d))
+    for i in range(0, n, 50):  # n / 50 steps
+        w = np.linalg.qr((1 - i / n) * start + (i / n) * end)[0]
+        x[i : i + 50] = factors[i : i + 50] @ w.T
+    return x + noise * rng.normal(size=(n, d))
+
+
+@pytest.fixture(scope="module")
+def motes() -> np.ndarray:
+    from edge_runtime.datasets import load_dataset
+
+    return load_dataset("motes-light")
+
+
+def test_default_oversample_tracks_twice_the_rank_capped_by_n_features() -> None:
+    assert FPCAEdge(48, 10).oversample_ == 10
+    assert FPCAEdge(12, 8).oversample_ == 4
+    assert FPCAEdge(12, 12).oversample_ == 0
+    assert FPCAEdge(12, 3, 6, oversample=20).partial_fit(np.eye(12)).n_tracked_ == 12
+
+
+def test_subspace_is_the_leading_rank_directions_of_the_tracked_subspace(
+    stream: np.ndarray,
+) -> None:
+    edge = FPCAEdge(12, 3, 50, oversample=4).partial_fit(stream[:437])
+
+    tracked, reported = edge.tracked_subspace, edge.subspace
+
+    assert (tracked.rank, reported.rank, edge.n_tracked_) == (7, 3, 7)
+    assert tracked.n_samples == reported.n_samples == 437
+    np.testing.assert_array_equal(reported.basis, tracked.basis[:, :3])
+    np.testing.assert_array_equal(reported.singular_values, tracked.singular_values[:3])
+    gram = tracked.basis.T @ tracked.basis
+    assert np.abs(gram - np.eye(7)).max() < 1e-12
+
+
+def test_oversampling_brings_motes_light_within_one_percent_of_the_offline_svd(
+    motes: np.ndarray,
+) -> None:
+    # Issue 3: rank 10, b = 50, default oversample; the paper's p = 0 misses the bound.
+    default = FPCAEdge(48, 10, 50).fit(motes)
+    paper = FPCAEdge(48, 10, 50, oversample=0).fit(motes)
+
+    assert error_ratio(motes, default.subspace.basis) <= 1.01
+    assert error_ratio(motes, paper.subspace.basis) > 1.04
+    # Equal state with Frequent Directions at 2r = 20 rows (~1.003 there): at or below it.
+    assert default.n_tracked_ == 20
+    assert error_ratio(motes, default.subspace.basis) <= 1.003
+    # Reversed time order reveals the directions in another order: still within bound.
+    assert error_ratio(motes, FPCAEdge(48, 10, 50).fit(motes[::-1]).subspace.basis) <= 1.01
+
+
+def test_oversampling_recovers_directions_of_a_drifting_stream() -> None:
+    rng = np.random.default_rng(40)
+    x = drifting_data(rng, 4000, 48, 12, noise=0.3)
+
+    ratios = {
+        p: error_ratio(x, FPCAEdge(48, 10, 50, oversample=p).fit(x).subspace.basis) for p in (0, 10)
+    }
+
+    assert ratios[0] > 1.05
+    assert ratios[10] < 1.005
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_forgetting_tracks_a_drifting_stream_better_than_remembering(center: bool) -> None:
+    rng = np.random.default_rng(41)
+    x = drifting_data(rng, 6000, 30, 5, noise=0.1) + 4.0  # the offset matters only centred
+    recent = x[-500:] - (x[-500:].mean(axis=0) if center else 0.0)
+
+    remember = FPCAEdge(30, 5, 50, center=center).fit(x).subspace.basis
+    forget = FPCAEdge(30, 5, 50, center=center, forget=0.9).fit(x).subspace.basis
+
+    assert error_ratio(recent, forget) < 1.05
+    assert error_ratio(recent, remember) > 1.5 * error_ratio(recent, forget)
+
+
+def test_rank_may_exceed_block_size_when_not_adaptive() -> None:
+    rng = np.random.default_rng(42)
+    x = low_rank_data(rng, 203, 20, list(np.linspace(9.0, 1.0, 12)), noise=0.1)
+
+    edge = FPCAEdge(20, 8, 5, oversample=2).fit(x)
+
+    reference = naive_stream(x, 8, 5, tracked=10)
+    assert edge.subspace.rank == 8
+    np.testing.assert_allclose(edge.subspace.singular_values, reference.singular_values, rtol=1e-10)
+    assert principal_angles(edge.subspace.basis, reference.basis).max() < 1e-8
+
+
+def test_adaptive_rank_increase_is_reported_at_once_when_the_direction_is_tracked() -> None:
+    rng = np.random.default_rng(25)
+    x = low_rank_data(rng, 50, 20, [4.0, 3.0, 2.5, 2.0, 2.0, 1.0], noise=0.001)
+
+    tracked = FPCAEdge(20, 2, 25, adaptive=True).partial_fit(x)
+    untracked = FPCAEdge(20, 2, 25, adaptive=True, oversample=0).partial_fit(x)
+
+    assert tracked.rank_ == untracked.rank_ == 4
+    assert tracked.subspace.rank == 4
+    assert untracked.subspace.rank == 3  # the new direction arrives with the next block
+
+
+def test_adaptive_rank_decisions_use_the_reported_singular_values_only() -> None:
+    rng = np.random.default_rng(26)
+    x = low_rank_data(rng, 3000, 20, [10.0, 8.0, 1.0], noise=0.001)
+
+    edge = FPCAEdge(20, 10, 25, adaptive=True, oversample=5)
+    ranks = rank_history(edge, x)
+
+    assert ranks[-1] == 3
+    assert edge.n_tracked_ == 8  # shrinking the rank drops tracked directions too
+    assert edge.subspace.rank == 3

@@ -863,3 +863,34 @@ def test_contract_constants_have_their_documented_values() -> None:
         1e-6,
     )
     assert wire.FLOAT32_ORTHONORMALITY_TOL == 1e-4
+
+
+def test_centred_subspace_round_trips_its_mean_and_uncentred_ones_carry_no_mean_key() -> None:
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.standard_normal((7, 3)))[0]
+    mean = rng.standard_normal(7)
+    centred = Subspace(basis, np.array([3.0, 2.0, 1.0]), 40, mean)
+    msg = SubspaceMessage("a", "e", 1, centred, 1.0)
+    out = decode_subspace(encode_subspace(msg))
+    np.testing.assert_array_equal(out.subspace.mean, mean)
+    plain = SubspaceMessage("a", "e", 1, Subspace(basis, np.array([3.0, 2.0, 1.0]), 40), 1.0)
+    assert "mean" not in msgpack.unpackb(encode_subspace(plain))
+    assert decode_subspace(encode_subspace(plain)).subspace.mean is None
+
+
+@pytest.mark.parametrize(
+    ("mean", "reason"),
+    [
+        (b"\x00" * 5, "byte_length"),
+        ("x", "field_type"),
+        (np.full(7, np.nan).tobytes(), "non_finite"),
+    ],
+)
+def test_decode_subspace_rejects_a_bad_mean(mean: object, reason: str) -> None:
+    basis = np.linalg.qr(np.random.default_rng(6).standard_normal((7, 2)))[0]
+    msg = SubspaceMessage("a", "e", 1, Subspace(basis, np.array([2.0, 1.0]), 9), 1.0)
+    obj = msgpack.unpackb(encode_subspace(msg))
+    obj["mean"] = mean
+    with pytest.raises(WireError) as info:
+        decode_subspace(msgpack.packb(obj, use_bin_type=True))
+    assert info.value.reason == reason

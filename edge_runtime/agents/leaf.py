@@ -38,7 +38,8 @@ class LeafAgent(Agent):
     (eq. (3) of Grammenos et al. 2020). After every ``publish_every`` completed blocks,
     and after ``idle_flush_s`` seconds without readings while samples are pending, the
     leaf publishes its cumulative snapshot — everything it has seen, pending samples
-    included — retained, QoS 1, on ``<prefix>/<path>/subspace``; it re-publishes the
+    included, with all ``rank + oversample`` tracked directions so that merges upstream
+    keep their accuracy — retained, QoS 1, on ``<prefix>/<path>/subspace``; it re-publishes the
     latest snapshot after every reconnect and publishes a final one on shutdown.
 
     Readings in the map form carry a source id and a per-source sequence number; a
@@ -107,13 +108,17 @@ class LeafAgent(Agent):
     def _new_estimator(self, n_features: int) -> FPCAEdge:
         cfg = self.config
         rank = min(cfg.rank, n_features)
+        oversample = None if cfg.oversample is None else min(cfg.oversample, n_features - rank)
         return FPCAEdge(
             n_features,
             rank,
             block_size=max(cfg.block_size, rank),
+            oversample=oversample,
             adaptive=cfg.adaptive,
             rank_bounds=cfg.rank_bounds,
             holdoff=cfg.holdoff,
+            forget=cfg.forget,
+            center=cfg.center,
         )
 
     def _cells(self) -> int:
@@ -191,7 +196,7 @@ class LeafAgent(Agent):
         est = self.estimator
         if est is None:
             return
-        subspace = await self._numerics(lambda: est.subspace)
+        subspace = await self._numerics(lambda: est.tracked_subspace)
         self.seq += 1
         self.snapshot = SubspaceMessage(
             node_id=self.node_id,

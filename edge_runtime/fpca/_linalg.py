@@ -1,20 +1,72 @@
 """Private kernels shared by `merge_subspaces` (Alg. 2) and `FPCAEdge` (eq. (3)).
 
-Both operations are the same computation: the rank-``r`` truncated SVD of
-``[lambda * U1 S1, C]`` where ``U1`` is an orthonormal basis, ``S1`` its singular
-values and ``C`` a ``(n_features, k)`` matrix of new columns (``U2 S2`` for a merge,
-the block transposed for a streaming update), computed without ever forming the
-``(n_features, r1 + k)`` concatenation.
+Both operations are the same computation: the rank-``t`` truncated SVD of
+``M = [lambda * U S, C]`` where ``U`` is an orthonormal ``(n_features, t0)`` basis,
+``S`` its singular values and ``C`` a ``(n_features, k)`` matrix of new columns
+(``U2 S2`` for a merge, the block transposed for a streaming update), computed without
+forming an SVD of the ``(n_features, t0 + k)`` concatenation.
+
+Three formulations, chosen per call (measurements in ``benchmarks/README.md``):
+
+``"gram_d"`` (``n_features <= t0 + k``, e.g. d = 48, t0 = 20, b = 50)
+    ``G = M M^T = U (lambda S)^2 U^T + C C^T`` (two ``syrk``), then the symmetric
+    eigendecomposition ``G = V W V^T``; the new basis is the leading ``t``
+    eigenvectors (orthonormal by construction, also for rank-deficient blocks) and the
+    singular values are recomputed as the row norms of ``U_new^T M``, which is as
+    precise as an SVD's (absolute error ~ eps * s_1).
+``"gram_small"`` (``n_features > t0 + k``)
+    ``H = M^T M`` of size ``t0 + k`` from ``S`` (diagonal block), ``(lambda U S)^T C``
+    and ``C^T C`` (or ``S2^2`` when ``C = U2 S2`` in a merge); ``H = V W V^T``;
+    ``Y = M V_t``, ``s = ||Y_i||``, ``U_new = Y / s`` re-orthonormalised by one Cholesky
+    QR (Householder QR if the Gram of ``Y`` is singular).
+
+Both eigendecompositions are ``dsytrd`` (tridiagonalisation), ``dstevd`` (divide and
+conquer on the tridiagonal) and ``dormqr`` applied to the ``t`` kept eigenvectors
+only -- ``dsyevd`` minus back-transforming the discarded ones, 10-15 % faster at
+n = 48 (``dsyevr``/``dsyevx`` for a subset are 2x slower than ``dsyevd`` here: their
+subset path is bisection plus inverse iteration).
+``"qr_svd"`` (the paper's Alg. 2 as written; the precise fallback)
+    Projection ``Z = U^T C`` with re-orthogonalisation, pivoted QR of the residual,
+    SVD of the small ``[[lambda S, Z], [0, R]]`` (``gesdd``, ``gesvd`` if it does not
+    converge), final re-orthonormalisation.
+
+The two Gram formulations square the condition number: an eigenvector of ``G`` or
+``H`` is accurate to about ``eps * s_1**2 / gap`` instead of ``eps * s_1 / gap``. They
+are used only when the singular value of the checked rank (the rank a caller reports)
+satisfies ``s_r >= GRAM_MIN_RATIO**0.5 * s_1`` (here ``s_r >= 1e-3 s_1``), so they lose
+at most three of the SVD's sixteen digits on the reported subspace; otherwise (also
+for data of lower rank than the checked rank, or if LAPACK reports a failure) the
+call falls back to ``"qr_svd"``. Nothing here inverts a possibly singular matrix: the
+Motes blocks are rank-deficient, which only adds zero eigenvalues.
+
+All BLAS and LAPACK calls of the hot path go through scipy's wrappers
+(`scipy.linalg.blas`, `scipy.linalg.lapack`): numpy and scipy wheels each bundle their
+own OpenBLAS, and alternating the two on tiny matrices is several times slower than
+staying in one.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.linalg.blas as blas
+import scipy.linalg.lapack as lapack
 
-from edge_runtime.fpca.subspace import flip_signs
+__all__ = ["GRAM_MIN_RATIO", "UpdateBuffers", "svd_update", "thin_svd"]
 
-__all__ = ["svd_update", "thin_svd"]
+#: The Gram formulations are used when ``s_r**2 >= GRAM_MIN_RATIO * s_1**2`` for the
+#: checked rank ``r`` (i.e. ``s_r >= 1e-3 * s_1``), else the QR + SVD formulation.
+GRAM_MIN_RATIO = 1e-6
+
+_dgemm = blas.dgemm
+_dsyrk = blas.dsyrk
+_dtrsm = blas.dtrsm
+_dsyevd = lapack.dsyevd
+_dsytrd = lapack.dsytrd
+_dsytrd_lwork = lapack.dsytrd_lwork
+_dstevd = lapack.dstevd
+_dormqr = lapack.dormqr
+_dpotrf = lapack.dpotrf
 
 
 def thin_svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -30,84 +82,351 @@ def thin_svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return sla.svd(a, full_matrices=False, check_finite=False, lapack_driver="gesvd")
 
 
+class UpdateBuffers:
+    """Preallocated work arrays for repeated `svd_update` calls of bounded size.
+
+    Parameters
+    ----------
+    n_features : int
+        ``d``.
+    max_tracked : int
+        Largest ``t0`` (columns of the basis) and ``t`` (columns kept), ``<= d``.
+    max_cols : int
+        Largest ``k`` (new columns per update).
+
+    Memory: ``d * max_tracked + min(d, max_tracked + max_cols)**2 + max_tracked``
+    float64 values, i.e. ``O(d * (max_tracked + max_cols))`` (the square is at most
+    ``d * (max_tracked + max_cols)``).
+    """
+
+    def __init__(self, n_features: int, max_tracked: int, max_cols: int) -> None:
+        side = min(n_features, max_tracked + max_cols)
+        self.scaled = np.empty((n_features, max_tracked), order="F")
+        self.square = np.empty(side * side)
+        self.lambda_s = np.empty(max_tracked)
+
+    def square_view(self, n: int) -> np.ndarray:
+        """The first ``n * n`` entries as an ``(n, n)`` Fortran-ordered view."""
+        if n * n > self.square.shape[0]:  # only for a forced method beyond the sizes
+            return np.empty((n, n), order="F")
+        return self.square[: n * n].reshape((n, n), order="F")
+
+
+def _fortran(a: np.ndarray) -> np.ndarray:
+    """``a`` as a Fortran-contiguous float64 array (no copy when it already is)."""
+    return a if a.flags.f_contiguous else np.asfortranarray(a)
+
+
+def _gram_surely_rejected(lambda_s: np.ndarray, cols_sv: np.ndarray, check_rank: int) -> bool:
+    """Whether the Gram test must fail for ``M = [U diag(lambda_s), U2 diag(cols_sv)]``.
+
+    Weyl's inequality for ``M M^T = A + B`` (``A``, ``B`` positive semi-definite with
+    eigenvalues ``a = lambda_s**2``, ``b = cols_sv**2``, descending) bounds
+    ``lambda_r(M M^T) <= min_{i + j = r + 1} (a_i + b_j)`` (zero beyond their lengths),
+    and ``lambda_1(M M^T) >= max(a_1, b_1)``. If even these bounds fail the test, a
+    merge goes straight to ``"qr_svd"`` instead of computing the Gram matrix first.
+    """
+    r = check_rank
+    a = np.zeros(r + 1)
+    b = np.zeros(r + 1)
+    sq = np.sort(np.square(lambda_s))[::-1][:r]
+    a[1 : sq.shape[0] + 1] = sq
+    sq = np.sort(np.square(cols_sv))[::-1][:r]
+    b[1 : sq.shape[0] + 1] = sq
+    # i = 1..r, j = r + 1 - i; a[0] = b[0] = 0 stand for "no such eigenvalue".
+    upper = float(np.min(a[1:] + b[r:0:-1]))
+    top = max(float(a[1]), float(b[1]))
+    return upper < GRAM_MIN_RATIO * top
+
+
+def _accept_gram(w: np.ndarray, check_rank: int) -> bool:
+    """Whether eigenvalues ``w`` (ascending) are conditioned enough for the Gram paths."""
+    top = w[-1]
+    if top <= 0.0:
+        return top == 0.0  # all-zero data: any orthonormal basis is exact
+    return bool(w[w.shape[0] - check_rank] >= GRAM_MIN_RATIO * top)
+
+
+#: Symmetric eigensolver of the Gram formulations: "stevd" (``dsytrd`` + ``dstevd`` +
+#: ``dormqr`` on the kept eigenvectors only) or "syevd" (``dsyevd``, all of them).
+EIGH_DRIVER = "stevd"
+
+
+def _eigh_top(a: np.ndarray, k: int, out: np.ndarray) -> np.ndarray | None:
+    """Eigenvalues (ascending) of ``a``; its ``k`` leading eigenvectors into ``out``.
+
+    ``a`` is ``(n, n)``, Fortran-ordered, with its lower triangle set; it is
+    overwritten. ``out`` (``(n, k)``) gets the eigenvectors of the ``k`` largest
+    eigenvalues, largest first. None if LAPACK reports a failure.
+    """
+    n = a.shape[0]
+    if n == 1:
+        out[0, :k] = 1.0
+        return a[0].copy()
+    if EIGH_DRIVER == "syevd":
+        w, v, info = _dsyevd(a, lower=1, overwrite_a=1)
+        if info != 0:
+            return None
+        np.copyto(out, v[:, n - k :][:, ::-1])
+        return w
+    # T = Q^T A Q (dsytrd, lower: Q = diag(1, Q') with Q' stored as a QR factor of
+    # A[1:, :n-1]), all eigenpairs of the tridiagonal T (divide and conquer), and Q
+    # applied to the k kept eigenvectors only (dormqr), as dormtr would.
+    if n > 96:
+        # The default workspace (n) makes dsytrd unblocked; the optimal one (n * nb)
+        # is 25-30 % faster from n ~ 125 up, no gain below (measured).
+        lwork = int(_dsytrd_lwork(n, lower=1)[0])
+        c, d, e, tau, info = _dsytrd(a, lower=1, overwrite_a=1, lwork=lwork)
+    else:
+        c, d, e, tau, info = _dsytrd(a, lower=1, overwrite_a=1)
+    if info != 0:
+        return None
+    w, z, info = _dstevd(d, e, overwrite_d=1, overwrite_e=1)
+    if info != 0:
+        return None
+    q, _, info = _dormqr("L", "N", c[1:, : n - 1], tau, z[1:, n - k :], 64 * k, overwrite_c=1)
+    if info != 0:
+        return None
+    out[0] = z[0, n - k :][::-1]
+    out[1:] = q[:, ::-1]
+    return w
+
+
+def _gram_d(
+    basis: np.ndarray,
+    lambda_s: np.ndarray,
+    cols: np.ndarray,
+    t: int,
+    check_rank: int,
+    out_basis: np.ndarray,
+    buffers: UpdateBuffers | None,
+) -> np.ndarray | None:
+    """``"gram_d"``: writes the basis into ``out_basis[:, :t]``, returns the singular values."""
+    d, t0 = basis.shape
+    gram = buffers.square_view(d) if buffers is not None else np.empty((d, d), order="F")
+    _dsyrk(1.0, cols, beta=0.0, c=gram, overwrite_c=1, lower=1)  # C C^T, lower triangle
+    scaled = None
+    if t0:
+        scaled = buffers.scaled[:, :t0] if buffers is not None else np.empty((d, t0), order="F")
+        np.multiply(basis, lambda_s, out=scaled)
+        _dsyrk(1.0, scaled, beta=1.0, c=gram, overwrite_c=1, lower=1)
+    new = out_basis[:, :t]
+    w = _eigh_top(gram, t, new)
+    if w is None or not _accept_gram(w, check_rank):
+        return None
+    # Singular values as the row norms of U_new^T M: an SVD's precision, not sqrt(w)'s.
+    proj = _dgemm(1.0, new, cols, trans_a=1)
+    sq = np.einsum("ij,ij->i", proj, proj)
+    if scaled is not None:
+        proj = _dgemm(1.0, new, scaled, trans_a=1)
+        sq += np.einsum("ij,ij->i", proj, proj)
+    return np.sqrt(sq, out=sq)
+
+
+def _gram_small(
+    basis: np.ndarray,
+    lambda_s: np.ndarray,
+    cols: np.ndarray,
+    cols_sv: np.ndarray | None,
+    t: int,
+    check_rank: int,
+    out_basis: np.ndarray,
+    buffers: UpdateBuffers | None,
+) -> np.ndarray | None:
+    """``"gram_small"``: writes the basis into ``out_basis[:, :t]``, returns the singular values."""
+    d, t0 = basis.shape
+    k = cols.shape[1]
+    n = t0 + k
+    h = buffers.square_view(n) if buffers is not None else np.empty((n, n), order="F")
+    h.fill(0.0)
+    flat_diag = h.reshape(-1, order="F")[:: n + 1]
+    scaled = None
+    if t0:
+        scaled = buffers.scaled[:, :t0] if buffers is not None else np.empty((d, t0), order="F")
+        np.multiply(basis, lambda_s, out=scaled)
+        np.square(lambda_s, out=flat_diag[:t0])
+        h[t0:, :t0] = _dgemm(1.0, cols, scaled, trans_a=1)  # C^T (lambda U S)
+    if cols_sv is not None:
+        np.square(cols_sv, out=flat_diag[t0:])
+    else:
+        h[t0:, t0:] = _dsyrk(1.0, cols, trans=1, lower=1)
+    lead = np.empty((n, t), order="F")
+    w = _eigh_top(h, t, lead)
+    if w is None or not _accept_gram(w, check_rank):
+        return None
+    y = out_basis[:, :t]
+    if t0:
+        _dgemm(1.0, scaled, lead[:t0], beta=0.0, c=y, overwrite_c=1)
+        _dgemm(1.0, cols, lead[t0:], beta=1.0, c=y, overwrite_c=1)
+    else:
+        _dgemm(1.0, cols, lead, beta=0.0, c=y, overwrite_c=1)
+    sv = np.sqrt(np.einsum("ij,ij->j", y, y))
+    np.divide(y, np.where(sv > 0.0, sv, 1.0), out=y)
+    _orthonormalise(y)
+    return sv
+
+
+def _orthonormalise(y: np.ndarray) -> None:
+    """Make the nearly orthonormal columns of ``y`` (Fortran order) orthonormal in place.
+
+    One Cholesky QR (``y <- y R^{-1}``, ``R^T R = y^T y``) keeps each column's direction
+    and sign up to the correction; if ``y^T y`` is not numerically positive definite
+    (columns of directions with zero singular value), a Householder QR instead.
+    """
+    if y.shape[1] == 0:
+        return
+    r, info = _dpotrf(_dsyrk(1.0, y, trans=1), lower=0, clean=1, overwrite_a=1)
+    # The columns have unit norm, so a diagonal of R far below 1 means (nearly)
+    # dependent columns, for which Cholesky QR would lose orthogonality.
+    if info == 0 and np.min(np.diagonal(r)) > 0.5:
+        _dtrsm(1.0, r, y, side=1, lower=0, overwrite_b=1)  # in place: y is Fortran-ordered
+        return
+    q = sla.qr(y, mode="economic", check_finite=False)[0]
+    y[...] = q
+
+
+def _qr_svd(
+    basis: np.ndarray,
+    lambda_s: np.ndarray,
+    cols: np.ndarray,
+    t: int,
+    out_basis: np.ndarray,
+) -> np.ndarray:
+    """``"qr_svd"`` (Alg. 2 as written): precise for any conditioning and rank.
+
+    * the projection is done twice (classical Gram-Schmidt with re-orthogonalisation),
+      so ``Q`` is orthogonal to ``U`` to working precision;
+    * the QR is column-pivoted, so the rows of ``R`` beyond the numerical rank of the
+      residual (at most ``d - t0``) are negligible and only ``m = min(k, d - t0)``
+      columns of ``Q`` are kept: the small matrix never has more than ``d`` rows
+      (without pivoting, an all-zero column such as a sample of zeros would take one of
+      the ``m`` places);
+    * the result is re-orthonormalised by a QR (a no-op up to rounding for directions
+      carrying data; it makes directions with zero singular value orthonormal too).
+    """
+    d, t0 = basis.shape
+    k = cols.shape[1]
+    m = min(k, d - t0)
+    small = np.zeros((t0 + m, t0 + k))
+    if t0:
+        z = basis.T @ cols
+        resid = cols - basis @ z
+        z2 = basis.T @ resid
+        resid -= basis @ z2
+        z += z2
+        small[np.arange(t0), np.arange(t0)] = lambda_s
+        small[:t0, t0:] = z
+    else:
+        resid = np.array(cols, copy=True)
+    q = None
+    if m:
+        q, r, piv = sla.qr(resid, mode="economic", pivoting=True, check_finite=False)
+        q = q[:, :m]
+        # resid[:, piv] = q @ r, so column piv[j] of the unpermuted R is r[:, j].
+        small[t0:, t0 + piv] = r[:m]
+    u_small, s, _ = thin_svd(small)
+    u_small = u_small[:, :t]
+    new = basis @ u_small[:t0] if t0 else np.zeros((d, t))
+    if q is not None:
+        new += q @ u_small[t0:]
+    new = sla.qr(new, mode="economic", check_finite=False, overwrite_a=True)[0]
+    out_basis[:, :t] = new
+    return s[:t].copy()
+
+
 def svd_update(
     basis: np.ndarray,
     singular_values: np.ndarray,
     cols: np.ndarray,
     rank: int,
     forget: float = 1.0,
+    *,
+    cols_singular_values: np.ndarray | None = None,
+    check_rank: int | None = None,
+    out_basis: np.ndarray | None = None,
+    buffers: UpdateBuffers | None = None,
+    method: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rank-``rank`` SVD of ``[forget * basis * singular_values, cols]``, left side only.
 
     Parameters
     ----------
-    basis : ndarray of shape (n_features, r1)
-        Orthonormal columns ``U1``.
-    singular_values : ndarray of shape (r1,)
-        ``S1``, non-negative.
+    basis : ndarray of shape (n_features, t0)
+        Orthonormal columns ``U``. Not modified.
+    singular_values : ndarray of shape (t0,)
+        ``S``, non-negative.
     cols : ndarray of shape (n_features, k)
         New columns ``C``; finite. Not modified.
     rank : int
-        Requested rank; the result has ``min(rank, r1 + k, n_features)`` columns.
+        Columns to keep; the result has ``t = min(rank, t0 + k, n_features)``.
     forget : float
-        Forgetting factor ``lambda`` applied to ``S1``.
+        Forgetting factor ``lambda`` applied to ``S``.
+    cols_singular_values : ndarray of shape (k,) or None
+        If given, ``cols = U2 * cols_singular_values`` with orthonormal ``U2`` (a merge),
+        so ``C^T C`` is exactly ``diag(cols_singular_values**2)``.
+    check_rank : int or None
+        Rank whose conditioning decides whether a Gram formulation is accurate enough
+        (see the module docstring); default ``rank``.
+    out_basis : ndarray of shape (n_features, >= t), Fortran order, or None
+        Where to write the new basis (its first ``t`` columns); must not overlap
+        ``basis``. None allocates.
+    buffers : UpdateBuffers or None
+        Preallocated work arrays (None allocates them).
+    method : {"auto", "gram_d", "gram_small", "qr_svd"}
+        Formulation; "auto" picks ``"gram_d"`` if ``n_features <= t0 + k`` else
+        ``"gram_small"``, and ``"qr_svd"`` when a Gram formulation is not accurate
+        enough. Forcing a Gram formulation still falls back to ``"qr_svd"``.
 
     Returns
     -------
-    basis : ndarray of shape (n_features, rank'), orthonormal, signs flipped
-    singular_values : ndarray of shape (rank',), non-increasing
-
-    Notes
-    -----
-    Alg. 2 of Grammenos et al. (2020) with ``C = U2 S2``: ``Z = U1^T C``,
-    ``[Q, R] = QR(C - U1 Z)`` and the SVD of the small ``(r1 + m) x (r1 + k)`` matrix
-    ``[[lambda S1, Z], [0, R]]``; the new basis is ``[U1, Q] U_small``. Three
-    safeguards keep it exact in floating point:
-
-    * the projection is done twice (classical Gram-Schmidt with
-      re-orthogonalisation), so ``Q`` is orthogonal to ``U1`` to working precision;
-    * the QR is column-pivoted, so the rows of ``R`` beyond the numerical rank of
-      ``C - U1 Z`` (at most ``n_features - r1``) are negligible and only
-      ``m = min(k, n_features - r1)`` columns of ``Q`` need to be kept: the small
-      matrix never has more than ``n_features`` rows, e.g. for blocks larger than
-      ``n_features - r`` (without pivoting, an all-zero column such as a sample of zeros would
-      take one of the ``m`` places);
-    * the result is re-orthonormalised by a QR (a no-op up to rounding for the
-      directions carrying data; it makes directions with zero singular value, which
-      appear when ``rank`` exceeds the rank of the data, orthonormal too).
+    basis : ndarray of shape (n_features, t)
+        Orthonormal; a view of ``out_basis`` if given. Signs are not normalised.
+    singular_values : ndarray of shape (t,)
+        Non-increasing, non-negative.
     """
-    n_features, r1 = basis.shape
+    d, t0 = basis.shape
     k = cols.shape[1]
-    rank = min(rank, r1 + k, n_features)
-    if rank <= 0:
-        return np.zeros((n_features, 0)), np.zeros(0)
-    if k == 0:
-        return flip_signs(basis[:, :rank]), forget * singular_values[:rank]
-
-    m = min(k, n_features - r1)
-    small = np.zeros((r1 + m, r1 + k))
-    if r1:
-        z = basis.T @ cols
-        resid = cols - basis @ z
-        z2 = basis.T @ resid
-        resid -= basis @ z2
-        z += z2
-        small[np.arange(r1), np.arange(r1)] = forget * singular_values
-        small[:r1, r1:] = z
+    t = min(rank, t0 + k, d)
+    if out_basis is None:
+        out_basis = np.empty((d, max(t, 0)), order="F")
+    if t <= 0:
+        return out_basis[:, :0], np.zeros(0)
+    if buffers is not None:
+        lambda_s = np.multiply(singular_values, forget, out=buffers.lambda_s[:t0])
     else:
-        resid = cols
-    if m:
-        q, r, piv = sla.qr(
-            resid, mode="economic", pivoting=True, check_finite=False, overwrite_a=r1 > 0
+        lambda_s = forget * np.asarray(singular_values, dtype=np.float64)
+    if k == 0:
+        out_basis[:, :t] = basis[:, :t]
+        return out_basis[:, :t], lambda_s[:t].copy()
+    check = t if check_rank is None else max(1, min(check_rank, t))
+    if method == "auto":
+        method = "gram_d" if d <= t0 + k else "gram_small"
+        if cols_singular_values is not None and _gram_surely_rejected(
+            lambda_s, cols_singular_values, check
+        ):
+            method = "qr_svd"
+    sv = None
+    if method == "gram_d":
+        # basis is only read by np.multiply (into a Fortran buffer): any layout will do.
+        sv = _gram_d(basis, lambda_s, _fortran(cols), t, check, out_basis, buffers)
+    elif method == "gram_small":
+        sv = _gram_small(
+            basis,
+            lambda_s,
+            _fortran(cols),
+            cols_singular_values,
+            t,
+            check,
+            out_basis,
+            buffers,
         )
-        q = q[:, :m]
-        # resid[:, piv] = q @ r, so column piv[j] of the unpermuted R is r[:, j].
-        small[r1:, r1 + piv] = r[:m]
-
-    u_small, s, _ = thin_svd(small)
-    u_small = u_small[:, :rank]
-    new_basis = basis @ u_small[:r1] if r1 else np.zeros((n_features, rank))
-    if m:
-        new_basis += q @ u_small[r1:]
-    new_basis = sla.qr(new_basis, mode="economic", check_finite=False, overwrite_a=True)[0]
-    return flip_signs(new_basis), s[:rank].copy()
+    elif method != "qr_svd":
+        raise ValueError(f"unknown method {method!r}")
+    if sv is None:
+        sv = _qr_svd(basis, lambda_s, cols, t, out_basis)
+    elif sv.shape[0] > 1 and np.any(sv[1:] > sv[:-1]):
+        # Recomputed singular values of (near) ties can be out of order by rounding.
+        order = np.argsort(-sv, kind="stable")
+        sv = sv[order]
+        out_basis[:, :t] = out_basis[:, :t][:, order]
+    return out_basis[:, :t], sv

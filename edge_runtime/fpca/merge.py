@@ -9,13 +9,14 @@ exact SVDs of ``X1`` and ``X2`` without truncation gives the exact SVD of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from edge_runtime.fpca._linalg import svd_update
 from edge_runtime.fpca._validation import check_forget, check_int
-from edge_runtime.fpca.subspace import Subspace
+from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["merge_many", "merge_subspaces"]
 
@@ -23,9 +24,39 @@ __all__ = ["merge_many", "merge_subspaces"]
 def _check_subspace(s: object, name: str) -> Subspace:
     if not isinstance(s, Subspace):
         raise TypeError(f"{name} must be a Subspace, got {type(s).__name__}")
-    if not (np.isfinite(s.basis).all() and np.isfinite(s.singular_values).all()):
+    # A sum is finite only if every term is (NaN and inf propagate); the elementwise
+    # check runs only when the cheap one fails (e.g. a finite sum that overflows).
+    if not math.isfinite(float(np.sum(s.basis)) + float(np.sum(s.singular_values))) and not (
+        np.isfinite(s.basis).all() and np.isfinite(s.singular_values).all()
+    ):
         raise ValueError(f"{name} has non-finite basis or singular values; expected finite")
+    if s.mean is not None and not np.isfinite(s.mean).all():
+        raise ValueError(f"{name} has a non-finite mean; expected finite")
     return s
+
+
+def _merged_mean(
+    a: Subspace, b: Subspace, forget: float
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The merged mean and the mean-correction column (None if not needed)."""
+    if a.mean is None and b.mean is None:
+        return None, None
+    if a.mean is None or b.mean is None:
+        lacking, having = ("a", "b") if a.mean is None else ("b", "a")
+        raise ValueError(
+            f"cannot merge an uncentred with a centred subspace: {lacking} has no mean "
+            f"(uncentred) but {having} has one; merge centred summaries with centred ones"
+        )
+    weight_a = forget * forget * a.n_samples
+    weight_b = float(b.n_samples)
+    total = weight_a + weight_b
+    if total == 0.0:
+        return a.mean.copy(), None
+    mean = a.mean + (weight_b / total) * (b.mean - a.mean)
+    if weight_a == 0.0 or weight_b == 0.0:
+        return mean, None
+    correction = math.sqrt(weight_a * weight_b / total) * (a.mean - b.mean)
+    return mean, correction
 
 
 def merge_subspaces(
@@ -58,8 +89,10 @@ def merge_subspaces(
     Subspace
         ``basis`` of shape ``(n_features, rank)`` (orthonormal, deterministic signs:
         the largest-|.| entry of each column is positive), non-increasing
-        ``singular_values`` of shape ``(rank,)``, and
-        ``n_samples = a.n_samples + b.n_samples``.
+        ``singular_values`` of shape ``(rank,)``,
+        ``n_samples = a.n_samples + b.n_samples``, and for centred inputs the
+        weighted ``mean = (w_a mean_a + w_b mean_b) / (w_a + w_b)`` with ``w_a =
+        forget**2 * a.n_samples``, ``w_b = b.n_samples`` (a's mean if both are 0).
 
     Raises
     ------
@@ -67,7 +100,8 @@ def merge_subspaces(
         If ``a`` or ``b`` is not a Subspace, or ``rank`` is not an integer.
     ValueError
         If ``n_features`` differ (the message names both), ``rank < 0``,
-        ``forget`` is outside (0, 1], or a subspace holds NaN or infinity.
+        ``forget`` is outside (0, 1], a subspace holds NaN or infinity, or one is
+        centred (has a ``mean``) and the other not (the message names which lacks it).
 
     Notes
     -----
@@ -77,7 +111,19 @@ def merge_subspaces(
     ``U' = [U1, Q] U_small``. The same routine performs the streaming block update
     of eq. (3) in `FPCAEdge`. By Lemma 1 the result equals the SVD_r of
     ``[lambda U1 S1, U2 S2]``, which for exact untruncated inputs is the SVD_r of
-    the stacked data.
+    the stacked data. It is computed from the ``(r1 + r2) x (r1 + r2)`` Gram matrix
+    of that concatenation, which needs only ``U1^T U2`` (no QR of a
+    ``(n_features, r2)`` matrix), and by the QR + SVD above when the kept singular
+    values are too ill-conditioned for it (``s_r < 1e-3 s_1``); see
+    ``edge_runtime/fpca/_linalg.py``.
+
+    Centred summaries (both with ``mean``): the column ``sqrt(w_a w_b / (w_a + w_b))
+    (mean_a - mean_b)`` is appended to ``U2 S2`` (Ross et al. 2008, as in
+    scikit-learn's ``IncrementalPCA``), so the result is the summary of the union
+    centred on its weighted mean; without truncation it is exact. The weights are the
+    sample counts (``a``'s scaled by ``forget**2``, as its singular values by
+    ``forget``); for summaries of forgetting streams this weighs the means by raw,
+    not effective, counts.
 
     References
     ----------
@@ -106,9 +152,18 @@ def merge_subspaces(
         )
     rank = max(a.rank, b.rank) if rank is None else check_int(rank, "rank", 0)
     forget = check_forget(forget)
-    cols = b.basis * b.singular_values
-    basis, sv = svd_update(a.basis, a.singular_values, cols, rank, forget)
-    return Subspace(basis, sv, a.n_samples + b.n_samples)
+    mean, correction = _merged_mean(a, b, forget)
+    cols_sv: np.ndarray | None = b.singular_values
+    # U2 S2 (and the mean correction), Fortran-ordered as the LAPACK kernels want it.
+    cols = np.empty((b.n_features, b.rank + (correction is not None)), order="F")
+    np.multiply(b.basis, b.singular_values, out=cols[:, : b.rank])
+    if correction is not None:
+        cols[:, b.rank] = correction
+        cols_sv = None
+    basis, sv = svd_update(
+        a.basis, a.singular_values, cols, rank, forget, cols_singular_values=cols_sv
+    )
+    return Subspace(flip_signs(basis, copy=False), sv, a.n_samples + b.n_samples, mean)
 
 
 def merge_many(subspaces: Sequence[Subspace], rank: int | None = None) -> Subspace:
@@ -124,6 +179,7 @@ def merge_many(subspaces: Sequence[Subspace], rank: int | None = None) -> Subspa
         At least one, all with the same ``n_features``; any may have rank 0.
     rank : int or None, default=None
         Rank kept by every merge, >= 0. None keeps the largest input rank.
+        Inputs must be all centred or all uncentred (as `merge_subspaces`).
 
     Returns
     -------

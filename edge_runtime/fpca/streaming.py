@@ -1,12 +1,14 @@
-"""FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (3), (4))."""
+"""FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (2)-(4))."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from edge_runtime.fpca._linalg import svd_update
+from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
 from edge_runtime.fpca._validation import check_finite_2d, check_forget, check_int
-from edge_runtime.fpca.subspace import Subspace
+from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["FPCAEdge"]
 
@@ -15,12 +17,25 @@ class FPCAEdge:
     """Streaming rank-``r`` subspace of a sample stream, updated one block at a time.
 
     Samples are buffered into blocks of ``block_size`` rows; each full block ``B``
-    updates the subspace by the truncated SVD of ``[forget * U S, B^T]`` (eq. (3)),
-    computed from the current basis and the block only. Memory is constant, on the
-    order of ``n_features * (rank + block_size)`` floats: the basis, the singular
-    values and one preallocated ``(block_size, n_features)`` block buffer. Each block
-    costs ``O(n_features * (rank + block_size)**2 + (rank + block_size)**3)`` time,
-    i.e. ``O(n_features * (rank + block_size))`` per sample for fixed sizes.
+    updates the state by the truncated SVD of ``[forget * U S, B^T]`` (eq. (3)),
+    computed from the current basis and the block only. The state tracks
+    ``rank_ + oversample_`` directions (at most ``n_features``) and reports the leading
+    ``rank_`` of them (`subspace`); `tracked_subspace` is all of them.
+
+    **Memory** is bounded and does not grow with the stream: with ``t = min(rank +
+    oversample, n_features)`` tracked directions (``max_rank + oversample`` if
+    ``adaptive``) and ``b = block_size``, the estimator holds at most ``n_features *
+    (3 t + b + 3) + min(n_features, t + b + 1)**2 + t`` float64 values in arrays
+    allocated once by the constructor (two basis buffers, one work array, the block
+    buffer, the mean and one square work matrix), i.e. ``O(n_features * (rank +
+    oversample + block_size))`` -- 62 KB at d = 48, r = 10, b = 50. An update
+    allocates only temporaries of at most a few times that size (LAPACK workspaces,
+    ``t``-sized products), freed before it returns; `partial_fit` also makes one
+    boolean mask of its input (the finiteness check). ``tests/test_fpca_memory.py``
+    streams 10^6 samples and checks with `tracemalloc` that the traced memory after
+    block 100 and after the last block differ by under 2 KB. **Time** per block is
+    ``O(n_features * (t + b)**2 + min(n_features, t + b)**3)``, i.e.
+    ``O(n_features * (t + b))`` per sample for fixed sizes.
 
     The result depends only on the sequence of samples, not on how it is chunked
     across `partial_fit` calls: any chunking gives bitwise-identical state.
@@ -30,38 +45,59 @@ class FPCAEdge:
     n_features : int
         Dimension ``d`` of each sample, >= 1.
     rank : int
-        Initial (and, unless ``adaptive``, fixed) rank ``r`` of the subspace, with
-        ``1 <= rank <= min(n_features, block_size)`` (and ``<= max_rank`` if given).
+        Initial (and, unless ``adaptive``, fixed) reported rank ``r``,
+        ``1 <= rank <= n_features`` (and ``<= block_size``, ``<= max_rank`` if
+        ``adaptive``).
     block_size : int, default=50
         Number of samples ``b`` per block update, >= 1. Larger blocks are more
         accurate and cost more memory and time per update.
+    oversample : int or None, default=None
+        Extra directions ``p >= 0`` tracked beyond the reported rank (capped so that
+        at most ``n_features`` are tracked). None means ``min(rank, n_features -
+        rank)``, i.e. twice the rank is tracked; see Notes for the trade-off.
     adaptive : bool, default=False
         If True, adjust the rank after each block by eq. (4) (see Notes).
     rank_bounds : tuple of (float, float), default=(0.01, 0.10)
-        ``(lower, upper)`` bounds on the relative weight of the last singular value,
-        ``0 < lower < upper < 1``; only used when ``adaptive``.
+        ``(lower, upper)`` bounds on the relative weight of the last reported singular
+        value, ``0 < lower < upper < 1``; only used when ``adaptive``.
     holdoff : int, default=1
         Minimum number of blocks between two adaptive rank changes, >= 1.
     max_rank : int or None, default=None
         Upper limit of the adaptive rank, >= ``rank``; None means no limit beyond
         ``min(n_features, block_size)``.
     forget : float, default=1.0
-        Forgetting factor ``lambda`` in (0, 1] applied to the current singular values
-        before each block update; 1.0 weighs all samples equally.
+        Forgetting factor ``lambda`` in (0, 1] of eq. (2), applied to the tracked
+        singular values before each block update: a sample ``j`` blocks old weighs
+        ``lambda**(2 j)`` in the covariance the state summarises. 1.0 weighs all
+        samples equally.
+    center : bool, default=False
+        If False (the paper's default), summarise the raw samples: the basis spans
+        their leading directions around the origin, so with a large mean the first
+        direction is roughly the mean's. If True, summarise the samples minus their
+        streaming mean (PCA in the usual statistical sense, like scikit-learn's
+        ``IncrementalPCA``); `subspace` then carries ``mean``, and merges of centred
+        summaries combine the means (`merge_subspaces`).
 
     Attributes
     ----------
     n_features_ : int
         Number of features, equal to ``n_features``.
     rank_ : int
-        Current rank: the rank the next block update keeps. After an adaptive
-        increase the current subspace still has ``rank_ - 1`` directions until the
-        next block arrives.
+        Current reported rank.
+    oversample_ : int
+        Number of extra tracked directions ``p`` (fewer are tracked when ``rank_ + p``
+        exceeds ``n_features``).
+    n_tracked_ : int
+        Directions currently in the state, ``<= min(rank_ + oversample_, n_features)``
+        (fewer until enough samples arrived).
     n_samples_seen_ : int
         Number of samples passed to `partial_fit` since the last reset, including
         those pending in the partially filled block.
     n_blocks_ : int
         Number of full blocks applied since the last reset.
+    mean_ : ndarray of shape (n_features,) or None
+        Mean of the full blocks applied so far (exponentially weighted if ``forget <
+        1``) when ``center``, else None. `subspace` also folds in the pending rows.
     block_size : int
         The block size ``b``.
 
@@ -74,24 +110,73 @@ class FPCAEdge:
 
     Notes
     -----
-    Block update, eq. (3) of Grammenos et al. (2020): ``[U, S] = SVD_r([lambda U S,
+    Block update, eq. (3) of Grammenos et al. (2020): ``[U, S] = SVD_t([lambda U S,
     B])`` with ``B`` the ``(d, b)`` block whose columns are samples (our rows, so
-    ``B`` is the transposed buffer). It is computed exactly as Merge_r (Alg. 2), with
-    ``B`` in place of ``U2 S2``, never forming the ``d x (r + b)`` concatenation.
+    ``B`` is the transposed buffer) and ``t = rank_ + oversample_`` tracked
+    directions. It is computed exactly (to rounding) without an SVD of the ``d x (t +
+    b)`` concatenation: by a symmetric eigendecomposition of the ``d x d`` Gram matrix
+    when ``d <= t + b``, of the ``(t + b) x (t + b)`` one otherwise, and by Alg. 2's QR
+    + SVD when the reported directions are too ill-conditioned for a Gram matrix
+    (``s_r < 1e-3 s_1``); see ``edge_runtime/fpca/_linalg.py`` and
+    ``benchmarks/README.md`` for the measurements behind these choices.
 
-    Adaptive rank, eq. (4): after each block, ``w = s_r / sum_{i <= r} s_i``. If
-    ``w > upper`` the rank grows by one (the next block update keeps one more of its
-    ``r + b`` directions); if ``w < lower`` it shrinks by one (the last direction is
+    Oversampling: each block update truncates, and the truncated ``(t+1)``-th
+    direction is lost for good; a direction that becomes important later (drift, or
+    data arriving in an order that reveals it late) is then recovered only slowly.
+    Tracking ``p`` extra directions keeps a margin below the reported ones. Measured
+    single-node error ratios (vs the offline rank-10 SVD) with rank 10, b = 50:
+
+    =================================  ======  ======  ======  ======  ======
+    data (d = 48), worst case          p = 0   p = 2   p = 5   p = 10  p = 20
+    =================================  ======  ======  ======  ======  ======
+    Motes light                        1.0432  1.0325  1.0055  1.0008  1.0001
+    Motes light, reversed in time      1.0576  1.0165  1.0080  1.0023  1.0001
+    drifting low-rank, 2 seeds         1.1485  1.0930  1.0033  1.0001  1.0000
+    synthetic sensors, 3 seeds         1.2767  --      1.0063  1.0002  1.0000
+    =================================  ======  ======  ======  ======  ======
+
+    (Synthetic sensors: grouped sinusoids with random walks, stuck-at-zero sensors and
+    a regime change half-way.) At d = 400, rank 50, b = 50 (power-law spectra and a
+    drifting stream) the worst ratios were 1.045 (p = 0), 1.0097 (p = 25) and 1.0008
+    (p = 50).
+
+    ``p = rank`` (the default) was within 1.0023 on every stream tried (ranks 2 to 20);
+    ``p = rank / 2`` was not (up to 1.012 at rank 5). At equal state (``2 r`` tracked
+    directions) it is below Frequent Directions with ``2 r`` rows on Motes (1.0008
+    against ~1.003). The price: per block ``t + b`` instead of ``r + b`` columns, i.e. about
+    ``((2r + b) / (r + b))**2`` times the work for large ``d`` (1.36x at r = 10,
+    b = 50) and none for ``d <= t + b``, where the cost is set by ``d``; published
+    subspaces of ``tracked_subspace`` are twice as large.
+
+    Forgetting (eq. (2)): ``S <- lambda S`` before each block, so older samples fade
+    geometrically and a drifting stream is tracked. With ``center=True`` the mean is
+    forgotten consistently: it is the mean with the same weights ``lambda**(2 j)``,
+    with effective count ``n_eff <- lambda**2 n_eff + b``.
+
+    Centring (``center=True``): each block is centred on its own mean ``m_B`` and the
+    column ``sqrt(w b / (w + b)) (m_old - m_B)`` is appended to it, with ``w = lambda**2
+    n_eff`` the effective count of the earlier samples, so
+    that ``U S`` stays the summary of the samples centred on the running mean (Ross,
+    Lim, Lin, Yang, "Incremental Learning for Robust Visual Tracking", IJCV 2008,
+    Sec. 3.1; the update of scikit-learn's ``IncrementalPCA``). Without truncation it
+    equals the SVD of the globally centred data.
+
+    Adaptive rank, eq. (4): after each block, ``w = s_r / sum_{i <= r} s_i`` over the
+    reported ``r = rank_`` singular values. If ``w > upper`` the rank grows by one
+    (reported at once when the state already tracks that direction, else after the
+    next block); if ``w < lower`` it shrinks by one (the last tracked direction is
     dropped at once). The rank stays in ``[1, min(block_size, n_features,
     max_rank)]`` and changes at most once per ``holdoff`` blocks.
 
-    Singular vectors get deterministic signs after every SVD (the largest-|.| entry
-    of each basis column is positive).
+    Singular vectors get deterministic signs in every result (the largest-|.| entry of
+    each basis column is positive); the internal state's signs are arbitrary.
 
     References
     ----------
     A. Grammenos, R. Mendoza-Smith, J. Crowcroft, C. Mascolo. "Federated Principal
     Component Analysis." NeurIPS 2020. arXiv:1907.08059.
+    D. A. Ross, J. Lim, R.-S. Lin, M.-H. Yang. "Incremental Learning for Robust Visual
+    Tracking." IJCV 77, 2008. doi:10.1007/s11263-007-0075-7.
 
     Examples
     --------
@@ -102,9 +187,12 @@ class FPCAEdge:
     >>> X += 0.01 * rng.normal(size=X.shape)
     >>> edge = FPCAEdge(n_features=12, rank=3, block_size=20).partial_fit(X[:333])
     >>> edge = edge.partial_fit(X[333:])
-    >>> edge.n_samples_seen_, edge.n_blocks_, edge.subspace.rank
-    (500, 25, 3)
+    >>> edge.n_samples_seen_, edge.n_blocks_, edge.subspace.rank, edge.n_tracked_
+    (500, 25, 3, 6)
     >>> error_ratio(X, edge.subspace.basis) < 1.001
+    True
+    >>> centred = FPCAEdge(12, 3, 20, center=True).fit(X + 5.0)
+    >>> bool(np.allclose(centred.subspace.mean, X.mean(axis=0) + 5.0))
     True
     """
 
@@ -114,19 +202,23 @@ class FPCAEdge:
         rank: int,
         block_size: int = 50,
         *,
+        oversample: int | None = None,
         adaptive: bool = False,
         rank_bounds: tuple[float, float] = (0.01, 0.10),
         holdoff: int = 1,
         max_rank: int | None = None,
         forget: float = 1.0,
+        center: bool = False,
     ) -> None:
         self.n_features = check_int(n_features, "n_features", 1)
         self.rank = check_int(rank, "rank", 1)
         self.block_size = check_int(block_size, "block_size", 1)
+        self.oversample = None if oversample is None else check_int(oversample, "oversample", 0)
         self.adaptive = bool(adaptive)
         self.holdoff = check_int(holdoff, "holdoff", 1)
         self.max_rank = None if max_rank is None else check_int(max_rank, "max_rank", 1)
         self.forget = check_forget(forget)
+        self.center = bool(center)
         try:
             lower, upper = (float(v) for v in rank_bounds)
         except (TypeError, ValueError):
@@ -138,14 +230,37 @@ class FPCAEdge:
         self.rank_bounds = (lower, upper)
         if self.rank > self.n_features:
             raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
-        if self.rank > self.block_size:
-            raise ValueError(f"rank {self.rank} exceeds block_size {self.block_size}")
+        if self.adaptive and self.rank > self.block_size:
+            raise ValueError(
+                f"rank {self.rank} exceeds block_size {self.block_size} (required with "
+                "adaptive=True)"
+            )
         if self.max_rank is not None and self.rank > self.max_rank:
             raise ValueError(f"rank {self.rank} exceeds max_rank {self.max_rank}")
-        self.n_features_ = self.n_features
-        self._rank_cap = min(self.n_features, self.block_size, self.max_rank or self.n_features)
-        # Preallocated (block_size, n_features) buffer; never reallocated.
-        self._buffer = np.empty((self.block_size, self.n_features))
+        d = self.n_features
+        self.n_features_ = d
+        if self.oversample is None:
+            self.oversample_ = min(self.rank, d - self.rank)
+        else:
+            self.oversample_ = self.oversample
+        if self.adaptive:
+            self._rank_cap = min(d, self.block_size, self.max_rank or d)
+        else:
+            self._rank_cap = self.rank
+        max_tracked = min(d, self._rank_cap + self.oversample_)
+        n_cols = self.block_size + int(self.center)
+        # Preallocated, never reallocated: the block buffer (rows are samples; with
+        # center=True one more row for the mean-correction column), two basis buffers
+        # (the current state and the next one, swapped after each block) and the
+        # work arrays of the update.
+        self._buffer = np.empty((n_cols, d))
+        self._basis_buffers = (
+            np.empty((d, max_tracked), order="F"),
+            np.empty((d, max_tracked), order="F"),
+        )
+        self._work = UpdateBuffers(d, max_tracked, n_cols)
+        self._mean_buffer = np.zeros(d)
+        self._block_mean = np.empty(d)
         self.reset()
 
     def reset(self) -> FPCAEdge:
@@ -159,10 +274,27 @@ class FPCAEdge:
         self.n_samples_seen_ = 0
         self.n_blocks_ = 0
         self._n_pending = 0
-        self._basis = np.zeros((self.n_features, 0))
+        self._current = 0
+        self._basis = self._basis_buffers[0][:, :0]
         self._singular_values = np.zeros(0)
+        self._mean_buffer.fill(0.0)
+        self._weight = 0.0  # effective number of samples behind the mean (center=True)
         self._last_rank_change: int | None = None
         return self
+
+    @property
+    def n_tracked_(self) -> int:
+        """Number of directions in the state (see the class docstring)."""
+        return int(self._basis.shape[1])
+
+    @property
+    def mean_(self) -> np.ndarray | None:
+        """Mean of the applied blocks when ``center``, else None (a copy)."""
+        return self._mean_buffer.copy() if self.center else None
+
+    def _n_target(self) -> int:
+        """Directions the next update keeps: ``min(rank_ + oversample_, n_features)``."""
+        return min(self.rank_ + self.oversample_, self.n_features)
 
     def _check_samples(self, samples: object) -> np.ndarray:
         if isinstance(samples, np.ndarray) and samples.dtype.kind not in "biuf":
@@ -190,7 +322,8 @@ class FPCAEdge:
         ----------
         X : array-like of shape (n_samples, n_features) or (n_features,)
             New samples as rows; a 1-D array is one sample; zero rows is a no-op.
-            Copied into the block buffer, never modified or kept.
+            Copied into the block buffer, never modified or kept. Checked once per
+            call (not per block).
 
         Returns
         -------
@@ -229,34 +362,82 @@ class FPCAEdge:
     def _consume(self, x: np.ndarray) -> FPCAEdge:
         """Copy checked samples ``x`` into the block buffer, applying each full block."""
         n = x.shape[0]
+        b = self.block_size
+        buffer = self._buffer
         start = 0
         while start < n:  # one iteration per block touched: <= n / block_size + 1
-            take = min(self.block_size - self._n_pending, n - start)
-            self._buffer[self._n_pending : self._n_pending + take] = x[start : start + take]
-            self._n_pending += take
+            pending = self._n_pending
+            take = min(b - pending, n - start)
+            buffer[pending : pending + take] = x[start : start + take]
+            self._n_pending = pending + take
             start += take
-            if self._n_pending == self.block_size:
+            if self._n_pending == b:
                 self._apply_block()
         self.n_samples_seen_ += n
         return self
 
+    def _centre_rows(
+        self, buffer: np.ndarray, k: int, mean: np.ndarray, weight: float, scratch: np.ndarray
+    ) -> tuple[int, float]:
+        """Centre ``buffer[:k]`` in place on its mean; row ``k`` gets the mean correction.
+
+        ``buffer`` has at least ``k + 1`` rows; ``mean`` (the running mean of effective
+        weight ``weight``) is updated in place; ``scratch`` is a ``(n_features,)`` work
+        array. Returns the number of columns of the update (``k``, or ``k + 1`` with the
+        correction column ``sqrt(w k / (w + k)) (mean_old - mean_block)``, ``w =
+        forget**2 weight``, Ross et al. 2008) and the new effective weight ``w + k``.
+        """
+        rows = buffer[:k]
+        np.mean(rows, axis=0, out=scratch)
+        old = (self.forget * self.forget) * weight
+        total = old + k
+        rows -= scratch
+        n_cols = k
+        if old > 0.0:
+            correction = buffer[k]
+            np.subtract(mean, scratch, out=correction)
+            correction *= math.sqrt(old * k / total)
+            n_cols = k + 1
+        # mean <- mean + (k / total) * (mean_block - mean)
+        np.subtract(scratch, mean, out=scratch)
+        scratch *= k / total
+        mean += scratch
+        return n_cols, total
+
     def _apply_block(self) -> None:
+        if self.center:
+            n_cols, self._weight = self._centre_rows(
+                self._buffer, self.block_size, self._mean_buffer, self._weight, self._block_mean
+            )
+            cols = self._buffer[:n_cols].T
+        else:
+            cols = self._buffer.T
+        out = self._basis_buffers[1 - self._current]
         self._basis, self._singular_values = svd_update(
-            self._basis, self._singular_values, self._buffer.T, self.rank_, self.forget
+            self._basis,
+            self._singular_values,
+            cols,
+            self._n_target(),
+            self.forget,
+            check_rank=self.rank_,
+            out_basis=out,
+            buffers=self._work,
         )
+        self._current = 1 - self._current
         self._n_pending = 0
         self.n_blocks_ += 1
         if self.adaptive:
             self._adapt_rank()
 
     def _adapt_rank(self) -> None:
-        """Eq. (4): move ``rank_`` by one if the last singular value's weight is out of bounds."""
+        """Eq. (4): move ``rank_`` by one if the last reported singular value's weight is out
+        of bounds."""
         if (
             self._last_rank_change is not None
             and self.n_blocks_ - self._last_rank_change < self.holdoff
         ):
             return
-        sv = self._singular_values
+        sv = self._singular_values[: self.rank_]
         total = float(sv.sum())
         if sv.shape[0] == 0 or total <= 0.0:
             return
@@ -266,11 +447,52 @@ class FPCAEdge:
             self.rank_ += 1
         elif weight < lower and self.rank_ > 1:
             self.rank_ -= 1
-            self._basis = self._basis[:, : self.rank_]
-            self._singular_values = self._singular_values[: self.rank_]
+            keep = self._n_target()
+            self._basis = self._basis[:, :keep]
+            self._singular_values = self._singular_values[:keep]
         else:
             return
         self._last_rank_change = self.n_blocks_
+
+    def _state_with_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Basis, singular values and mean with the pending rows folded in (on copies)."""
+        mean = self._mean_buffer.copy() if self.center else None
+        if not self._n_pending:
+            return self._basis, self._singular_values, mean
+        k = self._n_pending
+        rows = np.empty((k + 1, self.n_features))
+        rows[:k] = self._buffer[:k]
+        n_cols = k
+        if mean is not None:
+            n_cols = self._centre_rows(rows, k, mean, self._weight, np.empty_like(mean))[0]
+        basis, sv = svd_update(
+            self._basis,
+            self._singular_values,
+            rows[:n_cols].T,
+            self._n_target(),
+            self.forget,
+            check_rank=self.rank_,
+        )
+        return basis, sv, mean
+
+    @property
+    def tracked_subspace(self) -> Subspace:
+        """All tracked directions (``rank_ + oversample_``), including the pending rows.
+
+        What a leaf should publish when its parent merges at the tracked rank: merging
+        the extra directions too keeps merges upstream as accurate as the leaf (8-way
+        federated error ratio on the Motes data 1.0123 with p = 0, 1.0014 with p = 5,
+        1.0005 with p = 10 at rank 10).
+
+        Returns
+        -------
+        Subspace
+            ``basis`` of shape ``(n_features, t)`` with ``t <= min(rank_ +
+            oversample_, n_features)``, ``singular_values`` of shape ``(t,)``,
+            ``n_samples = n_samples_seen_``, ``mean`` when ``center``.
+        """
+        basis, sv, mean = self._state_with_pending()
+        return Subspace(flip_signs(basis), sv.copy(), self.n_samples_seen_, mean)
 
     @property
     def subspace(self) -> Subspace:
@@ -283,25 +505,19 @@ class FPCAEdge:
         Returns
         -------
         Subspace
-            ``basis`` of shape ``(n_features, r)`` with ``r <= rank_``,
-            ``singular_values`` of shape ``(r,)``, ``n_samples = n_samples_seen_``.
-            Rank 0 before any sample.
+            ``basis`` of shape ``(n_features, r)`` with ``r <= rank_`` (the leading
+            tracked directions), ``singular_values`` of shape ``(r,)``,
+            ``n_samples = n_samples_seen_``, and ``mean`` when ``center`` (else
+            None). Rank 0 before any sample.
         """
-        if self._n_pending:
-            basis, sv = svd_update(
-                self._basis,
-                self._singular_values,
-                self._buffer[: self._n_pending].T,
-                self.rank_,
-                self.forget,
-            )
-        else:
-            basis, sv = self._basis, self._singular_values
-        return Subspace(basis, sv, self.n_samples_seen_)
+        basis, sv, mean = self._state_with_pending()
+        r = min(self.rank_, basis.shape[1])
+        return Subspace(flip_signs(basis[:, :r]), sv[:r].copy(), self.n_samples_seen_, mean)
 
     def __repr__(self) -> str:
         return (
             f"FPCAEdge(n_features={self.n_features}, rank={self.rank}, "
-            f"block_size={self.block_size}, adaptive={self.adaptive}, rank_={self.rank_}, "
+            f"block_size={self.block_size}, oversample={self.oversample_}, "
+            f"adaptive={self.adaptive}, center={self.center}, rank_={self.rank_}, "
             f"n_samples_seen_={self.n_samples_seen_})"
         )

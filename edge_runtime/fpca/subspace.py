@@ -2,10 +2,10 @@
 
 A subspace is the rank-``r`` truncated SVD summary of everything a node has seen:
 an orthonormal ``basis`` of shape ``(n_features, rank)``, its non-increasing
-``singular_values`` of shape ``(rank,)`` and the number of samples ``n_samples``
-it summarises. Samples are rows (scikit-learn convention); the paper
-(Grammenos et al., NeurIPS 2020) writes them as columns, so its ``U`` is our
-``basis`` and its ``Sigma`` our ``singular_values``.
+``singular_values`` of shape ``(rank,)``, the number of samples ``n_samples``
+it summarises and, for centred summaries only, their ``mean``. Samples are rows
+(scikit-learn convention); the paper (Grammenos et al., NeurIPS 2020) writes them as
+columns, so its ``U`` is our ``basis`` and its ``Sigma`` our ``singular_values``.
 """
 
 from __future__ import annotations
@@ -17,33 +17,40 @@ import numpy as np
 __all__ = ["Subspace", "flip_signs"]
 
 
-def flip_signs(basis: np.ndarray) -> np.ndarray:
+def flip_signs(basis: np.ndarray, *, copy: bool = True) -> np.ndarray:
     """Return ``basis`` with each column's sign chosen so its largest-|.| entry is positive.
 
     Parameters
     ----------
     basis : ndarray of shape (n_features, rank)
+    copy : bool, default=True
+        If False and ``basis`` is a writeable float64 array, flip it in place and
+        return it (for freshly computed results); otherwise work on a copy.
 
     Returns
     -------
-    ndarray of shape (n_features, rank), a new array (the input is not modified).
+    ndarray of shape (n_features, rank)
+        A new array, or ``basis`` itself when ``copy=False`` allowed it.
 
     Deterministic signs make results compare across runs and nodes (as scikit-learn's
     ``svd_flip``).
     """
-    basis = np.array(basis, dtype=np.float64, copy=True)
+    if copy or not (
+        isinstance(basis, np.ndarray) and basis.dtype == np.float64 and basis.flags.writeable
+    ):
+        basis = np.array(basis, dtype=np.float64, copy=True)
     if basis.size == 0:
         return basis
     rows = np.argmax(np.abs(basis), axis=0)
-    signs = np.sign(basis[rows, np.arange(basis.shape[1])])
-    signs[signs == 0] = 1.0
-    basis *= signs
+    negative = basis[rows, np.arange(basis.shape[1])] < 0
+    if negative.any():
+        basis[:, negative] *= -1.0
     return basis
 
 
 @dataclass(frozen=True, eq=False)
 class Subspace:
-    """A rank-``r`` subspace summary: ``basis``, ``singular_values`` and ``n_samples``.
+    """A rank-``r`` subspace summary: ``basis``, ``singular_values``, ``n_samples``, ``mean``.
 
     Parameters
     ----------
@@ -53,6 +60,11 @@ class Subspace:
         Non-negative, non-increasing.
     n_samples : int
         Number of samples (rows) the subspace summarises, >= 0.
+    mean : ndarray of shape (n_features,), float64, or None, default=None
+        None (the paper's default) for an uncentred summary: ``basis`` and
+        ``singular_values`` are the truncated SVD of the samples themselves. For a
+        centred summary (``FPCAEdge(center=True)``), the mean of the samples, and
+        ``basis``/``singular_values`` summarise the samples minus this mean.
 
     Raises
     ------
@@ -66,6 +78,7 @@ class Subspace:
     basis: np.ndarray
     singular_values: np.ndarray
     n_samples: int
+    mean: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         basis = np.asarray(self.basis, dtype=np.float64)
@@ -80,6 +93,14 @@ class Subspace:
             raise ValueError(f"rank {basis.shape[1]} exceeds n_features {basis.shape[0]}")
         if int(self.n_samples) < 0:
             raise ValueError(f"n_samples must be >= 0, got {self.n_samples}")
+        if self.mean is not None:
+            mean = np.asarray(self.mean, dtype=np.float64)
+            if mean.shape != (basis.shape[0],):
+                raise ValueError(
+                    f"mean must have shape ({basis.shape[0]},) (n_features), got {mean.shape}"
+                )
+            mean.setflags(write=False)
+            object.__setattr__(self, "mean", mean)
         basis.setflags(write=False)
         sv.setflags(write=False)
         object.__setattr__(self, "basis", basis)
@@ -101,12 +122,21 @@ class Subspace:
         """Number of basis vectors ``r``."""
         return int(self.basis.shape[1])
 
+    @property
+    def centered(self) -> bool:
+        """True if the summary is of mean-centred samples (``mean`` is not None)."""
+        return self.mean is not None
+
     def truncate(self, rank: int) -> Subspace:
-        """The leading ``min(rank, self.rank)`` directions of this subspace."""
+        """The leading ``min(rank, self.rank)`` directions of this subspace (same ``mean``)."""
         rank = max(0, min(int(rank), self.rank))
-        return Subspace(self.basis[:, :rank], self.singular_values[:rank], self.n_samples)
+        return Subspace(
+            self.basis[:, :rank], self.singular_values[:rank], self.n_samples, self.mean
+        )
 
     def __repr__(self) -> str:
+        centred = ", centered=True" if self.mean is not None else ""
         return (
-            f"Subspace(n_features={self.n_features}, rank={self.rank}, n_samples={self.n_samples})"
+            f"Subspace(n_features={self.n_features}, rank={self.rank}, "
+            f"n_samples={self.n_samples}{centred})"
         )

@@ -1,0 +1,301 @@
+"""Run the FPCA-Edge benchmark suite and write ``REPORT.md`` plus PNG plots.
+
+Usage::
+
+    python -m benchmarks.run [--quick] [--out DIR]
+
+``--quick`` shrinks sizes and repeats (well under a minute; for smoke checks, not for
+numbers); the full run takes a few minutes on a 2-core machine. The output directory
+(default ``benchmarks/report``) receives ``REPORT.md``, ``results.json`` and the PNGs.
+See ``benchmarks/README.md`` for what each benchmark measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import accuracy, memory, report, timing
+from benchmarks.measure import single_thread
+from benchmarks.synth import SYNTH_ALPHAS, synth
+from edge_runtime.datasets import load_dataset
+from edge_runtime.fpca import error_ratio
+
+__all__ = ["FULL", "QUICK", "Sizes", "main", "run_suite"]
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "report"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Problem sizes and repeat counts of one run of the suite."""
+
+    name: str
+    rank: int = 10
+    block_size: int = 50
+    motes_points: int = 40
+    motes_rows: int | None = None  # None: all 7712 rows (fewer only for smoke tests)
+    synth_shape: tuple[int, int] = (400, 4000)  # (d, n) of supplementary D.1
+    synth_alphas: tuple[float, ...] = SYNTH_ALPHAS
+    synth_points: int = 25
+    grid_d: tuple[int, ...] = (48, 400, 1000)
+    grid_r: tuple[int, ...] = (10, 50)
+    grid_b: tuple[int, ...] = (25, 50, 200)
+    grid_blocks: int = 40
+    grid_repeats: int = 5
+    merge_repeats: int = 15
+    merge_sweep_d: tuple[int, ...] = (100, 200, 400, 800, 1600, 3200)
+    merge_sweep_r: tuple[int, ...] = (12, 25, 50, 100, 200)
+    merge_sweep_repeats: int = 7
+    children: tuple[int, ...] = tuple(2**i for i in range(2, 11))
+    child_updates: int = 201
+    merge_many_repeats: int = 3
+    memory_lengths: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
+    memory_ipca_max: int = 10**6
+
+
+FULL = Sizes("full")
+QUICK = Sizes(
+    "quick",
+    motes_points=12,
+    synth_shape=(400, 1000),
+    synth_alphas=(0.1, 1.0, 3.0),
+    synth_points=8,
+    grid_blocks=6,
+    grid_repeats=1,
+    merge_repeats=3,
+    merge_sweep_d=(200, 800),
+    merge_sweep_r=(50, 100),
+    merge_sweep_repeats=1,
+    children=(4, 16, 64, 256),
+    child_updates=31,
+    merge_many_repeats=1,
+    memory_lengths=(10**3, 10**4),
+    memory_ipca_max=10**4,
+)
+
+
+def _environment(sizes: Sizes) -> dict[str, str]:
+    import scipy
+    import sklearn
+    from threadpoolctl import threadpool_info
+
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        cpu = platform.processor() or "unknown"
+    pools = {f"{i['internal_api']} {i.get('version') or ''}".strip() for i in threadpool_info()}
+    return {
+        "run": f"{sizes.name} ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})",
+        "machine": f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}",
+        "python": sys.version.split()[0],
+        "numpy / scipy / scikit-learn": f"{np.__version__} / {scipy.__version__} / "
+        f"{sklearn.__version__}",
+        "BLAS/OpenMP pools": ", ".join(sorted(pools)) + " (limited to 1 thread while timing)",
+    }
+
+
+def _bench_accuracy(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    r, b = sizes.rank, sizes.block_size
+    x = load_dataset("motes-light")[: sizes.motes_rows]
+    res.motes_shape = (x.shape[0], x.shape[1])
+    pts = accuracy.checkpoints(x.shape[0], sizes.motes_points, step=b)
+    res.motes = accuracy.run_trajectories(x, r, accuracy.method_factories(x.shape[1], r, b), pts)
+    log("  motes: " + ", ".join(f"{k} {t.final:.4f}" for k, t in res.motes.items()))
+    res.federated = {
+        accuracy.FPCA: error_ratio(x, accuracy.federated_basis(x, r, block_size=b)),
+        accuracy.FPCA_NO_OVERSAMPLE: error_ratio(
+            x, accuracy.federated_basis(x, r, oversample=0, block_size=b)
+        ),
+        accuracy.FPCA_EQUAL_STATE: error_ratio(
+            x, accuracy.federated_basis(x, r, oversample=r, block_size=b)
+        ),
+    }
+    if accuracy.FPCA_CENTRED in res.motes:
+        res.federated[f"{accuracy.FPCA_CENTRED}, centred ratio"] = error_ratio(
+            x - x.mean(axis=0), accuracy.federated_basis(x, r, center=True, block_size=b)
+        )
+    log("  federated: " + ", ".join(f"{k} {v:.4f}" for k, v in res.federated.items()))
+    d, n = sizes.synth_shape
+    res.synth_shape = (d, n)
+    for alpha in sizes.synth_alphas:
+        xs = synth(alpha, d, n, seed=0)
+        pts = accuracy.checkpoints(n, sizes.synth_points, step=b)
+        res.synth[alpha] = accuracy.run_trajectories(xs, r, accuracy.method_factories(d, r, b), pts)
+        log(f"  synth alpha={alpha:g}: FPCA-Edge {res.synth[alpha][accuracy.FPCA].final:.4f}")
+
+
+def _bench_throughput(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    for d in sizes.grid_d:
+        for r in sizes.grid_r:
+            for b in sizes.grid_b:
+                row = timing.throughput(
+                    d, r, b, n_blocks=sizes.grid_blocks, repeats=sizes.grid_repeats
+                )
+                res.throughput.append(row)
+                ratio = "n/a" if row.ratio is None else f"{row.ratio:.2f}x"
+                fpca = "n/a" if row.fpca is None else f"{row.fpca:,.0f}"
+                log(f"  d={d} r={r} b={b}: FPCA-Edge {fpca} samples/s, ratio {ratio} {row.note}")
+
+
+def _bench_merge(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.merge = timing.merge_times(800, 100, repeats=sizes.merge_repeats)
+    log(f"  d=800 r=100: {res.merge.speedup:.2f}x, angle {res.merge.max_angle:.1e}")
+    reps = sizes.merge_sweep_repeats
+    res.merge_sweep_d = [timing.merge_times(d, 100, repeats=reps) for d in sizes.merge_sweep_d]
+    res.merge_sweep_r = [timing.merge_times(800, r, repeats=reps) for r in sizes.merge_sweep_r]
+
+
+def _bench_aggregator(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.aggregator = timing.aggregator_times(
+        sizes.children,
+        48,
+        sizes.rank + res.oversample,
+        n_updates=sizes.child_updates,
+        repeats_many=sizes.merge_many_repeats,
+    )
+    for row in res.aggregator:
+        log(
+            f"  k={row.n_children}: update {row.update * 1e3:.3f} ms "
+            f"({row.merges_per_update} merges), merge_many {row.merge_many * 1e3:.2f} ms"
+        )
+    res.growth = timing.growth_check(res.aggregator)
+
+
+def _bench_memory(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    for n in sizes.memory_lengths:
+        row = memory.memory_row(
+            n, rank=sizes.rank, block_size=sizes.block_size, with_ipca=n <= sizes.memory_ipca_max
+        )
+        res.memory.append(row)
+        log(f"  n={n:,}: FPCA-Edge {row.fpca / 1024:.1f} KiB")
+
+
+BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], None]] = {
+    "accuracy": _bench_accuracy,
+    "throughput": _bench_throughput,
+    "merge": _bench_merge,
+    "aggregator": _bench_aggregator,
+    "memory": _bench_memory,
+}
+
+
+def run_suite(
+    sizes: Sizes,
+    out_dir: Path,
+    *,
+    only: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> report.Results:
+    """Run the benchmarks (all, or those named in ``only``) and write the report.
+
+    Parameters
+    ----------
+    sizes : Sizes
+        `FULL`, `QUICK` or a custom set.
+    out_dir : Path
+        Created if missing; receives ``REPORT.md``, ``results.json`` and PNGs.
+    only : sequence of str or None
+        Names from `BENCHMARKS`; None runs all.
+    log : callable
+        Progress lines go here.
+
+    Returns
+    -------
+    report.Results
+
+    Raises
+    ------
+    ValueError
+        If ``only`` names an unknown benchmark.
+    """
+    names = list(BENCHMARKS) if only is None else list(only)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = report.Results(
+        mode=sizes.name,
+        rank=sizes.rank,
+        block_size=sizes.block_size,
+        oversample=accuracy.default_oversample(48, sizes.rank, sizes.block_size),
+        environment=_environment(sizes),
+    )
+    total = time.perf_counter()
+    # One BLAS thread throughout: the timed parts need it (see benchmarks.measure), and
+    # the untimed set-up runs small problems that two threads only slow down.
+    with single_thread():
+        for name in names:
+            log(f"[{name}]")
+            t0 = time.perf_counter()
+            BENCHMARKS[name](res, sizes, log)
+            res.seconds[name] = time.perf_counter() - t0
+    res.seconds["total"] = time.perf_counter() - total
+    report.write_plots(res, out_dir)
+    report.write_report(res, out_dir)
+    (out_dir / "results.json").write_text(json.dumps(_jsonable(res), indent=1, allow_nan=True))
+    log(f"wrote {out_dir / 'REPORT.md'} in {res.seconds['total']:.1f} s")
+    return res
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        for prop in ("ratio", "speedup", "naive", "update_per_log2k"):
+            if hasattr(type(obj), prop):
+                out[prop] = _jsonable(getattr(obj, prop))
+        return out
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns 0 (failed Done-when items are printed, not fatal:
+    benchmarks report numbers, tests check correctness)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes and repeats (< 60 s)")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(BENCHMARKS),
+        help="run only these benchmarks (default: all)",
+    )
+    args = parser.parse_args(argv)
+    res = run_suite(QUICK if args.quick else FULL, args.out, only=args.only)
+    failed = [c for c in report.done_when(res) if c.passed is False]
+    for c in failed:
+        print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

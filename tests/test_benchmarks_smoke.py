@@ -1,0 +1,123 @@
+"""The benchmark harness runs end to end on tiny sizes and its measuring parts are right.
+
+Benchmarks report numbers, they are not timed tests: nothing here checks a speed.
+These tests check that every benchmark runs and lands in the report, and that the
+pieces the numbers rest on (the running error ratio, the Synth generator, the
+checkpoints, the Done-when evaluation) compute what they claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+
+from benchmarks import report
+from benchmarks.accuracy import checkpoints
+from benchmarks.measure import GramTracker, time_side_by_side
+from benchmarks.run import QUICK, run_suite
+from benchmarks.synth import low_rank, synth
+from benchmarks.timing import MergeRow, throughput
+from edge_runtime.fpca import error_ratio, offline_subspace
+
+TINY = dataclasses.replace(
+    QUICK,
+    name="tiny",
+    motes_points=4,
+    motes_rows=600,
+    synth_shape=(30, 300),
+    synth_alphas=(0.5, 2.0),
+    synth_points=3,
+    grid_d=(48, 100),
+    grid_r=(10, 50),
+    grid_b=(25, 50),
+    grid_blocks=2,
+    merge_sweep_d=(120,),
+    merge_sweep_r=(10,),
+    children=(4, 8),
+    child_updates=3,
+    memory_lengths=(500, 1000),
+    memory_ipca_max=500,
+)
+
+
+def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
+    lines: list[str] = []
+    res = run_suite(TINY, tmp_path, log=lines.append)
+
+    text = (tmp_path / "REPORT.md").read_text()
+    assert text.index("## Done-when check") < text.index("## (a)")
+    for section in ("## (a)", "## (b)", "## (c)", "## (d)", "## (e)"):
+        assert section in text
+    for png in ("accuracy_motes", "accuracy_synth", "throughput", "merge", "aggregator", "memory"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "results.json").read_text())["mode"] == "tiny"
+    assert lines[-1].startswith("wrote ")
+    # every method of (a) has a finite final ratio >= 1 on the Motes prefix
+    assert len(res.motes) >= 6
+    assert all(t.final >= 1.0 - 1e-9 for t in res.motes.values())
+
+
+def test_the_throughput_grid_marks_cells_that_cannot_run():
+    row = throughput(48, 50, 25, n_blocks=1, repeats=1)
+    assert (row.fpca, row.ipca, row.note) == (None, None, "r > d")
+
+
+def test_the_running_ratio_equals_error_ratio_on_every_prefix():
+    x = low_rank(400, 12, 3, noise=0.3, seed=4) + 2.0
+    basis = offline_subspace(x[:150], 3).basis
+    tracker = GramTracker(12)
+    for stop in (100, 250, 400):
+        tracker.add(x[tracker.n_samples : stop])
+        prefix = x[:stop]
+        assert tracker.ratio(basis) == pytest.approx(error_ratio(prefix, basis), rel=1e-9)
+        centred = prefix - prefix.mean(axis=0)
+        assert tracker.ratio(basis, centred=True) == pytest.approx(
+            error_ratio(centred, basis), rel=1e-9
+        )
+
+
+def test_synth_has_the_power_law_spectrum_and_unit_largest_row():
+    x = synth(1.0, n_features=20, n_samples=20_000, seed=1)
+    assert np.linalg.norm(x, axis=1).max() == pytest.approx(1.0)
+    s = np.linalg.svd(x, compute_uv=False)
+    # sigma_i ~ i^-1: the ratio of the first to the i-th is close to i
+    assert s[0] / s[[1, 4, 9, 19]] == pytest.approx([2, 5, 10, 20], rel=0.05)
+
+
+def test_synth_is_reproducible_from_its_seed_and_differs_across_seeds():
+    assert np.array_equal(synth(0.5, 10, 50, seed=2), synth(0.5, 10, 50, seed=2))
+    assert not np.array_equal(synth(0.5, 10, 50, seed=2), synth(0.5, 10, 50, seed=3))
+
+
+def test_checkpoints_are_increasing_block_multiples_ending_at_the_stream_length():
+    pts = checkpoints(7712, 40)
+    assert pts == sorted(set(pts))
+    assert pts[-1] == 7712
+    assert all(p % 50 == 0 for p in pts[:-1])
+
+
+def test_side_by_side_timing_runs_every_contender_warmup_plus_repeats():
+    calls = {"a": 0, "b": 0}
+
+    def bump(name):
+        def run():
+            calls[name] += 1
+
+        return run
+
+    times = time_side_by_side({"a": bump("a"), "b": bump("b")}, repeats=5)
+    assert calls == {"a": 6, "b": 6}
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+
+
+def test_done_when_fails_an_item_whose_number_misses_its_target():
+    res = report.Results("t", 10, 50, 0, {})
+    res.merge = MergeRow(800, 100, merge=2.0, naive_scipy=1.0, naive_numpy=1.5, max_angle=0.0)
+    (check,) = report.done_when(res)
+    assert check.passed is False and "0.50x" in check.measured
