@@ -177,3 +177,33 @@ def test_subspace_mean_is_validated_read_only_and_kept_by_truncate() -> None:
     assert Subspace(np.eye(4)[:, :2], np.ones(2), 5).mean is None
     with pytest.raises(ValueError, match=r"mean must have shape \(4,\) \(n_features\), got \(3,\)"):
         Subspace(np.eye(4)[:, :2], np.ones(2), 5, np.zeros(3))
+
+
+def naive_centred_stream(
+    x: np.ndarray, rank: int, block_size: int, tracked: int, forget: float
+) -> Subspace:
+    """Reference: explicit SVD of ``[forget U S, (B - m_B)^T, correction]`` per block."""
+    d = x.shape[1]
+    u, s, mean, weight = np.zeros((d, 0)), np.zeros(0), np.zeros(d), 0.0
+    for start in range(0, x.shape[0], block_size):
+        block = x[start : start + block_size]
+        k = block.shape[0]
+        block_mean = block.mean(axis=0)
+        old = forget**2 * weight
+        cols = [forget * u * s, (block - block_mean).T]
+        if old > 0:
+            cols.append(np.sqrt(old * k / (old + k)) * (mean - block_mean)[:, None])
+        u, s, _ = np.linalg.svd(np.hstack(cols), full_matrices=False)
+        u, s = u[:, :tracked], s[:tracked]
+        mean = (old * mean + k * block_mean) / (old + k)
+        weight = old + k
+    return Subspace(u[:, :rank], s[:rank], x.shape[0], mean)
+
+
+@pytest.mark.parametrize("forget", [1.0, 0.9])
+def test_truncating_centred_stream_matches_the_explicit_reference(
+    data: np.ndarray, forget: float
+) -> None:
+    edge = FPCAEdge(8, 2, 25, oversample=1, center=True, forget=forget).fit(data)
+
+    assert_same_summary(edge.subspace, naive_centred_stream(data, 2, 25, 3, forget))

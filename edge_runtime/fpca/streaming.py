@@ -168,6 +168,13 @@ class FPCAEdge:
     dropped at once). The rank stays in ``[1, min(block_size, n_features,
     max_rank)]`` and changes at most once per ``holdoff`` blocks.
 
+    BLAS threads: the per-block problems are small, and OpenBLAS's threads do not
+    speed them up; on a busy machine they slow them down badly (measured on 2 loaded
+    cores, d = 48, b = 200: 5-7.7 ms per block with OpenBLAS's default 2 threads,
+    0.5 ms with 1). This class does not change the process's threading; run it under
+    ``threadpoolctl.threadpool_limits(limits=1, user_api="blas")`` (or set it once per
+    process) where other work competes for the cores.
+
     Singular vectors get deterministic signs in every result (the largest-|.| entry of
     each basis column is positive); the internal state's signs are arbitrary.
 
