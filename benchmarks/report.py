@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE, Trajectory
 from benchmarks.baselines import FrequentDirections
@@ -193,8 +193,8 @@ def done_when(res: Results) -> list[Check]:
         spread = max(peaks) / min(peaks)
         checks.append(
             Check(
-                f"Memory flat over {res.memory[0].n_samples:.0e} .. "
-                f"{res.memory[-1].n_samples:.0e} samples (tracemalloc peak)",
+                f"Memory flat over {res.memory[0].n_samples:,} .. "
+                f"{res.memory[-1].n_samples:,} samples (tracemalloc peak)",
                 f"{min(peaks) / 1024:.0f} .. {max(peaks) / 1024:.0f} KiB (max/min {spread:.3f})",
                 f"max/min <= {FLAT_MEMORY_TOLERANCE}",
                 spread <= FLAT_MEMORY_TOLERANCE,
@@ -254,7 +254,7 @@ def _accuracy_section(res: Results) -> list[str]:
                     "tracked directions",
                     "error ratio",
                     "centred error ratio",
-                    "time in run (s)",
+                    "time in this run (s, indicative)",
                 ],
                 rows,
             )
@@ -292,7 +292,7 @@ def _accuracy_section(res: Results) -> list[str]:
             if res.synth[alphas[0]][name].final_centred is not None:
                 rows.append(
                     [
-                        f"{name} (centred)",
+                        f"{name}, centred ratio",
                         *[_fmt_ratio(res.synth[a][name].final_centred) for a in alphas],
                     ]
                 )
@@ -306,8 +306,9 @@ def _throughput_section(res: Results) -> list[str]:
         "## (b) Ingest throughput: FPCA-Edge vs IncrementalPCA",
         "",
         "Samples/s from a fresh estimator to the end of a low-rank stream (rank 2r signal "
-        "plus noise), one `partial_fit` per batch of b samples for both (FPCA-Edge: one "
-        "block update per call; IncrementalPCA(n_components=r): one batch per call), medians "
+        "plus noise; its length in the samples column), one `partial_fit` per batch "
+        "of b samples for both (FPCA-Edge with its default oversample: one block update per "
+        "call; scikit-learn's IncrementalPCA(n_components=r): one batch per call), medians "
         "of side-by-side repeats, one BLAS thread. IncrementalPCA needs b >= r: n/a "
         "otherwise.",
         "",
@@ -317,7 +318,7 @@ def _throughput_section(res: Results) -> list[str]:
             r.n_features,
             r.rank,
             r.block_size,
-            r.n_samples,
+            f"{r.n_samples:,}",
             "n/a" if r.fpca is None else f"{r.fpca:,.0f}",
             "n/a" if r.ipca is None else f"{r.ipca:,.0f}",
             "n/a" if r.ratio is None else f"{r.ratio:.2f}x",
@@ -347,12 +348,14 @@ def _throughput_section(res: Results) -> list[str]:
 def _merge_section(res: Results) -> list[str]:
     out = ["## (c) Merge time: Alg. 2 vs the naive SVD of the concatenation", ""]
     out.append(
-        "Two rank-r subspaces (offline SVDs of the halves of Synth(1) data with 4d samples). "
-        "Alg. 2 = `merge_subspaces` as an aggregator calls it (checks, signs, `Subspace` "
-        "result included). Naive = economy SVD of the d x 2r matrix [U1 S1, U2 S2] (scipy "
-        "gesdd and numpy; the faster is the reference), truncated to r. Largest principal "
-        "angle between the two results in radians. Medians of side-by-side repeats, one "
-        "BLAS thread."
+        "Two overlapping rank-r subspaces (offline SVDs of two samples of 4r rows from one "
+        "power-law distribution, `benchmarks.timing.merge_inputs`). Alg. 2 = "
+        "`merge_subspaces` as an aggregator calls it (checks, signs, `Subspace` result "
+        "included). Naive = economy SVD of the d x 2r matrix [U1 S1, U2 S2] (scipy gesdd and "
+        "numpy; the faster is the reference), truncated to r. Largest principal angle "
+        "between the two results in radians. Medians of side-by-side repeats, one BLAS "
+        "thread. The first row is the Done-when point (supplementary Fig. 5); the others are "
+        "the sweeps of the plot (d at r = 100, then r at d = 800)."
     )
     out.append("")
     rows = []
@@ -533,6 +536,13 @@ def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> Non
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _plain_log_axis(axis: Any) -> None:
+    """Log-axis ticks at 1, 2, 5 x 10^k labelled as plain numbers (no 6 x 10^1)."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _ratio_label(y: float, _pos: object = None) -> str:
     """Tick label of ``ratio - 1 = y`` as the ratio itself: 1e-3 -> "1.001", 10 -> "11"."""
     if y <= 0:
@@ -593,6 +603,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             fontsize=7,
         )
         ax.set_yscale("log")
+        _plain_log_axis(ax.yaxis)
+        ax.set_ylim(top=2.0 * max(max(r.fpca or 0.0, r.ipca or 0.0) for r in shown))
         ax.set_ylabel("samples/s (one BLAS thread)")
         ax.set_title("Ingest throughput (label: FPCA-Edge / IncrementalPCA)")
         ax.legend()
@@ -608,6 +620,9 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             ax.plot(x, [m.naive * 1e3 for m in rows], "s--", label="naive SVD of [U1 S1, U2 S2]")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            _plain_log_axis(ax.yaxis)
+            ax.set_xticks(x, [str(v) for v in x])
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel(label)
             ax.set_ylabel("ms per merge")
             ax.grid(True, alpha=0.3)
@@ -621,6 +636,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         axes[0].plot(k, [r.update * 1e3 for r in rows], "o-", label="MergeTree.update (1 child)")
         axes[0].plot(k, [r.merge_many * 1e3 for r in rows], "s--", label="merge_many (all k)")
         axes[0].set_yscale("log")
+        _plain_log_axis(axes[0].yaxis)
         axes[0].set_ylabel("ms per arrival")
         axes[1].plot(k, [r.update_per_log2k * 1e3 for r in rows], "o-")
         axes[1].set_ylabel("update time / log2 k (ms)")

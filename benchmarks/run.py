@@ -54,8 +54,9 @@ class Sizes:
     grid_d: tuple[int, ...] = (48, 400, 1000)
     grid_r: tuple[int, ...] = (10, 50)
     grid_b: tuple[int, ...] = (25, 50, 200)
-    grid_blocks: int = 40
-    grid_repeats: int = 5
+    grid_blocks: int = 40  # at least this many batches per stream ...
+    grid_work: int = 480_000  # ... and at least this many values (samples x d)
+    grid_repeats: int = 9
     merge_repeats: int = 15
     merge_sweep_d: tuple[int, ...] = (100, 200, 400, 800, 1600, 3200)
     merge_sweep_r: tuple[int, ...] = (12, 25, 50, 100, 200)
@@ -75,7 +76,8 @@ QUICK = Sizes(
     synth_alphas=(0.1, 1.0, 3.0),
     synth_points=8,
     grid_blocks=6,
-    grid_repeats=1,
+    grid_work=96_000,
+    grid_repeats=3,
     merge_repeats=3,
     merge_sweep_d=(200, 800),
     merge_sweep_r=(50, 100),
@@ -108,7 +110,7 @@ def _environment(sizes: Sizes) -> dict[str, str]:
         "python": sys.version.split()[0],
         "numpy / scipy / scikit-learn": f"{np.__version__} / {scipy.__version__} / "
         f"{sklearn.__version__}",
-        "BLAS/OpenMP pools": ", ".join(sorted(pools)) + " (limited to 1 thread while timing)",
+        "BLAS/OpenMP pools": ", ".join(sorted(pools)) + " (limited to 1 thread for the whole run)",
     }
 
 
@@ -146,9 +148,8 @@ def _bench_throughput(res: report.Results, sizes: Sizes, log: Callable[[str], No
     for d in sizes.grid_d:
         for r in sizes.grid_r:
             for b in sizes.grid_b:
-                row = timing.throughput(
-                    d, r, b, n_blocks=sizes.grid_blocks, repeats=sizes.grid_repeats
-                )
+                n_blocks = max(sizes.grid_blocks, math.ceil(sizes.grid_work / (d * b)))
+                row = timing.throughput(d, r, b, n_blocks=n_blocks, repeats=sizes.grid_repeats)
                 res.throughput.append(row)
                 ratio = "n/a" if row.ratio is None else f"{row.ratio:.2f}x"
                 fpca = "n/a" if row.fpca is None else f"{row.fpca:,.0f}"
