@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from edge_runtime import __version__
 from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.datasets import DatasetError, load_dataset
 from edge_runtime.logs import configure_logging
@@ -81,10 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--log-level", default=None, help="debug, info, warning or error (default per command)"
     )
+    connection = argparse.ArgumentParser(add_help=False)
+    group = connection.add_argument_group("broker security")
+    group.add_argument("--username", help=f"MQTT user name (default: ${ENV_USERNAME})")
+    group.add_argument(
+        "--password-file",
+        type=Path,
+        help=f"file holding the MQTT password (default: ${ENV_PASSWORD} or ${ENV_PASSWORD_FILE})",
+    )
+    group.add_argument("--ca-file", type=Path, help="CA certificate to verify the broker (TLS)")
+    group.add_argument("--cert-file", type=Path, help="client certificate (TLS)")
+    group.add_argument("--key-file", type=Path, help="client private key (TLS)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
-        parents=[common], name="run", help="run a whole topology in one process and replay data"
+        parents=[common, connection],
+        name="run",
+        help="run a whole topology in one process and replay data",
     )
     run.add_argument("topology", type=Path, help="topology TOML file")
     run.add_argument("--data", type=Path, help="matrix file (rows are samples); default: topology")
@@ -101,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     agent = sub.add_parser(
-        parents=[common], name="agent", help="run one node of a topology (what a device runs)"
+        parents=[common, connection],
+        name="agent",
+        help="run one node of a topology (what a device runs)",
     )
     agent.add_argument("--topology", type=Path, required=True)
     agent.add_argument("--node", required=True, help="node id in the topology")
@@ -115,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     replay = sub.add_parser(
-        parents=[common], name="replay", help="publish a dataset as live sensor readings"
+        parents=[common, connection],
+        name="replay",
+        help="publish a dataset as live sensor readings",
     )
     replay.add_argument("--topology", type=Path, required=True)
     replay.add_argument("--data", type=Path)
@@ -128,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for every leaf to be online first; 0 to skip (default 30)",
     )
 
-    watch = sub.add_parser(parents=[common], name="watch", help="follow the root's global model")
+    watch = sub.add_parser(
+        parents=[common, connection], name="watch", help="follow the root's global model"
+    )
     watch.add_argument("--topology", type=Path, required=True)
     watch.add_argument("--broker", required=True)
     watch.add_argument("--json", action="store_true", help="one JSON object per root update")
@@ -151,11 +172,29 @@ def _data(topology: Topology, path: Path | None) -> np.ndarray:
     return load_dataset(source)
 
 
-def _settings(url: str) -> AgentSettings:
+def _settings(url: str, args: argparse.Namespace) -> AgentSettings:
+    """Broker address, credentials (flags, else the environment) and TLS files."""
     address = parse_broker_url(url)
-    if address.tls:
-        raise CliError(f"TLS broker URLs are not supported yet: {url!r}; use mqtt://HOST:PORT")
-    return AgentSettings(host=address.host, port=address.port)
+    if address.tls and args.ca_file is None:
+        raise CliError(f"{url!r} asks for TLS: give the broker's CA certificate with --ca-file")
+    for flag in ("ca_file", "cert_file", "key_file", "password_file"):
+        path = getattr(args, flag)
+        if path is not None and not path.is_file():
+            raise CliError(f"--{flag.replace('_', '-')} {str(path)!r}: no such file")
+    password = None
+    if args.password_file is not None:
+        password = args.password_file.read_text(encoding="utf-8").splitlines()[0].strip()
+    settings = AgentSettings(
+        host=address.host,
+        port=address.port,
+        username=args.username,
+        password=password,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+    ).with_credentials_from_env()
+    settings.tls_context()  # fail now, in one line, on unreadable certificates
+    return settings
 
 
 def _model_line(model: SubspaceMessage) -> dict[str, object]:
@@ -216,7 +255,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     data = _data(topology, args.data)
     with ExitStack() as stack:
         if args.broker:
-            settings = _settings(args.broker)
+            settings = _settings(args.broker, args)
         else:
             broker = stack.enter_context(LocalMosquitto())
             settings = AgentSettings(host=broker.host, port=broker.port)
@@ -251,7 +290,7 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
     if args.node not in topology.nodes:
         known = ", ".join(topology.nodes)
         raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
-    settings = _settings(args.broker)
+    settings = _settings(args.broker, args)
     agent = create_agent(topology, args.node, settings, n_features=args.n_features)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -272,7 +311,7 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
 async def _cmd_replay(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
     data = _data(topology, args.data)
-    settings = _settings(args.broker)
+    settings = _settings(args.broker, args)
     if args.wait_online > 0:
         missing = await wait_online(topology, topology.leaves(), settings, args.wait_online)
         if missing:
@@ -296,7 +335,7 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
 
 async def _cmd_watch(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
-    settings = _settings(args.broker)
+    settings = _settings(args.broker, args)
 
     def show(model: SubspaceMessage) -> None:
         line = _model_line(model)
@@ -354,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             message, code = str(exc), exc.code
         elif isinstance(exc, TopologyError | DatasetError | BrokerError | ValueError):
             message, code = str(exc), EXIT_USAGE
+        elif isinstance(exc, ssl.SSLError):
+            message, code = f"TLS: {exc}", EXIT_USAGE
         elif isinstance(exc, aiomqtt.MqttError | OSError):
             message, code = f"cannot talk to the MQTT broker: {exc}", EXIT_FAILED
         else:

@@ -63,9 +63,7 @@ class ModelWatcher:
         self._subscribed = asyncio.Event()
 
     async def __aenter__(self) -> ModelWatcher:
-        self._client = aiomqtt.Client(
-            self.settings.host, self.settings.port, timeout=self.settings.timeout_s
-        )
+        self._client = aiomqtt.Client(**self.settings.client_kwargs())
         await self._client.__aenter__()
         await self._client.subscribe(self.topology.model_topic(), qos=1)
         self._task = asyncio.create_task(self._listen(self._client), name="model-watcher")

@@ -109,9 +109,7 @@ class Replayer:
 
         async with (
             aiomqtt.Client(
-                self.settings.host,
-                self.settings.port,
-                timeout=self.settings.timeout_s,
+                **self.settings.client_kwargs(),
                 max_inflight_messages=self.max_in_flight,
             ) as client,
             asyncio.TaskGroup() as group,
@@ -149,7 +147,7 @@ async def wait_online(
     """
     missing = set(nodes)
     topics = {topology.status_topic(n): n for n in nodes}
-    async with aiomqtt.Client(settings.host, settings.port, timeout=settings.timeout_s) as client:
+    async with aiomqtt.Client(**settings.client_kwargs()) as client:
         for topic in topics:
             await client.subscribe(topic, qos=1)
         try:

@@ -78,7 +78,7 @@ async def clear_retained(topology: Topology, settings: AgentSettings) -> None:
             topology.status_topic(node),
             topology.status_detail_topic(node),
         ]
-    async with aiomqtt.Client(settings.host, settings.port, timeout=settings.timeout_s) as client:
+    async with aiomqtt.Client(**settings.client_kwargs()) as client:
         for topic in topics:
             await client.publish(topic, b"", qos=1, retain=True)
 

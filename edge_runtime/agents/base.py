@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import enum
 import random
 import time
@@ -114,10 +115,20 @@ class Agent(abc.ABC):
         self._stop.set()
 
     async def aclose(self) -> None:
-        """Stop, wait for the final publish and disconnect; idempotent."""
+        """Stop, wait for the final publish and disconnect; idempotent.
+
+        Bounded: after ``3 * timeout_s`` seconds the agent's task is cancelled.
+        """
         self._stop.set()
-        if self._task is not None:
-            await self._task
+        if self._task is not None and not self._task.done():
+            try:
+                async with asyncio.timeout(3 * self.settings.timeout_s):
+                    await asyncio.shield(self._task)
+            except TimeoutError:
+                self.log.error("shutdown_timed_out", timeout_s=3 * self.settings.timeout_s)
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
         self.state = AgentState.CLOSED
 
     async def wait_connected(self, timeout_s: float) -> None:
@@ -166,12 +177,12 @@ class Agent(abc.ABC):
             self.topology.status_topic(self.node_id), OFFLINE, qos=self.settings.qos, retain=True
         )
         return aiomqtt.Client(
-            self.settings.host,
-            self.settings.port,
+            **self.settings.client_kwargs(),
             identifier=self.client_id(),
             will=will,
             keepalive=self.settings.keepalive_s,
-            timeout=self.settings.timeout_s,
+            clean_session=not self.settings.persistent_session,
+            max_queued_incoming_messages=self.settings.max_queued_messages,
         )
 
     def reject(self, reason: str, topic: str, detail: str) -> None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import ssl
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
-__all__ = ["AgentSettings"]
+__all__ = ["AgentSettings", "credentials_from_env"]
+
+ENV_USERNAME = "EDGE_MQTT_USERNAME"
+ENV_PASSWORD = "EDGE_MQTT_PASSWORD"
+ENV_PASSWORD_FILE = "EDGE_MQTT_PASSWORD_FILE"
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """How an agent talks to its broker.
+    """How an agent (and every other client of ours) talks to its broker.
 
     Parameters
     ----------
@@ -17,12 +25,14 @@ class AgentSettings:
         The MQTT broker (default ``127.0.0.1:1883``).
     keepalive_s : int
         MQTT keepalive in seconds; the broker publishes the Last Will after 1.5x this
-        without traffic. Default 10.
+        without traffic, and a client notices a silent broker within about 2x. Default 5.
     timeout_s : float
-        Default time limit, in seconds, for connect, subscribe and publish. Default 10.
+        Default time limit, in seconds, for connect, subscribe and publish. A publish
+        that times out has an unknown outcome; snapshots are idempotent (ordered by
+        ``(epoch, seq)``), so the agent simply publishes its latest one again. Default 10.
     reconnect_min_s, reconnect_max_s : float
-        Bounds of the jittered exponential backoff between connection attempts, seconds.
-        Defaults 0.2 and 5.
+        Bounds of the full-jitter exponential backoff between connection attempts,
+        seconds. Defaults 0.2 and 5.
     status_interval_s : float
         Least time, in seconds, between two JSON status documents. Default 1.
     offload_min_cells : int
@@ -31,17 +41,105 @@ class AgentSettings:
         keeps draining the broker's queue. Default 200_000.
     max_payload_bytes : int
         Largest payload accepted on a subscribed topic, bytes. Default 4 MiB.
+    max_queued_messages : int
+        Bound of the client's inbound queue (messages). When it is full, further
+        inbound messages are dropped by the client; they are re-sent by their sources
+        (snapshots are re-published, readings re-sent by the replay), so the bound trades
+        memory for a later catch-up. Default 10_000.
     qos : int
         MQTT QoS of every subscription and publish. Default 1.
+    persistent_session : bool
+        Connect with ``clean_session=False`` (MQTT 3.1.1) under a fixed client id, so the
+        broker keeps the subscriptions and queues QoS 1 messages while the agent is away.
+        Default True.
+    username, password : str, optional
+        MQTT credentials (see `credentials_from_env`).
+    ca_file : Path, optional
+        CA certificate(s) to verify the broker's TLS certificate; setting it turns TLS on.
+    cert_file, key_file : Path, optional
+        Client certificate and key for brokers that require them.
+    tls_insecure : bool
+        Skip the broker host name check (only for test set-ups). Default False.
     """
 
     host: str = "127.0.0.1"
     port: int = 1883
-    keepalive_s: int = 10
+    keepalive_s: int = 5
     timeout_s: float = 10.0
     reconnect_min_s: float = 0.2
     reconnect_max_s: float = 5.0
     status_interval_s: float = 1.0
     offload_min_cells: int = 200_000
     max_payload_bytes: int = 4 * 1024 * 1024
+    max_queued_messages: int = 10_000
     qos: int = 1
+    persistent_session: bool = True
+    username: str | None = None
+    password: str | None = None
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    tls_insecure: bool = False
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections use TLS (a CA file is set)."""
+        return self.ca_file is not None
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context for ``ca_file`` (and the client certificate), or None.
+
+        Raises
+        ------
+        OSError, ssl.SSLError
+            If a certificate or key file cannot be read.
+        """
+        if self.ca_file is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.cert_file is not None:
+            context.load_cert_chain(
+                str(self.cert_file), None if self.key_file is None else str(self.key_file)
+            )
+        if self.tls_insecure:
+            context.check_hostname = False
+        return context
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``aiomqtt.Client`` shared by every client of ours."""
+        return {
+            "hostname": self.host,
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+            "tls_context": self.tls_context(),
+            "timeout": self.timeout_s,
+        }
+
+    def with_credentials_from_env(self) -> AgentSettings:
+        """These settings with username and password taken from the environment if unset."""
+        username, password = credentials_from_env()
+        return replace(
+            self,
+            username=self.username if self.username is not None else username,
+            password=self.password if self.password is not None else password,
+        )
+
+
+def credentials_from_env(environ: dict[str, str] | None = None) -> tuple[str | None, str | None]:
+    """MQTT credentials from ``EDGE_MQTT_USERNAME`` and ``EDGE_MQTT_PASSWORD`` or
+    ``EDGE_MQTT_PASSWORD_FILE`` (a file whose first line is the password, so the secret
+    stays out of the process list and the unit file).
+
+    Raises
+    ------
+    OSError
+        If ``EDGE_MQTT_PASSWORD_FILE`` names a file that cannot be read.
+    """
+    env = os.environ if environ is None else environ
+    username = env.get(ENV_USERNAME) or None
+    password = env.get(ENV_PASSWORD) or None
+    path = env.get(ENV_PASSWORD_FILE)
+    if password is None and path:
+        password = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
+    return username, password
