@@ -141,6 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--broker", required=True)
     replay.add_argument("--rate", type=_positive_float)
     replay.add_argument(
+        "--window",
+        type=_positive_int,
+        default=10_000,
+        help="readings kept until their leaf reports them durable (default 10000)",
+    )
+    replay.add_argument(
+        "--confirm-timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds to wait for confirmations without progress (default 60)",
+    )
+    replay.add_argument(
+        "--no-resend",
+        action="store_true",
+        help="send each reading once; do not keep or re-send unconfirmed readings",
+    )
+    replay.add_argument(
         "--wait-online",
         type=float,
         default=30.0,
@@ -319,17 +336,32 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
                 f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
                 EXIT_FAILED,
             )
-    stats = await Replayer(topology, data, settings, rate=args.rate).run()
-    print(
-        json.dumps(
-            {
-                "samples": stats.rows,
-                "messages": stats.messages,
-                "payload_bytes": stats.payload_bytes,
-                "wall_s": round(stats.wall_s, 3),
-            }
-        )
+    replayer = Replayer(
+        topology,
+        data,
+        settings,
+        rate=args.rate,
+        resend=not args.no_resend,
+        window=args.window,
+        confirm_timeout_s=args.confirm_timeout,
     )
+    stats = await replayer.run()
+    summary = {
+        "samples": stats.rows,
+        "messages": stats.messages,
+        "payload_bytes": stats.payload_bytes,
+        "resent": stats.resent,
+        "reconnects": stats.reconnects,
+        "unconfirmed": dict(stats.unconfirmed),
+        "wall_s": round(stats.wall_s, 3),
+    }
+    print(json.dumps(summary))
+    if stats.unconfirmed:
+        leaves = ", ".join(f"{k} ({v})" for k, v in stats.unconfirmed.items())
+        raise CliError(
+            f"readings not confirmed durable after {args.confirm_timeout:g} s: {leaves}",
+            EXIT_FAILED,
+        )
     return EXIT_OK
 
 

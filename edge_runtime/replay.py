@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import aiomqtt
 import numpy as np
+import structlog
 
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import encode_readings
+from edge_runtime.wire import WireError, decode_status, encode_readings
 
 __all__ = ["ReplayStats", "Replayer", "wait_online"]
 
 
 @dataclass(frozen=True)
 class ReplayStats:
-    """What a replay sent: ``rows`` readings in ``messages`` publishes of ``payload_bytes``."""
+    """What a replay sent: ``rows`` readings in ``messages`` publishes of ``payload_bytes``.
+
+    ``resent`` counts readings published again after a reconnect or a leaf restart;
+    ``unconfirmed`` maps each leaf to the readings it had not reported durable when
+    the replay gave up waiting (empty when every reading is safe).
+    """
 
     rows: int
     messages: int
     payload_bytes: int
     wall_s: float
+    resent: int = 0
+    reconnects: int = 0
+    unconfirmed: Mapping[str, int] = field(default_factory=dict)
 
 
 class Replayer:
@@ -32,25 +42,42 @@ class Replayer:
 
     Rows are split across leaves by `Topology.split_rows` and interleaved in time
     (step t sends each leaf its t-th row), one reading per message, QoS 1, in the map
-    form ``{"src": "replay:<leaf>", "seq": i, "x": row}`` so leaves de-duplicate and
-    report what they ingested. At most ``max_in_flight`` publishes await their PUBACK at
-    once; within a topic, order is preserved.
+    form ``{"src": "replay:<leaf>", "seq": i, "x": row}``. At most ``max_in_flight``
+    publishes await their PUBACK at once; within a topic, order is preserved.
+
+    End-to-end delivery, not broker trust (a PUBACK means neither stored nor
+    delivered): with ``resend`` on, the replay keeps every reading until its leaf
+    reports it *durable* (in its last checkpoint, or in its last published snapshot)
+    in the ``durable`` map of its JSON status document, at most ``window`` readings in
+    all. After any reconnect of its own, and whenever a leaf reports a lower
+    ``ingested`` sequence than before (it restarted from an older state), it publishes
+    again, in order, the kept readings above what the leaf reports ingested; the leaf
+    drops duplicates and re-orders by sequence number (`SourceSequencer`), so nothing
+    is lost or counted twice. `run` returns once every reading is durable, or after
+    ``confirm_timeout_s`` seconds without progress.
 
     Parameters
     ----------
     topology : Topology
     data : ndarray of shape (n_samples, n_features), float64
     settings : AgentSettings
-        Broker address and timeouts.
+        Broker address, credentials and timeouts.
     rate : float, optional
         Samples per second over all leaves; ``None`` sends as fast as the broker accepts.
     max_in_flight : int, default 64
         Bound of unacknowledged publishes.
+    resend : bool, default True
+        Keep and re-send readings until durable (see above); False sends each once.
+    window : int, default 10_000
+        Most readings kept awaiting confirmation; sending pauses while it is full.
+    confirm_timeout_s : float, default 60
+        Seconds to wait for confirmations without progress before giving up.
 
     Raises
     ------
     ValueError
-        If ``data`` is not 2-D, or ``rate`` / ``max_in_flight`` is not positive.
+        If ``data`` is not 2-D, or ``rate``, ``max_in_flight`` or ``window`` is not
+        positive.
     """
 
     def __init__(
@@ -61,6 +88,9 @@ class Replayer:
         *,
         rate: float | None = None,
         max_in_flight: int = 64,
+        resend: bool = True,
+        window: int = 10_000,
+        confirm_timeout_s: float = 60.0,
     ) -> None:
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 2:
@@ -69,43 +99,141 @@ class Replayer:
             raise ValueError(f"rate must be > 0 samples/s, got {rate}")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1 reading, got {window}")
         self.topology = topology
         self.data = data
         self.settings = settings
         self.rate = rate
         self.max_in_flight = max_in_flight
+        self.resend = resend
+        self.window = window
+        self.confirm_timeout_s = confirm_timeout_s
         self.assignment = topology.split_rows(data.shape[0])
+        self.log = structlog.get_logger("edge_runtime.replay")
+        # delivery state, kept across reconnects
+        self._schedule_list = list(self._schedule())
+        self._next = 0
+        self._pending: dict[str, dict[int, bytes]] = {leaf: {} for leaf in self.assignment}
+        self._ingested: dict[str, int] = {leaf: -1 for leaf in self.assignment}
+        self._restarted: set[str] = set()
+        self._progress = asyncio.Event()
+        self._messages = 0
+        self._bytes = 0
+        self._resent = 0
+        self._reconnects = 0
+        self._status_topics = {topology.status_detail_topic(leaf): leaf for leaf in self.assignment}
 
     def expected_samples(self) -> dict[str, int]:
         """Rows each leaf receives."""
         return {leaf: len(rows) for leaf, rows in self.assignment.items()}
 
-    def _schedule(self) -> Iterator[tuple[str, int, np.ndarray]]:
+    @staticmethod
+    def source(leaf: str) -> str:
+        """The source id of the readings replayed to ``leaf``."""
+        return f"replay:{leaf}"
+
+    def _schedule(self) -> Iterator[tuple[str, int, int]]:
         longest = max((len(r) for r in self.assignment.values()), default=0)
         for t in range(longest):
             for leaf, rows in self.assignment.items():
                 if t < len(rows):
-                    yield leaf, t, self.data[rows[t]]
+                    yield leaf, t, int(rows[t])
+
+    def _pending_total(self) -> int:
+        return sum(len(p) for p in self._pending.values())
+
+    def _on_status(self, leaf: str, payload: bytes) -> None:
+        """Take a leaf's status document: drop durable readings, notice restarts."""
+        try:
+            detail = decode_status(payload)
+        except WireError:
+            return
+        src = self.source(leaf)
+        ingested = detail.extra.get("ingested", {})
+        durable = detail.extra.get("durable", {})
+        if not isinstance(ingested, dict) or not isinstance(durable, dict):
+            return
+        now_ingested = int(ingested.get(src, -1))
+        if now_ingested < self._ingested[leaf]:
+            self._restarted.add(leaf)
+        self._ingested[leaf] = now_ingested
+        done = int(durable.get(src, -1))
+        pending = self._pending[leaf]
+        for seq in [s for s in pending if s <= done]:
+            del pending[seq]
+        self._progress.set()
+
+    async def _listen(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            leaf = self._status_topics.get(str(message.topic))
+            if leaf is not None and isinstance(message.payload, bytes | bytearray):
+                self._on_status(leaf, bytes(message.payload))
 
     async def run(self, progress: Callable[[int], None] | None = None) -> ReplayStats:
-        """Publish every row once; ``progress(rows_sent)`` is called as rows go out.
+        """Publish every row (and re-send until durable); ``progress(rows_sent)`` as rows go.
 
         Raises
         ------
         aiomqtt.MqttError
-            If the broker cannot be reached or a publish times out.
+            If the broker cannot be reached at the first attempt.
         """
         start = time.monotonic()
-        sent = 0
-        nbytes = 0
+        attempt = 0
+        while True:
+            try:
+                unconfirmed = await self._serve(start, progress)
+                break
+            except* aiomqtt.MqttError as group:
+                if self._messages == 0 and attempt == 0 and self._next == 0:
+                    raise group.exceptions[0] from None
+                self._reconnects += 1
+                delay = min(
+                    self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt
+                )
+                attempt += 1
+                self.log.warning("replay_reconnecting", error=str(group.exceptions[0]))
+            await asyncio.sleep(random.uniform(self.settings.reconnect_min_s, delay))
+        if progress is not None:
+            progress(self._next)
+        return ReplayStats(
+            rows=self._next,
+            messages=self._messages,
+            payload_bytes=self._bytes,
+            wall_s=time.monotonic() - start,
+            resent=self._resent,
+            reconnects=self._reconnects,
+            unconfirmed=unconfirmed,
+        )
+
+    async def _serve(self, start: float, progress: Callable[[int], None] | None) -> dict[str, int]:
         window = asyncio.Semaphore(self.max_in_flight)
         topics = {leaf: self.topology.nodes[leaf].sensor_topic for leaf in self.assignment}
 
-        async def send(client: aiomqtt.Client, topic: str, payload: bytes) -> None:
+        async def send(client: aiomqtt.Client, leaf: str, payload: bytes) -> None:
             try:
+                topic = topics[leaf]
+                assert topic is not None
                 await client.publish(topic, payload, qos=1, timeout=self.settings.timeout_s)
             finally:
                 window.release()
+
+        async def put(
+            client: aiomqtt.Client, group: asyncio.TaskGroup, leaf: str, payload: bytes
+        ) -> None:
+            await window.acquire()
+            group.create_task(send(client, leaf, payload))
+            self._messages += 1
+            self._bytes += len(payload)
+
+        async def resend(
+            client: aiomqtt.Client, group: asyncio.TaskGroup, leaves: list[str]
+        ) -> None:
+            for leaf in leaves:
+                above = self._ingested[leaf]
+                for seq in sorted(s for s in self._pending[leaf] if s > above):
+                    await put(client, group, leaf, self._pending[leaf][seq])
+                    self._resent += 1
 
         async with (
             aiomqtt.Client(
@@ -116,23 +244,60 @@ class Replayer:
         ):
             # the window bounds unacknowledged publishes; aiomqtt warns above its threshold
             client.pending_calls_threshold = self.max_in_flight + 1
-            for leaf, seq, row in self._schedule():
+            listener = None
+            if self.resend:
+                for topic in self._status_topics:
+                    await client.subscribe(topic, qos=1)
+                listener = group.create_task(self._listen(client), name="replay:status")
+                if self._messages:
+                    await resend(client, group, list(self.assignment))
+            while self._next < len(self._schedule_list):
+                if self._restarted:
+                    leaves, self._restarted = list(self._restarted), set()
+                    await resend(client, group, leaves)
+                if self.resend and self._pending_total() >= self.window:
+                    self._progress.clear()
+                    try:
+                        async with asyncio.timeout(self.confirm_timeout_s):
+                            await self._progress.wait()
+                    except TimeoutError:
+                        break  # no confirmations: report what is unconfirmed
+                    continue
                 if self.rate is not None:
-                    delay = start + sent / self.rate - time.monotonic()
+                    delay = start + self._next / self.rate - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                await window.acquire()
-                payload = encode_readings(row, source=f"replay:{leaf}", seq=seq)
-                topic = topics[leaf]
-                assert topic is not None
-                group.create_task(send(client, topic, payload))
-                sent += 1
-                nbytes += len(payload)
-                if progress is not None and sent % 64 == 0:
-                    progress(sent)
-        if progress is not None:
-            progress(sent)
-        return ReplayStats(sent, sent, nbytes, time.monotonic() - start)
+                leaf, seq, row = self._schedule_list[self._next]
+                payload = encode_readings(self.data[row], source=self.source(leaf), seq=seq)
+                if self.resend:
+                    self._pending[leaf][seq] = payload
+                await put(client, group, leaf, payload)
+                self._next += 1
+                if progress is not None and self._next % 64 == 0:
+                    progress(self._next)
+            unconfirmed = await self._confirm(client, group, resend)
+            if listener is not None:
+                listener.cancel()
+        return unconfirmed
+
+    async def _confirm(
+        self,
+        client: aiomqtt.Client,
+        group: asyncio.TaskGroup,
+        resend_to: Callable[[aiomqtt.Client, asyncio.TaskGroup, list[str]], Awaitable[None]],
+    ) -> dict[str, int]:
+        """Wait until every kept reading is durable, re-sending after leaf restarts."""
+        while self.resend and self._pending_total():
+            if self._restarted:
+                leaves, self._restarted = list(self._restarted), set()
+                await resend_to(client, group, leaves)
+            self._progress.clear()
+            try:
+                async with asyncio.timeout(self.confirm_timeout_s):
+                    await self._progress.wait()
+            except TimeoutError:
+                break
+        return {leaf: len(p) for leaf, p in self._pending.items() if p}
 
 
 async def wait_online(

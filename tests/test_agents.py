@@ -74,7 +74,7 @@ async def test_leaf_drops_readings_it_already_ingested_and_reports_the_last_sequ
         await publish_rows(mosquitto, topic, data, "s")
         await publish_rows(mosquitto, topic, data[:10], "s")  # re-sent: duplicates
         async with asyncio.timeout(10):
-            while agent.stats.duplicates < 10:
+            while agent.sequencer.duplicates < 10:
                 await asyncio.sleep(0.05)
         assert agent.n_samples == 30
         assert agent.ingested == {"s": 29}

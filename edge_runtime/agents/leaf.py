@@ -12,11 +12,11 @@ import aiomqtt
 import numpy as np
 
 from edge_runtime.agents.base import Agent
+from edge_runtime.agents.sequencing import SourceSequencer
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
-    SensorReadings,
     StatusDetail,
     SubspaceMessage,
     WireError,
@@ -44,7 +44,7 @@ class LeafAgent(Agent):
 
     Readings in the map form carry a source id and a per-source sequence number; a
     reading whose sequence was already ingested is dropped as a duplicate (counted in
-    ``stats.duplicates``), and the last sequence ingested per source is reported in the
+    ``sequencer.duplicates``), and the last sequence ingested per source is reported in the
     status document. Bare arrays carry no sequence and are taken as they come.
 
     Parameters
@@ -88,7 +88,8 @@ class LeafAgent(Agent):
         self.epoch = secrets.token_hex(8)
         self.seq = 0
         self.estimator: FPCAEdge | None = None
-        self.ingested: dict[str, int] = {}
+        self.sequencer = SourceSequencer()
+        self.durable: dict[str, int] = {}
         self.snapshot: SubspaceMessage | None = None
         self._lock = asyncio.Lock()
         self._block_done = asyncio.Event()
@@ -148,34 +149,28 @@ class LeafAgent(Agent):
         except WireError as exc:
             self.reject(exc.reason, topic, str(exc))
             return
-        values = self._new_rows(readings)
-        if values is None:
-            return
+        if readings.source is None or readings.seq is None:
+            await self._apply(readings.values)
+        else:
+            for block in self.sequencer.offer(readings.source, readings.seq, readings.values):
+                await self._apply(block)
+
+    async def _apply(self, values: np.ndarray) -> None:
+        """Feed rows ``(n, n_features)`` to the estimator; flag completed blocks."""
         if self.estimator is None:
             self.n_features = values.shape[1]
             self.estimator = self._new_estimator(self.n_features)
         est = self.estimator
         blocks_before = est.n_blocks_
         await self._numerics(lambda: est.partial_fit(values))
-        if readings.source is not None and readings.seq is not None:
-            self.ingested[readings.source] = readings.seq + len(readings.values) - 1
         self._last_reading = time.monotonic()
         if est.n_blocks_ // self.publish_every > blocks_before // self.publish_every:
             self._block_done.set()
 
-    def _new_rows(self, readings: SensorReadings) -> np.ndarray | None:
-        """The rows of ``readings`` not ingested before (by source sequence number)."""
-        if readings.source is None or readings.seq is None:
-            return readings.values
-        last = self.ingested.get(readings.source, -1)
-        skip = last - readings.seq + 1
-        if skip <= 0:
-            return readings.values
-        if skip >= len(readings.values):
-            self.stats.duplicates += len(readings.values)
-            return None
-        self.stats.duplicates += skip
-        return readings.values[skip:]
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Last sequence number applied per source."""
+        return dict(self.sequencer.last)
 
     # ----------------------------------------------------------------- outbound
     async def work(self, client: aiomqtt.Client) -> None:
@@ -184,12 +179,16 @@ class LeafAgent(Agent):
             try:
                 async with asyncio.timeout(idle):
                     await self._block_done.wait()
+                block_done = True
             except TimeoutError:
-                if time.monotonic() - self._last_reading < idle:
-                    continue
-            self._block_done.clear()
-            if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
-                await self._publish_snapshot(client)
+                block_done = False
+            for block in self.sequencer.expire():
+                await self._apply(block)
+            is_idle = time.monotonic() - self._last_reading >= idle
+            if block_done or is_idle:
+                self._block_done.clear()
+                if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
+                    await self._publish_snapshot(client)
             await self.publish_status(client)
 
     async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
@@ -209,6 +208,7 @@ class LeafAgent(Agent):
         await self.publish(
             client, self.topology.subspace_topic(self.node_id), encode_subspace(self.snapshot)
         )
+        self.durable = dict(self.ingested)
         self.log.debug("snapshot_published", seq=self.seq, n_samples=subspace.n_samples)
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
@@ -235,9 +235,13 @@ class LeafAgent(Agent):
             rejects=dict(self.rejects),
             uptime_s=round(self.uptime_s(), 3),
             extra={
-                "ingested": dict(self.ingested),
+                "ingested": self.ingested,
+                "durable": dict(self.durable),
                 "published_n_samples": 0 if snap is None else snap.n_samples,
-                "duplicates": self.stats.duplicates,
+                "duplicates": self.sequencer.duplicates,
+                "held_rows": self.sequencer.held_rows,
+                "gap_rows": self.sequencer.gap_rows,
                 "reconnects": self.stats.reconnects,
+                "last_update_age_s": round(time.monotonic() - self._last_reading, 3),
             },
         )
