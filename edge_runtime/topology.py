@@ -53,6 +53,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "RESERVED_IDS",
     "SPLITS",
+    "STALE_POLICIES",
     "NodeConfig",
     "Topology",
     "TopologyError",
@@ -72,6 +73,9 @@ RESERVED_IDS: frozenset[str] = frozenset({"subspace", "status", "model"})
 SPLITS: tuple[str, ...] = ("contiguous", "round-robin")
 """How `Topology.split_rows` deals a dataset's rows to the leaves."""
 
+STALE_POLICIES: tuple[str, ...] = ("keep", "drop", "downweight")
+"""What an aggregator does with a child that stopped sending (see `NodeConfig`)."""
+
 _DEFAULT_SENSOR_TOPIC = "sensors/{id}"
 
 # Per-node settings that [defaults] may set, with their built-in defaults (rank has none).
@@ -85,6 +89,9 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "oversample": None,
     "forget": 1.0,
     "center": False,
+    "stale_policy": "keep",
+    "stale_after_s": 60.0,
+    "stale_weight": 0.5,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
 _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic")
@@ -105,6 +112,9 @@ _KINDS: dict[str, str] = {
     "oversample": "int",
     "forget": "float",
     "center": "bool",
+    "stale_policy": "str",
+    "stale_after_s": "float",
+    "stale_weight": "float",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -317,6 +327,14 @@ class NodeConfig:
     center : bool, default False
         Track the streaming mean and summarise centred data (merged with the mean
         correction); the paper's default is uncentred.
+    stale_policy : {"keep", "drop", "downweight"}, default "keep"
+        What an aggregator does with a child whose last snapshot is older than
+        ``stale_after_s``: keep it (its data still counts), drop it from the merge, or
+        scale its singular values by ``stale_weight``.
+    stale_after_s : float, default 60.0
+        Seconds without a new snapshot after which a child is stale, > 0.
+    stale_weight : float, default 0.5
+        Factor in (0, 1) on a stale child's singular values under ``"downweight"``.
 
     Raises
     ------
@@ -337,6 +355,9 @@ class NodeConfig:
     oversample: int | None = None
     forget: float = 1.0
     center: bool = False
+    stale_policy: str = "keep"
+    stale_after_s: float = 60.0
+    stale_weight: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -353,7 +374,13 @@ class NodeConfig:
             _check_kind(where, "oversample", self.oversample)
             if self.oversample < 0:
                 raise TopologyError(f"{where}: oversample must be >= 0, got {self.oversample}")
-        for key in ("rank_bounds", "idle_flush_s", "share", "forget"):
+        _check_kind(where, "stale_policy", self.stale_policy)
+        if self.stale_policy not in STALE_POLICIES:
+            raise TopologyError(
+                f"{where}: stale_policy must be one of {', '.join(STALE_POLICIES)}, "
+                f"got {self.stale_policy!r}"
+            )
+        for key in ("rank_bounds", "idle_flush_s", "share", "forget", "stale_after_s"):
             object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
         if self.rank < 1:
             raise TopologyError(f"{where}: rank must be >= 1, got {self.rank}")
@@ -373,6 +400,15 @@ class NodeConfig:
                 f"{where}: idle_flush_s must be a finite number of seconds > 0, "
                 f"got {self.idle_flush_s}"
             )
+        object.__setattr__(
+            self, "stale_weight", _check_kind(where, "stale_weight", self.stale_weight)
+        )
+        if not (math.isfinite(self.stale_after_s) and self.stale_after_s > 0):
+            raise TopologyError(
+                f"{where}: stale_after_s must be > 0 seconds, got {self.stale_after_s}"
+            )
+        if not 0.0 < self.stale_weight < 1.0:
+            raise TopologyError(f"{where}: stale_weight must be in (0, 1), got {self.stale_weight}")
         if not 0.0 < self.forget <= 1.0:
             raise TopologyError(f"{where}: forget must be in (0, 1], got {self.forget}")
         if not (math.isfinite(self.share) and self.share > 0):

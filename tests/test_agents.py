@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import replace
 
 import aiomqtt
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from helpers import collect_retained, low_rank_data, tree_topology
 
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent, create_agent
-from edge_runtime.fpca import FPCAEdge, merge_many, principal_angles
+from edge_runtime.fpca import FPCAEdge, Subspace, merge_many, principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
 from edge_runtime.runner import run_topology
 from edge_runtime.wire import (
@@ -267,3 +268,51 @@ async def test_leaf_rejects_readings_of_another_width_than_the_first(mosquitto):
     assert agent.n_features == 4
     assert agent.n_samples == 1
     assert sum(agent.rejects.values()) == 1
+
+
+@pytest.mark.parametrize("policy", ["keep", "drop", "downweight"])
+async def test_a_silent_child_is_kept_dropped_or_down_weighted_by_the_staleness_policy(
+    mosquitto, policy
+):
+    topology = tree_topology(sites=1, leaves_per_site=2, rank=2, block_size=5)
+    node = topology.nodes["site-0"]
+    cfg = replace(node, stale_policy=policy, stale_after_s=0.6, stale_weight=0.5)
+    topology = replace(topology, nodes={**topology.nodes, "site-0": cfg})
+    data = low_rank_data(60, 6, 2, seed=9)
+    subs = {
+        leaf: offline_leaf(topology, leaf, data[i * 30 : (i + 1) * 30]).tracked_subspace
+        for i, leaf in enumerate(topology.leaves())
+    }
+    settings = replace(settings_for(mosquitto), status_interval_s=0.2)
+    async with AggregatorAgent(topology, "site-0", settings) as agg:
+        await agg.wait_connected(5)
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
+            for leaf, sub in subs.items():
+                payload = encode_subspace(snapshot(leaf, sub, 1))
+                await client.publish(topology.subspace_topic(leaf), payload, qos=1)
+            # leaf-0-1 keeps reporting (the same data, newer seq); leaf-0-0 falls silent
+            async with asyncio.timeout(10):
+                for seq in range(2, 40):
+                    payload = encode_subspace(snapshot("leaf-0-1", subs["leaf-0-1"], seq))
+                    await client.publish(topology.subspace_topic("leaf-0-1"), payload, qos=1)
+                    await asyncio.sleep(0.05)
+        final = agg.snapshot
+        assert agg.status_detail().extra["stale_children"] == (
+            [] if policy == "keep" else ["leaf-0-0"]
+        )
+    both = merge_many(list(subs.values()))
+    if policy == "keep":
+        assert final.provenance == {"leaf-0-0": 30, "leaf-0-1": 30}
+        np.testing.assert_allclose(final.subspace.singular_values, both.singular_values)
+    elif policy == "drop":
+        assert final.provenance == {"leaf-0-1": 30}
+        assert final.n_samples == 30
+        np.testing.assert_allclose(
+            final.subspace.singular_values, subs["leaf-0-1"].singular_values, rtol=1e-10
+        )
+    else:
+        old = subs["leaf-0-0"]
+        weighted = Subspace(old.basis, old.singular_values * 0.5, old.n_samples)
+        expected = merge_many([weighted, subs["leaf-0-1"]])
+        assert final.provenance == {"leaf-0-0": 30, "leaf-0-1": 30}
+        np.testing.assert_allclose(final.subspace.singular_values, expected.singular_values)

@@ -250,6 +250,7 @@ def test_the_module_exports_exactly_its_public_names() -> None:
         "MAX_ID_LENGTH",
         "RESERVED_IDS",
         "SPLITS",
+        "STALE_POLICIES",
         "NodeConfig",
         "Topology",
         "TopologyError",

@@ -90,7 +90,9 @@ class AggregatorAgent(Agent):
         self.merges = 0
         self.tree = MergeTree(self.child_ids)
         self._tree_lock = threading.Lock()  # the tree may be updated in a worker thread
-        self._pending: dict[str, Subspace] = {}
+        self._pending: dict[str, Subspace | None] = {}
+        self._arrived: dict[str, float] = {}
+        self._stale: set[str] = set()
         self._dirty = asyncio.Event()
         self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
 
@@ -131,23 +133,59 @@ class AggregatorAgent(Agent):
             return
         self.children[child] = msg
         self._pending[child] = msg.subspace
+        self._arrived[child] = time.monotonic()
+        self._stale.discard(child)
         self._dirty.set()
 
     # ----------------------------------------------------------------- outbound
-    def _apply(self, pending: dict[str, Subspace]) -> tuple[Subspace | None, int]:
-        """Put the pending snapshots into the merge tree; returns (result, merges made)."""
+    def _apply(self, pending: dict[str, Subspace | None]) -> tuple[Subspace | None, int]:
+        """Put pending snapshots into the merge tree (None removes a child).
+
+        Returns the merged result and the number of merges made.
+        """
         merges = 0
         with self._tree_lock:
             for child in self.child_ids:
                 if child in pending:
-                    self.tree.update(child, pending[child])
+                    sub = pending[child]
+                    if sub is None:
+                        self.tree.remove(child)
+                    else:
+                        self.tree.update(child, sub)
                     merges += self.tree.merges_last_update
             return self.tree.result, merges
 
+    def _check_staleness(self) -> None:
+        """Apply the staleness policy to children silent for ``stale_after_s`` seconds."""
+        cfg = self.config
+        if cfg.stale_policy == "keep":
+            return
+        now = time.monotonic()
+        for child, arrived in self._arrived.items():
+            if child in self._stale or now - arrived < cfg.stale_after_s:
+                continue
+            self._stale.add(child)
+            sub = self.children[child].subspace
+            if cfg.stale_policy == "drop":
+                self._pending[child] = None
+            else:
+                self._pending[child] = Subspace(
+                    sub.basis, sub.singular_values * cfg.stale_weight, sub.n_samples, sub.mean
+                )
+            self.log.warning("child_stale", child=child, policy=cfg.stale_policy)
+            self._dirty.set()
+
     async def work(self, client: aiomqtt.Client) -> None:
+        tick = min(self.settings.status_interval_s, self.config.stale_after_s / 2)
         while True:
-            await self._dirty.wait()
-            await self._merge_and_publish(client)
+            try:
+                async with asyncio.timeout(tick):
+                    await self._dirty.wait()
+            except TimeoutError:
+                pass
+            self._check_staleness()
+            if self._dirty.is_set():
+                await self._merge_and_publish(client)
             await self.publish_status(client)
 
     async def _merge_and_publish(self, client: aiomqtt.Client) -> None:
@@ -156,7 +194,9 @@ class AggregatorAgent(Agent):
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
-        cells = sum(sub.n_features * sub.rank for sub in pending.values()) * len(self.child_ids)
+        cells = sum(s.n_features * s.rank for s in pending.values() if s is not None) * len(
+            self.child_ids
+        )
         if cells >= self.settings.offload_min_cells:
             merged, merges = await asyncio.to_thread(self._apply, pending)
         else:
@@ -165,8 +205,9 @@ class AggregatorAgent(Agent):
             return
         self.merges += merges
         provenance: dict[str, int] = {}
+        dropped = self.config.stale_policy == "drop"
         for child in self.child_ids:
-            if child in self.children:
+            if child in self.children and not (dropped and child in self._stale):
                 provenance.update(self.children[child].provenance)
         self.seq += 1
         self.snapshot = SubspaceMessage(
@@ -224,6 +265,10 @@ class AggregatorAgent(Agent):
                 },
                 "coverage": self.coverage(),
                 "merges": self.merges,
+                "stale_children": sorted(self._stale),
+                "last_update_age_s": round(
+                    time.monotonic() - max(self._arrived.values(), default=self._started), 3
+                ),
                 "duplicates": self.stats.duplicates,
                 "reconnects": self.stats.reconnects,
             },
