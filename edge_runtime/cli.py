@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="one JSON object per root update")
     watch.add_argument("--until-samples", type=_positive_int, help="exit 0 once covered")
     watch.add_argument("--timeout", type=_positive_float, help="exit 1 after this many seconds")
+    watch.add_argument(
+        "--stale-after",
+        type=_positive_float,
+        default=10.0,
+        help="an online node silent for this many seconds is shown as stale (default 10)",
+    )
     return parser
 
 
@@ -369,20 +375,29 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
     settings = _settings(args.broker, args)
 
+    watcher = ModelWatcher(topology, settings, watch_nodes=True, stale_after_s=args.stale_after)
+
     def show(model: SubspaceMessage) -> None:
         line = _model_line(model)
+        line["nodes"] = watcher.node_states()
         if args.json:
             print(json.dumps(line), flush=True)
-        else:
-            print(
-                f"root n_samples={line['n_samples']} rank={line['rank']} "
-                f"leaves={len(line['leaves_covered'])} seq={line['seq']}",  # type: ignore[arg-type]
-                flush=True,
-            )
+            return
+        states = line["nodes"]
+        assert isinstance(states, dict)
+        down = [f"{node} {state}" for node, state in states.items() if state != "online"]
+        print(
+            f"root n_samples={line['n_samples']} rank={line['rank']} "
+            f"leaves={len(line['leaves_covered'])} seq={line['seq']}"  # type: ignore[arg-type]
+            f" | nodes online {len(states) - len(down)}/{len(states)}"
+            + (f" ({', '.join(down)})" if down else ""),
+            flush=True,
+        )
 
+    watcher.on_update = show
     target = args.until_samples
     timeout = args.timeout if args.timeout is not None else math.inf
-    async with ModelWatcher(topology, settings, show) as watcher:
+    async with watcher:
         try:
             await watcher.wait_until(
                 lambda m: target is not None and m is not None and m.n_samples >= target, timeout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 
 import aiomqtt
@@ -42,6 +43,12 @@ class ModelWatcher:
     on_update : callable, optional
         Called with each new `SubspaceMessage` (retained one first).
 
+    watch_nodes : bool, default False
+        Also follow every node's ``status`` and ``status/detail`` topics; see
+        `node_states`.
+    stale_after_s : float, default 10
+        An online node whose last status document is older than this is "stale".
+
     Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`.
     """
 
@@ -50,7 +57,18 @@ class ModelWatcher:
         topology: Topology,
         settings: AgentSettings,
         on_update: Callable[[SubspaceMessage], None] | None = None,
+        *,
+        watch_nodes: bool = False,
+        stale_after_s: float = 10.0,
     ) -> None:
+        self.watch_nodes = watch_nodes
+        self.stale_after_s = stale_after_s
+        self.online: dict[str, bool] = {}
+        self.last_detail: dict[str, float] = {}
+        self._topics: dict[str, tuple[str, str]] = {}
+        for node in topology.nodes:
+            self._topics[topology.status_topic(node)] = (node, "status")
+            self._topics[topology.status_detail_topic(node)] = (node, "detail")
         self.topology = topology
         self.settings = settings
         self.on_update = on_update
@@ -66,6 +84,9 @@ class ModelWatcher:
         self._client = aiomqtt.Client(**self.settings.client_kwargs())
         await self._client.__aenter__()
         await self._client.subscribe(self.topology.model_topic(), qos=1)
+        if self.watch_nodes:
+            for topic in self._topics:
+                await self._client.subscribe(topic, qos=1)
         self._task = asyncio.create_task(self._listen(self._client), name="model-watcher")
         return self
 
@@ -82,6 +103,14 @@ class ModelWatcher:
             payload = message.payload
             if not payload or not isinstance(payload, bytes | bytearray):
                 continue
+            node_topic = self._topics.get(str(message.topic))
+            if node_topic is not None:
+                node, kind = node_topic
+                if kind == "status":
+                    self.online[node] = bytes(payload) == b"online"
+                else:
+                    self.last_detail[node] = time.monotonic()
+                continue
             try:
                 model = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
             except WireError as exc:
@@ -94,6 +123,23 @@ class ModelWatcher:
                 self._changed.notify_all()
             if self.on_update is not None:
                 self.on_update(model)
+
+    def node_states(self) -> dict[str, str]:
+        """Each node's liveness: "online", "stale" (online, but no status document for
+        ``stale_after_s`` seconds), "offline" (said so, or its Last Will did) or
+        "unknown" (nothing retained yet)."""
+        now = time.monotonic()
+        states: dict[str, str] = {}
+        for node in self.topology.nodes:
+            if node not in self.online:
+                states[node] = "unknown"
+            elif not self.online[node]:
+                states[node] = "offline"
+            elif now - self.last_detail.get(node, -float("inf")) > self.stale_after_s:
+                states[node] = "stale"
+            else:
+                states[node] = "online"
+        return states
 
     async def wait_until(
         self, predicate: Callable[[SubspaceMessage | None], bool], timeout_s: float

@@ -183,6 +183,7 @@ def test_per_node_commands_work_as_separate_processes_against_one_broker(mosquit
         updates = [json.loads(line) for line in watch.stdout.splitlines()]
         assert updates[-1]["n_samples"] == 900
         assert sorted(updates[-1]["leaves_covered"]) == sorted(topo.leaves())
+        assert updates[-1]["nodes"] == dict.fromkeys(topo.nodes, "online")
     finally:
         for proc in agents:
             proc.send_signal(signal.SIGTERM)
