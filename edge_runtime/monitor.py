@@ -83,10 +83,10 @@ class ModelWatcher:
     async def __aenter__(self) -> ModelWatcher:
         self._client = aiomqtt.Client(**self.settings.client_kwargs())
         await self._client.__aenter__()
-        await self._client.subscribe(self.topology.model_topic(), qos=1)
-        if self.watch_nodes:
+        if self.watch_nodes:  # first, so retained statuses arrive before the model
             for topic in self._topics:
                 await self._client.subscribe(topic, qos=1)
+        await self._client.subscribe(self.topology.model_topic(), qos=1)
         self._task = asyncio.create_task(self._listen(self._client), name="model-watcher")
         return self
 
