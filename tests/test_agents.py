@@ -316,3 +316,24 @@ async def test_a_silent_child_is_kept_dropped_or_down_weighted_by_the_staleness_
         expected = merge_many([weighted, subs["leaf-0-1"]])
         assert final.provenance == {"leaf-0-0": 30, "leaf-0-1": 30}
         np.testing.assert_allclose(final.subspace.singular_values, expected.singular_values)
+
+
+async def test_a_snapshot_the_broker_drops_silently_is_counted_as_undelivered(
+    make_mosquitto, tmp_path
+):
+    template = tmp_path / "small.conf"
+    template.write_text("persistence false\nmessage_size_limit 2000\n")
+    broker = make_mosquitto(config=template)
+    broker.start()
+    topology = tree_topology(sites=1, leaves_per_site=1, rank=3, block_size=10)
+    leaf = topology.leaves()[0]
+    settings = replace(settings_for(broker), echo_timeout_s=0.5)
+    data = low_rank_data(10, 40, 3, seed=10)  # one block: a 40 x 6 basis is ~2 KB + header
+    async with LeafAgent(topology, leaf, settings) as agent:
+        await agent.wait_connected(5)
+        await publish_rows(broker, topology.nodes[leaf].sensor_topic, data, "s")
+        async with asyncio.timeout(10):
+            while agent.undelivered < 1:
+                await asyncio.sleep(0.05)
+        assert agent.snapshot is not None and agent.snapshot.n_samples == 10
+        assert agent.status_detail().extra["undelivered"] == 1

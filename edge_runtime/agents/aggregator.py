@@ -223,9 +223,7 @@ class AggregatorAgent(Agent):
     async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
         assert self.snapshot is not None
         snapshot = self.snapshot
-        await self.publish(
-            client, self.topology.subspace_topic(self.node_id), encode_subspace(snapshot)
-        )
+        await self.publish_snapshot(client, encode_subspace(snapshot), snapshot.epoch, snapshot.seq)
         if self.is_root:
             await self.publish(client, self.topology.model_topic(), encode_subspace(self.model()))
 
@@ -271,5 +269,6 @@ class AggregatorAgent(Agent):
                 ),
                 "duplicates": self.stats.duplicates,
                 "reconnects": self.stats.reconnects,
+                "undelivered": self.undelivered,
             },
         )

@@ -28,7 +28,7 @@ import structlog
 
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import StatusDetail, encode_status
+from edge_runtime.wire import StatusDetail, WireError, decode_subspace, encode_status
 
 __all__ = ["Agent", "AgentState", "AgentStats"]
 
@@ -91,6 +91,9 @@ class Agent(abc.ABC):
         self._task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
         self._last_status = -float("inf")
+        self._own_topic = topology.subspace_topic(node_id)
+        self._awaiting_echo: dict[tuple[str, int], float] = {}
+        self.undelivered = 0
 
     # ----------------------------------------------------------------- lifecycle
     async def __aenter__(self) -> Agent:
@@ -200,6 +203,46 @@ class Agent(abc.ABC):
         self.stats.messages_published += 1
         self.stats.bytes_published += len(payload)
 
+    async def publish_snapshot(
+        self, client: aiomqtt.Client, payload: bytes, epoch: str, seq: int
+    ) -> None:
+        """Publish this node's snapshot (retained) and expect to see it come back.
+
+        A PUBACK does not prove delivery: with MQTT 3.1.1 an ACL-denied publish is
+        dropped silently and ``message_size_limit`` drops oversized ones. The agent
+        subscribes to its own subspace topic; a snapshot not echoed within
+        ``echo_timeout_s`` seconds is counted in ``undelivered`` and logged as
+        ``publish_not_delivered`` — reported, never retried in a loop (the next
+        snapshot is simply published when it is due).
+        """
+        await self.publish(client, self._own_topic, payload)
+        if self.settings.echo_timeout_s > 0:
+            self._awaiting_echo[(epoch, seq)] = time.monotonic() + self.settings.echo_timeout_s
+
+    def _on_echo(self, payload: object) -> None:
+        if not self._awaiting_echo or not isinstance(payload, bytes | bytearray) or not payload:
+            return
+        try:
+            msg = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
+        except WireError:
+            return
+        self._awaiting_echo.pop((msg.epoch, msg.seq), None)
+
+    async def _check_echoes(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for key, deadline in list(self._awaiting_echo.items()):
+                if now >= deadline:
+                    del self._awaiting_echo[key]
+                    self.undelivered += 1
+                    self.log.error(
+                        "publish_not_delivered",
+                        topic=self._own_topic,
+                        seq=key[1],
+                        hint="denied by the broker's ACL or above its message size limit?",
+                    )
+
     async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
         """Publish the JSON status document, at most once per ``status_interval_s``."""
         now = time.monotonic()
@@ -247,7 +290,7 @@ class Agent(abc.ABC):
 
     async def _serve_once(self) -> None:
         async with self._make_client() as client:
-            for topic in self.subscriptions():
+            for topic in [*self.subscriptions(), self._own_topic]:
                 await client.subscribe(topic, qos=self.settings.qos)
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
             await self.on_connected(client)
@@ -256,10 +299,12 @@ class Agent(abc.ABC):
             async with asyncio.TaskGroup() as group:
                 receiver = group.create_task(self._receive(client), name=f"{self.node_id}:receive")
                 worker = group.create_task(self.work(client), name=f"{self.node_id}:work")
+                echo = group.create_task(self._check_echoes(), name=f"{self.node_id}:echo")
                 stopper = group.create_task(self._stop.wait(), name=f"{self.node_id}:stop")
                 await stopper
                 receiver.cancel()
                 worker.cancel()
+                echo.cancel()
             await self.on_shutdown(client)
             await self.publish_status(client, force=True)
             await self.publish(client, self.topology.status_topic(self.node_id), OFFLINE)
@@ -269,6 +314,9 @@ class Agent(abc.ABC):
     async def _receive(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
             self.stats.messages_received += 1
+            if str(message.topic) == self._own_topic:
+                self._on_echo(message.payload)
+                continue
             try:
                 await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it

@@ -205,17 +205,16 @@ class LeafAgent(Agent):
             timestamp=time.time(),
             provenance={self.node_id: subspace.n_samples},
         )
-        await self.publish(
-            client, self.topology.subspace_topic(self.node_id), encode_subspace(self.snapshot)
+        await self.publish_snapshot(
+            client, encode_subspace(self.snapshot), self.snapshot.epoch, self.snapshot.seq
         )
         self.durable = dict(self.ingested)
         self.log.debug("snapshot_published", seq=self.seq, n_samples=subspace.n_samples)
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
         if self.snapshot is not None:
-            await self.publish(
-                client, self.topology.subspace_topic(self.node_id), encode_subspace(self.snapshot)
-            )
+            snap = self.snapshot
+            await self.publish_snapshot(client, encode_subspace(snap), snap.epoch, snap.seq)
         await self.publish_status(client, force=True)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
@@ -242,6 +241,7 @@ class LeafAgent(Agent):
                 "held_rows": self.sequencer.held_rows,
                 "gap_rows": self.sequencer.gap_rows,
                 "reconnects": self.stats.reconnects,
+                "undelivered": self.undelivered,
                 "last_update_age_s": round(time.monotonic() - self._last_reading, 3),
             },
         )

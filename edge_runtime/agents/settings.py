@@ -48,6 +48,10 @@ class AgentSettings:
         memory for a later catch-up. Default 10_000.
     qos : int
         MQTT QoS of every subscription and publish. Default 1.
+    echo_timeout_s : float
+        Seconds within which an agent expects to receive its own snapshot back from the
+        broker; otherwise the publish counts as undelivered (denied or dropped). 0
+        turns the check off. Default 5.
     persistent_session : bool
         Connect with ``clean_session=False`` (MQTT 3.1.1) under a fixed client id, so the
         broker keeps the subscriptions and queues QoS 1 messages while the agent is away.
@@ -73,6 +77,7 @@ class AgentSettings:
     max_payload_bytes: int = 4 * 1024 * 1024
     max_queued_messages: int = 10_000
     qos: int = 1
+    echo_timeout_s: float = 5.0
     persistent_session: bool = True
     username: str | None = None
     password: str | None = None
