@@ -25,6 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from edge_runtime import __version__
+from edge_runtime.acl import generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
 from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
@@ -162,6 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds to wait for every leaf to be online first; 0 to skip (default 30)",
+    )
+
+    acl = sub.add_parser(
+        parents=[common],
+        name="acl",
+        help="print a Mosquitto acl_file for a topology (each device writes only its topics)",
+    )
+    acl.add_argument("topology", type=Path, help="topology TOML file")
+    acl.add_argument("--reader", action="append", default=[], help="a read-only user (repeatable)")
+    acl.add_argument("--replay-user", default="replay", help="user that publishes readings")
+    acl.add_argument("--no-replay", action="store_true", help="no replay / gateway user")
+    acl.add_argument(
+        "--bridge", action="append", default=[], help="node id behind a bridged site broker"
     )
 
     watch = sub.add_parser(
@@ -413,8 +427,26 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": _cmd_run, "agent": _cmd_agent, "replay": _cmd_replay, "watch": _cmd_watch}
-DEFAULT_LOG_LEVEL = {"run": "warning", "agent": "info", "replay": "warning", "watch": "warning"}
+async def _cmd_acl(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    text = generate_acl(
+        topology,
+        readers=args.reader,
+        replay=None if args.no_replay else args.replay_user,
+        bridges=args.bridge,
+    )
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "agent": _cmd_agent,
+    "replay": _cmd_replay,
+    "watch": _cmd_watch,
+    "acl": _cmd_acl,
+}
+DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
 
 
 def _innermost(exc: BaseException) -> BaseException:

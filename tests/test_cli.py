@@ -197,3 +197,13 @@ def test_per_node_commands_work_as_separate_processes_against_one_broker(mosquit
             proc.stdout.close()
             proc.stderr.close()
     assert all(proc.returncode == 0 for proc in agents), [p.returncode for p in agents]
+
+
+def test_acl_prints_one_section_per_node_and_the_replay_user():
+    proc = cli("acl", str(MOTES), "--reader", "dashboard")
+    assert proc.returncode == 0, proc.stderr
+    users = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("user ")]
+    topo = load_topology(MOTES)
+    assert users == [*topo.nodes, "replay", "dashboard"]
+    assert "topic write fpca/root/site-a/pi-01/subspace" not in proc.stdout  # readwrite only
+    assert "topic readwrite fpca/root/site-a/pi-01/subspace" in proc.stdout
