@@ -1,0 +1,291 @@
+"""Mosquitto access control list generated from a topology: each device writes only its topics.
+
+`generate_acl` turns a `Topology` into the text of a Mosquitto ``acl_file``
+(``mosquitto.conf(5)``, "acl_file"): one ``user <node id>`` section per node, granting exactly
+what that node's agent does, and nothing else::
+
+    leaf        readwrite  its sensor topic        (readings in; a sensor process on the
+                                                    device may publish them with the same
+                                                    credentials)
+                readwrite  its subspace topic      (publishes it; reads it back to restore
+                                                    when it has no local checkpoint)
+                write      its status, status/detail (online/offline + Last Will, JSON)
+                read       the model topic          (the global estimate)
+    aggregator  read       <its path>/+/subspace    (the children filter it subscribes to)
+                read       <its path>/+/status, <its path>/+/status/detail (children liveness)
+                readwrite  its subspace topic, write its status, status/detail
+                read       the model topic; the root also writes it
+
+Optional extra users: a *replay* / sensor-gateway user (default ``"replay"``) that writes every
+leaf's sensor topic and reads the leaves' status and status/detail (to wait until they are online
+and to learn which readings were ingested); *readers* (a dashboard, ``edge-runtime watch``) that
+read everything under ``<prefix>/#`` and write nothing.
+
+The user names must be the names in Mosquitto's ``password_file``; with
+``use_username_as_clientid true`` (``broker_config/secured.conf``) the user name is also the MQTT
+client id, so one device cannot take over another's session. Every topic not granted is denied:
+a leaf's publish to another leaf's topic is dropped by the broker (MQTT 3.1.1: silently, the
+publisher still gets its PUBACK; MQTT 5: PUBACK reason code 135, "not authorized").
+
+Stdlib only, besides the topology.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from edge_runtime.topology import Topology
+
+__all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user", "generate_acl"]
+
+DEFAULT_REPLAY_USER = "replay"
+"""User name of the replay / sensor gateway in the generated ACL."""
+
+BRIDGE_USER_PREFIX = "bridge-"
+"""User name of the bridge of a site broker whose subtree is rooted at node ``X``:
+``bridge-X`` (see `bridge_user` and ``broker_config/bridge.conf``)."""
+
+# Characters Mosquitto's password and ACL files cannot carry in a user name or topic: the
+# files are split at whitespace, and ':' separates the user name from the hash in a
+# password_file.
+_BAD_USER = re.compile(r"[\s:]")
+_BAD_TOPIC = re.compile(r"\s")
+
+
+class AclError(ValueError):
+    """A user name or topic that cannot be written into a Mosquitto ACL or password file."""
+
+
+def _check_user(user: str, what: str) -> str:
+    if not isinstance(user, str) or not user:
+        raise AclError(f"{what} must be a non-empty string, got {user!r}")
+    if _BAD_USER.search(user):
+        raise AclError(
+            f"{what} {user!r} contains whitespace or ':', which Mosquitto's password and ACL "
+            "files cannot hold"
+        )
+    return user
+
+
+def _check_topic(topic: str, owner: str) -> str:
+    if _BAD_TOPIC.search(topic):
+        raise AclError(
+            f"topic {topic!r} of {owner!r} contains whitespace, which a Mosquitto ACL line "
+            "cannot hold; choose a prefix and sensor topics without spaces"
+        )
+    return topic
+
+
+def bridge_user(node_id: str) -> str:
+    """User name on the central broker of the bridge that brings ``node_id``'s site in."""
+    return f"{BRIDGE_USER_PREFIX}{node_id}"
+
+
+class _Section:
+    """One ``user`` section: lines of ``# comment`` and ``topic <access> <topic>``."""
+
+    def __init__(self, user: str, title: str) -> None:
+        self.lines = [f"# {title}", f"user {user}"]
+        self.user = user
+
+    def topic(self, access: str, topic: str, why: str) -> None:
+        self.lines.append(f"# {why}")
+        self.lines.append(f"topic {access} {_check_topic(topic, self.user)}")
+
+
+def generate_acl(
+    topology: Topology,
+    *,
+    readers: Sequence[str] = (),
+    replay: str | None = DEFAULT_REPLAY_USER,
+    bridges: Sequence[str] = (),
+) -> str:
+    """The text of a Mosquitto ``acl_file`` that lets each node use only its own topics.
+
+    One ``user <node id>`` section per node, in the topology's file order, then the replay
+    user's section (unless ``replay`` is None), one per bridge, then one per reader. Each
+    ``topic`` line is preceded by a comment saying why the user needs it. The output is
+    deterministic (no time stamp), so it can be diffed and kept under version control.
+
+    Parameters
+    ----------
+    topology : Topology
+        The aggregation tree; user names are its node ids.
+    readers : sequence of str, default ()
+        Extra users (dashboards, ``edge-runtime watch``) with read access to
+        ``<prefix>/#`` and no write access.
+    replay : str or None, default ``"replay"``
+        User name of the replay / sensor gateway, which writes every leaf's sensor topic and
+        reads the leaves' status topics; None leaves it out.
+    bridges : sequence of str, default ()
+        Ids of the nodes (not the root) whose subtree lives behind a site broker bridged into
+        this one (``broker_config/bridge.conf``). Each gets a user ``bridge-<id>``
+        (`bridge_user`) that may write that node's snapshot and status topics and its
+        children's status topics, and read the model: exactly the bridge's ``out`` and ``in``
+        topics. The bridge's local side, on the site broker, is not subject to that broker's
+        ACL (Mosquitto 2.0), so the site needs no such section.
+
+    Returns
+    -------
+    str
+        The ACL, ending in a newline. Install it as the ``acl_file`` of
+        ``broker_config/secured.conf`` (``/etc/mosquitto/acl``).
+
+    Raises
+    ------
+    AclError
+        If a user name contains whitespace or ``:``, a topic contains whitespace (neither can be
+        written to Mosquitto's files), a user name is used twice (a reader or the replay user
+        named like a node, or like each other), or a bridge names the root or an unknown node.
+
+    Examples
+    --------
+    >>> from edge_runtime.topology import parse_topology
+    >>> topology = parse_topology('''
+    ... name = "tiny"
+    ... [defaults]
+    ... rank = 2
+    ... [[nodes]]
+    ... id = "root"
+    ... [[nodes]]
+    ... id = "pi-01"
+    ... parent = "root"
+    ... ''')
+    >>> header, root, leaf = generate_acl(topology, replay=None).split("\\n\\n")
+    >>> print(leaf, end="")
+    # leaf pi-01 (root/pi-01)
+    user pi-01
+    # its sensor readings (a sensor process on the device may publish them too)
+    topic readwrite sensors/pi-01
+    # its own snapshot: publishes it (retained); reads it back to restore after a restart
+    topic readwrite fpca/root/pi-01/subspace
+    # its online/offline status, and its Last Will (checked when the broker sends it)
+    topic write fpca/root/pi-01/status
+    # its JSON status document
+    topic write fpca/root/pi-01/status/detail
+    # the global estimate, published by the root
+    topic read fpca/root/model
+    """
+    prefix = _check_topic(topology.prefix, "the topology prefix")
+    users: dict[str, str] = {}
+
+    def claim(user: str, what: str) -> None:
+        _check_user(user, what)
+        if user in users:
+            raise AclError(f"user name {user!r} is used twice ({users[user]} and {what})")
+        users[user] = what
+
+    model = topology.model_topic()
+    sections: list[_Section] = []
+    for node_id in topology.nodes:
+        claim(node_id, f"node {node_id!r}")
+        sections.append(_node_section(topology, node_id))
+
+    if replay is not None:
+        claim(replay, "the replay user")
+        section = _Section(replay, f"replay / sensor gateway {replay}: readings in, nothing else")
+        for leaf in topology.leaves():
+            sensor = topology.nodes[leaf].sensor_topic
+            assert sensor is not None  # a leaf always has one (Topology checks)
+            section.topic("write", sensor, f"readings for leaf {leaf}")
+            section.topic(
+                "read",
+                topology.status_topic(leaf),
+                f"whether {leaf} is online (the replay waits for it)",
+            )
+            section.topic(
+                "read",
+                topology.status_detail_topic(leaf),
+                f"which readings {leaf} has ingested (the rest are re-sent after a reconnect)",
+            )
+        sections.append(section)
+
+    for node_id in bridges:
+        if node_id not in topology.nodes:
+            raise AclError(f"bridge for unknown node {node_id!r} of topology {topology.name!r}")
+        if node_id == topology.root:
+            raise AclError(
+                f"bridge for the root {node_id!r}: a bridge brings one subtree below the root "
+                "into the root's broker"
+            )
+        user = bridge_user(node_id)
+        claim(user, f"the bridge of {node_id!r}")
+        section = _Section(
+            user, f"bridge {user}: the site broker of {node_id} ({topology.path(node_id)})"
+        )
+        section.topic("write", topology.subspace_topic(node_id), f"{node_id}'s snapshot, up")
+        section.topic("write", topology.status_topic(node_id), f"{node_id}'s status, up")
+        section.topic(
+            "write", topology.status_detail_topic(node_id), f"{node_id}'s JSON status, up"
+        )
+        children_status = f"{prefix}/{topology.path(node_id)}/+/status"
+        section.topic("write", children_status, f"the status of {node_id}'s children, up")
+        section.topic(
+            "write", f"{children_status}/detail", f"the JSON status of {node_id}'s children, up"
+        )
+        section.topic("read", model, "the global model, down to the site")
+        sections.append(section)
+
+    for reader in readers:
+        claim(reader, f"reader {reader!r}")
+        section = _Section(reader, f"reader {reader}: dashboards and monitors, read-only")
+        section.topic("read", f"{prefix}/#", "every snapshot, status and the model; no writes")
+        sections.append(section)
+
+    source = f" ({topology.source_path.name})" if topology.source_path is not None else ""
+    header = [
+        "# Mosquitto acl_file generated by `edge-runtime acl` from topology "
+        f"{topology.name!r}{source}.",
+        "# Regenerate it whenever the topology changes; do not edit it by hand.",
+        "#",
+        "# One section per MQTT user; user names are node ids (and, with",
+        "# use_username_as_clientid true, client ids too). Each 'topic ACCESS TOPIC' line",
+        "# grants read, write or readwrite on a topic or filter; everything else is denied.",
+        "# Lines before the first 'user' line would apply to anonymous clients: there are",
+        "# none, and broker_config/secured.conf refuses anonymous clients anyway.",
+    ]
+    body = ["\n".join(section.lines) for section in sections]
+    return "\n".join(header) + "\n\n" + "\n\n".join(body) + "\n"
+
+
+def _node_section(topology: Topology, node_id: str) -> _Section:
+    """The ``user <node id>`` section: what the node's agent reads and writes."""
+    prefix = topology.prefix
+    model = topology.model_topic()
+    if topology.is_leaf(node_id):
+        section = _Section(node_id, f"leaf {node_id} ({topology.path(node_id)})")
+        sensor = topology.nodes[node_id].sensor_topic
+        assert sensor is not None  # a leaf always has one (Topology checks)
+        section.topic(
+            "readwrite",
+            sensor,
+            "its sensor readings (a sensor process on the device may publish them too)",
+        )
+    else:
+        role = "root aggregator" if node_id == topology.root else "aggregator"
+        section = _Section(node_id, f"{role} {node_id} ({topology.path(node_id)})")
+        section.topic(
+            "read",
+            topology.children_filter(node_id),
+            "its children's snapshots: the filter it subscribes to",
+        )
+        children_status = f"{prefix}/{topology.path(node_id)}/+/status"
+        section.topic("read", children_status, "its children's online/offline status")
+        section.topic("read", f"{children_status}/detail", "its children's JSON status documents")
+    section.topic(
+        "readwrite",
+        topology.subspace_topic(node_id),
+        "its own snapshot: publishes it (retained); reads it back to restore after a restart",
+    )
+    section.topic(
+        "write",
+        topology.status_topic(node_id),
+        "its online/offline status, and its Last Will (checked when the broker sends it)",
+    )
+    section.topic("write", topology.status_detail_topic(node_id), "its JSON status document")
+    if node_id == topology.root:
+        section.topic("readwrite", model, "the global estimate: the root publishes it")
+    else:
+        section.topic("read", model, "the global estimate, published by the root")
+    return section
