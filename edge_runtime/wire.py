@@ -108,6 +108,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -265,11 +266,21 @@ class WireError(ValueError):
 
 
 # --------------------------------------------------------------------------- field checks
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3  # untrusted values may nest ~1000 deep: never recurse into them
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 6
+_REPR.maxstring = _REPR.maxother = 60
+
+
 def _show(value: object, limit: int = 60) -> str:
-    """A one-line, bounded ``repr`` of an untrusted value for error messages."""
+    """A one-line, bounded ``repr`` of an untrusted value for error messages.
+
+    Depth and width are bounded (`reprlib`), so a payload nested a thousand levels
+    deep cannot turn an error message into a ``RecursionError``.
+    """
     try:
-        text = repr(value)
-    except ValueError:  # an int too long for str(): say how big it is instead
+        text = _REPR.repr(value)
+    except (ValueError, RecursionError):  # an int too long for str(), or worse
         text = f"<int of {value.bit_length()} bits>" if isinstance(value, int) else "<value>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

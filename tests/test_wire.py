@@ -850,7 +850,17 @@ def test_every_reason_code_is_exercised_by_a_rejection_test() -> None:
 
 def test_public_names_are_exactly_those_in_all() -> None:
     public = {name for name in vars(wire) if not name.startswith("_")}
-    imported = {"annotations", "json", "math", "msgpack", "np", "Mapping", "Literal", "NoReturn"}
+    imported = {
+        "annotations",
+        "json",
+        "math",
+        "reprlib",
+        "msgpack",
+        "np",
+        "Mapping",
+        "Literal",
+        "NoReturn",
+    }
     imported |= {"MappingProxyType", "dataclass", "field", "Subspace"}
     internal_limits = {"MAX_ID_CHARS", "MAX_EPOCH_CHARS", "MAX_ROLE_CHARS", "MAX_REJECT_ENTRIES"}
     assert set(wire.__all__) == public - imported - internal_limits

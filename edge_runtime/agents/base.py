@@ -215,9 +215,10 @@ class Agent(abc.ABC):
         ``publish_not_delivered`` — reported, never retried in a loop (the next
         snapshot is simply published when it is due).
         """
+        if self.settings.echo_timeout_s > 0:  # before publishing: the echo may beat the PUBACK
+            deadline = time.monotonic() + self.settings.timeout_s + self.settings.echo_timeout_s
+            self._awaiting_echo[(epoch, seq)] = deadline
         await self.publish(client, self._own_topic, payload)
-        if self.settings.echo_timeout_s > 0:
-            self._awaiting_echo[(epoch, seq)] = time.monotonic() + self.settings.echo_timeout_s
 
     def _on_echo(self, payload: object) -> None:
         if not self._awaiting_echo or not isinstance(payload, bytes | bytearray) or not payload:
@@ -314,10 +315,10 @@ class Agent(abc.ABC):
     async def _receive(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
             self.stats.messages_received += 1
-            if str(message.topic) == self._own_topic:
-                self._on_echo(message.payload)
-                continue
             try:
+                if str(message.topic) == self._own_topic:
+                    self._on_echo(message.payload)
+                    continue
                 await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it
                 self.rejects["internal_error"] += 1
