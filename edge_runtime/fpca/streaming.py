@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -521,6 +522,387 @@ class FPCAEdge:
         r = min(self.rank_, basis.shape[1])
         return Subspace(flip_signs(basis[:, :r]), sv[:r].copy(), self.n_samples_seen_, mean)
 
+    # -- state: checkpoint and restore -----------------------------------------------------
+
+    def get_state(self) -> dict[str, np.ndarray | int | float | bool | str | None]:
+        """Everything needed to resume this estimator bit-exactly, as plain values and arrays.
+
+        `from_state` of the result continues exactly where this instance is: for any
+        stream ``X`` and split ``k``, ``a.partial_fit(X[:k])`` then
+        ``FPCAEdge.from_state(a.get_state()).partial_fit(X[k:])`` ends in the
+        bitwise-identical state (and `subspace`) of ``partial_fit(X)`` on one instance.
+        Reading the state changes nothing. Its arrays hold ``n_features * (t + k + 1) +
+        t + 2`` float64 values (``t = n_tracked_`` directions, ``k < block_size`` pending
+        rows), i.e. ``O(n_features * (rank + oversample + block_size))``.
+
+        Returns
+        -------
+        dict
+            New arrays (copies, float64) and Python scalars only, so it can be stored by
+            `edge_runtime.checkpoint.save_checkpoint` (or any ``npz`` + JSON writer):
+
+            - ``"state_format"`` : str, ``"FPCAEdge/1"``.
+            - The constructor parameters: ``"n_features"``, ``"rank"``,
+              ``"block_size"``, ``"holdoff"`` (int), ``"oversample"``, ``"max_rank"``
+              (int or None), ``"adaptive"``, ``"center"`` (bool), ``"forget"`` (float)
+              and ``"rank_bounds"`` (ndarray of shape (2,)).
+            - ``"rank_"``, ``"oversample_"``, ``"n_samples_seen_"``, ``"n_blocks_"`` :
+              int, the attributes of the same names.
+            - ``"basis"`` : ndarray of shape (n_features, t), the tracked orthonormal
+              basis as stored (``t = n_tracked_``; signs as in the state, not
+              normalised as in `subspace`); ``"singular_values"`` : shape (t,).
+            - ``"pending"`` : ndarray of shape (k, n_features), the ``0 <= k <
+              block_size`` samples of the partially filled block, oldest first.
+            - ``"mean"`` : ndarray of shape (n_features,) and ``"mean_weight"`` : float
+              (the effective number of samples behind the mean, see Notes of the
+              class) when ``center``, else None for both.
+            - ``"last_rank_change"`` : int or None, the block count at the last
+              adaptive rank change (the ``holdoff`` counter); None if there was none.
+        """
+        k = self._n_pending
+        return {
+            "state_format": _STATE_FORMAT,
+            "n_features": self.n_features,
+            "rank": self.rank,
+            "block_size": self.block_size,
+            "oversample": self.oversample,
+            "adaptive": self.adaptive,
+            "rank_bounds": np.array(self.rank_bounds, dtype=np.float64),
+            "holdoff": self.holdoff,
+            "max_rank": self.max_rank,
+            "forget": self.forget,
+            "center": self.center,
+            "rank_": self.rank_,
+            "oversample_": self.oversample_,
+            "n_samples_seen_": self.n_samples_seen_,
+            "n_blocks_": self.n_blocks_,
+            "basis": np.array(self._basis, dtype=np.float64, order="C"),
+            "singular_values": np.array(self._singular_values, dtype=np.float64),
+            "pending": np.array(self._buffer[:k], dtype=np.float64, order="C"),
+            "mean": self._mean_buffer.copy() if self.center else None,
+            "mean_weight": float(self._weight) if self.center else None,
+            "last_rank_change": self._last_rank_change,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, object]) -> FPCAEdge:
+        """A new estimator resuming bit-exactly from a `get_state` result.
+
+        Parameters
+        ----------
+        state : mapping
+            As returned by `get_state` (the arrays may be read-only or of any memory
+            layout; they are copied). Keys that `get_state` does not produce are
+            ignored, so a checkpoint may carry the caller's own keys alongside.
+
+        Returns
+        -------
+        FPCAEdge
+            Its preallocated buffers are the constructor's, so its memory is bounded
+            exactly as for a new instance.
+
+        Raises
+        ------
+        ValueError
+            One line naming the offending field, if ``state`` is not a mapping, lacks a
+            key, has a value of the wrong type, dtype (float64 required) or shape,
+            non-finite values, a basis whose columns are not orthonormal within 1e-8
+            (max-abs entry of ``basis^T basis - I``), negative or increasing singular
+            values, more directions than the rank allows, or counters that contradict
+            each other (e.g. ``n_samples_seen_`` vs ``n_blocks_ * block_size`` plus the
+            pending rows, the rank outside its bounds, the mean weight vs the counts).
+            Constructor parameters are checked by the constructor; its TypeError
+            becomes a ValueError here.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(130, 6))
+        >>> first = FPCAEdge(6, 2, 20, center=True).partial_fit(X[:77])
+        >>> resumed = FPCAEdge.from_state(first.get_state()).partial_fit(X[77:])
+        >>> whole = FPCAEdge(6, 2, 20, center=True).partial_fit(X)
+        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
+        True
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"FPCAEdge state must be a mapping, got {type(state).__name__}")
+        missing = [key for key in _STATE_KEYS if key not in state]
+        if missing:
+            raise ValueError(f"FPCAEdge state is missing {missing[0]!r}")
+        if state["state_format"] != _STATE_FORMAT:
+            raise ValueError(
+                f"FPCAEdge state: state_format must be {_STATE_FORMAT!r}, "
+                f"got {state['state_format']!r}"
+            )
+        bounds = _state_array(state, "rank_bounds", 1)
+        if bounds.shape != (2,):
+            raise ValueError(
+                f"FPCAEdge state: rank_bounds must have shape (2,), got {bounds.shape}"
+            )
+        try:
+            edge = cls(
+                _state_int(state, "n_features"),
+                _state_int(state, "rank"),
+                _state_int(state, "block_size"),
+                oversample=_state_optional_int(state, "oversample"),
+                adaptive=_state_bool(state, "adaptive"),
+                rank_bounds=(float(bounds[0]), float(bounds[1])),
+                holdoff=_state_int(state, "holdoff"),
+                max_rank=_state_optional_int(state, "max_rank"),
+                forget=_state_float(state, "forget"),
+                center=_state_bool(state, "center"),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"FPCAEdge state: {exc}") from None
+        d, b = edge.n_features, edge.block_size
+
+        oversample_ = _state_int(state, "oversample_")
+        if oversample_ != edge.oversample_:
+            raise ValueError(
+                f"FPCAEdge state: oversample_ {oversample_} does not match the parameters "
+                f"(expected {edge.oversample_})"
+            )
+        rank_ = _state_int(state, "rank_")
+        if edge.adaptive:
+            if not 1 <= rank_ <= edge._rank_cap:
+                raise ValueError(
+                    f"FPCAEdge state: rank_ {rank_} is outside [1, {edge._rank_cap}] "
+                    "(adaptive rank bounds)"
+                )
+        elif rank_ != edge.rank:
+            raise ValueError(
+                f"FPCAEdge state: rank_ {rank_} differs from rank {edge.rank} (adaptive=False)"
+            )
+        edge.rank_ = rank_
+
+        basis = _state_array(state, "basis", 2)
+        sv = _state_array(state, "singular_values", 1)
+        _check_basis(basis, sv, d, edge._n_target(), "FPCAEdge state")
+        t = basis.shape[1]
+
+        pending = _state_array(state, "pending", 2)
+        if pending.shape[1:] != (d,) or pending.shape[0] >= b:
+            raise ValueError(
+                f"FPCAEdge state: pending must have shape (k, {d}) with k < block_size {b}, "
+                f"got {pending.shape}"
+            )
+        n_pending = pending.shape[0]
+        n_seen = _state_int(state, "n_samples_seen_")
+        n_blocks = _state_int(state, "n_blocks_")
+        if n_seen < 0 or n_blocks < 0:
+            raise ValueError(
+                f"FPCAEdge state: n_samples_seen_ {n_seen} and n_blocks_ {n_blocks} must be >= 0"
+            )
+        # Samples summarised by the basis beyond the full blocks: 0, except after
+        # `from_subspace` of a snapshot taken within a block.
+        folded = n_seen - n_blocks * b - n_pending
+        if not 0 <= folded < b:
+            raise ValueError(
+                f"FPCAEdge state: n_samples_seen_ {n_seen} does not match n_blocks_ {n_blocks} "
+                f"* block_size {b} + {n_pending} pending rows"
+            )
+        applied = n_blocks > 0 or folded > 0
+        if applied != (t > 0):
+            raise ValueError(
+                f"FPCAEdge state: basis has {t} directions after {n_seen - n_pending} "
+                "samples applied (must be 0 exactly when none were)"
+            )
+
+        mean = state["mean"]
+        weight = state["mean_weight"]
+        if edge.center:
+            mean = _state_array(state, "mean", 1)
+            if mean.shape != (d,):
+                raise ValueError(f"FPCAEdge state: mean must have shape ({d},), got {mean.shape}")
+            weight = _state_float(state, "mean_weight")
+            limit = n_seen - n_pending
+            if (
+                not 0.0 <= weight <= limit
+                or (weight > 0.0) != applied
+                or (edge.forget == 1.0 and weight != limit)
+            ):
+                raise ValueError(
+                    f"FPCAEdge state: mean_weight {weight} is inconsistent with {limit} samples "
+                    f"applied and forget {edge.forget}"
+                )
+        elif mean is not None or weight is not None:
+            raise ValueError("FPCAEdge state: mean and mean_weight must be None when not center")
+
+        last = _state_optional_int(state, "last_rank_change")
+        if last is not None and not (edge.adaptive and 1 <= last <= n_blocks):
+            raise ValueError(
+                f"FPCAEdge state: last_rank_change {last} must be None or in [1, n_blocks_ "
+                f"{n_blocks}] (and only with adaptive=True)"
+            )
+
+        edge._restore(basis, sv, n_seen, n_blocks, mean, weight, last)
+        edge._buffer[:n_pending] = pending
+        edge._n_pending = n_pending
+        return edge
+
+    @classmethod
+    def from_subspace(
+        cls,
+        subspace: Subspace,
+        *,
+        rank: int,
+        block_size: int = 50,
+        oversample: int | None = None,
+        adaptive: bool = False,
+        rank_bounds: tuple[float, float] = (0.01, 0.10),
+        holdoff: int = 1,
+        max_rank: int | None = None,
+        forget: float = 1.0,
+        center: bool = False,
+        current_rank: int | None = None,
+    ) -> FPCAEdge:
+        """A new estimator continuing from a published (tracked) snapshot, without a checkpoint.
+
+        What a leaf restores from its own retained `tracked_subspace` when it has no
+        checkpoint: the basis, singular values, ``n_samples`` and (centred) ``mean`` of
+        the snapshot become the state, ``n_samples_seen_ = subspace.n_samples``,
+        ``n_blocks_ = n_samples // block_size``, ``rank_ = current_rank``, no pending
+        rows, no recent rank change. With ``center`` the mean's effective count is recomputed from
+        ``n_samples``, ``block_size`` and ``forget`` by the recurrence of the update
+        (one step if ``forget == 1``, else at most ``n_samples // block_size`` steps,
+        fewer once it reaches its floating-point fixed point).
+
+        What is lost against a checkpoint (`get_state` / `from_state`): the pending
+        block. A snapshot already summarises the pending rows of its moment (folded in
+        as a short block, see `subspace`) but not the rows themselves, so the next
+        blocks start at the snapshot instead of on the original block boundaries.
+
+        If the snapshot was taken at a block boundary (``n_samples`` a multiple of
+        ``block_size``) and the parameters are the original run's (with ``adaptive``,
+        ``current_rank`` its ``rank_`` at the snapshot), continuing from it matches the
+        original run to rounding: the snapshot's basis is the state's up to the signs of
+        its columns, which `tracked_subspace` normalises and the state does not. The
+        ``n_features x n_features`` Gram formulation of the update (used while
+        ``n_features <= n_tracked_ + block_size`` and the reported directions are
+        well conditioned, e.g. d = 48, b = 50) does not depend on those signs, so there
+        the continuation is bitwise identical; the ``(t + b)``-sized Gram and the QR +
+        SVD formulations differ in the last bits (principal angles ~1e-15 rad). The
+        hold-off counter restarts, so with ``holdoff > 1`` the first adaptive rank
+        change may come earlier. From a snapshot taken within a block, the result
+        differs by the truncation error of one extra (short) update. Samples that
+        arrived after the snapshot was published are not in it.
+
+        Parameters
+        ----------
+        subspace : Subspace
+            The snapshot; ``n_features`` comes from it. Its leading ``min(rank +
+            oversample_, n_features)`` directions are kept (all of them for a snapshot
+            of this configuration).
+        rank, block_size, oversample, adaptive, rank_bounds, holdoff, max_rank, forget, center
+            As for the constructor: the configuration of the run that published the
+            snapshot (``rank`` is the initial rank, which also sets the default
+            ``oversample``).
+        current_rank : int or None, default=None
+            The reported rank to resume at, ``rank_`` of the estimator that published the
+            snapshot (e.g. the rank in its status document). None means ``rank``. Must
+            equal ``rank`` unless ``adaptive``, and lie in the adaptive rank's bounds if
+            it is.
+
+        Returns
+        -------
+        FPCAEdge
+
+        Raises
+        ------
+        TypeError
+            If ``subspace`` is not a `Subspace`, or as the constructor.
+        ValueError
+            As the constructor; or, one line naming the field, if the snapshot has
+            non-finite values, a basis not orthonormal within 1e-8, negative or
+            increasing singular values, rank 0 with ``n_samples > 0`` (or the reverse),
+            or a ``mean`` when not ``center`` (or none when ``center``); if
+            ``current_rank`` is out of range.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(130, 6))
+        >>> snapshot = FPCAEdge(6, 2, 20).partial_fit(X[:60]).tracked_subspace
+        >>> resumed = FPCAEdge.from_subspace(snapshot, rank=2, block_size=20)
+        >>> resumed = resumed.partial_fit(X[60:])
+        >>> whole = FPCAEdge(6, 2, 20).partial_fit(X)
+        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
+        True
+        """
+        if not isinstance(subspace, Subspace):
+            raise TypeError(f"subspace must be a Subspace, got {type(subspace).__name__}")
+        edge = cls(
+            subspace.n_features,
+            rank,
+            block_size,
+            oversample=oversample,
+            adaptive=adaptive,
+            rank_bounds=rank_bounds,
+            holdoff=holdoff,
+            max_rank=max_rank,
+            forget=forget,
+            center=center,
+        )
+        if current_rank is not None:
+            current_rank = check_int(current_rank, "current_rank", 1)
+            if edge.adaptive and current_rank > edge._rank_cap:
+                raise ValueError(
+                    f"current_rank {current_rank} exceeds the adaptive rank's limit "
+                    f"{edge._rank_cap}"
+                )
+            if not edge.adaptive and current_rank != edge.rank:
+                raise ValueError(
+                    f"current_rank {current_rank} differs from rank {edge.rank} (adaptive=False)"
+                )
+            edge.rank_ = current_rank
+        t = min(subspace.rank, edge._n_target())
+        basis = subspace.basis[:, :t]
+        sv = subspace.singular_values[:t]
+        _check_basis(basis, sv, edge.n_features, t, "subspace")
+        n = subspace.n_samples
+        if (n > 0) != (subspace.rank > 0):
+            raise ValueError(
+                f"subspace: rank {subspace.rank} with n_samples {n} (must be 0 together)"
+            )
+        weight = 0.0
+        mean = subspace.mean
+        if edge.center:
+            if mean is None and n == 0:
+                mean = np.zeros(edge.n_features)  # e.g. Subspace.empty: nothing to centre yet
+            if mean is None:
+                raise ValueError("subspace: mean is None but center=True (an uncentred summary)")
+            if not np.isfinite(mean).all():
+                raise ValueError("subspace: mean contains NaN or infinity")
+            weight = _mean_weight(n, edge.block_size, edge.forget)
+        elif mean is not None:
+            raise ValueError("subspace: has a mean (a centred summary) but center=False")
+        edge._restore(basis, sv, n, n // edge.block_size, mean, weight, None)
+        return edge
+
+    def _restore(
+        self,
+        basis: np.ndarray,
+        singular_values: np.ndarray,
+        n_samples_seen: int,
+        n_blocks: int,
+        mean: np.ndarray | None,
+        weight: float,
+        last_rank_change: int | None,
+    ) -> None:
+        """Copy checked state into this freshly reset instance's buffers (no pending rows)."""
+        t = basis.shape[1]
+        self._current = 0
+        target = self._basis_buffers[0]
+        target[:, :t] = basis
+        self._basis = target[:, :t]
+        self._singular_values = np.array(singular_values, dtype=np.float64, copy=True)
+        self.n_samples_seen_ = int(n_samples_seen)
+        self.n_blocks_ = int(n_blocks)
+        if self.center and mean is not None:
+            self._mean_buffer[:] = mean
+            self._weight = float(weight)
+        self._last_rank_change = last_rank_change
+
     def __repr__(self) -> str:
         return (
             f"FPCAEdge(n_features={self.n_features}, rank={self.rank}, "
@@ -528,3 +910,124 @@ class FPCAEdge:
             f"adaptive={self.adaptive}, center={self.center}, rank_={self.rank_}, "
             f"n_samples_seen_={self.n_samples_seen_})"
         )
+
+
+# -- helpers of get_state / from_state / from_subspace --------------------------------------
+
+_STATE_FORMAT = "FPCAEdge/1"
+_STATE_KEYS = (
+    "state_format",
+    "n_features",
+    "rank",
+    "block_size",
+    "oversample",
+    "adaptive",
+    "rank_bounds",
+    "holdoff",
+    "max_rank",
+    "forget",
+    "center",
+    "rank_",
+    "oversample_",
+    "n_samples_seen_",
+    "n_blocks_",
+    "basis",
+    "singular_values",
+    "pending",
+    "mean",
+    "mean_weight",
+    "last_rank_change",
+)
+
+#: Largest ``|basis^T basis - I|`` entry accepted by `FPCAEdge.from_state`/`from_subspace`.
+_ORTHONORMAL_TOL = 1e-8
+
+
+def _state_int(state: Mapping[str, object], key: str) -> int:
+    value = state[key]
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ValueError(f"FPCAEdge state: {key} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _state_optional_int(state: Mapping[str, object], key: str) -> int | None:
+    value = state[key]
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ValueError(f"FPCAEdge state: {key} must be an integer or None, got {value!r}")
+    return int(value)
+
+
+def _state_bool(state: Mapping[str, object], key: str) -> bool:
+    value = state[key]
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"FPCAEdge state: {key} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _state_float(state: Mapping[str, object], key: str) -> float:
+    value = state[key]
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
+        raise ValueError(f"FPCAEdge state: {key} must be a number, got {value!r}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"FPCAEdge state: {key} must be finite, got {out}")
+    return out
+
+
+def _state_array(state: Mapping[str, object], key: str, ndim: int) -> np.ndarray:
+    value = state[key]
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"FPCAEdge state: {key} must be an ndarray, got {type(value).__name__}")
+    if value.dtype != np.float64:
+        raise ValueError(f"FPCAEdge state: {key} must have dtype float64, got {value.dtype}")
+    if value.ndim != ndim:
+        raise ValueError(f"FPCAEdge state: {key} must be {ndim}-D, got shape {value.shape}")
+    if not np.isfinite(value).all():
+        raise ValueError(f"FPCAEdge state: {key} contains NaN or infinity")
+    return value
+
+
+def _check_basis(
+    basis: np.ndarray, sv: np.ndarray, n_features: int, max_rank: int, where: str
+) -> None:
+    """ValueError unless ``basis`` (d, t <= max_rank) is orthonormal and ``sv`` (t,) fits it."""
+    if basis.shape[0] != n_features or basis.shape[1] > max_rank:
+        raise ValueError(
+            f"{where}: basis must have shape ({n_features}, t) with t <= {max_rank}, "
+            f"got {basis.shape}"
+        )
+    if sv.shape != (basis.shape[1],):
+        raise ValueError(
+            f"{where}: singular_values must have shape ({basis.shape[1]},), got {sv.shape}"
+        )
+    if not (np.isfinite(basis).all() and np.isfinite(sv).all()):
+        raise ValueError(f"{where}: basis or singular_values contain NaN or infinity")
+    if basis.shape[1]:
+        error = float(np.max(np.abs(basis.T @ basis - np.eye(basis.shape[1]))))
+        if not error <= _ORTHONORMAL_TOL:
+            raise ValueError(
+                f"{where}: basis is not orthonormal (max |B^T B - I| = {error:.3g} > "
+                f"{_ORTHONORMAL_TOL:g})"
+            )
+    if np.any(sv < 0.0) or np.any(sv[1:] > sv[:-1]):
+        raise ValueError(f"{where}: singular_values must be non-negative and non-increasing")
+
+
+def _mean_weight(n_samples: int, block_size: int, forget: float) -> float:
+    """Effective count behind the mean after ``n_samples`` in blocks (as `_centre_rows`)."""
+    full, rest = divmod(n_samples, block_size)
+    decay = forget * forget
+    if forget == 1.0:
+        weight = float(full * block_size)  # the recurrence below, exactly (integers < 2**53)
+    else:
+        weight = 0.0
+        for _ in range(full):  # stops at the recurrence's floating-point fixed point
+            updated = decay * weight + block_size
+            if updated == weight:
+                break
+            weight = updated
+    if rest:
+        weight = decay * weight + rest
+    return weight
