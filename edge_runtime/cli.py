@@ -126,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--broker", default="mqtt://127.0.0.1:1883")
     agent.add_argument("--n-features", type=_positive_int, help="reading width (default: learnt)")
     agent.add_argument(
+        "--state-dir",
+        type=Path,
+        help="folder for the leaf's checkpoint (<node>.ckpt); default: no checkpoint",
+    )
+    agent.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=1,
+        help="checkpoint after this many blocks (and when idle, and on exit); default 1",
+    )
+    agent.add_argument(
         "--startup-timeout",
         type=_positive_float,
         default=30.0,
@@ -328,7 +339,12 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
         known = ", ".join(topology.nodes)
         raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
     settings = _settings(args.broker, args)
-    agent = create_agent(topology, args.node, settings, n_features=args.n_features)
+    if args.state_dir is not None and not args.state_dir.is_dir():
+        raise CliError(f"--state-dir {str(args.state_dir)!r}: no such folder")
+    options = {}
+    if topology.is_leaf(args.node):
+        options = {"state_dir": args.state_dir, "checkpoint_every": args.checkpoint_every}
+    agent = create_agent(topology, args.node, settings, n_features=args.n_features, **options)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, agent.stop)

@@ -115,7 +115,8 @@ async def run_topology(
     sent = 0
 
     agents: list[Agent] = [
-        create_agent(topology, node, settings, n_features=n_features) for node in topology.nodes
+        create_agent(topology, node, settings, n_features=n_features, restore_from_broker=False)
+        for node in topology.nodes
     ]
     root = next(a for a in agents if a.node_id == topology.root)
     assert isinstance(root, AggregatorAgent)

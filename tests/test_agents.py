@@ -337,3 +337,53 @@ async def test_a_snapshot_the_broker_drops_silently_is_counted_as_undelivered(
                 await asyncio.sleep(0.05)
         assert agent.snapshot is not None and agent.snapshot.n_samples == 10
         assert agent.status_detail().extra["undelivered"] == 1
+
+
+async def test_a_leaf_resumes_from_its_checkpoint_exactly_where_it_stopped(mosquitto, tmp_path):
+    topology = tree_topology(sites=1, leaves_per_site=1, rank=3, block_size=10)
+    leaf = topology.leaves()[0]
+    topic = topology.nodes[leaf].sensor_topic
+    data = low_rank_data(60, 8, 3, seed=12)
+    settings = settings_for(mosquitto)
+    async with LeafAgent(topology, leaf, settings, state_dir=tmp_path) as first:
+        await first.wait_connected(5)
+        await publish_rows(mosquitto, topic, data[:35], "s")
+        async with asyncio.timeout(10):
+            while first.n_samples < 35:
+                await asyncio.sleep(0.02)
+    assert (tmp_path / f"{leaf}.ckpt").is_file()
+    async with LeafAgent(topology, leaf, settings, state_dir=tmp_path) as second:
+        assert second.restored_from == "checkpoint"
+        assert (second.n_samples, second.ingested, second.epoch) == (35, {"s": 34}, first.epoch)
+        await second.wait_connected(5)
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
+            for i in range(30, 60):  # 30..34 again (duplicates), then new rows
+                await client.publish(topic, encode_readings(data[i], source="s", seq=i), qos=1)
+        async with asyncio.timeout(10):
+            while second.n_samples < 60:
+                await asyncio.sleep(0.02)
+        resumed = second.estimator.tracked_subspace
+    expected = offline_leaf(topology, leaf, data).tracked_subspace
+    np.testing.assert_array_equal(resumed.singular_values, expected.singular_values)
+    np.testing.assert_array_equal(resumed.basis, expected.basis)
+
+
+async def test_a_leaf_without_a_checkpoint_resumes_from_its_retained_snapshot(mosquitto):
+    topology = tree_topology(sites=1, leaves_per_site=1, rank=3, block_size=10)
+    leaf = topology.leaves()[0]
+    data = low_rank_data(30, 8, 3, seed=13)
+    settings = settings_for(mosquitto)
+    async with LeafAgent(topology, leaf, settings) as first:
+        await first.wait_connected(5)
+        await publish_rows(mosquitto, topology.nodes[leaf].sensor_topic, data, "s")
+        async with asyncio.timeout(10):
+            while first.snapshot is None or first.snapshot.n_samples < 30:
+                await asyncio.sleep(0.02)
+    async with LeafAgent(topology, leaf, settings) as second:
+        await second.wait_connected(5)
+        assert second.restored_from == "retained snapshot"
+        assert (second.n_samples, second.epoch, second.seq) == (30, first.epoch, first.seq)
+        expected = offline_leaf(topology, leaf, data).tracked_subspace
+        assert (
+            principal_angles(second.estimator.tracked_subspace.basis, expected.basis).max() < 1e-9
+        )

@@ -1,5 +1,7 @@
 """Asyncio agents over MQTT: leaves run FPCA-Edge, aggregators merge their children."""
 
+from typing import Any
+
 from edge_runtime.agents.aggregator import AggregatorAgent
 from edge_runtime.agents.base import Agent, AgentState, AgentStats
 from edge_runtime.agents.leaf import LeafAgent
@@ -23,8 +25,12 @@ def create_agent(
     settings: AgentSettings | None = None,
     *,
     n_features: int | None = None,
+    **leaf_options: Any,
 ) -> Agent:
     """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`.
+
+    ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``,
+    ``publish_every``) go to `LeafAgent` and are ignored for aggregators.
 
     Raises
     ------
@@ -34,5 +40,5 @@ def create_agent(
     if node_id not in topology.nodes:
         raise KeyError(f"node {node_id!r} is not in topology {topology.name!r}")
     if topology.is_leaf(node_id):
-        return LeafAgent(topology, node_id, settings, n_features=n_features)
+        return LeafAgent(topology, node_id, settings, n_features=n_features, **leaf_options)
     return AggregatorAgent(topology, node_id, settings)

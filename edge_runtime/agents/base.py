@@ -267,8 +267,13 @@ class Agent(abc.ABC):
             self.settings.reconnect_min_s, max(cap, self.settings.reconnect_min_s)
         )
 
+    async def prepare(self) -> None:
+        """Called once before the first connection (a leaf restores its state here)."""
+        return None
+
     async def run(self) -> None:
         """Connect, serve and reconnect until `stop` is called."""
+        await self.prepare()
         attempt = 0
         while not self._stop.is_set():
             try:

@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import aiomqtt
@@ -14,6 +15,7 @@ import numpy as np
 from edge_runtime.agents.base import Agent
 from edge_runtime.agents.sequencing import SourceSequencer
 from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
@@ -21,6 +23,7 @@ from edge_runtime.wire import (
     SubspaceMessage,
     WireError,
     decode_readings,
+    decode_subspace,
     encode_subspace,
 )
 
@@ -75,6 +78,9 @@ class LeafAgent(Agent):
         *,
         n_features: int | None = None,
         publish_every: int = 1,
+        state_dir: Path | None = None,
+        checkpoint_every: int = 1,
+        restore_from_broker: bool = True,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
         if not topology.is_leaf(node_id):
@@ -83,6 +89,8 @@ class LeafAgent(Agent):
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         if publish_every < 1:
             raise ValueError(f"publish_every must be >= 1, got {publish_every}")
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
         self.n_features = n_features
         self.publish_every = publish_every
         self.epoch = secrets.token_hex(8)
@@ -94,8 +102,114 @@ class LeafAgent(Agent):
         self._lock = asyncio.Lock()
         self._block_done = asyncio.Event()
         self._last_reading = time.monotonic()
-        if n_features is not None:
+        self.checkpoint_path = None if state_dir is None else Path(state_dir) / f"{node_id}.ckpt"
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints = 0
+        self._checkpointed_blocks = 0
+        self._checkpointed_n = -1
+        self.restored_from: str | None = None
+        self._restore_from_broker = restore_from_broker
+        if not self._restore_checkpoint() and n_features is not None:
             self.estimator = self._new_estimator(n_features)
+
+    # ------------------------------------------------------------------ recovery
+    def _restore_checkpoint(self) -> bool:
+        """Resume from the local checkpoint, if there is a readable one."""
+        if self.checkpoint_path is None:
+            return False
+        try:
+            state = load_checkpoint(self.checkpoint_path)
+        except CheckpointError as exc:
+            self.log.error("checkpoint_unreadable", error=str(exc))
+            return False
+        if state is None:
+            return False
+        try:
+            estimator = None if state.get("n_features") is None else FPCAEdge.from_state(state)
+        except (ValueError, TypeError) as exc:
+            self.log.error("checkpoint_invalid", error=str(exc))
+            return False
+        self.estimator = estimator
+        if estimator is not None:
+            self.n_features = estimator.n_features_
+            self._checkpointed_blocks = estimator.n_blocks_
+            self._checkpointed_n = estimator.n_samples_seen_
+        self.epoch = str(state["leaf_epoch"])
+        self.seq = int(state["leaf_seq"])
+        ingested = {str(k): int(v) for k, v in dict(state["ingested"]).items()}
+        self.sequencer.restore(ingested)
+        self.durable = dict(ingested)
+        self.restored_from = "checkpoint"
+        self.log.info("restored", source="checkpoint", n_samples=self.n_samples, seq=self.seq)
+        return True
+
+    async def prepare(self) -> None:
+        """With no checkpoint, resume from this leaf's own retained snapshot, if any."""
+        if self.restored_from is not None or not self._restore_from_broker:
+            return
+        topic = self.topology.subspace_topic(self.node_id)
+        try:
+            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
+                await client.subscribe(topic, qos=1)
+                async with asyncio.timeout(self.settings.restore_wait_s):
+                    async for message in client.messages:
+                        payload = message.payload
+                        if isinstance(payload, bytes | bytearray) and payload:
+                            self._restore_snapshot(bytes(payload))
+                        break
+        except (TimeoutError, aiomqtt.MqttError):
+            return
+
+    def _restore_snapshot(self, payload: bytes) -> None:
+        try:
+            msg = decode_subspace(payload, max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.log.warning("retained_snapshot_rejected", reason=exc.reason, detail=str(exc))
+            return
+        if msg.node_id != self.node_id or msg.n_samples == 0:
+            return
+        cfg = self.config
+        d = msg.n_features
+        rank = min(cfg.rank, d)
+        try:
+            self.estimator = FPCAEdge.from_subspace(
+                msg.subspace,
+                rank=rank,
+                block_size=max(cfg.block_size, rank),
+                oversample=None if cfg.oversample is None else min(cfg.oversample, d - rank),
+                adaptive=cfg.adaptive,
+                rank_bounds=cfg.rank_bounds,
+                holdoff=cfg.holdoff,
+                forget=cfg.forget,
+                center=cfg.center,
+            )
+        except (ValueError, TypeError) as exc:
+            self.log.warning("retained_snapshot_unusable", error=str(exc))
+            return
+        self.n_features = d
+        self.epoch, self.seq, self.snapshot = msg.epoch, msg.seq, msg
+        self.restored_from = "retained snapshot"
+        self.log.info("restored", source="retained snapshot", n_samples=msg.n_samples)
+
+    async def checkpoint(self) -> None:
+        """Write the state atomically (temp file, fsync, rename), off the event loop."""
+        if self.checkpoint_path is None:
+            return
+        est = self.estimator
+
+        def capture() -> dict[str, object]:
+            state: dict[str, object] = {} if est is None else est.get_state()
+            state["n_features"] = self.n_features
+            return state
+
+        state = await self._numerics(capture)
+        ingested = self.ingested
+        state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
+        await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
+        self.checkpoints += 1
+        self._checkpointed_blocks = 0 if est is None else est.n_blocks_
+        self._checkpointed_n = self.n_samples
+        self.durable = ingested
 
     @property
     def n_samples(self) -> int:
@@ -189,7 +303,16 @@ class LeafAgent(Agent):
                 self._block_done.clear()
                 if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
                     await self._publish_snapshot(client)
+                await self._maybe_checkpoint(force=is_idle)
             await self.publish_status(client)
+
+    async def _maybe_checkpoint(self, *, force: bool) -> None:
+        """Checkpoint every ``checkpoint_every`` blocks, and when idle with news."""
+        if self.checkpoint_path is None or self.n_samples == self._checkpointed_n:
+            return
+        blocks = 0 if self.estimator is None else self.estimator.n_blocks_
+        if force or blocks - self._checkpointed_blocks >= self.checkpoint_every:
+            await self.checkpoint()
 
     async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
         est = self.estimator
@@ -208,7 +331,8 @@ class LeafAgent(Agent):
         await self.publish_snapshot(
             client, encode_subspace(self.snapshot), self.snapshot.epoch, self.snapshot.seq
         )
-        self.durable = dict(self.ingested)
+        if self.checkpoint_path is None:  # the snapshot is what a restart restores
+            self.durable = dict(self.ingested)
         self.log.debug("snapshot_published", seq=self.seq, n_samples=subspace.n_samples)
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
@@ -220,6 +344,7 @@ class LeafAgent(Agent):
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
             await self._publish_snapshot(client)
+        await self._maybe_checkpoint(force=True)
 
     def status_detail(self) -> StatusDetail:
         snap = self.snapshot
@@ -242,6 +367,8 @@ class LeafAgent(Agent):
                 "gap_rows": self.sequencer.gap_rows,
                 "reconnects": self.stats.reconnects,
                 "undelivered": self.undelivered,
+                "checkpoints": self.checkpoints,
+                "restored_from": self.restored_from,
                 "last_update_age_s": round(time.monotonic() - self._last_reading, 3),
             },
         )

@@ -52,6 +52,9 @@ class AgentSettings:
         Seconds within which an agent expects to receive its own snapshot back from the
         broker; otherwise the publish counts as undelivered (denied or dropped). 0
         turns the check off. Default 5.
+    restore_wait_s : float
+        Seconds a leaf without a checkpoint waits for its own retained snapshot to resume
+        from at start. Default 1.
     persistent_session : bool
         Connect with ``clean_session=False`` (MQTT 3.1.1) under a fixed client id, so the
         broker keeps the subscriptions and queues QoS 1 messages while the agent is away.
@@ -78,6 +81,7 @@ class AgentSettings:
     max_queued_messages: int = 10_000
     qos: int = 1
     echo_timeout_s: float = 5.0
+    restore_wait_s: float = 1.0
     persistent_session: bool = True
     username: str | None = None
     password: str | None = None
