@@ -4,28 +4,33 @@
 (``mosquitto.conf(5)``, "acl_file"): one ``user <node id>`` section per node, granting exactly
 what that node's agent does, and nothing else::
 
-    leaf        readwrite  its sensor topic        (readings in; a sensor process on the
-                                                    device may publish them with the same
-                                                    credentials)
-                readwrite  its subspace topic      (publishes it; reads it back to restore
-                                                    when it has no local checkpoint)
-                write      its status, status/detail (online/offline + Last Will, JSON)
+    leaf        readwrite  its sensor topic         (readings in; a sensor process on the
+                                                    device may publish them too)
+                readwrite  its subspace topic       (publishes it; reads it back: the echo that
+                                                    proves delivery, and restoring after a
+                                                    restart)
+                write      its status, status/detail (online/offline and Last Will; JSON)
                 read       the model topic          (the global estimate)
-    aggregator  read       <its path>/+/subspace    (the children filter it subscribes to)
-                read       <its path>/+/status, <its path>/+/status/detail (children liveness)
-                readwrite  its subspace topic, write its status, status/detail
-                read       the model topic; the root also writes it
+    aggregator  read       <path>/+/subspace        (the children filter it subscribes to)
+                read       <path>/+/status, <path>/+/status/detail (its children's liveness)
+                readwrite  its subspace topic; write its status, status/detail
+                read       the model topic; the root may also write it
 
 Optional extra users: a *replay* / sensor-gateway user (default ``"replay"``) that writes every
 leaf's sensor topic and reads the leaves' status and status/detail (to wait until they are online
-and to learn which readings were ingested); *readers* (a dashboard, ``edge-runtime watch``) that
-read everything under ``<prefix>/#`` and write nothing.
+and to learn which readings were ingested); *bridges* (``bridge-<node id>``) that bring a site
+broker's subtree in: write that node's snapshot and status and its children's status, read the
+model; *readers* (a dashboard, ``edge-runtime watch``) that read everything under ``<prefix>/#``
+and write nothing.
 
 The user names must be the names in Mosquitto's ``password_file``; with
 ``use_username_as_clientid true`` (``broker_config/secured.conf``) the user name is also the MQTT
 client id, so one device cannot take over another's session. Every topic not granted is denied:
 a leaf's publish to another leaf's topic is dropped by the broker (MQTT 3.1.1: silently, the
-publisher still gets its PUBACK; MQTT 5: PUBACK reason code 135, "not authorized").
+publisher still gets its PUBACK; MQTT 5: PUBACK reason code 135, "not authorized", which aiomqtt
+2.5 discards). Mosquitto 2.0's ``acl_file`` does not check SUBSCRIBE (every subscription is
+granted) but checks read access on every message it delivers, retained ones included, and write
+access on a Last Will when it is sent. ``broker_config/SECURITY.md`` has the whole set-up.
 
 Stdlib only, besides the topology.
 """

@@ -25,7 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from edge_runtime import __version__
-from edge_runtime.acl import generate_acl
+from edge_runtime.acl import AclError, generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
 from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
@@ -486,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc = _innermost(raised)
         if isinstance(exc, CliError):
             message, code = str(exc), exc.code
-        elif isinstance(exc, TopologyError | DatasetError | BrokerError | ValueError):
+        elif isinstance(exc, TopologyError | DatasetError | BrokerError | AclError | ValueError):
             message, code = str(exc), EXIT_USAGE
         elif isinstance(exc, ssl.SSLError):
             message, code = f"TLS: {exc}", EXIT_USAGE
