@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiomqtt
 import numpy as np
@@ -168,21 +168,9 @@ class LeafAgent(Agent):
             return
         if msg.node_id != self.node_id or msg.n_samples == 0:
             return
-        cfg = self.config
         d = msg.n_features
-        rank = min(cfg.rank, d)
         try:
-            self.estimator = FPCAEdge.from_subspace(
-                msg.subspace,
-                rank=rank,
-                block_size=max(cfg.block_size, rank),
-                oversample=None if cfg.oversample is None else min(cfg.oversample, d - rank),
-                adaptive=cfg.adaptive,
-                rank_bounds=cfg.rank_bounds,
-                holdoff=cfg.holdoff,
-                forget=cfg.forget,
-                center=cfg.center,
-            )
+            self.estimator = FPCAEdge.from_subspace(msg.subspace, **self._estimator_options(d))
         except (ValueError, TypeError) as exc:
             self.log.warning("retained_snapshot_unusable", error=str(exc))
             return
@@ -220,21 +208,25 @@ class LeafAgent(Agent):
         assert self.config.sensor_topic is not None
         return [self.config.sensor_topic]
 
-    def _new_estimator(self, n_features: int) -> FPCAEdge:
+    def _estimator_options(self, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values."""
         cfg = self.config
         rank = min(cfg.rank, n_features)
-        oversample = None if cfg.oversample is None else min(cfg.oversample, n_features - rank)
-        return FPCAEdge(
-            n_features,
-            rank,
-            block_size=max(cfg.block_size, rank),
-            oversample=oversample,
-            adaptive=cfg.adaptive,
-            rank_bounds=cfg.rank_bounds,
-            holdoff=cfg.holdoff,
-            forget=cfg.forget,
-            center=cfg.center,
-        )
+        return {
+            "rank": rank,
+            "block_size": max(cfg.block_size, rank),
+            "oversample": None
+            if cfg.oversample is None
+            else min(cfg.oversample, n_features - rank),
+            "adaptive": cfg.adaptive,
+            "rank_bounds": cfg.rank_bounds,
+            "holdoff": cfg.holdoff,
+            "forget": cfg.forget,
+            "center": cfg.center,
+        }
+
+    def _new_estimator(self, n_features: int) -> FPCAEdge:
+        return FPCAEdge(n_features, **self._estimator_options(n_features))
 
     def _cells(self) -> int:
         est = self.estimator
