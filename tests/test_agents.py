@@ -276,7 +276,7 @@ async def test_a_silent_child_is_kept_dropped_or_down_weighted_by_the_staleness_
 ):
     topology = tree_topology(sites=1, leaves_per_site=2, rank=2, block_size=5)
     node = topology.nodes["site-0"]
-    cfg = replace(node, stale_policy=policy, stale_after_s=0.6, stale_weight=0.5)
+    cfg = replace(node, stale_policy=policy, stale_after_s=1.0, stale_weight=0.5)
     topology = replace(topology, nodes={**topology.nodes, "site-0": cfg})
     data = low_rank_data(60, 6, 2, seed=9)
     subs = {
@@ -292,7 +292,7 @@ async def test_a_silent_child_is_kept_dropped_or_down_weighted_by_the_staleness_
                 await client.publish(topology.subspace_topic(leaf), payload, qos=1)
             # leaf-0-1 keeps reporting (the same data, newer seq); leaf-0-0 falls silent
             async with asyncio.timeout(10):
-                for seq in range(2, 40):
+                for seq in range(2, 60):
                     payload = encode_subspace(snapshot("leaf-0-1", subs["leaf-0-1"], seq))
                     await client.publish(topology.subspace_topic("leaf-0-1"), payload, qos=1)
                     await asyncio.sleep(0.05)
