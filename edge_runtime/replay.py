@@ -49,9 +49,10 @@ class Replayer:
     delivered): with ``resend`` on, the replay keeps every reading until its leaf
     reports it *durable* (in its last checkpoint, or in its last published snapshot)
     in the ``durable`` map of its JSON status document, at most ``window`` readings in
-    all. After any reconnect of its own, and whenever a leaf reports a lower
-    ``ingested`` sequence than before (it restarted from an older state), it publishes
-    again, in order, the kept readings above what the leaf reports ingested; the leaf
+    all. After any reconnect of its own, whenever a leaf reports a lower ``ingested``
+    sequence than before (it restarted from an older state), and whenever a leaf's
+    ``ingested`` stays below a reading sent ``resend_after_s`` ago, it publishes again,
+    in order, the kept readings above what the leaf reports ingested; the leaf
     drops duplicates and re-orders by sequence number (`SourceSequencer`), so nothing
     is lost or counted twice. `run` returns once every reading is durable, or after
     ``confirm_timeout_s`` seconds without progress.
@@ -72,6 +73,11 @@ class Replayer:
         Most readings kept awaiting confirmation; sending pauses while it is full.
     confirm_timeout_s : float, default 60
         Seconds to wait for confirmations without progress before giving up.
+    resend_after_s : float, default 2
+        A leaf whose reported ``ingested`` stays below a reading sent this many seconds
+        ago gets the readings above it again (they were lost between broker and leaf,
+        e.g. when the broker crashed before the leaf re-subscribed). Must stay below the
+        leaves' gap timeout (10 s) so the re-send arrives before the gap is given up.
 
     Raises
     ------
@@ -91,6 +97,7 @@ class Replayer:
         resend: bool = True,
         window: int = 10_000,
         confirm_timeout_s: float = 60.0,
+        resend_after_s: float = 2.0,
     ) -> None:
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 2:
@@ -109,6 +116,7 @@ class Replayer:
         self.resend = resend
         self.window = window
         self.confirm_timeout_s = confirm_timeout_s
+        self.resend_after_s = resend_after_s
         self.assignment = topology.split_rows(data.shape[0])
         self.log = structlog.get_logger("edge_runtime.replay")
         # delivery state, kept across reconnects
@@ -116,7 +124,8 @@ class Replayer:
         self._next = 0
         self._pending: dict[str, dict[int, bytes]] = {leaf: {} for leaf in self.assignment}
         self._ingested: dict[str, int] = {leaf: -1 for leaf in self.assignment}
-        self._restarted: set[str] = set()
+        self._sent_at: dict[str, dict[int, float]] = {leaf: {} for leaf in self.assignment}
+        self._resend_due: set[str] = set()
         self._progress = asyncio.Event()
         self._messages = 0
         self._bytes = 0
@@ -155,13 +164,20 @@ class Replayer:
         if not isinstance(ingested, dict) or not isinstance(durable, dict):
             return
         now_ingested = int(ingested.get(src, -1))
+        pending = self._pending[leaf]
+        sent_at = self._sent_at[leaf]
         if now_ingested < self._ingested[leaf]:
-            self._restarted.add(leaf)
+            self._resend_due.add(leaf)  # the leaf restarted from an older state
+        elif (
+            now_ingested + 1 in pending
+            and time.monotonic() - sent_at.get(now_ingested + 1, 0.0) > self.resend_after_s
+        ):
+            self._resend_due.add(leaf)  # stuck: the next reading was lost on the way
         self._ingested[leaf] = now_ingested
         done = int(durable.get(src, -1))
-        pending = self._pending[leaf]
         for seq in [s for s in pending if s <= done]:
             del pending[seq]
+            sent_at.pop(seq, None)
         self._progress.set()
 
     async def _listen(self, client: aiomqtt.Client) -> None:
@@ -219,9 +235,11 @@ class Replayer:
                 window.release()
 
         async def put(
-            client: aiomqtt.Client, group: asyncio.TaskGroup, leaf: str, payload: bytes
+            client: aiomqtt.Client, group: asyncio.TaskGroup, leaf: str, seq: int, payload: bytes
         ) -> None:
             await window.acquire()
+            if self.resend:
+                self._sent_at[leaf][seq] = time.monotonic()
             group.create_task(send(client, leaf, payload))
             self._messages += 1
             self._bytes += len(payload)
@@ -232,7 +250,7 @@ class Replayer:
             for leaf in leaves:
                 above = self._ingested[leaf]
                 for seq in sorted(s for s in self._pending[leaf] if s > above):
-                    await put(client, group, leaf, self._pending[leaf][seq])
+                    await put(client, group, leaf, seq, self._pending[leaf][seq])
                     self._resent += 1
 
         async with (
@@ -252,8 +270,8 @@ class Replayer:
                 if self._messages:
                     await resend(client, group, list(self.assignment))
             while self._next < len(self._schedule_list):
-                if self._restarted:
-                    leaves, self._restarted = list(self._restarted), set()
+                if self._resend_due:
+                    leaves, self._resend_due = list(self._resend_due), set()
                     await resend(client, group, leaves)
                 if self.resend and self._pending_total() >= self.window:
                     self._progress.clear()
@@ -271,7 +289,7 @@ class Replayer:
                 payload = encode_readings(self.data[row], source=self.source(leaf), seq=seq)
                 if self.resend:
                     self._pending[leaf][seq] = payload
-                await put(client, group, leaf, payload)
+                await put(client, group, leaf, seq, payload)
                 self._next += 1
                 if progress is not None and self._next % 64 == 0:
                     progress(self._next)
@@ -288,8 +306,8 @@ class Replayer:
     ) -> dict[str, int]:
         """Wait until every kept reading is durable, re-sending after leaf restarts."""
         while self.resend and self._pending_total():
-            if self._restarted:
-                leaves, self._restarted = list(self._restarted), set()
+            if self._resend_due:
+                leaves, self._resend_due = list(self._resend_due), set()
                 await resend_to(client, group, leaves)
             self._progress.clear()
             try:

@@ -37,7 +37,7 @@ class SourceSequencer:
     max_held_rows : int, default 10_000
         Bound on rows held back behind gaps, over all sources. Memory is at most this
         many rows of ``n_features`` float64 values.
-    gap_timeout_s : float, default 5.0
+    gap_timeout_s : float, default 10.0
         Seconds a gap may stay open before its held rows are released and the gap is
         counted as lost.
     clock : callable, default time.monotonic
@@ -54,7 +54,7 @@ class SourceSequencer:
     def __init__(
         self,
         max_held_rows: int = 10_000,
-        gap_timeout_s: float = 5.0,
+        gap_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_held_rows = max_held_rows
