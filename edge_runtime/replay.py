@@ -249,8 +249,10 @@ class Replayer:
         ) -> None:
             for leaf in leaves:
                 above = self._ingested[leaf]
-                for seq in sorted(s for s in self._pending[leaf] if s > above):
-                    await put(client, group, leaf, seq, self._pending[leaf][seq])
+                # a copy: confirmations arriving while we send remove entries
+                todo = sorted((s, p) for s, p in self._pending[leaf].items() if s > above)
+                for seq, payload in todo:
+                    await put(client, group, leaf, seq, payload)
                     self._resent += 1
 
         async with (

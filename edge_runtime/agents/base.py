@@ -179,7 +179,7 @@ class Agent(abc.ABC):
         will = aiomqtt.Will(
             self.topology.status_topic(self.node_id), OFFLINE, qos=self.settings.qos, retain=True
         )
-        return aiomqtt.Client(
+        client = aiomqtt.Client(
             **self.settings.client_kwargs(),
             identifier=self.client_id(),
             will=will,
@@ -187,6 +187,11 @@ class Agent(abc.ABC):
             clean_session=not self.settings.persistent_session,
             max_queued_incoming_messages=self.settings.max_queued_messages,
         )
+        # Acknowledge a QoS 1 message only once it has been handled (paho's manual ack;
+        # aiomqtt 2.5 does not expose it): a message received but not handled when the
+        # agent stops is redelivered by the broker to the persistent session, not lost.
+        client._client.manual_ack_set(True)
+        return client
 
     def reject(self, reason: str, topic: str, detail: str) -> None:
         """Count and log one rejected inbound message."""
@@ -323,8 +328,10 @@ class Agent(abc.ABC):
             try:
                 if str(message.topic) == self._own_topic:
                     self._on_echo(message.payload)
-                    continue
-                await self.handle(message)
+                else:
+                    await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it
                 self.rejects["internal_error"] += 1
                 self.log.exception("handler_failed", topic=str(message.topic), error=str(exc))
+            if message.qos > 0:
+                client._client.ack(message.mid, message.qos)

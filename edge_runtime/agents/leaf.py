@@ -190,13 +190,16 @@ class LeafAgent(Agent):
             state["n_features"] = self.n_features
             return state
 
+        # capture everything at one instant: readings may be applied while the file is written
         state = await self._numerics(capture)
         ingested = self.ingested
+        n_samples = self.n_samples
+        blocks = 0 if est is None else est.n_blocks_
         state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
         await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
         self.checkpoints += 1
-        self._checkpointed_blocks = 0 if est is None else est.n_blocks_
-        self._checkpointed_n = self.n_samples
+        self._checkpointed_blocks = blocks
+        self._checkpointed_n = n_samples
         self.durable = ingested
 
     @property
@@ -334,9 +337,9 @@ class LeafAgent(Agent):
         await self.publish_status(client, force=True)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        await self._maybe_checkpoint(force=True)  # local and durable first
         if self.n_samples != (0 if self.snapshot is None else self.snapshot.n_samples):
             await self._publish_snapshot(client)
-        await self._maybe_checkpoint(force=True)
 
     def status_detail(self) -> StatusDetail:
         snap = self.snapshot
