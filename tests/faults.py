@@ -566,9 +566,12 @@ class MqttProxy:
             if writer.can_write_eof():
                 writer.write_eof()
 
-    def trace_tail(self, conn: int, n: int = 12) -> list[str]:
-        """The last ``n`` packets of connection ``conn``: time, direction, type, packet id."""
-        rows = [r for r in self.trace if r[1] == conn][-n:]
+    def trace_tail(
+        self, conn: int, n: int = 12, since: float = 0.0, until: float = float("inf")
+    ) -> list[str]:
+        """The last ``n`` packets of connection ``conn`` in [since, until]: time, direction,
+        type, packet id (and topic of a PUBLISH)."""
+        rows = [r for r in self.trace if r[1] == conn and since <= r[0] <= until][-n:]
         return [
             f"{t:.3f} {'c->b' if up else 'b->c'} {_TYPES.get(ty, ty)} {pid}"
             for t, _, up, ty, pid in rows

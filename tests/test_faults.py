@@ -359,12 +359,16 @@ async def test_leaf_restarted_loses_at_most_the_checkpoint_cadence(
                 agent_logs(cluster)
             )
             old = cluster.procs[victim]
+            t_signal = time.time()
             send_signal(old, sig)
             code = await wait_exit(old, 15)
             if sig == signal.SIGTERM:
                 assert code == 0, (
                     f"SIGTERM: exit status {code} after 15 s\n{old.tail()}\n"
-                    + "\n".join(proxy.trace_tail(len(proxy.conns) - 1, 25))
+                    + f"SIGTERM at {t_signal:.3f}; the victim's packets around it:\n"
+                    + "\n".join(
+                        proxy.trace_tail(len(proxy.conns) - 1, 400, t_signal - 0.5, t_signal + 2)
+                    )
                 )
             assert code is not None, f"still running 15 s after {sig!r}\n{old.tail()}"
             await asyncio.sleep(0.3)  # let the proxy pass on the last bytes

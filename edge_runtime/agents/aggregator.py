@@ -177,7 +177,7 @@ class AggregatorAgent(Agent):
 
     async def work(self, client: aiomqtt.Client) -> None:
         tick = min(self.settings.status_interval_s, self.config.stale_after_s / 2)
-        while True:
+        while not self._stop.is_set():  # also when a cancellation is lost (see base)
             try:
                 async with asyncio.timeout(tick):
                     await self._dirty.wait()

@@ -235,7 +235,7 @@ class Agent(abc.ABC):
         self._awaiting_echo.pop((msg.epoch, msg.seq), None)
 
     async def _check_echoes(self) -> None:
-        while True:
+        while not self._stop.is_set():
             await asyncio.sleep(0.5)
             now = time.monotonic()
             for key, deadline in list(self._awaiting_echo.items()):
@@ -313,6 +313,9 @@ class Agent(abc.ABC):
                 echo = group.create_task(self._check_echoes(), name=f"{self.node_id}:echo")
                 stopper = group.create_task(self._stop.wait(), name=f"{self.node_id}:stop")
                 await stopper
+                # The loops also check the stop flag: on Python 3.11 a cancellation that
+                # lands as an awaited publish completes can be swallowed by
+                # asyncio.wait_for (inside aiomqtt), so cancel() alone may not end them.
                 receiver.cancel()
                 worker.cancel()
                 echo.cancel()

@@ -284,7 +284,7 @@ class LeafAgent(Agent):
     # ----------------------------------------------------------------- outbound
     async def work(self, client: aiomqtt.Client) -> None:
         idle = self.config.idle_flush_s
-        while True:
+        while not self._stop.is_set():  # also when a cancellation is lost (see base)
             try:
                 async with asyncio.timeout(idle):
                     await self._block_done.wait()
