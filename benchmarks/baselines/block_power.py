@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.baselines._common import Baseline
 from benchmarks.baselines._common import as_rows as _as_rows
 from benchmarks.baselines._common import orthonormalize as _orthonormalize
 from edge_runtime.fpca._validation import check_int
@@ -36,7 +37,7 @@ from edge_runtime.fpca._validation import check_int
 __all__ = ["BlockPower"]
 
 
-class BlockPower:
+class BlockPower(Baseline):
     """Block-stochastic power method (Mitliagkas et al. 2013, Alg. 1).
 
     Memory: ``Q`` and the accumulator ``S``, two ``(n_features, rank)`` arrays, flat in
@@ -92,10 +93,7 @@ class BlockPower:
     def __init__(
         self, n_features: int, rank: int, block_size: int | None = None, *, seed: int = 0
     ) -> None:
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
+        self._set_dimensions(n_features, rank)
         self.block_size = (
             max(self.rank, self.n_features)
             if block_size is None
@@ -148,11 +146,6 @@ class BlockPower:
                 self.n_blocks_ += 1
         self.n_samples_seen_ += n
         return self
-
-    def fit(self, X: np.ndarray) -> BlockPower:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``."""
-        x = _as_rows(X, self.n_features)
-        return self.reset().partial_fit(x)
 
     @property
     def basis(self) -> np.ndarray:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 
+from benchmarks.baselines._common import Baseline
 from benchmarks.baselines._common import as_rows as _as_rows
 from edge_runtime.fpca._validation import check_int
 from edge_runtime.fpca.subspace import flip_signs
@@ -58,7 +59,7 @@ def _svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, vt
 
 
-class FrequentDirections:
+class FrequentDirections(Baseline):
     """Frequent Directions sketch of a sample stream; basis = top right singular vectors.
 
     Memory: the ``(m, n_features)`` sketch, ``m = 2 * ell`` (``"fast"``) or ``ell``
@@ -116,10 +117,7 @@ class FrequentDirections:
     def __init__(
         self, n_features: int, rank: int, ell: int | None = None, *, variant: str = "fast"
     ) -> None:
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
+        self._set_dimensions(n_features, rank)
         self.ell = 2 * self.rank if ell is None else check_int(ell, "ell", 1)
         if self.ell < self.rank:
             raise ValueError(f"ell must be >= rank {self.rank}, got {self.ell}")
@@ -169,11 +167,6 @@ class FrequentDirections:
                 self._shrink()
         self.n_samples_seen_ += n
         return self
-
-    def fit(self, X: np.ndarray) -> FrequentDirections:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``."""
-        x = _as_rows(X, self.n_features)
-        return self.reset().partial_fit(x)
 
     def _shrink(self) -> None:
         """Subtract ``s_ell ** 2`` from every squared singular value of the full sketch."""

@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from benchmarks.baselines._common import Baseline
 from benchmarks.baselines._common import as_rows as _as_rows
 from benchmarks.baselines._common import orthonormalize as _orthonormalize
 from edge_runtime.fpca._validation import check_int
@@ -49,7 +50,7 @@ __all__ = ["GROUSE"]
 SCHEDULES = ("inverse", "constant")
 
 
-class GROUSE:
+class GROUSE(Baseline):
     """GROUSE subspace tracking (full observations): one geodesic step per sample.
 
     Memory: the ``(n_features, rank)`` basis. Time: ``O(n_features * rank)`` per sample
@@ -121,10 +122,7 @@ class GROUSE:
         normalize: bool = True,
         seed: int = 0,
     ) -> None:
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
+        self._set_dimensions(n_features, rank)
         self.eta = float(eta)
         if not (self.eta > 0.0 and math.isfinite(self.eta)):
             raise ValueError(f"eta must be a finite number > 0, got {eta!r}")
@@ -182,11 +180,6 @@ class GROUSE:
             step = (math.cos(theta) - 1.0) / norm_w * p + math.sin(theta) / norm_r * r
             u += np.outer(step, w / norm_w)
         return self
-
-    def fit(self, X: np.ndarray) -> GROUSE:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``."""
-        x = _as_rows(X, self.n_features)
-        return self.reset().partial_fit(x)
 
     @property
     def basis(self) -> np.ndarray:

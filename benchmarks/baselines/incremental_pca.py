@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.baselines._common import Baseline
 from benchmarks.baselines._common import as_rows as _as_rows
 from edge_runtime.fpca._validation import check_int
 
@@ -31,7 +32,7 @@ __all__ = ["IncrementalPCA"]
 DEFAULT_BATCH_SIZE = 50
 
 
-class IncrementalPCA:
+class IncrementalPCA(Baseline):
     """scikit-learn ``IncrementalPCA(n_components=rank)`` fed by fixed-size batches.
 
     Samples are buffered into batches of ``batch_size`` rows; each full batch is one
@@ -93,10 +94,7 @@ class IncrementalPCA:
             ) from exc
 
         self._estimator_class = _SklearnIncrementalPCA
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
+        self._set_dimensions(n_features, rank)
         self.batch_size = (
             max(self.rank, DEFAULT_BATCH_SIZE)
             if batch_size is None
@@ -142,11 +140,6 @@ class IncrementalPCA:
                 self._n_pending = 0
         self.n_samples_seen_ += n
         return self
-
-    def fit(self, X: np.ndarray) -> IncrementalPCA:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``."""
-        x = _as_rows(X, self.n_features)
-        return self.reset().partial_fit(x)
 
     @property
     def basis(self) -> np.ndarray:

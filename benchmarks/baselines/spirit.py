@@ -41,14 +41,14 @@ import math
 
 import numpy as np
 
+from benchmarks.baselines._common import Baseline
 from benchmarks.baselines._common import as_rows as _as_rows
 from benchmarks.baselines._common import orthonormalize as _orthonormalize
-from edge_runtime.fpca._validation import check_int
 
 __all__ = ["SPIRIT"]
 
 
-class SPIRIT:
+class SPIRIT(Baseline):
     """SPIRIT / PASTd streaming subspace tracking (Papadimitriou et al. 2005, TrackW).
 
     Memory: ``k = rank`` weight vectors and energies, ``O(n_features * rank)``. Time:
@@ -103,10 +103,7 @@ class SPIRIT:
         forget: float = 0.96,
         init_energy: float = 0.01,
     ) -> None:
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
+        self._set_dimensions(n_features, rank)
         self.forget = float(forget)
         if not 0.0 < self.forget <= 1.0:
             raise ValueError(f"forget must be in (0, 1], got {forget!r}")
@@ -152,11 +149,6 @@ class SPIRIT:
                 residual -= y * w
         self.n_samples_seen_ += x.shape[0]
         return self
-
-    def fit(self, X: np.ndarray) -> SPIRIT:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``."""
-        x = _as_rows(X, self.n_features)
-        return self.reset().partial_fit(x)
 
     @property
     def weights(self) -> np.ndarray:
