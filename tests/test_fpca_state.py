@@ -207,7 +207,7 @@ def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
     ("mutate", "field"),
     [
         (lambda s: s.pop("basis"), "basis"),
-        (_set("state_format", "FPCAEdge/2"), "state_format"),
+        (_set("state_format", "FPCAEdge/3"), "state_format"),
         (_set("rank", 0), "rank"),
         (_set("rank", 2.0), "rank"),
         (_set("block_size", True), "block_size"),

@@ -10,7 +10,9 @@ Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal
 "Federated Principal Component Analysis", NeurIPS 2020: the block update, eq. (3),
 and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`;
 the federation of Alg. 1 as a balanced tree of merges in `merge_many` and, updated one
-child at a time in O(log k) merges, `MergeTree`.
+child at a time in O(log k) merges, `MergeTree`. Differential privacy (streaming
+MOD-SuLQ, eq. (5)-(8), Lemma 2) is ``FPCAEdge(..., privacy=(epsilon, delta),
+clip_norm=C)``; its noise scales and block sizes are in `edge_runtime.fpca.privacy`.
 """
 
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
