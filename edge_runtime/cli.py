@@ -31,7 +31,7 @@ from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_US
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.datasets import DatasetError, load_dataset
 from edge_runtime.logs import configure_logging
-from edge_runtime.monitor import ModelWatcher
+from edge_runtime.monitor import ModelWatcher, privacy_of
 from edge_runtime.replay import Replayer, wait_online
 from edge_runtime.runner import Progress, RunSummary, run_topology
 from edge_runtime.topology import Topology, TopologyError, load_topology
@@ -253,7 +253,17 @@ def _model_line(model: SubspaceMessage) -> dict[str, object]:
         "seq": model.seq,
         "epoch": model.epoch,
         "timestamp": model.timestamp,
+        "privacy": privacy_of(model),
     }
+
+
+def _privacy_text(privacy: dict[str, float] | None) -> str:
+    if privacy is None:
+        return "none (some leaf publishes without noise)"
+    return (
+        f"({privacy['epsilon']:g}, {privacy['delta']:g})-DP per reading, "
+        f"readings clipped to norm {privacy['clip_norm']:g}"
+    )
 
 
 class _ProgressLine:
@@ -292,6 +302,7 @@ def _print_summary(s: RunSummary) -> None:
         f"sensor messages     {s.sensor_messages} ({s.sensor_bytes} bytes)",
         f"merges              {s.merges}",
         f"rejected messages   {s.rejects}",
+        f"privacy             {_privacy_text(s.privacy)}",
         f"wall time           {s.wall_s:.2f} s",
     ]
     print("\n".join(lines))
@@ -419,7 +430,12 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
         print(
             f"root n_samples={line['n_samples']} rank={line['rank']} "
             f"leaves={len(line['leaves_covered'])} seq={line['seq']}"  # type: ignore[arg-type]
-            f" | nodes online {len(states) - len(down)}/{len(states)}"
+            + (
+                ""
+                if model.privacy is None
+                else f" privacy=({model.privacy.epsilon:g}, {model.privacy.delta:g})-DP"
+            )
+            + f" | nodes online {len(states) - len(down)}/{len(states)}"
             + (f" ({', '.join(down)})" if down else ""),
             flush=True,
         )

@@ -14,7 +14,7 @@ from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import SubspaceMessage, WireError, decode_subspace
 
-__all__ = ["ModelWatcher", "covers", "leaves_reporting"]
+__all__ = ["ModelWatcher", "covers", "leaves_reporting", "privacy_of"]
 
 log = structlog.get_logger("edge_runtime.monitor")
 
@@ -26,6 +26,20 @@ def leaves_reporting(model: SubspaceMessage | None, expected: Mapping[str, int])
     """
     prov = {} if model is None else model.provenance
     return sum(1 for leaf, n in expected.items() if prov.get(leaf, 0) == n)
+
+
+def privacy_of(model: SubspaceMessage | None) -> dict[str, float] | None:
+    """The differential-privacy guarantee a model reports, as JSON-ready data.
+
+    ``{"epsilon", "delta", "clip_norm"}``: each reading the model covers is
+    ``(epsilon, delta)``-DP with respect to everything published (the weakest guarantee
+    over the leaves, see `edge_runtime.agents.aggregator.weakest_privacy`); None when
+    there is no model or some covered leaf publishes without noise.
+    """
+    if model is None or model.privacy is None:
+        return None
+    p = model.privacy
+    return {"epsilon": p.epsilon, "delta": p.delta, "clip_norm": p.clip_norm}
 
 
 def covers(model: SubspaceMessage | None, expected: Mapping[str, int]) -> bool:
@@ -49,7 +63,8 @@ class ModelWatcher:
     stale_after_s : float, default 10
         An online node whose last status document is older than this is "stale".
 
-    Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`.
+    Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`; `privacy`
+    gives the current model's differential-privacy guarantee.
     """
 
     def __init__(
@@ -123,6 +138,11 @@ class ModelWatcher:
                 self._changed.notify_all()
             if self.on_update is not None:
                 self.on_update(model)
+
+    @property
+    def privacy(self) -> dict[str, float] | None:
+        """The latest model's guarantee (`privacy_of`): None without one."""
+        return privacy_of(self.model)
 
     def node_states(self) -> dict[str, str]:
         """Each node's liveness: "online", "stale" (online, but no status document for

@@ -12,7 +12,7 @@ import numpy as np
 
 from edge_runtime.agents import Agent, AgentSettings, AggregatorAgent, create_agent
 from edge_runtime.fpca import error_ratio
-from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting
+from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy_of
 from edge_runtime.replay import Replayer
 from edge_runtime.topology import Topology
 
@@ -40,7 +40,9 @@ class RunSummary:
     and status messages); ``raw_bytes`` is what shipping the readings themselves as
     float64 would take (``samples * n_features * 8``); ``sensor_*`` count the replay.
     ``error_ratio`` compares the root's basis with the offline rank-r SVD of all the
-    replayed rows, r being the root's rank (1.0 is optimal).
+    replayed rows, r being the root's rank (1.0 is optimal). ``privacy`` is the root
+    model's differential-privacy guarantee, ``{"epsilon", "delta", "clip_norm"}`` (the
+    weakest over the leaves), or None when some leaf publishes without noise.
     """
 
     samples: int
@@ -59,6 +61,7 @@ class RunSummary:
     rejects: int
     wall_s: float
     covered: bool
+    privacy: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The summary as a JSON-ready mapping."""
@@ -177,4 +180,5 @@ async def run_topology(
         rejects=sum(sum(a.rejects.values()) for a in agents),
         wall_s=round(time.monotonic() - start, 3),
         covered=covers(model, expected),
+        privacy=privacy_of(model),
     )

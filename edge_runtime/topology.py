@@ -20,6 +20,11 @@ estimate (Alg. 1). The format is documented in ``topologies/README.md``; in shor
     id = "pi-01"
     parent = "root"
 
+A leaf may run with differential privacy (streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2):
+the keys ``epsilon``, ``delta`` and ``clip_norm`` (all three or none; leaves only, an
+aggregator reports the weakest guarantee of its children), optionally ``chunk_size`` and
+``noise_seed``.
+
 Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
 ``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
 ``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<root>/model`` (global estimate); an
@@ -92,9 +97,16 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "stale_policy": "keep",
     "stale_after_s": 60.0,
     "stale_weight": 0.5,
+    "epsilon": None,
+    "delta": None,
+    "clip_norm": None,
+    "chunk_size": None,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
-_NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic")
+_NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed")
+# Differential-privacy keys: a leaf's settings only ([defaults] values skip aggregators).
+_PRIVACY_KEYS = ("epsilon", "delta", "clip_norm", "chunk_size", "noise_seed")
+_BUDGET_KEYS = ("epsilon", "delta", "clip_norm")
 _TOP_LEVEL_KEYS = ("name", "prefix", "defaults", "data", "nodes")
 _DATA_KEYS = ("dataset", "split")
 
@@ -115,6 +127,11 @@ _KINDS: dict[str, str] = {
     "stale_policy": "str",
     "stale_after_s": "float",
     "stale_weight": "float",
+    "epsilon": "float",
+    "delta": "float",
+    "clip_norm": "float",
+    "chunk_size": "int",
+    "noise_seed": "int",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -335,6 +352,26 @@ class NodeConfig:
         Seconds without a new snapshot after which a child is stale, > 0.
     stale_weight : float, default 0.5
         Factor in (0, 1) on a stale child's singular values under ``"downweight"``.
+    epsilon : float or None, default None
+        Differential privacy of a leaf (streaming MOD-SuLQ, Grammenos et al. 2020,
+        eq. (5)-(8)): the budget epsilon, finite and > 0. ``epsilon``, ``delta`` and
+        ``clip_norm`` are given together or not at all; None (all three) publishes without
+        noise. Leaves only: an aggregator reports the weakest guarantee of its children.
+    delta : float or None, default None
+        The privacy failure probability, ``0 < delta < 1`` (keep it below 1 / the number of
+        readings for a meaningful guarantee).
+    clip_norm : float or None, default None
+        Euclidean norm, in the readings' units, > 0, each reading is clipped to before it
+        enters a block (the sensitivity bound behind eq. (8)).
+    chunk_size : int or None, default None
+        Columns ``c >= 1`` of a block's masked covariance built at a time (eq. (7)); needs
+        privacy. None uses `FPCAEdge`'s default, ``min(n_features, block_size)``.
+    noise_seed : int or None, default None
+        Seed ``>= 0`` of the leaf's noise generator, for reproducible experiments; needs
+        privacy. None draws from the operating system's entropy. Anyone who knows the seed
+        can regenerate the noise and remove it, so leave it unset in deployments; two
+        leaves of one topology may not share a seed (their noise would cancel in the
+        difference of their snapshots). It cannot be set in ``[defaults]``.
 
     Raises
     ------
@@ -358,6 +395,18 @@ class NodeConfig:
     stale_policy: str = "keep"
     stale_after_s: float = 60.0
     stale_weight: float = 0.5
+    epsilon: float | None = None
+    delta: float | None = None
+    clip_norm: float | None = None
+    chunk_size: int | None = None
+    noise_seed: int | None = None
+
+    @property
+    def privacy(self) -> tuple[float, float] | None:
+        """``(epsilon, delta)`` of a private leaf, or None (published without noise)."""
+        if self.epsilon is None or self.delta is None:
+            return None
+        return (self.epsilon, self.delta)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -421,6 +470,48 @@ class NodeConfig:
                     f"{where}: sensor_topic {self.sensor_topic!r} is not a valid MQTT topic "
                     f"filter: it {problem}"
                 )
+        self._check_privacy(where)
+
+    def _check_privacy(self, where: str) -> None:
+        """Types, ranges and the all-or-none rule of the differential-privacy keys."""
+        for key in _PRIVACY_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, _check_kind(where, key, value))
+        given = [key for key in _BUDGET_KEYS if getattr(self, key) is not None]
+        if given and len(given) < len(_BUDGET_KEYS):
+            missing = next(key for key in _BUDGET_KEYS if getattr(self, key) is None)
+            raise TopologyError(
+                f"{where}: {missing} is missing: privacy needs epsilon, delta and clip_norm "
+                f"together (got only {' and '.join(given)})"
+            )
+        if not given:
+            for key in ("chunk_size", "noise_seed"):
+                if getattr(self, key) is not None:
+                    raise TopologyError(
+                        f"{where}: {key} is only used with privacy "
+                        "(set epsilon, delta and clip_norm too)"
+                    )
+            return
+        assert self.epsilon is not None and self.delta is not None and self.clip_norm is not None
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise TopologyError(f"{where}: epsilon must be a finite number > 0, got {self.epsilon}")
+        if not 0.0 < self.delta < 1.0:
+            raise TopologyError(f"{where}: delta must be in (0, 1), got {self.delta}")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise TopologyError(
+                f"{where}: clip_norm must be a finite number > 0 (in the readings' units), "
+                f"got {self.clip_norm}"
+            )
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise TopologyError(f"{where}: chunk_size must be >= 1, got {self.chunk_size}")
+        if self.noise_seed is not None and self.noise_seed < 0:
+            raise TopologyError(f"{where}: noise_seed must be >= 0, got {self.noise_seed}")
+        if self.center:
+            raise TopologyError(
+                f"{where}: center = true cannot be combined with privacy (epsilon, delta, "
+                "clip_norm): the mean would be published without noise"
+            )
 
 
 @dataclass(frozen=True)
@@ -449,7 +540,8 @@ class Topology:
     ------
     TopologyError
         If the nodes do not form one tree rooted at ``root`` with at least one leaf, a leaf has
-        no sensor topic or an aggregator has one, or another field is invalid.
+        no sensor topic or an aggregator has one, an aggregator has a privacy setting, two
+        leaves share a ``noise_seed``, or another field is invalid.
     """
 
     name: str
@@ -495,6 +587,21 @@ class Topology:
                 )
             if not children[node_id] and node.sensor_topic is None:
                 raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
+            if children[node_id]:
+                for key in _PRIVACY_KEYS:
+                    if getattr(node, key) is not None:
+                        raise TopologyError(_aggregator_privacy_message(node_id, key))
+        seeds: dict[int, str] = {}
+        for node_id, node in nodes.items():
+            if node.noise_seed is None:
+                continue
+            if node.noise_seed in seeds:
+                raise TopologyError(
+                    f"nodes {seeds[node.noise_seed]!r} and {node_id!r} share noise_seed "
+                    f"{node.noise_seed}: their noise would cancel in the difference of their "
+                    "snapshots; give each leaf its own seed"
+                )
+            seeds[node.noise_seed] = node_id
         paths: dict[str, str] = {}
         for node_id in nodes:  # parents are known and acyclic, so each walk ends at the root
             chain = [node_id]
@@ -661,6 +768,13 @@ class Topology:
         return path
 
 
+def _aggregator_privacy_message(node_id: str, key: str) -> str:
+    return (
+        f"node {node_id!r} has children, so it is an aggregator: {key} applies to leaves only "
+        "(an aggregator reports the weakest guarantee of its children)"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Tree validation
 
@@ -803,7 +917,9 @@ def parse_topology(text: str, source_path: str | os.PathLike[str] | None = None)
         One line, prefixed with ``source_path`` when given: TOML syntax errors (with line and
         column), unknown keys, wrong TOML types, out-of-range values, invalid ids, duplicate
         ids, unknown parents, zero or several roots, cycles, a root without children, an
-        aggregator with a ``sensor_topic``, an unknown split.
+        aggregator with a ``sensor_topic`` or a privacy key, privacy keys without all of
+        ``epsilon``, ``delta`` and ``clip_norm``, two leaves sharing a ``noise_seed``, an
+        unknown split.
     """
     source = Path(source_path) if source_path is not None else None
     try:
@@ -880,6 +996,10 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
                     f"a sensor_topic (got {raw['sensor_topic']!r})"
                 )
             settings["sensor_topic"] = None
+            for key in _PRIVACY_KEYS:  # [defaults] privacy settings are the leaves'
+                if key in raw:
+                    raise TopologyError(_aggregator_privacy_message(node_id, key))
+                settings[key] = None
         else:
             settings.setdefault("sensor_topic", _DEFAULT_SENSOR_TOPIC.format(id=node_id))
         settings["parent"] = raw.get("parent")
@@ -907,6 +1027,11 @@ def _check_defaults_keys(defaults: Mapping[str, Any]) -> None:
     for key in defaults:
         if key in ("id", "parent", "sensor_topic"):
             raise TopologyError(f"[defaults]: {key} cannot have a default; set it on each node")
+        if key == "noise_seed":
+            raise TopologyError(
+                "[defaults]: noise_seed cannot have a default (leaves sharing a seed draw the "
+                "same noise); set it on each leaf"
+            )
         if key not in _DEFAULTABLE_KEYS:
             raise TopologyError(_unknown_key_message("[defaults]", key, _DEFAULTABLE_KEYS))
 

@@ -10,6 +10,7 @@ message            payload                    topic (see `edge_runtime.topology`
 `SensorReadings`   JSON or msgpack array/map  ``sensors/<node id>`` (a leaf's input)
 `StatusDetail`     JSON object (UTF-8)        ``fpca/<path>/status/detail``
 `PrivacyParams`    part of a subspace message
+`PrivacyStatus`    part of a status document
 =================  =========================  ==========================================
 
 A subspace message carries a node's local summary ``(U, Sigma, n)`` of Grammenos et al.,
@@ -70,7 +71,8 @@ Reason codes (``WireError.reason``)
 ``singular_values`` a singular value is negative, or they increase (beyond a relative slack of
                     `SINGULAR_VALUE_SLACK` times the largest)
 ``privacy``         privacy parameters out of range: need ``epsilon > 0``, ``0 < delta < 1``,
-                    ``clip_norm > 0``
+                    ``clip_norm > 0``; in a status document also ``noise_std >= 0``,
+                    ``block_size >= 1`` and ``chunk_size >= 1``
 ``provenance``      provenance entry with an invalid leaf id or a count outside
                     ``0 .. 2**63 - 1``, or more than `MAX_PROVENANCE_ENTRIES` entries
 ``width``           readings width differs from ``n_features``: "reading has 46 values,
@@ -131,6 +133,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SINGULAR_VALUE_SLACK",
     "PrivacyParams",
+    "PrivacyStatus",
     "SensorReadings",
     "StatusDetail",
     "SubspaceMessage",
@@ -231,6 +234,7 @@ _SUBSPACE_KEYS = (
     "prov",
 )
 _PRIVACY_KEYS = ("epsilon", "delta", "clip_norm")
+_PRIVACY_STATUS_KEYS = ("noise_std", "block_size", "chunk_size")
 _STATUS_KEYS = (
     "v",
     "node_id",
@@ -543,18 +547,88 @@ class PrivacyParams:
     clip_norm: float
 
     def __post_init__(self) -> None:
-        epsilon = _float("privacy.epsilon", self.epsilon)
-        delta = _float("privacy.delta", self.delta)
-        clip_norm = _float("privacy.clip_norm", self.clip_norm)
-        if not epsilon > 0:
-            raise WireError("privacy", f"privacy.epsilon is {epsilon!r}, expected > 0")
-        if not 0 < delta < 1:
-            raise WireError("privacy", f"privacy.delta is {delta!r}, expected 0 < delta < 1")
-        if not clip_norm > 0:
-            raise WireError("privacy", f"privacy.clip_norm is {clip_norm!r}, expected > 0")
-        object.__setattr__(self, "epsilon", epsilon)
-        object.__setattr__(self, "delta", delta)
-        object.__setattr__(self, "clip_norm", clip_norm)
+        _set_budget(self)
+
+
+def _set_budget(obj: PrivacyParams | PrivacyStatus) -> None:
+    """Check and normalise ``epsilon``, ``delta`` and ``clip_norm`` of a frozen ``obj``."""
+    epsilon = _float("privacy.epsilon", obj.epsilon)
+    delta = _float("privacy.delta", obj.delta)
+    clip_norm = _float("privacy.clip_norm", obj.clip_norm)
+    if not epsilon > 0:
+        raise WireError("privacy", f"privacy.epsilon is {epsilon!r}, expected > 0")
+    if not 0 < delta < 1:
+        raise WireError("privacy", f"privacy.delta is {delta!r}, expected 0 < delta < 1")
+    if not clip_norm > 0:
+        raise WireError("privacy", f"privacy.clip_norm is {clip_norm!r}, expected > 0")
+    object.__setattr__(obj, "epsilon", epsilon)
+    object.__setattr__(obj, "delta", delta)
+    object.__setattr__(obj, "clip_norm", clip_norm)
+
+
+@dataclass(frozen=True)
+class PrivacyStatus:
+    """The differential-privacy guarantee a node reports in its status document.
+
+    A private leaf reports its own settings; an aggregator (block fields None) the weakest
+    guarantee over the leaves its snapshot covers, as in its subspace message's `PrivacyParams`.
+    In the JSON document it is the object ``privacy`` with these field names as keys (null
+    for None), or null when the node publishes without noise.
+
+    Parameters
+    ----------
+    epsilon, delta, clip_norm : float
+        As `PrivacyParams`.
+    noise_std : float or None
+        Standard deviation omega of the mask of one full block (streaming MOD-SuLQ,
+        eq. (8) of Grammenos et al. 2020), in units of the covariance of readings scaled to
+        the unit ball (``reading / clip_norm``); finite and >= 0.
+    block_size : int or None
+        Readings per block, >= 1 (omega falls as 1 / block_size).
+    chunk_size : int or None
+        Columns of the masked covariance built at a time (eq. (7)), >= 1.
+
+    Raises
+    ------
+    WireError
+        ``field_type`` for a value of the wrong type (a bool is not a number, a float is
+        not an int), ``non_finite``, ``privacy`` for a value out of range.
+    """
+
+    epsilon: float
+    delta: float
+    clip_norm: float
+    noise_std: float | None = None
+    block_size: int | None = None
+    chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        _set_budget(self)
+        if self.noise_std is not None:
+            omega = _float("privacy.noise_std", self.noise_std)
+            if not omega >= 0:
+                raise WireError("privacy", f"privacy.noise_std is {omega!r}, expected >= 0")
+            object.__setattr__(self, "noise_std", omega)
+        for key in ("block_size", "chunk_size"):
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, _int(f"privacy.{key}", value, "privacy", low=1))
+
+    @property
+    def params(self) -> PrivacyParams:
+        """The guarantee as carried by subspace messages (epsilon, delta, clip_norm)."""
+        return PrivacyParams(self.epsilon, self.delta, self.clip_norm)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """The JSON object of a status document (every key present, None as null)."""
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "clip_norm": self.clip_norm,
+            "noise_std": self.noise_std,
+            "block_size": self.block_size,
+            "chunk_size": self.chunk_size,
+        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -1137,12 +1211,16 @@ class StatusDetail:
         Further JSON data (str keys; null, bool, int within 64 bits, finite float, str, list,
         map; at most `MAX_JSON_DEPTH` levels). Stored as a normalised deep copy (tuples
         become lists) behind a read-only top-level view.
+    privacy : PrivacyStatus or None, default None
+        The node's differential-privacy guarantee, None when it publishes without noise.
+        In the JSON document a map (see `PrivacyStatus`) or null; a document without the
+        key decodes to None.
 
     Raises
     ------
     WireError
         ``field_type``, ``node_id``, ``role``, ``rank``, ``n_samples``, ``seq``, ``epoch``,
-        ``rejects``, ``uptime``, ``non_finite``, ``extra``, ``too_deep``.
+        ``rejects``, ``uptime``, ``non_finite``, ``extra``, ``too_deep``, ``privacy``.
     """
 
     node_id: str
@@ -1155,6 +1233,7 @@ class StatusDetail:
     rejects: Mapping[str, int]
     uptime_s: float
     extra: Mapping[str, object] = field(default_factory=dict)
+    privacy: PrivacyStatus | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
@@ -1181,6 +1260,8 @@ class StatusDetail:
         extra = _json_data(self.extra, 0)
         assert isinstance(extra, dict)
         object.__setattr__(self, "extra", MappingProxyType(extra))
+        if self.privacy is not None and not isinstance(self.privacy, PrivacyStatus):
+            _fail_type("privacy", self.privacy, "PrivacyStatus or None")
 
 
 def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -1190,7 +1271,8 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     -------
     bytes
         A JSON object with keys ``v, node_id, role, online, rank, n_samples, seq, epoch,
-        rejects, uptime_s, extra``.
+        rejects, uptime_s, extra, privacy`` (``privacy`` null or the map of
+        `PrivacyStatus.as_dict`).
 
     Raises
     ------
@@ -1212,6 +1294,7 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
         "rejects": dict(detail.rejects),
         "uptime_s": detail.uptime_s,
         "extra": dict(detail.extra),
+        "privacy": None if detail.privacy is None else detail.privacy.as_dict(),
     }
     text = json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     return _check_size(text.encode("utf-8"), "status", max_bytes)
@@ -1232,4 +1315,18 @@ def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
     _check_options(max_bytes)
     data = _check_payload(payload, "status", max_bytes)
     obj = _require(_load_json(data, "status"), _STATUS_KEYS, "status document")
-    return StatusDetail(**{key: obj[key] for key in _STATUS_KEYS if key != "v"})
+    fields = {key: obj[key] for key in _STATUS_KEYS if key != "v"}
+    return StatusDetail(**fields, privacy=_privacy_status_from_json(obj.get("privacy")))
+
+
+def _privacy_status_from_json(value: object) -> PrivacyStatus | None:
+    """The ``privacy`` map of a status document (unknown keys ignored), or None for null."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        _fail_type("privacy", value, "a map or null")
+    missing = [key for key in _PRIVACY_KEYS if key not in value]
+    if missing:
+        raise WireError("missing_field", f"privacy lacks field(s) {', '.join(map(repr, missing))}")
+    keys = _PRIVACY_KEYS + _PRIVACY_STATUS_KEYS
+    return PrivacyStatus(**{key: value.get(key) for key in keys})

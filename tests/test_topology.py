@@ -264,6 +264,13 @@ def test_the_module_exports_exactly_its_public_names() -> None:
 # Validation errors: one line, naming the offending node or key
 
 D = "[defaults]\nrank = 2\n"
+P = {"epsilon": 1.0, "delta": 1e-5, "clip_norm": 2.5}  # a valid privacy setting of a leaf
+
+
+def priv(**overrides: object) -> dict[str, object]:
+    """`P` with some keys replaced (TOML values, strings already quoted)."""
+    return {**P, **overrides}
+
 
 ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     # tree structure
@@ -354,6 +361,64 @@ ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("bad topic filter", D + ROOT + node("leaf", "root", sensor_topic='"a/#/b"'), ("'leaf'",)),
     ("topic plus", D + ROOT + node("leaf", "root", sensor_topic='"a/b+"'), ("'leaf'", "'+'")),
     ("empty topic", D + ROOT + node("leaf", "root", sensor_topic='""'), ("'leaf'", "empty")),
+    # differential privacy
+    ("no delta", D + ROOT + node("leaf", "root", epsilon=1, clip_norm=2), ("'leaf'", "delta")),
+    ("no clip", D + ROOT + node("leaf", "root", epsilon=1, delta=1e-5), ("'leaf'", "clip_norm")),
+    ("no epsilon", D + ROOT + node("leaf", "root", delta=1e-5, clip_norm=2), ("'leaf'", "epsilon")),
+    ("epsilon 0", D + ROOT + node("leaf", "root", **priv(epsilon=0)), ("'leaf'", "epsilon", "> 0")),
+    ("epsilon inf", D + ROOT + node("leaf", "root", **priv(epsilon="inf")), ("'leaf'", "epsilon")),
+    ("delta 0", D + ROOT + node("leaf", "root", **priv(delta=0)), ("'leaf'", "delta", "(0, 1)")),
+    ("delta 1", D + ROOT + node("leaf", "root", **priv(delta=1)), ("'leaf'", "delta", "(0, 1)")),
+    ("clip 0", D + ROOT + node("leaf", "root", **priv(clip_norm=0)), ("'leaf'", "clip_norm")),
+    ("clip nan", D + ROOT + node("leaf", "root", **priv(clip_norm="nan")), ("'leaf'", "clip_norm")),
+    ("chunk 0", D + ROOT + node("leaf", "root", **priv(chunk_size=0)), ("'leaf'", "chunk_size")),
+    ("seed < 0", D + ROOT + node("leaf", "root", **priv(noise_seed=-1)), ("'leaf'", "noise_seed")),
+    ("epsilon bool", D + ROOT + node("leaf", "root", **priv(epsilon="true")), ("'leaf'", "number")),
+    ("chunk float", D + ROOT + node("leaf", "root", **priv(chunk_size=2.0)), ("'leaf'", "integer")),
+    (
+        "seed string",
+        D + ROOT + node("leaf", "root", **priv(noise_seed='"7"')),
+        ("'leaf'", "string"),
+    ),
+    (
+        "chunk without privacy",
+        D + ROOT + node("leaf", "root", chunk_size=8),
+        ("'leaf'", "chunk_size is only used with privacy"),
+    ),
+    (
+        "seed without privacy",
+        D + ROOT + node("leaf", "root", noise_seed=8),
+        ("'leaf'", "noise_seed is only used with privacy"),
+    ),
+    (
+        "privacy on an aggregator",
+        D + node("root", None, epsilon=1.0) + LEAF,
+        ("'root'", "aggregator", "epsilon", "leaves only"),
+    ),
+    (
+        "seed on an aggregator",
+        D + node("root", None, noise_seed=1) + LEAF,
+        ("'root'", "aggregator", "noise_seed"),
+    ),
+    ("seed default", D + "noise_seed = 1\n" + ROOT + LEAF, ("[defaults]", "noise_seed")),
+    (
+        "shared seed",
+        D
+        + ROOT
+        + node("a", "root", **priv(noise_seed=3))
+        + node("b", "root", **priv(noise_seed=3)),
+        ("'a'", "'b'", "noise_seed 3"),
+    ),
+    (
+        "center with privacy",
+        D + ROOT + node("leaf", "root", **priv(center="true")),
+        ("'leaf'", "center", "privacy"),
+    ),
+    (
+        "defaults without clip_norm",
+        "[defaults]\nrank = 2\nepsilon = 1.0\ndelta = 1e-5\n" + ROOT + LEAF,
+        ("'leaf'", "clip_norm is missing"),
+    ),
 ]
 
 
@@ -417,6 +482,49 @@ def test_a_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
         load_topology(path)
 
 
+def test_privacy_defaults_apply_to_leaves_and_aggregators_only_report() -> None:
+    text = (
+        "[defaults]\nrank = 3\nepsilon = 1.0\ndelta = 1e-5\nclip_norm = 10\nchunk_size = 4\n"
+        '[[nodes]]\nid = "root"\n'
+        '[[nodes]]\nid = "site"\nparent = "root"\n'
+        '[[nodes]]\nid = "a"\nparent = "site"\nnoise_seed = 7\nepsilon = 0.5\n'
+        '[[nodes]]\nid = "b"\nparent = "site"\n'
+    )
+    topology = parse_topology(text)
+    a, b = topology.nodes["a"], topology.nodes["b"]
+    assert (a.epsilon, a.delta, a.clip_norm, a.chunk_size, a.noise_seed) == (
+        0.5, 1e-5, 10.0, 4, 7
+    )  # fmt: skip
+    assert type(a.clip_norm) is float
+    assert a.privacy == (0.5, 1e-5)
+    assert (b.privacy, b.noise_seed) == ((1.0, 1e-5), None)
+    for aggregator in ("root", "site"):
+        config = topology.nodes[aggregator]
+        assert config.privacy is None
+        assert (config.epsilon, config.delta, config.clip_norm, config.chunk_size) == (None,) * 4
+
+
+def test_without_privacy_keys_a_node_has_no_privacy() -> None:
+    topology = parse_topology(VALID)
+    assert topology.nodes["leaf"].privacy is None
+    assert topology.nodes["leaf"].noise_seed is None
+
+
+def test_motes_light_private_is_motes_light_with_privacy_on_every_leaf() -> None:
+    private = load_topology(TOPOLOGIES / "motes-light-private.toml")
+    plain = load_topology(TOPOLOGIES / "motes-light.toml")
+    assert private.leaves() == plain.leaves()
+    assert private.aggregators() == plain.aggregators()
+    assert all(private.path(n) == plain.path(n) for n in plain.nodes)
+    assert private.split_rows(7712).keys() == plain.split_rows(7712).keys()
+    for leaf in private.leaves():
+        config = private.nodes[leaf]
+        assert (config.epsilon, config.delta, config.clip_norm) == (1.0, 1e-5, 8630.0)
+        assert config.noise_seed is None  # a deployment draws from OS entropy
+        assert 7712 // 8 % config.block_size == 0  # no short (flushed) block in `run`
+    assert all(private.nodes[n].privacy is None for n in private.aggregators())
+
+
 def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(TopologyError, match="node 'a': rank must be >= 1"):
         NodeConfig("a", None, rank=0)
@@ -432,6 +540,17 @@ def test_direct_construction_is_validated_too() -> None:
             nodes={"root": topo.nodes["root"], "leaf": NodeConfig("leaf", "root", rank=1)},
             root="root",
         )
+    with pytest.raises(TopologyError, match="node 'a': clip_norm is missing"):
+        NodeConfig("a", None, rank=1, epsilon=1.0, delta=0.1)
+    private_root = NodeConfig("root", None, rank=1, epsilon=1.0, delta=0.1, clip_norm=1.0)
+    with pytest.raises(TopologyError, match="'root' has children, so it is an aggregator"):
+        Topology(name="t", prefix="fpca", nodes={**topo.nodes, "root": private_root}, root="root")
+    seeded = {
+        node_id: NodeConfig(node_id, "root", rank=1, sensor_topic=f"s/{node_id}", **P, noise_seed=5)
+        for node_id in ("a", "b")
+    }
+    with pytest.raises(TopologyError, match="'a' and 'b' share noise_seed 5"):
+        Topology(name="t", prefix="fpca", nodes={"root": topo.nodes["root"], **seeded}, root="root")
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from edge_runtime.wire import (
     REASONS,
     SCHEMA_VERSION,
     PrivacyParams,
+    PrivacyStatus,
     SensorReadings,
     StatusDetail,
     SubspaceMessage,
@@ -110,6 +111,16 @@ def make_status(**overrides: object) -> StatusDetail:
 def status_doc(**overrides: object) -> dict[str, object]:
     doc = json.loads(encode_status(make_status()))
     doc.update(overrides)
+    return doc
+
+
+PRIVATE_LEAF = PrivacyStatus(1.0, 1e-5, 8600.0, noise_std=4.2, block_size=241, chunk_size=48)
+
+
+def private_status_doc(**privacy: object) -> dict[str, object]:
+    """A status document of a private leaf, its ``privacy`` map updated with ``privacy``."""
+    doc = json.loads(encode_status(make_status(privacy=PRIVATE_LEAF)))
+    doc["privacy"].update(privacy)
     return doc
 
 
@@ -754,6 +765,41 @@ def test_status_detail_is_plain_json_with_readable_keys() -> None:
     assert doc["extra"]["children"]["pi-01"]["seq"] == 3
 
 
+def test_status_detail_carries_the_privacy_guarantee_as_a_json_map() -> None:
+    status = make_status(role="leaf", privacy=PRIVATE_LEAF)
+    doc = json.loads(encode_status(status))
+    assert doc["privacy"] == {
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "clip_norm": 8600.0,
+        "noise_std": 4.2,
+        "block_size": 241,
+        "chunk_size": 48,
+    }
+    assert decode_status(encode_status(status)) == status
+    aggregator = make_status(privacy=PrivacyStatus(2.0, 1e-4, 10.0))
+    doc = json.loads(encode_status(aggregator))
+    assert doc["privacy"]["noise_std"] is None
+    assert decode_status(encode_status(aggregator)) == aggregator
+    assert aggregator.privacy is not None
+    assert aggregator.privacy.params == PrivacyParams(2.0, 1e-4, 10.0)
+    assert json.loads(encode_status(make_status()))["privacy"] is None
+
+
+def test_a_status_document_without_privacy_or_with_unknown_privacy_keys_decodes() -> None:
+    assert decode_status(json.dumps(without(status_doc(), "privacy")).encode()).privacy is None
+    doc = private_status_doc(future_key=[1, 2])
+    assert decode_status(json.dumps(doc).encode()).privacy == PRIVATE_LEAF
+    doc = private_status_doc(noise_std=None, block_size=None, chunk_size=None)
+    assert decode_status(json.dumps(doc).encode()).privacy == PrivacyStatus(1.0, 1e-5, 8600.0)
+
+
+def test_status_detail_refuses_privacy_of_another_type() -> None:
+    with pytest.raises(WireError) as info:
+        make_status(privacy=PrivacyParams(1.0, 1e-5, 1.0))
+    assert info.value.reason == "field_type"
+
+
 def test_status_detail_normalises_extra_tuples_and_numpy_scalars() -> None:
     status = make_status(extra={"bounds": (0.01, 0.1), "rank": np.int64(3)})
     assert status.extra["bounds"] == [0.01, 0.1]
@@ -784,6 +830,22 @@ STATUS_REJECTIONS = [
     pytest.param(status_doc(uptime_s=1e999), "non_finite", id="uptime-inf"),
     pytest.param(
         status_doc(extra=nested_lists(wire.MAX_JSON_DEPTH + 1)), "too_deep", id="extra-deep"
+    ),
+    pytest.param(status_doc(privacy=[1.0, 1e-5, 1.0]), "field_type", id="privacy-array"),
+    pytest.param(private_status_doc(epsilon=0), "privacy", id="privacy-epsilon-0"),
+    pytest.param(private_status_doc(delta=1), "privacy", id="privacy-delta-1"),
+    pytest.param(private_status_doc(clip_norm=-2.0), "privacy", id="privacy-clip-negative"),
+    pytest.param(private_status_doc(noise_std=-0.1), "privacy", id="privacy-noise-negative"),
+    pytest.param(private_status_doc(block_size=0), "privacy", id="privacy-block-0"),
+    pytest.param(private_status_doc(chunk_size=0), "privacy", id="privacy-chunk-0"),
+    pytest.param(private_status_doc(block_size=2.5), "field_type", id="privacy-block-float"),
+    pytest.param(private_status_doc(epsilon=True), "field_type", id="privacy-epsilon-bool"),
+    pytest.param(private_status_doc(noise_std="1"), "field_type", id="privacy-noise-str"),
+    pytest.param(private_status_doc(epsilon=1e999), "non_finite", id="privacy-epsilon-inf"),
+    pytest.param(
+        {**status_doc(), "privacy": {"epsilon": 1.0, "clip_norm": 1.0}},
+        "missing_field",
+        id="privacy-without-delta",
     ),
 ]
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 from edge_runtime.wire import (
     PrivacyParams,
+    PrivacyStatus,
     StatusDetail,
     SubspaceMessage,
     WireError,
@@ -150,6 +151,16 @@ status_details = st.builds(
             max_leaves=6,
         ),
         max_size=4,
+    ),
+    privacy=st.none()
+    | st.builds(
+        PrivacyStatus,
+        epsilon=st.floats(min_value=1e-3, max_value=100.0),
+        delta=st.floats(min_value=1e-12, max_value=0.5),
+        clip_norm=st.floats(min_value=1e-3, max_value=1e3),
+        noise_std=st.none() | st.floats(min_value=0.0, max_value=1e6),
+        block_size=st.none() | st.integers(min_value=1, max_value=2**62),
+        chunk_size=st.none() | st.integers(min_value=1, max_value=2**62),
     ),
 )
 
@@ -313,7 +324,9 @@ def test_mutated_readings_payloads_decode_or_raise_wire_error(
 
 @FUZZ
 @given(
-    status_details, st.sampled_from(["node_id", "online", "rank", "rejects", "extra"]), json_objects
+    status_details,
+    st.sampled_from(["node_id", "online", "rank", "rejects", "extra", "privacy"]),
+    json_objects,
 )
 def test_status_documents_with_a_field_of_another_value_decode_or_raise_wire_error(
     status: StatusDetail, key: str, value: object

@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 
 import aiomqtt
@@ -16,6 +17,8 @@ from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
+    PrivacyParams,
+    PrivacyStatus,
     StatusDetail,
     SubspaceMessage,
     WireError,
@@ -23,7 +26,7 @@ from edge_runtime.wire import (
     encode_subspace,
 )
 
-__all__ = ["AggregatorAgent", "is_newer"]
+__all__ = ["AggregatorAgent", "is_newer", "weakest_privacy"]
 
 
 def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
@@ -36,6 +39,32 @@ def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
     if new.epoch == current.epoch:
         return new.seq > current.seq
     return new.timestamp > current.timestamp
+
+
+def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | None:
+    """The guarantee of a merge of ``snapshots``: the weakest of theirs.
+
+    None (no guarantee) if any snapshot has none, or if there are none; else
+    ``PrivacyParams(max epsilon, max delta, max clip_norm)``. Why this bounds every
+    reading: each reading is in exactly one leaf's data, and that leaf's snapshots are
+    post-processing of its masked blocks, so by parallel composition over the disjoint
+    leaves (and post-processing for the merges above them) a reading of leaf ``i`` enjoys
+    ``(epsilon_i, delta_i)``-DP with respect to everything published, and
+    ``(max epsilon, max delta)`` is weaker than each leaf's. ``clip_norm`` is reported for
+    information: every reading is clipped to its leaf's norm before it enters a block, so
+    the guarantee holds whatever the reading's size; the largest is the leaf with the
+    widest range. The argument assumes each reading reaches one leaf: a reading fed to
+    several leaves (e.g. through overlapping sensor topics) spends each one's budget, and
+    its guarantee is their sum (sequential composition), which no snapshot can report.
+    """
+    params = [snapshot.privacy for snapshot in snapshots]
+    if not params or any(p is None for p in params):
+        return None
+    return PrivacyParams(
+        max(p.epsilon for p in params if p is not None),
+        max(p.delta for p in params if p is not None),
+        max(p.clip_norm for p in params if p is not None),
+    )
 
 
 class AggregatorAgent(Agent):
@@ -55,7 +84,11 @@ class AggregatorAgent(Agent):
     ``<prefix>/<root>/model``, for consumers.
 
     Provenance of the published snapshot maps each leaf below to the samples of that
-    leaf it covers.
+    leaf it covers; its ``privacy`` is the weakest guarantee of the children it covers
+    (`weakest_privacy`): None as soon as one covered child publishes without noise. An
+    aggregator adds no noise and needs no trust: it only post-processes what its
+    children published. Provenance and privacy describe exactly the snapshots in the
+    merge (taken at the instant the merge's inputs are taken).
 
     Parameters
     ----------
@@ -194,6 +227,14 @@ class AggregatorAgent(Agent):
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
+        # What the merge covers, fixed now: snapshots arriving during an offloaded merge
+        # are merged (and described) next time.
+        dropped = self.config.stale_policy == "drop"
+        covered = [
+            self.children[child]
+            for child in self.child_ids
+            if child in self.children and not (dropped and child in self._stale)
+        ]
         cells = sum(s.n_features * s.rank for s in pending.values() if s is not None) * len(
             self.child_ids
         )
@@ -205,10 +246,8 @@ class AggregatorAgent(Agent):
             return
         self.merges += merges
         provenance: dict[str, int] = {}
-        dropped = self.config.stale_policy == "drop"
-        for child in self.child_ids:
-            if child in self.children and not (dropped and child in self._stale):
-                provenance.update(self.children[child].provenance)
+        for snapshot in covered:
+            provenance.update(snapshot.provenance)
         self.seq += 1
         self.snapshot = SubspaceMessage(
             node_id=self.node_id,
@@ -216,6 +255,7 @@ class AggregatorAgent(Agent):
             seq=self.seq,
             subspace=merged,
             timestamp=time.time(),
+            privacy=weakest_privacy(covered),
             provenance=provenance,
         )
         await self._publish_snapshot(client)
@@ -247,6 +287,7 @@ class AggregatorAgent(Agent):
 
     def status_detail(self) -> StatusDetail:
         snap = self.snapshot
+        privacy = None if snap is None else snap.privacy
         return StatusDetail(
             node_id=self.node_id,
             role=self.role,
@@ -259,7 +300,12 @@ class AggregatorAgent(Agent):
             uptime_s=round(self.uptime_s(), 3),
             extra={
                 "children": {
-                    c: {"seq": m.seq, "n_samples": m.n_samples} for c, m in self.children.items()
+                    c: {
+                        "seq": m.seq,
+                        "n_samples": m.n_samples,
+                        "epsilon": None if m.privacy is None else m.privacy.epsilon,
+                    }
+                    for c, m in self.children.items()
                 },
                 "coverage": self.coverage(),
                 "merges": self.merges,
@@ -271,4 +317,7 @@ class AggregatorAgent(Agent):
                 "reconnects": self.stats.reconnects,
                 "undelivered": self.undelivered,
             },
+            privacy=None
+            if privacy is None
+            else PrivacyStatus(privacy.epsilon, privacy.delta, privacy.clip_norm),
         )
