@@ -2,12 +2,15 @@
 
 Usage::
 
-    python -m benchmarks.run [--quick] [--out DIR]
+    python -m benchmarks.run [--quick] [--out DIR] [--only NAME ...] [--update]
 
 ``--quick`` shrinks sizes and repeats (well under a minute; for smoke checks, not for
 numbers); the full run takes a few minutes on a 2-core machine. The output directory
 (default ``benchmarks/report``) receives ``REPORT.md``, ``results.json`` and the PNGs.
-See ``benchmarks/README.md`` for what each benchmark measures.
+``--only`` runs some benchmarks; with ``--update`` the others keep their results from
+the directory's ``results.json``, so one section of a full report can be re-run
+without re-timing the rest. See ``benchmarks/README.md`` for what each benchmark
+measures.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from benchmarks import accuracy, memory, report, timing
 from benchmarks.measure import single_thread
+from benchmarks.privacy import utility as privacy_utility
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -66,6 +70,7 @@ class Sizes:
     merge_many_repeats: int = 3
     memory_lengths: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
     memory_ipca_max: int = 10**6
+    privacy: privacy_utility.PrivacySizes = privacy_utility.FULL
 
 
 FULL = Sizes("full")
@@ -87,6 +92,7 @@ QUICK = Sizes(
     merge_many_repeats=1,
     memory_lengths=(10**3, 10**4),
     memory_ipca_max=10**4,
+    privacy=privacy_utility.QUICK,
 )
 
 
@@ -189,12 +195,17 @@ def _bench_memory(res: report.Results, sizes: Sizes, log: Callable[[str], None])
         log(f"  n={n:,}: FPCA-Edge {row.fpca / 1024:.1f} KiB")
 
 
+def _bench_privacy(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.privacy = privacy_utility.run_utility(sizes.privacy, log)
+
+
 BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], None]] = {
     "accuracy": _bench_accuracy,
     "throughput": _bench_throughput,
     "merge": _bench_merge,
     "aggregator": _bench_aggregator,
     "memory": _bench_memory,
+    "privacy": _bench_privacy,
 }
 
 
@@ -203,6 +214,7 @@ def run_suite(
     out_dir: Path,
     *,
     only: Sequence[str] | None = None,
+    update: bool = False,
     log: Callable[[str], None] = print,
 ) -> report.Results:
     """Run the benchmarks (all, or those named in ``only``) and write the report.
@@ -215,6 +227,10 @@ def run_suite(
         Created if missing; receives ``REPORT.md``, ``results.json`` and PNGs.
     only : sequence of str or None
         Names from `BENCHMARKS`; None runs all.
+    update : bool, default=False
+        Start from ``out_dir/results.json`` (a run of the same mode): the benchmarks not
+        in ``only`` keep their results there, those in ``only`` are replaced, and the
+        whole report is written again from the merged results.
     log : callable
         Progress lines go here.
 
@@ -225,20 +241,38 @@ def run_suite(
     Raises
     ------
     ValueError
-        If ``only`` names an unknown benchmark.
+        If ``only`` names an unknown benchmark, or ``update`` finds no results file or
+        one from another mode.
     """
     names = list(BENCHMARKS) if only is None else list(only)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = report.Results(
-        mode=sizes.name,
-        rank=sizes.rank,
-        block_size=sizes.block_size,
-        oversample=accuracy.default_oversample(48, sizes.rank, sizes.block_size),
-        environment=_environment(sizes),
-    )
+    environment = _environment(sizes)
+    if update:
+        res = report.load_results(out_dir / "results.json")
+        if res.mode != sizes.name:
+            raise ValueError(
+                f"--update: {out_dir / 'results.json'} is a {res.mode!r} run, this is "
+                f"{sizes.name!r}"
+            )
+        report.clear_results(res, names)
+        # keep the original run and earlier re-runs of other benchmarks, drop this one's
+        base, *reruns = res.environment.get("run", "").split("; re-ran ")
+        kept = [r for r in reruns if not set(r.split(":")[0].split(", ")) <= set(names)]
+        environment["run"] = "; re-ran ".join(
+            [base, *kept, f"{', '.join(names)}: {environment['run']}"]
+        )
+        res.environment = environment
+    else:
+        res = report.Results(
+            mode=sizes.name,
+            rank=sizes.rank,
+            block_size=sizes.block_size,
+            oversample=accuracy.default_oversample(48, sizes.rank, sizes.block_size),
+            environment=environment,
+        )
     total = time.perf_counter()
     # One BLAS thread throughout: the timed parts need it (see benchmarks.measure), and
     # the untimed set-up runs small problems that two threads only slow down.
@@ -248,18 +282,21 @@ def run_suite(
             t0 = time.perf_counter()
             BENCHMARKS[name](res, sizes, log)
             res.seconds[name] = time.perf_counter() - t0
-    res.seconds["total"] = time.perf_counter() - total
+    elapsed = time.perf_counter() - total
+    res.seconds.pop("total", None)
+    # with update: the total of the merged report (the kept benchmarks' times included)
+    res.seconds["total"] = sum(res.seconds.values()) if update else elapsed
     report.write_plots(res, out_dir)
     report.write_report(res, out_dir)
     (out_dir / "results.json").write_text(json.dumps(_jsonable(res), indent=1, allow_nan=True))
-    log(f"wrote {out_dir / 'REPORT.md'} in {res.seconds['total']:.1f} s")
+    log(f"wrote {out_dir / 'REPORT.md'} in {elapsed:.1f} s")
     return res
 
 
 def _jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        for prop in ("ratio", "speedup", "naive", "update_per_log2k"):
+        for prop in report.DERIVED_PROPERTIES:
             if hasattr(type(obj), prop):
                 out[prop] = _jsonable(getattr(obj, prop))
         return out
@@ -290,9 +327,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=list(BENCHMARKS),
         help="run only these benchmarks (default: all)",
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="with --only: keep the other benchmarks' results from OUT/results.json "
+        "(same mode) and rewrite the whole report",
+    )
     args = parser.parse_args(argv)
-    res = run_suite(QUICK if args.quick else FULL, args.out, only=args.only)
-    failed = [c for c in report.done_when(res) if c.passed is False]
+    if args.update and not args.only:
+        parser.error("--update needs --only")
+    res = run_suite(QUICK if args.quick else FULL, args.out, only=args.only, update=args.update)
+    failed = [c for c in report.done_when(res) + report.privacy_done_when(res) if c.passed is False]
     for c in failed:
         print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")
     return 0

@@ -20,6 +20,7 @@ pytest.importorskip("matplotlib")
 from benchmarks import report
 from benchmarks.accuracy import checkpoints
 from benchmarks.measure import GramTracker, time_side_by_side
+from benchmarks.privacy import utility as privacy_utility
 from benchmarks.run import QUICK, run_suite
 from benchmarks.synth import low_rank, synth
 from benchmarks.timing import MergeRow, throughput
@@ -46,6 +47,18 @@ TINY = dataclasses.replace(
     child_updates=3,
     memory_lengths=(500, 1000),
     memory_ipca_max=500,
+    privacy=dataclasses.replace(
+        privacy_utility.QUICK,
+        n_features=8,
+        n_samples=400,
+        alphas=(1.0,),
+        epsilons=(0.5, 4.0),
+        trials=3,
+        leaves=4,
+        motes_rows=600,
+        motes_trials=2,
+        opendp=False,
+    ),
 )
 
 
@@ -55,15 +68,47 @@ def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
 
     text = (tmp_path / "REPORT.md").read_text()
     assert text.index("## Done-when check") < text.index("## (a)")
-    for section in ("## (a)", "## (b)", "## (c)", "## (d)", "## (e)"):
+    assert text.index("## Done-when check (issue 5") < text.index("## (a)")
+    for section in ("## (a)", "## (b)", "## (c)", "## (d)", "## (e)", "## (f)"):
         assert section in text
-    for png in ("accuracy_motes", "accuracy_synth", "throughput", "merge", "aggregator", "memory"):
+    pngs = ("accuracy_motes", "accuracy_synth", "throughput", "merge", "aggregator", "memory")
+    for png in (*pngs, "privacy_utility"):
         assert (tmp_path / f"{png}.png").stat().st_size > 1000
     assert json.loads((tmp_path / "results.json").read_text())["mode"] == "tiny"
     assert lines[-1].startswith("wrote ")
     # every method of (a) has a finite final ratio >= 1 on the Motes prefix
     assert len(res.motes) >= 6
     assert all(t.final >= 1.0 - 1e-9 for t in res.motes.values())
+
+
+def test_update_reruns_one_benchmark_and_keeps_the_others_from_results_json(tmp_path):
+    run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
+    before = json.loads((tmp_path / "results.json").read_text())
+    res = run_suite(TINY, tmp_path, only=["privacy"], update=True, log=lambda _: None)
+
+    after = json.loads((tmp_path / "results.json").read_text())
+    assert after["merge"] == before["merge"]  # kept, not re-timed
+    assert after["privacy"]["panels"] == before["privacy"]["panels"]  # seeded: same numbers
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "## (c)" in text and "## (f)" in text
+    assert res.environment["run"].count("re-ran privacy") == 1
+    again = run_suite(TINY, tmp_path, only=["privacy"], update=True, log=lambda _: None)
+    assert again.environment["run"].count("re-ran privacy") == 1  # replaced, not stacked
+    assert set(res.seconds) == {"merge", "privacy", "total"}
+    with pytest.raises(ValueError, match="is a 'tiny' run"):
+        run_suite(QUICK, tmp_path, only=["merge"], update=True, log=lambda _: None)
+
+
+def test_results_json_reads_back_into_equal_results(tmp_path):
+    res = run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
+    back = report.load_results(tmp_path / "results.json")
+    assert back.merge == res.merge
+    assert back.privacy is not None and res.privacy is not None
+    assert back.privacy.panels.keys() == res.privacy.panels.keys()
+    assert back.privacy.curve("Synth(1)", privacy_utility.MODSULQ) == res.privacy.curve(
+        "Synth(1)", privacy_utility.MODSULQ
+    )
+    assert back.privacy.motes_shape == res.privacy.motes_shape == (600, 48)
 
 
 def test_the_throughput_grid_marks_cells_that_cannot_run():
