@@ -47,18 +47,7 @@ TINY = dataclasses.replace(
     child_updates=3,
     memory_lengths=(500, 1000),
     memory_ipca_max=500,
-    privacy=dataclasses.replace(
-        privacy_utility.QUICK,
-        n_features=8,
-        n_samples=400,
-        alphas=(1.0,),
-        epsilons=(0.5, 4.0),
-        trials=3,
-        leaves=4,
-        motes_rows=600,
-        motes_trials=2,
-        opendp=False,
-    ),
+    privacy=privacy_utility.TINY,
 )
 
 

@@ -23,18 +23,7 @@ from benchmarks.privacy.mod_sulq import mod_sulq, symmetric_gaussian
 from benchmarks.synth import synth
 from edge_runtime.fpca.privacy import mod_sulq_noise_std
 
-TINY = dataclasses.replace(
-    pu.QUICK,
-    n_features=8,
-    n_samples=400,
-    alphas=(1.0,),
-    epsilons=(0.5, 4.0),
-    trials=3,
-    leaves=4,
-    motes_rows=600,
-    motes_trials=2,
-    opendp=False,
-)
+TINY = pu.TINY
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ import numpy as np
 
 from benchmarks.privacy._common import check_rank, top_eigenvectors, unit_rows
 from benchmarks.privacy.mod_sulq import symmetric_gaussian
+from edge_runtime.fpca.privacy import check_budget
 
 __all__ = ["dpdispca", "dpdispca_noise_std", "site_factor"]
 
@@ -68,10 +69,7 @@ def dpdispca_noise_std(epsilon: float, delta: float, n_samples: int) -> float:
     >>> round(dpdispca_noise_std(1.0, 0.05, 100), 6)
     0.025373
     """
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    epsilon, delta = check_budget(epsilon, delta)
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples!r}")
     return math.sqrt(2.0 * math.log(1.25 / delta)) / (n_samples * epsilon)

@@ -60,6 +60,7 @@ __all__ = [
     "MOTES",
     "OPENDP",
     "QUICK",
+    "TINY",
     "Check",
     "Curve",
     "PrivacyResults",
@@ -125,6 +126,18 @@ QUICK = PrivacySizes(
     motes_trials=5,
     opendp_trials=2,
     opendp_timeout=8.0,
+)
+#: A few seconds: the tests' configuration (no OpenDP).
+TINY = PrivacySizes(
+    n_features=8,
+    n_samples=400,
+    alphas=(1.0,),
+    epsilons=(0.5, 4.0),
+    trials=3,
+    leaves=4,
+    motes_rows=600,
+    motes_trials=2,
+    opendp=False,
 )
 
 
@@ -207,6 +220,19 @@ class PrivacyResults:
     def curve(self, panel: str, method: str) -> Curve | None:
         """The curve of ``method`` in ``panel``, or None."""
         return next((c for c in self.panels.get(panel, []) if c.method == method), None)
+
+
+def _curves(
+    methods: Sequence[str], epsilons: Sequence[float], qs: dict[str, list[list[float]]]
+) -> list[Curve]:
+    """One `Curve` per method from ``qs[method][epsilon index]`` (the trials' q_A)."""
+    curves = []
+    for method in methods:
+        curve = Curve(method)
+        for ei, eps in enumerate(epsilons):
+            curve.add(eps, qs[method][ei])
+        curves.append(curve)
+    return curves
 
 
 def random_level(n_features: int) -> float:
@@ -340,12 +366,7 @@ def _synth_panel(
             qs[MODSULQ][ei].append(q_a(v1, mod_sulq(x, r, eps, delta, _rng(*key, 2))[:, 0]))
             qs[DPDIS][ei].append(q_a(v1, dpdispca([x], r, eps, delta, _rng(*key, 3))[:, 0]))
     panel = synth_panel(alpha)
-    curves = []
-    for m in methods:
-        c = Curve(m)
-        for ei, eps in enumerate(res.epsilons):
-            c.add(eps, qs[m][ei])
-        curves.append(c)
+    curves = _curves(methods, res.epsilons, qs)
     res.panels[panel] = curves
     _add_differences(res, panel, qs, [FPCA_ONE, FPCA_STREAM], MODSULQ)
     one = curves[0]
@@ -419,12 +440,7 @@ def _federated_panel(
             )
             qs[FED_DPDIS][ei].append(q_a(v1, dpdispca(parts, r, eps, delta, _rng(*key, 1))[:, 0]))
             qs[FED_MODSULQ][ei].append(q_a(v1, mod_sulq(x, r, eps, delta, _rng(*key, 2))[:, 0]))
-    curves = []
-    for m in methods:
-        c = Curve(m)
-        for ei, eps in enumerate(res.epsilons):
-            c.add(eps, qs[m][ei])
-        curves.append(c)
+    curves = _curves(methods, res.epsilons, qs)
     res.panels[FEDERATED] = curves
     log(
         "  federated: FPCA-DP q_A "
@@ -477,12 +493,7 @@ def _motes_panel(res: PrivacyResults, sizes: PrivacySizes, log: Callable[[str], 
             )
             qs[MODSULQ][ei].append(q_a(v1, mod_sulq(unit, r, eps, delta, _rng(*key, 2))[:, 0]))
             qs[DPDIS][ei].append(q_a(v1, dpdispca([unit], r, eps, delta, _rng(*key, 3))[:, 0]))
-    curves = []
-    for m in methods:
-        curve = Curve(m)
-        for ei, eps in enumerate(res.epsilons):
-            curve.add(eps, qs[m][ei])
-        curves.append(curve)
+    curves = _curves(methods, res.epsilons, qs)
     clipped = Curve(CLIPPED)
     for eps in res.epsilons:
         clipped.add(eps, [res.motes_clip_q])

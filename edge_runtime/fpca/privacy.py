@@ -36,6 +36,7 @@ from edge_runtime.fpca._validation import check_int
 __all__ = [
     "DEFAULT_TARGET_SPECTRAL",
     "MAX_DEFAULT_BLOCK_BYTES",
+    "check_budget",
     "clip_to_unit_ball",
     "default_block_size",
     "min_block_size",
@@ -55,8 +56,18 @@ MAX_DEFAULT_BLOCK_BYTES = 64 * 2**20
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
-def _check_budget(epsilon: object, delta: object) -> tuple[float, float]:
-    """``(epsilon, delta)`` as floats with ``epsilon > 0`` and ``0 < delta < 1``."""
+def check_budget(epsilon: object, delta: object) -> tuple[float, float]:
+    """``(epsilon, delta)`` as floats, checked: ``epsilon`` finite and > 0, ``0 < delta < 1``.
+
+    Returns
+    -------
+    tuple of (float, float)
+
+    Raises
+    ------
+    ValueError
+        One line naming the value out of range (or not a number).
+    """
     try:
         eps = float(epsilon)  # type: ignore[arg-type]
         dlt = float(delta)  # type: ignore[arg-type]
@@ -69,6 +80,14 @@ def _check_budget(epsilon: object, delta: object) -> tuple[float, float]:
     if not 0.0 < dlt < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     return eps, dlt
+
+
+def _check_sizes(
+    epsilon: object, delta: object, n_features: object, n_samples: object
+) -> tuple[float, float, int, int]:
+    """The arguments of the noise scales, checked (`check_budget`, ``d, n >= 1``)."""
+    eps, dlt = check_budget(epsilon, delta)
+    return eps, dlt, check_int(n_features, "n_features", 1), check_int(n_samples, "n_samples", 1)
 
 
 def _log_term(numerator: float, delta: float, what: str) -> float:
@@ -113,9 +132,7 @@ def noise_std(epsilon: float, delta: float, n_features: int, n_samples: int) -> 
     ValueError
         If a value is out of range; the message names it.
     """
-    eps, dlt = _check_budget(epsilon, delta)
-    d = check_int(n_features, "n_features", 1)
-    n = check_int(n_samples, "n_samples", 1)
+    eps, dlt, d, n = _check_sizes(epsilon, delta, n_features, n_samples)
     log_term = _log_term(float(d * d), dlt, "noise_std (eq. (8))")
     return 4.0 * d / (eps * n) * log_term + math.sqrt(2.0) / (math.sqrt(eps) * n)
 
@@ -142,9 +159,7 @@ def mod_sulq_noise_std(epsilon: float, delta: float, n_features: int, n_samples:
     ValueError
         If a value is out of range; the message names it.
     """
-    eps, dlt = _check_budget(epsilon, delta)
-    d = check_int(n_features, "n_features", 1)
-    n = check_int(n_samples, "n_samples", 1)
+    eps, dlt, d, n = _check_sizes(epsilon, delta, n_features, n_samples)
     log_term = _log_term(float(d * d + d) / 2.0, dlt, "mod_sulq_noise_std (eq. (6))")
     return (d + 1.0) / (eps * n) * log_term + 1.0 / (math.sqrt(eps) * n)
 
@@ -175,7 +190,7 @@ def min_block_size(epsilon: float, delta: float, n_features: int, target_std: fl
     ValueError
         If a value is out of range; the message names it.
     """
-    eps, dlt = _check_budget(epsilon, delta)
+    eps, dlt = check_budget(epsilon, delta)
     d = check_int(n_features, "n_features", 1)
     try:
         target = float(target_std)

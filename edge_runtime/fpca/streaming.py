@@ -366,7 +366,7 @@ class FPCAEdge:
             epsilon, delta = privacy
         except (TypeError, ValueError):
             raise ValueError(f"privacy must be (epsilon, delta), got {privacy!r}") from None
-        self.privacy = _privacy._check_budget(epsilon, delta)
+        self.privacy = _privacy.check_budget(epsilon, delta)
         if clip_norm is None:
             raise ValueError("privacy needs clip_norm (the norm samples are clipped to)")
         if isinstance(clip_norm, bool):
