@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
 
-__all__ = ["check_finite_2d", "check_forget", "check_int"]
+__all__ = ["check_finite_2d", "check_forget", "check_int", "check_positive"]
 
 
 def check_int(value: object, name: str, minimum: int) -> int:
@@ -33,6 +34,19 @@ def check_forget(forget: object) -> float:
     if not 0.0 < value <= 1.0:
         raise ValueError(f"forget must be in (0, 1], got {value}")
     return value
+
+
+def check_positive(value: object, name: str) -> float:
+    """``value`` as a finite float > 0, else ValueError naming ``name`` (bools rejected)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
+    if not (math.isfinite(out) and out > 0.0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
 
 
 def check_finite_2d(x: np.ndarray, name: str) -> None:

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from edge_runtime.fpca._linalg import svd_update
-from edge_runtime.fpca._validation import check_int
+from edge_runtime.fpca._validation import check_int, check_positive
 
 __all__ = [
     "DEFAULT_TARGET_SPECTRAL",
@@ -192,12 +192,7 @@ def min_block_size(epsilon: float, delta: float, n_features: int, target_std: fl
     """
     eps, dlt = check_budget(epsilon, delta)
     d = check_int(n_features, "n_features", 1)
-    try:
-        target = float(target_std)
-    except (TypeError, ValueError):
-        raise ValueError(f"target_std must be a number > 0, got {target_std!r}") from None
-    if not (math.isfinite(target) and target > 0.0):
-        raise ValueError(f"target_std must be a finite number > 0, got {target_std!r}")
+    target = check_positive(target_std, "target_std")
     scale = noise_std(eps, dlt, d, 1)  # K: omega at n = 1
     size = max(1, math.ceil(scale / target))
     # ceil of a rounded quotient can be one off; settle it on omega itself.
@@ -271,9 +266,7 @@ def clip_to_unit_ball(X: np.ndarray, clip_norm: float, out: np.ndarray | None = 
     ValueError
         If ``clip_norm`` is not a finite number > 0 or ``X`` is not 2-D.
     """
-    c = float(clip_norm)
-    if not (math.isfinite(c) and c > 0.0):
-        raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}")
+    c = check_positive(clip_norm, "clip_norm")
     x = np.asarray(X, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {x.shape}")
@@ -333,6 +326,11 @@ def private_block_summary(
         dimensionless).
     omega : float
         The mask's standard deviation.
+
+    Raises
+    ------
+    ValueError
+        As `noise_std`, for a budget out of range.
     """
     k, d = unit_rows.shape
     omega = noise_std(epsilon, delta, d, k)

@@ -9,7 +9,12 @@ import numpy as np
 
 from edge_runtime.fpca import privacy as _privacy
 from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
-from edge_runtime.fpca._validation import check_finite_2d, check_forget, check_int
+from edge_runtime.fpca._validation import (
+    check_finite_2d,
+    check_forget,
+    check_int,
+    check_positive,
+)
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["FPCAEdge"]
@@ -369,15 +374,7 @@ class FPCAEdge:
         self.privacy = _privacy.check_budget(epsilon, delta)
         if clip_norm is None:
             raise ValueError("privacy needs clip_norm (the norm samples are clipped to)")
-        if isinstance(clip_norm, bool):
-            raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}")
-        try:
-            norm = float(clip_norm)
-        except (TypeError, ValueError):
-            raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}") from None
-        if not (math.isfinite(norm) and norm > 0.0):
-            raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}")
-        self.clip_norm = norm
+        self.clip_norm = check_positive(clip_norm, "clip_norm")
         if self.center:
             raise ValueError(
                 "center=True cannot be combined with privacy: the mean would be released "
