@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiomqtt
@@ -14,18 +15,21 @@ import structlog
 
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import WireError, decode_status, encode_readings
+from edge_runtime.wire import WireError, decode_confirm, encode_readings
 
-__all__ = ["ReplayStats", "Replayer", "wait_online"]
+__all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "wait_online"]
+
+DEFAULT_BATCH_SIZE = 64
+"""Readings per message when replaying as fast as possible (benchmarks/fleet.py)."""
 
 
 @dataclass(frozen=True)
 class ReplayStats:
     """What a replay sent: ``rows`` readings in ``messages`` publishes of ``payload_bytes``.
 
-    ``resent`` counts readings published again after a reconnect or a leaf restart;
-    ``unconfirmed`` maps each leaf to the readings it had not reported durable when
-    the replay gave up waiting (empty when every reading is safe).
+    ``resent`` counts readings published again (after a reconnect, a leaf restart, a gap a
+    leaf reported, or a lost tail); ``unconfirmed`` maps each leaf to the readings it had
+    not reported durable when the replay gave up waiting (empty when every reading is safe).
     """
 
     rows: int
@@ -37,25 +41,47 @@ class ReplayStats:
     unconfirmed: Mapping[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class _Stream:
+    """The replay's view of one leaf: rows ``0 .. sent-1`` published, ``durable`` safe."""
+
+    rows: np.ndarray  # dataset row indices, in sequence order
+    order: np.ndarray  # global schedule position of each row (for the rate)
+    sent: int = 0  # readings 0 .. sent-1 published at least once
+    ingested: int = -1  # last sequence the leaf reports applied
+    durable: int = -1  # last sequence the leaf reports durable
+    session: tuple[str, int] | None = None  # (epoch, connection) of the leaf's last confirm
+    gap: int | None = None  # first missing sequence already re-sent for
+    resend_from: int | None = None  # re-send (resend_from .. sent-1) when set
+
+    def window(self) -> int:
+        return self.sent - 1 - self.durable
+
+
 class Replayer:
     """Publishes the rows of ``data`` to the leaves' sensor topics as a live stream.
 
-    Rows are split across leaves by `Topology.split_rows` and interleaved in time
-    (step t sends each leaf its t-th row), one reading per message, QoS 1, in the map
-    form ``{"src": "replay:<leaf>", "seq": i, "x": row}``. At most ``max_in_flight``
-    publishes await their PUBACK at once; within a topic, order is preserved.
+    Rows are split across leaves by `Topology.split_rows`; leaf ``j`` gets its rows in order
+    as sequenced readings in the map form ``{"src": "replay:<leaf>", "seq": first, "x":
+    rows}`` (QoS 1), up to ``batch_size`` readings per message (1: one reading per message,
+    what a simple sensor script does). Without a ``rate`` each leaf's next batch is sent in
+    turn as fast as the broker acknowledges (at most ``max_in_flight`` unacknowledged);
+    with a ``rate`` (readings/s over all leaves, in the schedule "step t sends each leaf its
+    t-th row") every ``batch_interval_s`` seconds each leaf gets the readings that are due.
 
-    End-to-end delivery, not broker trust (a PUBACK means neither stored nor
-    delivered): with ``resend`` on, the replay keeps every reading until its leaf
-    reports it *durable* (in its last checkpoint, or in its last published snapshot)
-    in the ``durable`` map of its JSON status document, at most ``window`` readings in
-    all. After any reconnect of its own, whenever a leaf reports a lower ``ingested``
-    sequence than before (it restarted from an older state), and whenever a leaf's
-    ``ingested`` stays below a reading sent ``resend_after_s`` ago, it publishes again,
-    in order, the kept readings above what the leaf reports ingested; the leaf
-    drops duplicates and re-orders by sequence number (`SourceSequencer`), so nothing
-    is lost or counted twice. `run` returns once every reading is durable, or after
-    ``confirm_timeout_s`` seconds without progress.
+    End-to-end delivery, not broker trust (a PUBACK means neither stored nor delivered):
+    with ``resend`` on, the replay keeps each leaf's readings until the leaf confirms them
+    *durable* on ``<prefix>/<path>/confirm`` (`edge_runtime.wire.ConfirmMessage`), at most
+    ``window`` readings per leaf (sending to a leaf pauses while its window is full; the
+    others go on). It re-sends, in order, only what may have been lost: everything above a
+    leaf's ``ingested`` after a reconnect of the replay, after a leaf reconnected or
+    restarted (its confirmation shows a new ``(epoch, connection)``), and from the first
+    missing reading of a gap the leaf reports — never on a timer while confirmations
+    progress. Only when nothing has progressed for half of ``confirm_timeout_s`` at the end
+    does it re-send a leaf's unconfirmed tail once (a lost last message reveals no gap).
+    Leaves drop duplicates and re-order by sequence number, so nothing is lost or counted
+    twice. `run` returns once every reading is durable, or after ``confirm_timeout_s``
+    seconds without progress.
 
     Parameters
     ----------
@@ -64,26 +90,32 @@ class Replayer:
     settings : AgentSettings
         Broker address, credentials and timeouts.
     rate : float, optional
-        Samples per second over all leaves; ``None`` sends as fast as the broker accepts.
+        Readings per second over all leaves; ``None`` sends as fast as the broker accepts.
     max_in_flight : int, default 64
         Bound of unacknowledged publishes.
     resend : bool, default True
         Keep and re-send readings until durable (see above); False sends each once.
-    window : int, default 10_000
-        Most readings kept awaiting confirmation; sending pauses while it is full.
+    window : int, default 100_000
+        Most readings per leaf kept awaiting confirmation (memory: two integers per leaf;
+        the readings themselves are rows of ``data``).
     confirm_timeout_s : float, default 60
         Seconds to wait for confirmations without progress before giving up.
-    resend_after_s : float, default 2
-        A leaf whose reported ``ingested`` stays below a reading sent this many seconds
-        ago gets the readings above it again (they were lost between broker and leaf,
-        e.g. when the broker crashed before the leaf re-subscribed). Must stay below the
-        leaves' gap timeout (10 s) so the re-send arrives before the gap is given up.
+    batch_size : int, default `DEFAULT_BATCH_SIZE`
+        Most readings per message.
+    batch_interval_s : float, default 0.1
+        With a ``rate``: seconds between two sends to the same leaf (the latency a batch adds).
+
+    Attributes
+    ----------
+    first_sent : dict of str to ndarray of shape (n_leaf_rows,)
+        ``time.monotonic()`` at which each reading of each leaf was first published (NaN
+        until it is), by sequence number.
 
     Raises
     ------
     ValueError
-        If ``data`` is not 2-D, or ``rate``, ``max_in_flight`` or ``window`` is not
-        positive.
+        If ``data`` is not 2-D, or ``rate``, ``max_in_flight``, ``window``, ``batch_size`` or
+        ``batch_interval_s`` is not positive.
     """
 
     def __init__(
@@ -95,19 +127,25 @@ class Replayer:
         rate: float | None = None,
         max_in_flight: int = 64,
         resend: bool = True,
-        window: int = 10_000,
+        window: int = 100_000,
         confirm_timeout_s: float = 60.0,
-        resend_after_s: float = 2.0,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_interval_s: float = 0.1,
     ) -> None:
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 2:
             raise ValueError(f"data must be 2-D (n_samples, n_features), got shape {data.shape}")
         if rate is not None and not rate > 0:
-            raise ValueError(f"rate must be > 0 samples/s, got {rate}")
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        if window < 1:
-            raise ValueError(f"window must be >= 1 reading, got {window}")
+            raise ValueError(f"rate must be > 0 readings/s, got {rate}")
+        for name, value in (
+            ("max_in_flight", max_in_flight),
+            ("window", window),
+            ("batch_size", batch_size),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not batch_interval_s > 0:
+            raise ValueError(f"batch_interval_s must be > 0 seconds, got {batch_interval_s}")
         self.topology = topology
         self.data = data
         self.settings = settings
@@ -116,22 +154,37 @@ class Replayer:
         self.resend = resend
         self.window = window
         self.confirm_timeout_s = confirm_timeout_s
-        self.resend_after_s = resend_after_s
+        self.batch_size = batch_size
+        self.batch_interval_s = batch_interval_s
         self.assignment = topology.split_rows(data.shape[0])
         self.log = structlog.get_logger("edge_runtime.replay")
-        # delivery state, kept across reconnects
-        self._schedule_list = list(self._schedule())
-        self._next = 0
-        self._pending: dict[str, dict[int, bytes]] = {leaf: {} for leaf in self.assignment}
-        self._ingested: dict[str, int] = {leaf: -1 for leaf in self.assignment}
-        self._sent_at: dict[str, dict[int, float]] = {leaf: {} for leaf in self.assignment}
-        self._resend_due: set[str] = set()
+        self._streams = self._make_streams()
+        self.first_sent: dict[str, np.ndarray] = {
+            leaf: np.full(len(rows), np.nan) for leaf, rows in self.assignment.items()
+        }
         self._progress = asyncio.Event()
         self._messages = 0
         self._bytes = 0
         self._resent = 0
         self._reconnects = 0
-        self._status_topics = {topology.status_detail_topic(leaf): leaf for leaf in self.assignment}
+        self._confirm_topics = {topology.confirm_topic(leaf): leaf for leaf in self.assignment}
+
+    def _make_streams(self) -> dict[str, _Stream]:
+        """One stream per leaf, with each row's position in the global schedule (step t
+        sends each leaf, in file order, its t-th row)."""
+        leaves = list(self.assignment)
+        lengths = np.array([len(self.assignment[leaf]) for leaf in leaves], dtype=np.int64)
+        longest = int(lengths.max(initial=0))
+        steps = np.arange(longest)
+        per_step = (lengths[:, None] > steps[None, :]).sum(axis=0)  # leaves active at step t
+        before_step = np.concatenate([[0], np.cumsum(per_step)[:-1]]) if longest else steps
+        streams: dict[str, _Stream] = {}
+        earlier = np.zeros(longest, dtype=np.int64)  # active leaves before this one, by step
+        for leaf, n in zip(leaves, lengths, strict=True):
+            order = (before_step + earlier)[:n]
+            streams[leaf] = _Stream(self.assignment[leaf], order)
+            earlier += steps < n
+        return streams
 
     def expected_samples(self) -> dict[str, int]:
         """Rows each leaf receives."""
@@ -142,50 +195,47 @@ class Replayer:
         """The source id of the readings replayed to ``leaf``."""
         return f"replay:{leaf}"
 
-    def _schedule(self) -> Iterator[tuple[str, int, int]]:
-        longest = max((len(r) for r in self.assignment.values()), default=0)
-        for t in range(longest):
-            for leaf, rows in self.assignment.items():
-                if t < len(rows):
-                    yield leaf, t, int(rows[t])
-
-    def _pending_total(self) -> int:
-        return sum(len(p) for p in self._pending.values())
-
-    def _on_status(self, leaf: str, payload: bytes) -> None:
-        """Take a leaf's status document: drop durable readings, notice restarts."""
+    # --------------------------------------------------------------- confirmations
+    def _on_confirm(self, leaf: str, payload: bytes) -> None:
+        """Take a leaf's confirmation: drop durable readings, notice what was lost."""
         try:
-            detail = decode_status(payload)
+            confirm = decode_confirm(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
+        stream = self._streams[leaf]
         src = self.source(leaf)
-        ingested = detail.extra.get("ingested", {})
-        durable = detail.extra.get("durable", {})
-        if not isinstance(ingested, dict) or not isinstance(durable, dict):
-            return
-        now_ingested = int(ingested.get(src, -1))
-        pending = self._pending[leaf]
-        sent_at = self._sent_at[leaf]
-        if now_ingested < self._ingested[leaf]:
-            self._resend_due.add(leaf)  # the leaf restarted from an older state
-        elif (
-            now_ingested + 1 in pending
-            and time.monotonic() - sent_at.get(now_ingested + 1, 0.0) > self.resend_after_s
-        ):
-            self._resend_due.add(leaf)  # stuck: the next reading was lost on the way
-        self._ingested[leaf] = now_ingested
-        done = int(durable.get(src, -1))
-        for seq in [s for s in pending if s <= done]:
-            del pending[seq]
-            sent_at.pop(seq, None)
+        session = (confirm.epoch, confirm.connection)
+        ingested = int(confirm.ingested.get(src, -1))
+        # the first confirmation seen is the baseline (a retained one, or the leaf's first)
+        if stream.session is not None and session != stream.session:
+            self._want_resend(stream, ingested + 1)  # the leaf reconnected or restarted
+        stream.session = session
+        gap = confirm.gaps.get(src)
+        if gap is not None and gap != stream.gap:
+            stream.gap = gap
+            self._want_resend(stream, gap)  # a gap the leaf holds readings behind
+        stream.ingested = ingested
+        durable = int(confirm.durable.get(src, -1))
+        if durable > stream.durable or ingested < stream.durable:
+            stream.durable = min(durable, stream.sent - 1) if stream.sent else durable
         self._progress.set()
+
+    def _want_resend(self, stream: _Stream, start: int) -> None:
+        start = max(start, stream.durable + 1, 0)
+        if start < stream.sent:
+            stream.resend_from = (
+                start if stream.resend_from is None else min(stream.resend_from, start)
+            )
+            self._progress.set()
 
     async def _listen(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
-            leaf = self._status_topics.get(str(message.topic))
-            if leaf is not None and isinstance(message.payload, bytes | bytearray):
-                self._on_status(leaf, bytes(message.payload))
+            leaf = self._confirm_topics.get(str(message.topic))
+            payload = message.payload
+            if leaf is not None and isinstance(payload, bytes | bytearray) and payload:
+                self._on_confirm(leaf, bytes(payload))
 
+    # ------------------------------------------------------------------- sending
     async def run(self, progress: Callable[[int], None] | None = None) -> ReplayStats:
         """Publish every row (and re-send until durable); ``progress(rows_sent)`` as rows go.
 
@@ -201,7 +251,7 @@ class Replayer:
                 unconfirmed = await self._serve(start, progress)
                 break
             except* aiomqtt.MqttError as group:
-                if self._messages == 0 and attempt == 0 and self._next == 0:
+                if self._messages == 0 and attempt == 0:
                     raise group.exceptions[0] from None
                 self._reconnects += 1
                 delay = min(
@@ -210,10 +260,11 @@ class Replayer:
                 attempt += 1
                 self.log.warning("replay_reconnecting", error=str(group.exceptions[0]))
             await asyncio.sleep(random.uniform(self.settings.reconnect_min_s, delay))
+        sent = self._rows_sent()
         if progress is not None:
-            progress(self._next)
+            progress(sent)
         return ReplayStats(
-            rows=self._next,
+            rows=sent,
             messages=self._messages,
             payload_bytes=self._bytes,
             wall_s=time.monotonic() - start,
@@ -222,8 +273,21 @@ class Replayer:
             unconfirmed=unconfirmed,
         )
 
+    def _rows_sent(self) -> int:
+        return sum(s.sent for s in self._streams.values())
+
+    def _due(self, stream: _Stream, start: float) -> int:
+        """How many of the stream's readings are due by now (all without a rate)."""
+        if self.rate is None:
+            return len(stream.rows)
+        n_due = (time.monotonic() - start) * self.rate
+        return int(np.searchsorted(stream.order, n_due, side="left"))
+
+    def _done_sending(self) -> bool:
+        return all(s.sent == len(s.rows) for s in self._streams.values())
+
     async def _serve(self, start: float, progress: Callable[[int], None] | None) -> dict[str, int]:
-        window = asyncio.Semaphore(self.max_in_flight)
+        slots = asyncio.Semaphore(self.max_in_flight)
         topics = {leaf: self.topology.nodes[leaf].sensor_topic for leaf in self.assignment}
 
         async def send(client: aiomqtt.Client, leaf: str, payload: bytes) -> None:
@@ -232,28 +296,32 @@ class Replayer:
                 assert topic is not None
                 await client.publish(topic, payload, qos=1, timeout=self.settings.timeout_s)
             finally:
-                window.release()
+                slots.release()
 
         async def put(
-            client: aiomqtt.Client, group: asyncio.TaskGroup, leaf: str, seq: int, payload: bytes
+            client: aiomqtt.Client, group: asyncio.TaskGroup, leaf: str, first: int, end: int
         ) -> None:
-            await window.acquire()
-            if self.resend:
-                self._sent_at[leaf][seq] = time.monotonic()
-            group.create_task(send(client, leaf, payload))
-            self._messages += 1
-            self._bytes += len(payload)
+            stream = self._streams[leaf]
+            for lo in range(first, end, self.batch_size):
+                hi = min(end, lo + self.batch_size)
+                payload = encode_readings(
+                    self.data[stream.rows[lo:hi]], source=self.source(leaf), seq=lo
+                )
+                await slots.acquire()
+                group.create_task(send(client, leaf, payload))
+                self._messages += 1
+                self._bytes += len(payload)
 
-        async def resend(
-            client: aiomqtt.Client, group: asyncio.TaskGroup, leaves: list[str]
-        ) -> None:
-            for leaf in leaves:
-                above = self._ingested[leaf]
-                # a copy: confirmations arriving while we send remove entries
-                todo = sorted((s, p) for s, p in self._pending[leaf].items() if s > above)
-                for seq, payload in todo:
-                    await put(client, group, leaf, seq, payload)
-                    self._resent += 1
+        async def resend_due(client: aiomqtt.Client, group: asyncio.TaskGroup) -> None:
+            for leaf, stream in self._streams.items():
+                if stream.resend_from is None:
+                    continue
+                first, stream.resend_from = stream.resend_from, None
+                end = stream.sent
+                if first < end:
+                    self._resent += end - first
+                    self.log.info("replay_resend", leaf=leaf, first=first, readings=end - first)
+                    await put(client, group, leaf, first, end)
 
         async with (
             aiomqtt.Client(
@@ -262,62 +330,79 @@ class Replayer:
             ) as client,
             asyncio.TaskGroup() as group,
         ):
-            # the window bounds unacknowledged publishes; aiomqtt warns above its threshold
+            # the semaphore bounds unacknowledged publishes; aiomqtt warns above its threshold
             client.pending_calls_threshold = self.max_in_flight + 1
             listener = None
             if self.resend:
-                for topic in self._status_topics:
-                    await client.subscribe(topic, qos=1)
-                listener = group.create_task(self._listen(client), name="replay:status")
-                if self._messages:
-                    await resend(client, group, list(self.assignment))
-            while self._next < len(self._schedule_list):
-                if self._resend_due:
-                    leaves, self._resend_due = list(self._resend_due), set()
-                    await resend(client, group, leaves)
-                if self.resend and self._pending_total() >= self.window:
-                    self._progress.clear()
-                    try:
-                        async with asyncio.timeout(self.confirm_timeout_s):
-                            await self._progress.wait()
-                    except TimeoutError:
-                        break  # no confirmations: report what is unconfirmed
+                await client.subscribe([(topic, 1) for topic in self._confirm_topics])
+                listener = group.create_task(self._listen(client), name="replay:confirm")
+                if self._messages:  # a reconnect: what was in flight may be lost
+                    for stream in self._streams.values():
+                        self._want_resend(stream, stream.ingested + 1)
+            while not self._done_sending():
+                await resend_due(client, group)
+                sent_any = False
+                for leaf, stream in self._streams.items():
+                    due = self._due(stream, start)
+                    if self.resend:
+                        due = min(due, stream.durable + 1 + self.window)
+                    if due > stream.sent:
+                        first, stream.sent = stream.sent, due
+                        self.first_sent[leaf][first:due] = time.monotonic()
+                        await put(client, group, leaf, first, due)
+                        sent_any = True
+                if progress is not None:
+                    progress(self._rows_sent())
+                if sent_any and self.rate is None:
                     continue
                 if self.rate is not None:
-                    delay = start + self._next / self.rate - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                leaf, seq, row = self._schedule_list[self._next]
-                payload = encode_readings(self.data[row], source=self.source(leaf), seq=seq)
-                if self.resend:
-                    self._pending[leaf][seq] = payload
-                await put(client, group, leaf, seq, payload)
-                self._next += 1
-                if progress is not None and self._next % 64 == 0:
-                    progress(self._next)
-            unconfirmed = await self._confirm(client, group, resend)
+                    await asyncio.sleep(self.batch_interval_s)
+                    continue
+                self._progress.clear()  # every window is full: wait for confirmations
+                try:
+                    async with asyncio.timeout(self.confirm_timeout_s):
+                        await self._progress.wait()
+                except TimeoutError:
+                    break
+            unconfirmed = await self._confirm(client, group, resend_due)
             if listener is not None:
                 listener.cancel()
         return unconfirmed
+
+    def _unconfirmed(self) -> dict[str, int]:
+        return {leaf: s.sent - 1 - s.durable for leaf, s in self._streams.items() if s.window() > 0}
 
     async def _confirm(
         self,
         client: aiomqtt.Client,
         group: asyncio.TaskGroup,
-        resend_to: Callable[[aiomqtt.Client, asyncio.TaskGroup, list[str]], Awaitable[None]],
+        resend_due: Callable[[aiomqtt.Client, asyncio.TaskGroup], Awaitable[None]],
     ) -> dict[str, int]:
-        """Wait until every kept reading is durable, re-sending after leaf restarts."""
-        while self.resend and self._pending_total():
-            if self._resend_due:
-                leaves, self._resend_due = list(self._resend_due), set()
-                await resend_to(client, group, leaves)
+        """Wait until every sent reading is durable, re-sending what was lost."""
+        if not self.resend:
+            return {}
+        probe_s = self.confirm_timeout_s / 2
+        quiet_since = time.monotonic()
+        while self._unconfirmed():
+            await resend_due(client, group)
             self._progress.clear()
             try:
-                async with asyncio.timeout(self.confirm_timeout_s):
+                async with asyncio.timeout(min(probe_s, 1.0)):
                     await self._progress.wait()
+                quiet_since = time.monotonic()
+                continue
             except TimeoutError:
+                pass
+            quiet = time.monotonic() - quiet_since
+            if quiet >= self.confirm_timeout_s:
                 break
-        return {leaf: len(p) for leaf, p in self._pending.items() if p}
+            if quiet >= probe_s and not math.isinf(probe_s):
+                # nothing moves: the last message to a leaf may have been lost (no gap shows)
+                for stream in self._streams.values():
+                    if stream.window() > 0:
+                        self._want_resend(stream, stream.ingested + 1)
+                probe_s = math.inf  # once
+        return self._unconfirmed()
 
 
 async def wait_online(
@@ -333,8 +418,8 @@ async def wait_online(
     missing = set(nodes)
     topics = {topology.status_topic(n): n for n in nodes}
     async with aiomqtt.Client(**settings.client_kwargs()) as client:
-        for topic in topics:
-            await client.subscribe(topic, qos=1)
+        if topics:
+            await client.subscribe([(topic, 1) for topic in topics])
         try:
             async with asyncio.timeout(timeout_s):
                 async for message in client.messages:

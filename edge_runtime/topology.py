@@ -27,7 +27,8 @@ aggregator reports the weakest guarantee of its children), optionally ``chunk_si
 
 Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
 ``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
-``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<root>/model`` (global estimate); an
+``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<path>/confirm`` (a leaf's reading
+confirmations, JSON), ``<prefix>/<root>/model`` (global estimate); an
 aggregator subscribes to ``<prefix>/<path>/+/subspace``.
 
 Every problem raises `TopologyError` (a `ValueError`) with a one-line message that names the
@@ -72,7 +73,7 @@ DEFAULT_PREFIX = "fpca"
 MAX_ID_LENGTH = 64
 """Longest node id, in characters."""
 
-RESERVED_IDS: frozenset[str] = frozenset({"subspace", "status", "model"})
+RESERVED_IDS: frozenset[str] = frozenset({"subspace", "status", "model", "confirm"})
 """Ids that would collide with the topic names a node publishes under its path."""
 
 SPLITS: tuple[str, ...] = ("contiguous", "round-robin")
@@ -89,7 +90,12 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "adaptive": False,
     "rank_bounds": (0.01, 0.10),
     "holdoff": 1,
-    "idle_flush_s": 0.5,
+    "idle_flush_s": None,
+    "publish_min_interval_s": None,
+    "publish_max_interval_s": None,
+    "publish_angle_rad": None,
+    "publish_spectrum_change": None,
+    "publish_growth": None,
     "share": 1.0,
     "oversample": None,
     "forget": 1.0,
@@ -107,6 +113,14 @@ _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed")
 # Differential-privacy keys: a leaf's settings only ([defaults] values skip aggregators).
 _PRIVACY_KEYS = ("epsilon", "delta", "clip_norm", "chunk_size", "noise_seed")
 _BUDGET_KEYS = ("epsilon", "delta", "clip_norm")
+_PUBLISH_KEYS = (
+    "idle_flush_s",
+    "publish_min_interval_s",
+    "publish_max_interval_s",
+    "publish_angle_rad",
+    "publish_spectrum_change",
+    "publish_growth",
+)
 _TOP_LEVEL_KEYS = ("name", "prefix", "defaults", "data", "nodes")
 _DATA_KEYS = ("dataset", "split")
 
@@ -120,6 +134,11 @@ _KINDS: dict[str, str] = {
     "rank_bounds": "bounds",
     "holdoff": "int",
     "idle_flush_s": "float",
+    "publish_min_interval_s": "float",
+    "publish_max_interval_s": "float",
+    "publish_angle_rad": "float",
+    "publish_spectrum_change": "float",
+    "publish_growth": "float",
     "share": "float",
     "oversample": "int",
     "forget": "float",
@@ -327,9 +346,18 @@ class NodeConfig:
         Bounds on the energy ratio of eq. (4), ``0 < lower < upper < 1``.
     holdoff : int, default 1
         Blocks between two rank changes, >= 1.
-    idle_flush_s : float, default 0.5
-        Seconds, > 0: a leaf publishes a snapshot including its pending (partial-block) samples
-        once no readings have arrived for this long.
+    idle_flush_s : float or None, default None
+        Seconds, > 0: a node with unpublished data publishes once no input (readings for a
+        leaf, child snapshots for an aggregator) has arrived for this long (the trailing
+        publish; a private leaf masks its pending readings then). None: the role's default,
+        `edge_runtime.agents.policy.LEAF_PUBLISH` / ``AGGREGATOR_PUBLISH``.
+    publish_min_interval_s, publish_max_interval_s : float or None, default None
+        Seconds, >= 0: least time between two snapshots of this node, and most time a change
+        may wait while unpublished (max >= min). None: the role's default.
+    publish_angle_rad, publish_spectrum_change, publish_growth : float or None, default None
+        The publish deadband (`edge_runtime.agents.policy.PublishPolicy`): largest principal
+        angle (radians, >= 0), relative change of the normalised spectrum (> 0), relative
+        growth of the sample count (> 0). None: the role's default.
     sensor_topic : str or None, default None
         MQTT topic filter a leaf reads its sensor readings from (``"sensors/<id>"`` when parsed
         from TOML); ``None`` for aggregators.
@@ -386,7 +414,12 @@ class NodeConfig:
     adaptive: bool = False
     rank_bounds: tuple[float, float] = (0.01, 0.10)
     holdoff: int = 1
-    idle_flush_s: float = 0.5
+    idle_flush_s: float | None = None
+    publish_min_interval_s: float | None = None
+    publish_max_interval_s: float | None = None
+    publish_angle_rad: float | None = None
+    publish_spectrum_change: float | None = None
+    publish_growth: float | None = None
     sensor_topic: str | None = None
     share: float = 1.0
     oversample: int | None = None
@@ -429,7 +462,7 @@ class NodeConfig:
                 f"{where}: stale_policy must be one of {', '.join(STALE_POLICIES)}, "
                 f"got {self.stale_policy!r}"
             )
-        for key in ("rank_bounds", "idle_flush_s", "share", "forget", "stale_after_s"):
+        for key in ("rank_bounds", "share", "forget", "stale_after_s"):
             object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
         if self.rank < 1:
             raise TopologyError(f"{where}: rank must be >= 1, got {self.rank}")
@@ -444,11 +477,7 @@ class NodeConfig:
             )
         if self.holdoff < 1:
             raise TopologyError(f"{where}: holdoff must be >= 1 block, got {self.holdoff}")
-        if not (math.isfinite(self.idle_flush_s) and self.idle_flush_s > 0):
-            raise TopologyError(
-                f"{where}: idle_flush_s must be a finite number of seconds > 0, "
-                f"got {self.idle_flush_s}"
-            )
+        self._check_publish_policy(where)
         object.__setattr__(
             self, "stale_weight", _check_kind(where, "stale_weight", self.stale_weight)
         )
@@ -471,6 +500,27 @@ class NodeConfig:
                     f"filter: it {problem}"
                 )
         self._check_privacy(where)
+
+    def _check_publish_policy(self, where: str) -> None:
+        """Types and ranges of the flow-control keys (None: the role's default)."""
+        for key in _PUBLISH_KEYS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            value = _check_kind(where, key, value)
+            object.__setattr__(self, key, value)
+            positive = key in ("idle_flush_s", "publish_spectrum_change", "publish_growth")
+            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                raise TopologyError(
+                    f"{where}: {key} must be a finite number {'> 0' if positive else '>= 0'}, "
+                    f"got {value}"
+                )
+        low, high = self.publish_min_interval_s, self.publish_max_interval_s
+        if low is not None and high is not None and high < low:
+            raise TopologyError(
+                f"{where}: publish_max_interval_s ({high}) must be >= publish_min_interval_s "
+                f"({low})"
+            )
 
     def _check_privacy(self, where: str) -> None:
         """Types, ranges and the all-or-none rule of the differential-privacy keys."""
@@ -689,6 +739,14 @@ class Topology:
     def status_detail_topic(self, node_id: str) -> str:
         """``<prefix>/<path>/status/detail``: the JSON status document (retained)."""
         return f"{self.prefix}/{self.path(node_id)}/status/detail"
+
+    def confirm_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/confirm``: a leaf's reading confirmations (JSON, retained).
+
+        Maps each sensor source to the last sequence number the leaf ingested and the last
+        one that is durable (see `edge_runtime.wire.ConfirmMessage`).
+        """
+        return f"{self.prefix}/{self.path(node_id)}/confirm"
 
     def model_topic(self) -> str:
         """``<prefix>/<root>/model``: the global estimate (retained)."""

@@ -9,6 +9,7 @@ message            payload                    topic (see `edge_runtime.topology`
 `SubspaceMessage`  msgpack map, schema v1     ``fpca/<path>/subspace``, ``fpca/<root>/model``
 `SensorReadings`   JSON or msgpack array/map  ``sensors/<node id>`` (a leaf's input)
 `StatusDetail`     JSON object (UTF-8)        ``fpca/<path>/status/detail``
+`ConfirmMessage`   JSON object (UTF-8)        ``fpca/<path>/confirm`` (a leaf's confirmations)
 `PrivacyParams`    part of a subspace message
 `PrivacyStatus`    part of a status document
 =================  =========================  ==========================================
@@ -124,6 +125,7 @@ from edge_runtime.fpca.subspace import Subspace
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "FLOAT32_ORTHONORMALITY_TOL",
+    "MAX_CONFIRM_SOURCES",
     "MAX_JSON_DEPTH",
     "MAX_N_FEATURES",
     "MAX_PROVENANCE_ENTRIES",
@@ -132,15 +134,18 @@ __all__ = [
     "REASONS",
     "SCHEMA_VERSION",
     "SINGULAR_VALUE_SLACK",
+    "ConfirmMessage",
     "PrivacyParams",
     "PrivacyStatus",
     "SensorReadings",
     "StatusDetail",
     "SubspaceMessage",
     "WireError",
+    "decode_confirm",
     "decode_readings",
     "decode_status",
     "decode_subspace",
+    "encode_confirm",
     "encode_readings",
     "encode_status",
     "encode_subspace",
@@ -177,6 +182,8 @@ MAX_ID_CHARS = 128
 MAX_EPOCH_CHARS = 64
 MAX_ROLE_CHARS = 64
 MAX_REJECT_ENTRIES = 1000
+MAX_CONFIRM_SOURCES = 10_000
+"""Most sources one confirmation may list."""
 _SEQ_LIMIT = 1 << 63
 _JSON_INT_DIGITS = 400
 _DTYPES: dict[str, str] = {"float64": "<f8", "float32": "<f4"}
@@ -235,6 +242,7 @@ _SUBSPACE_KEYS = (
 )
 _PRIVACY_KEYS = ("epsilon", "delta", "clip_norm")
 _PRIVACY_STATUS_KEYS = ("noise_std", "block_size", "chunk_size")
+_CONFIRM_KEYS = ("v", "node_id", "epoch", "connection", "ingested", "durable", "gaps")
 _STATUS_KEYS = (
     "v",
     "node_id",
@@ -1330,3 +1338,108 @@ def _privacy_status_from_json(value: object) -> PrivacyStatus | None:
         raise WireError("missing_field", f"privacy lacks field(s) {', '.join(map(repr, missing))}")
     keys = _PRIVACY_KEYS + _PRIVACY_STATUS_KEYS
     return PrivacyStatus(**{key: value.get(key) for key in keys})
+
+
+# --------------------------------------------------------------------------- confirmations
+@dataclass(frozen=True)
+class ConfirmMessage:
+    """A leaf's reading confirmations, retained on ``fpca/<path>/confirm`` (JSON).
+
+    What a publisher of sequenced readings (the replay, a gateway) needs to keep each reading
+    until it is safe and to re-send only what was lost.
+
+    Parameters
+    ----------
+    node_id : str
+        The leaf.
+    epoch : str
+        The leaf's state epoch (changes when it starts afresh).
+    connection : int
+        Counts the leaf's connections to the broker (>= 0); a change means the leaf
+        reconnected or restarted, and readings sent meanwhile may have been lost.
+    ingested : Mapping[str, int]
+        Per source, the last sequence number applied (in order, exactly once).
+    durable : Mapping[str, int]
+        Per source, the last sequence number that survives a restart of the leaf (in its last
+        checkpoint, or without one in its last published snapshot).
+    gaps : Mapping[str, int]
+        Per source with readings held behind a gap, the first missing sequence number.
+
+    Raises
+    ------
+    WireError
+        ``field_type``, ``node_id``, ``epoch``, ``seq``, ``source``, ``too_large`` (more than
+        `MAX_CONFIRM_SOURCES` sources).
+    """
+
+    node_id: str
+    epoch: str
+    connection: int
+    ingested: Mapping[str, int]
+    durable: Mapping[str, int]
+    gaps: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
+        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "connection", _int("connection", self.connection, "seq"))
+        for name in ("ingested", "durable", "gaps"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping) and len(value) > MAX_CONFIRM_SOURCES:
+                raise WireError(
+                    "too_large",
+                    f"{name} lists {len(value)} sources, expected at most {MAX_CONFIRM_SOURCES}",
+                )
+            object.__setattr__(self, name, _seq_map(name, value))
+
+
+def _seq_map(label: str, value: object) -> Mapping[str, int]:
+    """A read-only ``{source: seq}`` copy; a seq may be -1 (nothing yet)."""
+    if not isinstance(value, Mapping):
+        _fail_type(label, value, "a map of source to sequence number")
+    out: dict[str, int] = {}
+    for key, seq in value.items():
+        name = _text(f"{label} key", key, "source", MAX_ID_CHARS)
+        out[name] = _int(f"{label}[{name!r}]", seq, "seq", low=-1)
+    return MappingProxyType(out)
+
+
+def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+    """Encode confirmations as compact UTF-8 JSON (keys ``v, node_id, epoch, connection,
+    ingested, durable, gaps``).
+
+    Raises
+    ------
+    WireError
+        ``field_type`` if ``msg`` is not a ConfirmMessage, ``too_large``.
+    """
+    _check_options(max_bytes)
+    if not isinstance(msg, ConfirmMessage):
+        _fail_type("msg", msg, "a ConfirmMessage")
+    doc = {
+        "v": SCHEMA_VERSION,
+        "node_id": msg.node_id,
+        "epoch": msg.epoch,
+        "connection": msg.connection,
+        "ingested": dict(msg.ingested),
+        "durable": dict(msg.durable),
+        "gaps": dict(msg.gaps),
+    }
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    return _check_size(text.encode("utf-8"), "confirmation", max_bytes)
+
+
+def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ConfirmMessage:
+    """Decode and validate confirmations produced by `encode_confirm`.
+
+    Raises
+    ------
+    WireError
+        For anything but a valid document; never any other exception for any bytes.
+        Reasons: ``too_large``, ``not_json``, ``too_deep``, ``not_map``, ``version``,
+        ``missing_field``, and those of `ConfirmMessage`.
+    """
+    _check_options(max_bytes)
+    data = _check_payload(payload, "confirmation", max_bytes)
+    obj = _require(_load_json(data, "confirmation"), _CONFIRM_KEYS, "confirmation")
+    return ConfirmMessage(**{key: obj[key] for key in _CONFIRM_KEYS if key != "v"})

@@ -29,8 +29,8 @@ def create_agent(
 ) -> Agent:
     """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`.
 
-    ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``,
-    ``publish_every``) go to `LeafAgent` and are ignored for aggregators.
+    ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``) go to
+    `LeafAgent` and are ignored for aggregators.
 
     Raises
     ------

@@ -6,9 +6,11 @@ lifecycle is an explicit `AgentState`. Inside, one connection at a time: a *fres
 connection that is not there, measured with aiomqtt 2.5 and Mosquitto 2.0), jittered
 exponential backoff between attempts, and per connection one ``asyncio.TaskGroup``
 with two named tasks: ``receive`` (drain the broker, never blocked by numerics) and
-``work`` (the role's background loop: publishing a leaf's snapshots, merging an
-aggregator's children). Leaving the context publishes the final state and the retained
-``offline`` status, then disconnects.
+``work`` (asks the node's synchronous core what to publish, publishes it, and sleeps until
+the core's next decision time or new input). Every decision — when a snapshot, a status
+document or a confirmation goes out, when a missing echo counts as undelivered — is the
+core's (`edge_runtime.agents.core`); the shell only moves bytes. Leaving the context
+publishes the final state and the retained ``offline`` status, then disconnects.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import abc
 import asyncio
 import contextlib
 import enum
+import math
 import random
 import time
 from collections import Counter
@@ -26,12 +29,16 @@ from types import TracebackType
 import aiomqtt
 import structlog
 
+from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import StatusDetail, WireError, decode_subspace, encode_status
 
 __all__ = ["Agent", "AgentState", "AgentStats"]
 
+MIN_SLEEP_S = 0.002  # least pause of the work loop, seconds (no busy loop on a due decision)
+MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked this often)
+REJECT_LOG_INTERVAL_S = 10.0  # one log line per rejection reason per this many seconds
 ONLINE = b"online"
 OFFLINE = b"offline"
 
@@ -84,16 +91,29 @@ class Agent(abc.ABC):
         self.settings = settings
         self.state = AgentState.UNOPENED
         self.stats = AgentStats()
-        self.rejects: Counter[str] = Counter()
         self.connected = asyncio.Event()
         self.log = structlog.get_logger("edge_runtime.agent").bind(node=node_id, role=self.role)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
-        self._last_status = -float("inf")
         self._own_topic = topology.subspace_topic(node_id)
-        self._awaiting_echo: dict[tuple[str, int], float] = {}
-        self.undelivered = 0
+        self._wake = asyncio.Event()
+        self._reject_logged: dict[str, float] = {}
+
+    @property
+    @abc.abstractmethod
+    def core(self) -> NodeCore:
+        """The node's synchronous core (state and decisions)."""
+
+    @property
+    def rejects(self) -> Counter[str]:
+        """Rejected inbound messages by reason."""
+        return self.core.rejects
+
+    @property
+    def undelivered(self) -> int:
+        """Published snapshots that never came back from the broker (`EchoTracker`)."""
+        return self.core.undelivered
 
     # ----------------------------------------------------------------- lifecycle
     async def __aenter__(self) -> Agent:
@@ -155,8 +175,8 @@ class Agent(abc.ABC):
         """Process one inbound message (must not raise for bad input: count it)."""
 
     @abc.abstractmethod
-    async def work(self, client: aiomqtt.Client) -> None:
-        """The role's background loop for one connection; runs until cancelled."""
+    async def step(self, client: aiomqtt.Client, now: float) -> None:
+        """Carry out what the core decides at ``now`` (publish snapshots, confirmations)."""
 
     @abc.abstractmethod
     async def on_connected(self, client: aiomqtt.Client) -> None:
@@ -194,9 +214,20 @@ class Agent(abc.ABC):
         return client
 
     def reject(self, reason: str, topic: str, detail: str) -> None:
-        """Count and log one rejected inbound message."""
-        self.rejects[reason] += 1
-        self.log.warning("message_rejected", reason=reason, topic=topic, detail=detail)
+        """Count and log one rejected inbound message (at most one line per reason per
+        ``REJECT_LOG_INTERVAL_S`` seconds; every rejection is counted)."""
+        self.core.rejects[reason] += 1
+        now = time.monotonic()
+        if now - self._reject_logged.get(reason, -math.inf) < REJECT_LOG_INTERVAL_S:
+            return
+        self._reject_logged[reason] = now
+        self.log.warning(
+            "message_rejected",
+            reason=reason,
+            topic=topic,
+            detail=detail,
+            count=self.core.rejects[reason],
+        )
 
     async def publish(
         self, client: aiomqtt.Client, topic: str, payload: bytes, *, retain: bool = True
@@ -213,53 +244,80 @@ class Agent(abc.ABC):
     ) -> None:
         """Publish this node's snapshot (retained) and expect to see it come back.
 
-        A PUBACK does not prove delivery: with MQTT 3.1.1 an ACL-denied publish is
-        dropped silently and ``message_size_limit`` drops oversized ones. The agent
-        subscribes to its own subspace topic; a snapshot not echoed within
-        ``echo_timeout_s`` seconds is counted in ``undelivered`` and logged as
-        ``publish_not_delivered`` — reported, never retried in a loop (the next
-        snapshot is simply published when it is due).
+        A PUBACK does not prove delivery: with MQTT 3.1.1 an ACL-denied publish is dropped
+        silently and ``message_size_limit`` drops oversized ones. The agent subscribes to its
+        own subspace topic; the core's `EchoTracker` reports a snapshot that does not come
+        back within a bound derived from the observed echo latency (at least
+        ``echo_timeout_s``) as ``undelivered``, logged as ``publish_not_delivered`` —
+        reported, never retried in a loop (the next snapshot is published when it is due).
         """
-        if self.settings.echo_timeout_s > 0:  # before publishing: the echo may beat the PUBACK
-            deadline = time.monotonic() + self.settings.timeout_s + self.settings.echo_timeout_s
-            self._awaiting_echo[(epoch, seq)] = deadline
+        if self.core.echo is not None:  # before publishing: the echo may beat the PUBACK
+            self.core.echo.sent(epoch, seq, time.monotonic())
         await self.publish(client, self._own_topic, payload)
 
     def _on_echo(self, payload: object) -> None:
-        if not self._awaiting_echo or not isinstance(payload, bytes | bytearray) or not payload:
+        echo = self.core.echo
+        if echo is None or not isinstance(payload, bytes | bytearray) or not payload:
             return
         try:
             msg = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
-        self._awaiting_echo.pop((msg.epoch, msg.seq), None)
+        late = echo.late
+        for seq in echo.echoed(msg.epoch, msg.seq, time.monotonic()):
+            self._report_undelivered(seq)
+        if echo.late > late:
+            self.log.warning("publish_delivered_late", seq=msg.seq, bound_s=echo.bound_s)
 
-    async def _check_echoes(self) -> None:
-        while not self._stop.is_set():
-            await asyncio.sleep(0.5)
-            now = time.monotonic()
-            for key, deadline in list(self._awaiting_echo.items()):
-                if now >= deadline:
-                    del self._awaiting_echo[key]
-                    self.undelivered += 1
-                    self.log.error(
-                        "publish_not_delivered",
-                        topic=self._own_topic,
-                        seq=key[1],
-                        hint="denied by the broker's ACL or above its message size limit?",
-                    )
+    def _report_undelivered(self, seq: int) -> None:
+        self.log.error(
+            "publish_not_delivered",
+            topic=self._own_topic,
+            seq=seq,
+            hint="denied by the broker's ACL or above its message size limit?",
+        )
 
     async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
-        """Publish the JSON status document, at most once per ``status_interval_s``."""
+        """Publish the JSON status document when the core's `StatusPolicy` says so (a change
+        of health, rate-limited, or the heartbeat), or now with ``force``."""
         now = time.monotonic()
-        if not force and now - self._last_status < self.settings.status_interval_s:
+        if not force and not self.core.status_due(now):
             return
-        self._last_status = now
+        self.core.status_sent(now)
         await self.publish(
             client,
             self.topology.status_detail_topic(self.node_id),
             encode_status(self.status_detail()),
         )
+
+    def wake(self) -> None:
+        """New input: let the work loop ask the core again."""
+        self._wake.set()
+
+    async def work(self, client: aiomqtt.Client) -> None:
+        """Ask the core, act, then sleep until its next decision time or new input."""
+        while not self._stop.is_set():  # also when a cancellation is lost (see _serve_once)
+            self._wake.clear()
+            now = time.monotonic()
+            try:
+                await self.step(client, now)
+            except aiomqtt.MqttError:
+                raise
+            except Exception as exc:  # a bug must not take the agent down: count it
+                self.core.rejects["internal_error"] += 1
+                self.log.exception("step_failed", error=str(exc))
+            echo = self.core.echo
+            if echo is not None:
+                for seq in echo.expired(now):
+                    self._report_undelivered(seq)
+            await self.publish_status(client)
+            delay = self.core.next_wakeup(time.monotonic()) - time.monotonic()
+            delay = min(max(delay, MIN_SLEEP_S), MAX_SLEEP_S)
+            try:
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
 
     def uptime_s(self) -> float:
         """Seconds since this agent object was created."""
@@ -304,13 +362,13 @@ class Agent(abc.ABC):
             for topic in [*self.subscriptions(), self._own_topic]:
                 await client.subscribe(topic, qos=self.settings.qos)
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
+            self.core.connected()
             await self.on_connected(client)
             self.connected.set()
             self.log.info("connected", host=self.settings.host, port=self.settings.port)
             async with asyncio.TaskGroup() as group:
                 receiver = group.create_task(self._receive(client), name=f"{self.node_id}:receive")
                 worker = group.create_task(self.work(client), name=f"{self.node_id}:work")
-                echo = group.create_task(self._check_echoes(), name=f"{self.node_id}:echo")
                 stopper = group.create_task(self._stop.wait(), name=f"{self.node_id}:stop")
                 await stopper
                 # The loops also check the stop flag: on Python 3.11 a cancellation that
@@ -318,7 +376,6 @@ class Agent(abc.ABC):
                 # asyncio.wait_for (inside aiomqtt), so cancel() alone may not end them.
                 receiver.cancel()
                 worker.cancel()
-                echo.cancel()
             await self.on_shutdown(client)
             await self.publish_status(client, force=True)
             await self.publish(client, self.topology.status_topic(self.node_id), OFFLINE)
@@ -334,7 +391,7 @@ class Agent(abc.ABC):
                 else:
                     await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it
-                self.rejects["internal_error"] += 1
+                self.core.rejects["internal_error"] += 1
                 self.log.exception("handler_failed", topic=str(message.topic), error=str(exc))
             if message.qos > 0:
                 client._client.ack(message.mid, message.qos)

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiomqtt
 import numpy as np
 
 from edge_runtime.agents.base import Agent
-from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.agents.core import publish_policy_for
+from edge_runtime.agents.leaf_core import LeafCore, snapshot_privacy
+from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge
@@ -23,10 +24,10 @@ from edge_runtime.wire import (
     PrivacyParams,
     PrivacyStatus,
     StatusDetail,
-    SubspaceMessage,
     WireError,
     decode_readings,
     decode_subspace,
+    encode_confirm,
     encode_subspace,
 )
 
@@ -41,9 +42,10 @@ class LeafAgent(Agent):
     Subscribes to the leaf's sensor topic (QoS 1); each payload is one reading
     ``(n_features,)`` or a batch ``(n_samples, n_features)`` (JSON or msgpack, see
     `edge_runtime.wire.decode_readings`). Readings feed `FPCAEdge.partial_fit`
-    (eq. (3) of Grammenos et al. 2020). After every ``publish_every`` completed blocks,
-    and after ``idle_flush_s`` seconds without readings while samples are pending, the
-    leaf publishes its cumulative snapshot — everything it has seen, pending samples
+    (eq. (3) of Grammenos et al. 2020). When its `LeafCore` decides (`PublishPolicy`: the
+    subspace moved out of the deadband, the maximum interval passed, or the stream went
+    idle for ``idle_flush_s`` — never more often than the minimum interval), the leaf
+    publishes its cumulative snapshot — everything it has seen, pending samples
     included, with all ``rank + oversample`` tracked directions so that merges upstream
     keep their accuracy — retained, QoS 1, on ``<prefix>/<path>/subspace``; it re-publishes the
     latest snapshot after every reconnect and publishes a final one on shutdown.
@@ -89,8 +91,12 @@ class LeafAgent(Agent):
     n_features : int, optional
         Width of a reading. When omitted, the first valid reading fixes it; later
         readings of another width are rejected (reason ``width``).
-    publish_every : int, default 1
-        Publish after this many completed blocks.
+    state_dir : Path, optional
+        Folder of the leaf's checkpoint ``<node>.ckpt``; None: no checkpoint.
+    checkpoint_every : int, default 1
+        Checkpoint after this many completed blocks (and when idle, and on exit).
+    restore_from_broker : bool, default True
+        Without a checkpoint, resume from this leaf's own retained snapshot.
 
     Raises
     ------
@@ -107,7 +113,6 @@ class LeafAgent(Agent):
         settings: AgentSettings | None = None,
         *,
         n_features: int | None = None,
-        publish_every: int = 1,
         state_dir: Path | None = None,
         checkpoint_every: int = 1,
         restore_from_broker: bool = True,
@@ -117,38 +122,49 @@ class LeafAgent(Agent):
             raise ValueError(f"node {node_id!r} is not a leaf of topology {topology.name!r}")
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
-        if publish_every < 1:
-            raise ValueError(f"publish_every must be >= 1, got {publish_every}")
-        if checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
-        self.n_features = n_features
-        self.publish_every = publish_every
-        self.epoch = secrets.token_hex(8)
-        self.seq = 0
-        self.estimator: FPCAEdge | None = None
-        self.sequencer = SourceSequencer()
-        self.durable: dict[str, int] = {}
-        self.snapshot: SubspaceMessage | None = None
-        self._lock = asyncio.Lock()
-        self._block_done = asyncio.Event()
-        self._last_reading = time.monotonic()
+        s = self.settings
         self.checkpoint_path = None if state_dir is None else Path(state_dir) / f"{node_id}.ckpt"
-        self.checkpoint_every = checkpoint_every
-        self.checkpoints = 0
-        self._checkpointed_blocks = 0
-        self._checkpointed_n = -1
-        self.restored_from: str | None = None
-        self._restore_from_broker = restore_from_broker
-        cfg = self.config
-        self.privacy: PrivacyParams | None = (
-            None
-            if cfg.epsilon is None or cfg.delta is None or cfg.clip_norm is None
-            else PrivacyParams(cfg.epsilon, cfg.delta, cfg.clip_norm)
+        self._core = LeafCore(
+            self.config,
+            policy=publish_policy_for(self.config, leaf=True),
+            status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            confirm_policy=ConfirmPolicy(s.confirm_interval_s),
+            now=time.monotonic(),
+            n_features=None,
+            checkpointing=self.checkpoint_path is not None,
+            checkpoint_every=checkpoint_every,
+            echo_timeout_s=s.echo_timeout_s,
         )
-        self.noise_restarts = 0
-        self._noise: int | np.random.Generator | None = cfg.noise_seed
+        self._lock = asyncio.Lock()
+        self._restore_from_broker = restore_from_broker
+        self.privacy = self._core.privacy
         if not self._restore_checkpoint() and n_features is not None:
-            self.estimator = self._new_estimator(n_features)
+            self._core.n_features = n_features
+            self._core.estimator = self._core.new_estimator(n_features)
+
+    @property
+    def core(self) -> LeafCore:
+        """The leaf's synchronous core (`LeafCore`)."""
+        return self._core
+
+    # Read-only views of the core's state, for callers and tests.
+    estimator = property(lambda self: self._core.estimator, doc="The FPCA-Edge estimator.")
+    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
+    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
+    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")
+    durable = property(lambda self: self._core.durable, doc="Durable sequence per source.")
+    sequencer = property(lambda self: self._core.sequencer, doc="The per-source sequencer.")
+    checkpoints = property(lambda self: self._core.checkpoints, doc="Checkpoints written.")
+    restored_from = property(lambda self: self._core.restored_from, doc="Where state came from.")
+    noise_restarts = property(lambda self: self._core.noise_restarts, doc="Restores counted.")
+    n_features = property(lambda self: self._core.n_features, doc="Width of a reading.")
+    n_samples = property(lambda self: self._core.n_samples, doc="Samples ingested so far.")
+    ingested = property(lambda self: self._core.ingested, doc="Last sequence per source.")
+
+    @staticmethod
+    def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
+        """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
+        return snapshot_privacy(est)
 
     # ------------------------------------------------------------------ recovery
     def _restore_checkpoint(self) -> bool:
@@ -175,11 +191,11 @@ class LeafAgent(Agent):
             self.log.error("checkpoint_invalid", error=str(exc))
             self._forget_seed()
             return False
-        if estimator is not None and self.snapshot_privacy(estimator) != self.privacy:
-            self.rejects["privacy_mismatch"] += 1
+        if estimator is not None and snapshot_privacy(estimator) != self.privacy:
+            self._core.rejects["privacy_mismatch"] += 1
             self.log.error(
                 "checkpoint_privacy_mismatch",
-                checkpoint=str(self.snapshot_privacy(estimator)),
+                checkpoint=str(snapshot_privacy(estimator)),
                 configured=str(self.privacy),
                 action="starting afresh",
             )
@@ -196,19 +212,20 @@ class LeafAgent(Agent):
                 noise = None
                 if estimator is not None:
                     estimator = FPCAEdge.from_state(state, random_state=None)
-        self.noise_restarts = restarts
-        self._noise = noise
-        self.estimator = estimator
+        core = self._core
+        core.noise_restarts = restarts
+        core.noise = noise
+        core.estimator = estimator
         if estimator is not None:
-            self.n_features = estimator.n_features_
-            self._checkpointed_blocks = estimator.n_blocks_
-            self._checkpointed_n = estimator.n_samples_seen_
-        self.epoch = str(state["leaf_epoch"])
-        self.seq = int(state["leaf_seq"])
+            core.n_features = estimator.n_features_
+            core.checkpointed_blocks = estimator.n_blocks_
+            core.checkpointed_n = estimator.n_samples_seen_
+        core.epoch = str(state["leaf_epoch"])
+        core.seq = int(state["leaf_seq"])
         ingested = {str(k): int(v) for k, v in dict(state["ingested"]).items()}
-        self.sequencer.restore(ingested)
-        self.durable = dict(ingested)
-        self.restored_from = "checkpoint"
+        core.sequencer.restore(ingested)
+        core.durable = dict(ingested)
+        core.restored_from = "checkpoint"
         self.log.info("restored", source="checkpoint", n_samples=self.n_samples, seq=self.seq)
         return True
 
@@ -236,12 +253,13 @@ class LeafAgent(Agent):
         Later estimators draw from the operating system's entropy; an estimator already
         made from the seed that has not masked anything yet is made afresh.
         """
-        if self.config.noise_seed is None or self._noise is None:
+        core = self._core
+        if self.config.noise_seed is None or core.noise is None:
             return
-        self._noise = None
-        est = self.estimator
+        core.noise = None
+        est = core.estimator
         if est is not None and est.privacy is not None and est.n_samples_seen_ == 0:
-            self.estimator = self._new_estimator(est.n_features_)
+            core.estimator = core.new_estimator(est.n_features_)
 
     def _restore_snapshot(self, payload: bytes) -> None:
         # An earlier incarnation published here: fresh noise from the OS, never the seed's
@@ -252,6 +270,7 @@ class LeafAgent(Agent):
         except WireError as exc:
             self.log.warning("retained_snapshot_rejected", reason=exc.reason, detail=str(exc))
             return
+        core = self._core
         if msg.node_id != self.node_id or msg.n_samples == 0:
             return
         if msg.privacy != self.privacy:
@@ -264,47 +283,15 @@ class LeafAgent(Agent):
             return
         d = msg.n_features
         try:
-            self.estimator = FPCAEdge.from_subspace(msg.subspace, **self._estimator_options(d))
+            estimator = FPCAEdge.from_subspace(msg.subspace, **core.estimator_options(d))
         except (ValueError, TypeError) as exc:
             self.log.warning("retained_snapshot_unusable", error=str(exc))
             return
-        self.n_features = d
-        self.epoch, self.seq, self.snapshot = msg.epoch, msg.seq, msg
-        self.restored_from = "retained snapshot"
+        core.estimator = estimator
+        core.n_features = d
+        core.epoch, core.seq, core.snapshot = msg.epoch, msg.seq, msg
+        core.restored_from = "retained snapshot"
         self.log.info("restored", source="retained snapshot", n_samples=msg.n_samples)
-
-    async def checkpoint(self) -> None:
-        """Write the state atomically (temp file, fsync, rename), off the event loop."""
-        if self.checkpoint_path is None:
-            return
-        est = self.estimator
-
-        def capture() -> dict[str, object]:
-            state: dict[str, object] = {} if est is None else est.get_state()
-            state["n_features"] = self.n_features
-            state["noise_restarts"] = self.noise_restarts
-            return state
-
-        # capture everything at one instant: readings may be applied while the file is written
-        state = await self._numerics(capture)
-        ingested = self.ingested
-        n_samples = self.n_samples
-        blocks = 0 if est is None else est.n_blocks_
-        state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
-        await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
-        self.checkpoints += 1
-        self._checkpointed_blocks = blocks
-        self._checkpointed_n = n_samples
-        self.durable = ingested
-
-    @property
-    def n_samples(self) -> int:
-        """Samples ingested so far."""
-        return 0 if self.estimator is None else self.estimator.n_samples_seen_
-
-    def subscriptions(self) -> list[str]:
-        assert self.config.sensor_topic is not None
-        return [self.config.sensor_topic]
 
     def _restart_noise(self, restarts: int) -> np.random.Generator | None:
         """The noise generator after the ``restarts``-th restore from a checkpoint.
@@ -317,67 +304,23 @@ class LeafAgent(Agent):
             return None
         return np.random.default_rng(np.random.SeedSequence([seed, restarts]))
 
-    @staticmethod
-    def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
-        """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
-        if est.privacy is None or est.clip_norm is None:
-            return None
-        return PrivacyParams(est.privacy[0], est.privacy[1], est.clip_norm)
+    async def checkpoint(self) -> None:
+        """Write the state atomically (temp file, fsync, rename), off the event loop."""
+        if self.checkpoint_path is None:
+            return
+        # captured at one instant: readings may be applied while the file is written
+        state, ingested, n_samples, blocks = await self._numerics(self._core.checkpoint_state)
+        await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
+        self._core.checkpointed(ingested, n_samples, blocks)
 
-    def _snapshot_n(self) -> int:
-        """Samples a snapshot taken now would summarise (pending rows of a private leaf
-        are not in it until they are flushed)."""
-        est = self.estimator
-        if est is None:
-            return 0
-        if est.privacy is None:
-            return est.n_samples_seen_
-        return est.n_samples_seen_ - est.n_pending_
-
-    def _published_n(self) -> int:
-        return 0 if self.snapshot is None else self.snapshot.n_samples
-
-    def _estimator_options(self, n_features: int) -> dict[str, Any]:
-        """FPCAEdge settings of this leaf for readings of ``n_features`` values."""
-        cfg = self.config
-        rank = min(cfg.rank, n_features)
-        privacy: dict[str, Any] = {}
-        if self.privacy is not None:
-            privacy = {
-                "privacy": (self.privacy.epsilon, self.privacy.delta),
-                "clip_norm": self.privacy.clip_norm,
-                "chunk_size": cfg.chunk_size,
-                "random_state": self._noise,
-            }
-        return {
-            "rank": rank,
-            "block_size": max(cfg.block_size, rank),
-            "oversample": None
-            if cfg.oversample is None
-            else min(cfg.oversample, n_features - rank),
-            "adaptive": cfg.adaptive,
-            "rank_bounds": cfg.rank_bounds,
-            "holdoff": cfg.holdoff,
-            "forget": cfg.forget,
-            "center": cfg.center,
-            **privacy,
-        }
-
-    def _new_estimator(self, n_features: int) -> FPCAEdge:
-        """A fresh estimator; with privacy, raises ValueError for settings eq. (8) rejects."""
-        options = self._estimator_options(n_features)
-        if self.privacy is not None:  # fail now, not at the first block
-            noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
-        return FPCAEdge(n_features, **options)
-
-    def _cells(self) -> int:
-        est = self.estimator
-        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+    def subscriptions(self) -> list[str]:
+        assert self.config.sensor_topic is not None
+        return [self.config.sensor_topic]
 
     async def _numerics(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the estimator lock, in a thread when the problem is large."""
         async with self._lock:
-            if self._cells() >= self.settings.offload_min_cells:
+            if self._core.cells() >= self.settings.offload_min_cells:
                 return await asyncio.to_thread(fn)
             return fn()
 
@@ -391,123 +334,86 @@ class LeafAgent(Agent):
         try:
             readings = decode_readings(
                 bytes(payload),
-                n_features=self.n_features,
+                n_features=self._core.n_features,
                 max_bytes=self.settings.max_payload_bytes,
             )
         except WireError as exc:
             self.reject(exc.reason, topic, str(exc))
             return
-        if readings.source is None or readings.seq is None:
-            await self._apply(readings.values)
-        else:
-            for block in self.sequencer.offer(readings.source, readings.seq, readings.values):
-                await self._apply(block)
+        now = time.monotonic()
+        for block in self._core.accept(readings, now):
+            await self._apply(block)
+        self.wake()
 
     async def _apply(self, values: np.ndarray) -> None:
-        """Feed rows ``(n, n_features)`` to the estimator; flag completed blocks."""
-        if self.estimator is None:
-            self.n_features = values.shape[1]
-            self.estimator = self._new_estimator(self.n_features)
-        est = self.estimator
-        blocks_before = est.n_blocks_
-        await self._numerics(lambda: est.partial_fit(values))
-        self._last_reading = time.monotonic()
-        if est.n_blocks_ // self.publish_every > blocks_before // self.publish_every:
-            self._block_done.set()
-
-    @property
-    def ingested(self) -> dict[str, int]:
-        """Last sequence number applied per source."""
-        return dict(self.sequencer.last)
+        core = self._core
+        if core.estimator is None:  # the first reading fixes the width; fail clearly
+            try:
+                core.estimator = core.new_estimator(values.shape[1])
+                core.n_features = values.shape[1]
+            except ValueError as exc:
+                self.reject("estimator", self.config.sensor_topic or "", str(exc))
+                return
+        await self._numerics(lambda: core.apply(values, time.monotonic()))
 
     # ----------------------------------------------------------------- outbound
-    async def work(self, client: aiomqtt.Client) -> None:
-        idle = self.config.idle_flush_s
-        while not self._stop.is_set():  # also when a cancellation is lost (see base)
-            try:
-                async with asyncio.timeout(idle):
-                    await self._block_done.wait()
-                block_done = True
-            except TimeoutError:
-                block_done = False
-            for block in self.sequencer.expire():
-                await self._apply(block)
-            is_idle = time.monotonic() - self._last_reading >= idle
-            if block_done or is_idle:
-                self._block_done.clear()
-                if is_idle:
-                    await self._flush_private()
-                if self._snapshot_n() != self._published_n():
-                    await self._publish_snapshot(client)
-                await self._maybe_checkpoint(force=is_idle)
-            await self.publish_status(client)
-
-    async def _flush_private(self) -> None:
-        """With privacy, mask the pending rows as a short block (`FPCAEdge.flush`).
-
-        Without privacy nothing is done: a snapshot folds the pending rows in anyway, and
-        they stay in the block being filled.
-        """
-        est = self.estimator
-        if est is None or est.privacy is None or est.n_pending_ == 0:
-            return
-        pending = est.n_pending_
-        await self._numerics(est.flush)
-        self.log.debug("pending_flushed", rows=pending, noise_std=est.last_noise_std_)
-
-    async def _maybe_checkpoint(self, *, force: bool) -> None:
-        """Checkpoint every ``checkpoint_every`` blocks, and when idle with news."""
-        if self.checkpoint_path is None or self.n_samples == self._checkpointed_n:
-            return
-        blocks = 0 if self.estimator is None else self.estimator.n_blocks_
-        if force or blocks - self._checkpointed_blocks >= self.checkpoint_every:
+    async def step(self, client: aiomqtt.Client, now: float) -> None:
+        core = self._core
+        for block in core.expire(now):
+            await self._apply(block)
+        if core.flush_due(now):
+            rows = await self._numerics(core.flush)
+            self.log.debug("pending_flushed", rows=rows)
+        reason = await self._numerics(lambda: core.snapshot_due(now))
+        if reason is not None:
+            await self._publish_snapshot(client, reason)
+        if core.checkpoint_due(now):
             await self.checkpoint()
+        await self._publish_confirm(client, now)
 
-    async def _publish_snapshot(self, client: aiomqtt.Client) -> None:
-        est = self.estimator
-        if est is None:
+    async def _publish_snapshot(self, client: aiomqtt.Client, reason: str) -> None:
+        core = self._core
+        msg = await self._numerics(lambda: core.make_snapshot(time.time(), reason))
+        if msg is None:
+            if core.estimator is not None:
+                self.log.error(
+                    "snapshot_withheld",
+                    estimator=str(snapshot_privacy(core.estimator)),
+                    configured=str(self.privacy),
+                )
             return
-        privacy = self.snapshot_privacy(est)
-        if privacy != self.privacy:  # unreachable by construction; never publish then
-            self.log.error(
-                "snapshot_withheld", estimator=str(privacy), configured=str(self.privacy)
-            )
+        payload = encode_subspace(msg, dtype=self.settings.wire_dtype)
+        await self.publish_snapshot(client, payload, msg.epoch, msg.seq)
+        core.snapshot_published(msg, time.monotonic())
+        self.log.debug("snapshot_published", seq=msg.seq, n_samples=msg.n_samples, reason=reason)
+
+    async def _publish_confirm(
+        self, client: aiomqtt.Client, now: float, *, force: bool = False
+    ) -> None:
+        confirm = self._core.confirm_due(now, force=force)
+        if confirm is None:
             return
-
-        def capture() -> tuple[Any, int, dict[str, int]]:
-            return est.tracked_subspace, est.n_pending_, self.ingested
-
-        subspace, pending, ingested = await self._numerics(capture)
-        self.seq += 1
-        self.snapshot = SubspaceMessage(
-            node_id=self.node_id,
-            epoch=self.epoch,
-            seq=self.seq,
-            subspace=subspace,
-            timestamp=time.time(),
-            privacy=privacy,
-            provenance={self.node_id: subspace.n_samples},
+        await self.publish(
+            client, self.topology.confirm_topic(self.node_id), encode_confirm(confirm)
         )
-        await self.publish_snapshot(
-            client, encode_subspace(self.snapshot), self.snapshot.epoch, self.snapshot.seq
-        )
-        # Without a checkpoint the snapshot is what a restart restores; a private snapshot
-        # covers the ingested readings only once no rows are pending (after a flush).
-        if self.checkpoint_path is None and (privacy is None or pending == 0):
-            self.durable = ingested
-        self.log.debug("snapshot_published", seq=self.seq, n_samples=subspace.n_samples)
+        self._core.confirm_sent(now)
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
-        if self.snapshot is not None:
-            snap = self.snapshot
-            await self.publish_snapshot(client, encode_subspace(snap), snap.epoch, snap.seq)
-        await self.publish_status(client, force=True)
+        snap = self._core.snapshot
+        if snap is not None:
+            payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
+            await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
+        # after every (re)connection: publishers re-send what this leaf has not ingested
+        await self._publish_confirm(client, time.monotonic(), force=True)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
-        await self._flush_private()  # a private leaf's final snapshot covers every reading
-        await self._maybe_checkpoint(force=True)  # local and durable first
-        if self._snapshot_n() != self._published_n():
-            await self._publish_snapshot(client)
+        core = self._core
+        await self._numerics(core.flush)  # a private leaf's final snapshot covers every reading
+        if core.checkpoint_due(time.monotonic(), force=True):
+            await self.checkpoint()  # local and durable first
+        if core.snapshot_n() != core.published_n:
+            await self._publish_snapshot(client, "shutdown")
+        await self._publish_confirm(client, time.monotonic(), force=True)
 
     def privacy_status(self) -> PrivacyStatus | None:
         """This leaf's guarantee for the status document, or None without privacy.
@@ -517,7 +423,7 @@ class LeafAgent(Agent):
         """
         if self.privacy is None:
             return None
-        est = self.estimator
+        est = self._core.estimator
         block_size = max(self.config.block_size, self.config.rank)
         chunk_size = self.config.chunk_size
         omega = None
@@ -539,30 +445,17 @@ class LeafAgent(Agent):
         )
 
     def status_detail(self) -> StatusDetail:
-        snap = self.snapshot
+        core = self._core
         return StatusDetail(
             node_id=self.node_id,
             role=self.role,
             online=not self._stop.is_set(),
-            rank=0 if self.estimator is None else self.estimator.rank_,
-            n_samples=self.n_samples,
-            seq=self.seq,
-            epoch=self.epoch,
-            rejects=dict(self.rejects),
+            rank=0 if core.estimator is None else core.estimator.rank_,
+            n_samples=core.n_samples,
+            seq=core.seq,
+            epoch=core.epoch,
+            rejects=dict(core.rejects),
             uptime_s=round(self.uptime_s(), 3),
-            extra={
-                "ingested": self.ingested,
-                "durable": dict(self.durable),
-                "published_n_samples": 0 if snap is None else snap.n_samples,
-                "duplicates": self.sequencer.duplicates,
-                "held_rows": self.sequencer.held_rows,
-                "gap_rows": self.sequencer.gap_rows,
-                "reconnects": self.stats.reconnects,
-                "undelivered": self.undelivered,
-                "checkpoints": self.checkpoints,
-                "restored_from": self.restored_from,
-                "last_update_age_s": round(time.monotonic() - self._last_reading, 3),
-                "pending_rows": 0 if self.estimator is None else self.estimator.n_pending_,
-            },
+            extra=core.status_extra(time.monotonic()),
             privacy=self.privacy_status(),
         )

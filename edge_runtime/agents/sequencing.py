@@ -71,6 +71,10 @@ class SourceSequencer:
         """Rows currently held back behind gaps."""
         return sum(len(v) for held in self._held.values() for v in held.values())
 
+    def held_sources(self) -> list[str]:
+        """Sources with rows held behind a gap."""
+        return [source for source, held in self._held.items() if held]
+
     def restore(self, last: Mapping[str, int]) -> None:
         """Continue from a checkpoint: ``last`` maps source -> last applied sequence."""
         self.last = {str(k): int(v) for k, v in last.items()}

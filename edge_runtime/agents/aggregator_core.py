@@ -1,0 +1,342 @@
+"""The aggregator core: child snapshots in -> merged snapshot out. No I/O, no clock.
+
+`AggregatorCore` keeps one `ChildRecord` per child (its latest snapshot, when it arrived,
+whether it is stale, whether the merge has it yet), merges them in a balanced `MergeTree`
+(Alg. 2 of Grammenos et al. 2020, O(log k) merges per child update) and decides when to
+publish with the same `PublishPolicy` deadband as a leaf: arrivals are coalesced, the merge is
+published at most once per ``min_interval_s``, at least every ``max_interval_s`` while a
+change is unpublished, and once arrivals pause (the trailing publish).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from edge_runtime.agents.core import NodeCore
+from edge_runtime.agents.policy import PublishPolicy, StatusPolicy
+from edge_runtime.fpca import Subspace
+from edge_runtime.fpca.tree import MergeTree
+from edge_runtime.topology import NodeConfig
+from edge_runtime.wire import PrivacyParams, SubspaceMessage
+
+__all__ = ["AggregatorCore", "ChildRecord", "is_newer", "weakest_privacy"]
+
+
+def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
+    """Whether snapshot ``new`` supersedes ``current`` from the same child.
+
+    Within one epoch (one lineage of the child's state) the larger ``seq`` wins, so
+    duplicates and late arrivals change nothing. A different epoch means the child's
+    state was started afresh; the later ``timestamp`` wins.
+    """
+    if new.epoch == current.epoch:
+        return new.seq > current.seq
+    return new.timestamp > current.timestamp
+
+
+def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | None:
+    """The guarantee of a merge of ``snapshots``: the weakest of theirs.
+
+    None (no guarantee) if any snapshot has none, or if there are none; else
+    ``PrivacyParams(max epsilon, max delta, max clip_norm)``. Why this bounds every
+    reading: each reading is in exactly one leaf's data, and that leaf's snapshots are
+    post-processing of its masked blocks, so by parallel composition over the disjoint
+    leaves (and post-processing for the merges above them) a reading of leaf ``i`` enjoys
+    ``(epsilon_i, delta_i)``-DP with respect to everything published, and
+    ``(max epsilon, max delta)`` is weaker than each leaf's. ``clip_norm`` is reported for
+    information: every reading is clipped to its leaf's norm before it enters a block, so
+    the guarantee holds whatever the reading's size; the largest is the leaf with the
+    widest range. The argument assumes each reading reaches one leaf: a reading fed to
+    several leaves (e.g. through overlapping sensor topics) spends each one's budget, and
+    its guarantee is their sum (sequential composition), which no snapshot can report.
+    """
+    params = [snapshot.privacy for snapshot in snapshots]
+    if not params or any(p is None for p in params):
+        return None
+    return PrivacyParams(
+        max(p.epsilon for p in params if p is not None),
+        max(p.delta for p in params if p is not None),
+        max(p.clip_norm for p in params if p is not None),
+    )
+
+
+@dataclass
+class ChildRecord:
+    """What an aggregator knows of one child.
+
+    Attributes
+    ----------
+    snapshot : SubspaceMessage
+        The child's latest snapshot (by `is_newer`).
+    arrived : float
+        When it arrived, seconds.
+    stale : bool
+        The staleness policy has been applied to it.
+    merged : bool
+        The merge tree holds its current contribution.
+    """
+
+    snapshot: SubspaceMessage
+    arrived: float
+    stale: bool = False
+    merged: bool = False
+
+
+class AggregatorCore(NodeCore):
+    """Synchronous state and decisions of one aggregator (or the root).
+
+    Parameters
+    ----------
+    config : NodeConfig
+        This node's settings (``rank``, staleness policy).
+    children : list of str
+        Child ids in topology order (the merge tree's leaf order, so results do not depend
+        on arrival order, Lemma 10).
+    policy, status_policy : PublishPolicy, StatusPolicy
+    now : float
+        Current time, seconds.
+    echo_timeout_s : float, default 5
+
+    Notes
+    -----
+    Provenance of a published snapshot maps each leaf below to the samples of that leaf it
+    covers; its ``privacy`` is `weakest_privacy` of the children it covers. A failed child's
+    last snapshot stays in the merge (``stale_policy = "keep"``).
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        children: list[str],
+        *,
+        policy: PublishPolicy,
+        status_policy: StatusPolicy,
+        now: float,
+        echo_timeout_s: float = 5.0,
+    ) -> None:
+        super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
+        self.config = config
+        self.child_ids = list(children)
+        self.children: dict[str, ChildRecord] = {}
+        self.epoch = secrets.token_hex(8)
+        self.seq = 0
+        self.snapshot: SubspaceMessage | None = None
+        self.merges = 0
+        self.duplicates = 0
+        self.tree = MergeTree(self.child_ids)
+        self.tree_lock = threading.Lock()  # the shell may merge in a worker thread
+        self._dirty: set[str] = set()
+        self._merged_version = 0
+        self._checked_version = -1
+        self._moved = False
+        self._merged: Subspace | None = None
+
+    # ------------------------------------------------------------------ inbound
+    def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
+        """Take a child's snapshot; returns a rejection reason, ``"duplicate"`` or None.
+
+        Reasons: ``unknown_child``, ``node_mismatch``, ``n_features`` (differs from the
+        siblings'); ``duplicate`` for a snapshot that is not newer (`is_newer`).
+        """
+        if child not in self.child_ids:
+            return "unknown_child"
+        if msg.node_id != child:
+            return "node_mismatch"
+        others = [r.snapshot.n_features for c, r in self.children.items() if c != child]
+        if others and msg.n_features != others[0]:
+            return "n_features"
+        record = self.children.get(child)
+        if record is not None and not is_newer(msg, record.snapshot):
+            self.duplicates += 1
+            return "duplicate"
+        self.children[child] = ChildRecord(msg, now)
+        self._dirty.add(child)
+        self.last_input = now
+        if math.isinf(self.unpublished_since):
+            self.unpublished_since = now
+        return None
+
+    def check_staleness(self, now: float) -> list[str]:
+        """Apply the staleness policy to children silent for ``stale_after_s``; returns
+        the children that just became stale."""
+        cfg = self.config
+        if cfg.stale_policy == "keep":
+            return []
+        newly = []
+        for child, record in self.children.items():
+            if record.stale or now - record.arrived < cfg.stale_after_s:
+                continue
+            record.stale = True
+            self._dirty.add(child)
+            newly.append(child)
+        if newly and math.isinf(self.unpublished_since):
+            self.unpublished_since = now
+        return newly
+
+    # ------------------------------------------------------------------- merge
+    def pending_cells(self) -> int:
+        """Matrix cells the pending merge touches (the shell offloads large ones)."""
+        cells = sum(self.children[c].snapshot.subspace.basis.size for c in self._dirty)
+        return cells * max(1, len(self.child_ids).bit_length())
+
+    def merge(self) -> tuple[Subspace | None, list[SubspaceMessage]]:
+        """Put the changed children into the merge tree (numerics; thread-safe).
+
+        Returns the merged subspace and the snapshots it covers.
+        """
+        with self.tree_lock:
+            dirty, self._dirty = self._dirty, set()
+            drop = self.config.stale_policy == "drop"
+            for child in self.child_ids:
+                if child not in dirty:
+                    continue
+                record = self.children[child]
+                sub = record.snapshot.subspace
+                if record.stale and drop:
+                    self.tree.remove(child)
+                else:
+                    if record.stale:  # downweight
+                        sub = Subspace(
+                            sub.basis,
+                            sub.singular_values * self.config.stale_weight,
+                            sub.n_samples,
+                            sub.mean,
+                        )
+                    self.tree.update(child, sub)
+                self.merges += self.tree.merges_last_update
+                record.merged = True
+            covered = [
+                self.children[c].snapshot
+                for c in self.child_ids
+                if c in self.children and not (drop and self.children[c].stale)
+            ]
+            if dirty:
+                self._merged_version += 1
+                self._merged = self.tree.result
+                self._covered = covered
+            return self._merged, covered
+
+    # ----------------------------------------------------------------- publish
+    def snapshot_due(self, now: float) -> str | None:
+        """Merge what arrived (if the rate limit allows a publish) and decide."""
+        if math.isinf(self.unpublished_since) or not self.policy.may_publish(
+            now, self.last_publish
+        ):
+            return None
+        merged, _ = self.merge()
+        if merged is None:
+            self.unpublished_since = math.inf
+            return None
+        first = self.snapshot is None
+        if not first and self._checked_version != self._merged_version:
+            previous = None if self.snapshot is None else self.snapshot.subspace
+            self._moved = self.policy.moved(previous, merged, self.config.rank)
+            self._checked_version = self._merged_version
+        reason = self.policy.decide(
+            now,
+            last_publish=self.last_publish,
+            last_input=self.last_input,
+            unpublished_since=self.unpublished_since,
+            moved=self._moved,
+            first=first,
+        )
+        if reason is None:
+            self.decisions["suppressed"] += 1
+        return reason
+
+    def make_snapshot(self, timestamp: float, reason: str) -> SubspaceMessage | None:
+        """The merged snapshot with the next ``seq`` (after `snapshot_due`)."""
+        if self._merged is None:
+            return None
+        covered = self._covered
+        provenance: dict[str, int] = {}
+        for snapshot in covered:
+            provenance.update(snapshot.provenance)
+        self.seq += 1
+        self.decisions[reason] += 1
+        return SubspaceMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            seq=self.seq,
+            subspace=self._merged,
+            timestamp=timestamp,
+            privacy=weakest_privacy(covered),
+            provenance=provenance,
+        )
+
+    def snapshot_published(self, msg: SubspaceMessage, now: float) -> None:
+        """``msg`` was handed to the broker at ``now``."""
+        self.snapshot = msg
+        self.last_publish = now
+        self._moved = False
+        self._checked_version = self._merged_version
+        if not self._dirty:
+            self.unpublished_since = math.inf
+
+    @property
+    def unpublished(self) -> bool:
+        """Whether a change (an arrival, a stale child) is not yet published."""
+        return not math.isinf(self.unpublished_since)
+
+    def model(self, snapshot: SubspaceMessage | None = None) -> SubspaceMessage:
+        """``snapshot`` (default: the latest published) truncated to this node's ``rank``:
+        the global estimate."""
+        snap = self.snapshot if snapshot is None else snapshot
+        assert snap is not None
+        return replace(snap, subspace=snap.subspace.truncate(self.config.rank))
+
+    def next_wakeup(self, now: float) -> float:
+        """The next time a decision may change without new input, seconds."""
+        times = [
+            self.policy.next_check(
+                now,
+                last_publish=self.last_publish,
+                last_input=self.last_input,
+                unpublished_since=self.unpublished_since,
+                moved=self._moved or bool(self._dirty),
+                first=self.snapshot is None,
+            ),
+            self.status_next(now),
+            self.echo_next(),
+        ]
+        cfg = self.config
+        if cfg.stale_policy != "keep":
+            waiting = [r.arrived for r in self.children.values() if not r.stale]
+            if waiting:
+                times.append(min(waiting) + cfg.stale_after_s)
+        return min(times)
+
+    # ------------------------------------------------------------------ status
+    def health(self) -> tuple[object, ...]:
+        stale = tuple(sorted(c for c, r in self.children.items() if r.stale))
+        return (*super().health(), stale)
+
+    def coverage(self) -> dict[str, int]:
+        """Samples covered per leaf in the latest published snapshot."""
+        return {} if self.snapshot is None else dict(self.snapshot.provenance)
+
+    def status_extra(self, now: float) -> dict[str, object]:
+        """The aggregator part of the JSON status document."""
+        arrived = [r.arrived for r in self.children.values()]
+        return {
+            "children": {
+                c: {
+                    "seq": r.snapshot.seq,
+                    "n_samples": r.snapshot.n_samples,
+                    "epsilon": None if r.snapshot.privacy is None else r.snapshot.privacy.epsilon,
+                }
+                for c, r in self.children.items()
+            },
+            "coverage": self.coverage(),
+            "merges": self.merges,
+            "stale_children": sorted(c for c, r in self.children.items() if r.stale),
+            "last_update_age_s": round(now - max(arrived, default=self.started), 3),
+            "duplicates": self.duplicates,
+            "reconnects": max(0, self.connections - 1),
+            "undelivered": self.undelivered,
+            "publish": dict(self.decisions),
+        }

@@ -1,0 +1,438 @@
+"""The leaf core: readings in -> snapshots, confirmations and status out. No I/O, no clock.
+
+`LeafCore` holds everything a leaf knows (its FPCA-Edge estimator, the per-source
+sequencer, the last published snapshot, what is durable) and makes every decision of a leaf:
+when to publish a snapshot (`PublishPolicy`), when to mask pending readings of a private leaf,
+when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publish its status
+(`StatusPolicy`). Time comes in as an argument; the async shell (`LeafAgent`) does the I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.agents.core import NodeCore
+from edge_runtime.agents.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
+from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.fpca import FPCAEdge, Subspace
+from edge_runtime.fpca.privacy import noise_std
+from edge_runtime.topology import NodeConfig
+from edge_runtime.wire import ConfirmMessage, PrivacyParams, SensorReadings, SubspaceMessage
+
+__all__ = ["LeafCore", "snapshot_privacy"]
+
+
+def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
+    """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
+    if est.privacy is None or est.clip_norm is None:
+        return None
+    return PrivacyParams(est.privacy[0], est.privacy[1], est.clip_norm)
+
+
+class LeafCore(NodeCore):
+    """Synchronous state and decisions of one leaf.
+
+    Parameters
+    ----------
+    config : NodeConfig
+        The leaf's settings (rank, block size, privacy, ...).
+    policy : PublishPolicy
+    status_policy : StatusPolicy
+    confirm_policy : ConfirmPolicy
+    now : float
+        Current time, seconds.
+    n_features : int, optional
+        Width of a reading; else fixed by the first valid reading.
+    checkpointing : bool, default False
+        Whether the shell writes checkpoints; then readings are durable once checkpointed,
+        else once covered by a published snapshot.
+    checkpoint_every : int, default 1
+        Checkpoint after this many completed blocks (and when idle, and on exit).
+    echo_timeout_s : float, default 5
+        Least bound of the echo check, seconds.
+    gap_timeout_s : float, default 10
+        Seconds a sequence gap may stay open (`SourceSequencer`).
+
+    Notes
+    -----
+    Snapshot contents: everything ingested, pending rows folded in (all ``rank + oversample``
+    tracked directions, so merges upstream keep their accuracy); a private leaf publishes
+    masked blocks only and masks its pending rows when idle (`FPCAEdge.flush`).
+    """
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        policy: PublishPolicy,
+        status_policy: StatusPolicy,
+        confirm_policy: ConfirmPolicy,
+        now: float,
+        n_features: int | None = None,
+        checkpointing: bool = False,
+        checkpoint_every: int = 1,
+        echo_timeout_s: float = 5.0,
+        gap_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
+        if n_features is not None and n_features < 1:
+            raise ValueError(f"n_features must be >= 1, got {n_features}")
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
+        self.config = config
+        self.confirm_policy = confirm_policy
+        self.n_features = n_features
+        self.epoch = secrets.token_hex(8)
+        self.seq = 0
+        self.estimator: FPCAEdge | None = None
+        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s, clock=lambda: self._now)
+        self.durable: dict[str, int] = {}
+        self.snapshot: SubspaceMessage | None = None
+        self.checkpointing = checkpointing
+        self.checkpoint_every = checkpoint_every
+        self.checkpoints = 0
+        self.checkpointed_blocks = 0
+        self.checkpointed_n = -1
+        self.restored_from: str | None = None
+        self.privacy: PrivacyParams | None = (
+            None
+            if config.epsilon is None or config.delta is None or config.clip_norm is None
+            else PrivacyParams(config.epsilon, config.delta, config.clip_norm)
+        )
+        self.noise: int | np.random.Generator | None = config.noise_seed
+        self.noise_restarts = 0
+        self._now = now
+        self._candidate_version = -1
+        self._candidate_moved = False
+        self._input_version = 0
+        self._last_confirm = -math.inf
+        self._confirm_sent: tuple[object, ...] | None = None
+        if n_features is not None:
+            self.estimator = self.new_estimator(n_features)
+
+    # ------------------------------------------------------------------ estimator
+    def estimator_options(self, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values."""
+        cfg = self.config
+        rank = min(cfg.rank, n_features)
+        privacy: dict[str, Any] = {}
+        if self.privacy is not None:
+            privacy = {
+                "privacy": (self.privacy.epsilon, self.privacy.delta),
+                "clip_norm": self.privacy.clip_norm,
+                "chunk_size": cfg.chunk_size,
+                "random_state": self.noise,
+            }
+        return {
+            "rank": rank,
+            "block_size": max(cfg.block_size, rank),
+            "oversample": None
+            if cfg.oversample is None
+            else min(cfg.oversample, n_features - rank),
+            "adaptive": cfg.adaptive,
+            "rank_bounds": cfg.rank_bounds,
+            "holdoff": cfg.holdoff,
+            "forget": cfg.forget,
+            "center": cfg.center,
+            **privacy,
+        }
+
+    def new_estimator(self, n_features: int) -> FPCAEdge:
+        """A fresh estimator; with privacy, raises ValueError for settings eq. (8) rejects."""
+        options = self.estimator_options(n_features)
+        if self.privacy is not None:  # fail now, not at the first block
+            noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
+        return FPCAEdge(n_features, **options)
+
+    @property
+    def n_samples(self) -> int:
+        """Samples ingested so far."""
+        return 0 if self.estimator is None else self.estimator.n_samples_seen_
+
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Last sequence number applied per source."""
+        return dict(self.sequencer.last)
+
+    def cells(self) -> int:
+        """Matrix cells a block update touches (the shell offloads large ones to a thread)."""
+        est = self.estimator
+        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+
+    def snapshot_n(self) -> int:
+        """Samples a snapshot taken now would summarise (a private leaf's pending rows are
+        not in it until they are flushed)."""
+        est = self.estimator
+        if est is None:
+            return 0
+        if est.privacy is None:
+            return est.n_samples_seen_
+        return est.n_samples_seen_ - est.n_pending_
+
+    @property
+    def published_n(self) -> int:
+        return 0 if self.snapshot is None else self.snapshot.n_samples
+
+    # ------------------------------------------------------------------ inbound
+    def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
+        """Sequence ``readings``: the row blocks ready to apply, in order (`apply` them)."""
+        self._now = now
+        if readings.source is None or readings.seq is None:
+            return [readings.values]
+        return self.sequencer.offer(readings.source, readings.seq, readings.values)
+
+    def expire(self, now: float) -> list[np.ndarray]:
+        """Row blocks released because a gap timed out (counted in ``gap_rows``)."""
+        self._now = now
+        return self.sequencer.expire()
+
+    def apply(self, values: np.ndarray, now: float) -> None:
+        """Feed rows ``(n, n_features)`` to the estimator (numerics; thread-safe under the
+        shell's lock). The first valid rows fix ``n_features``.
+
+        Raises
+        ------
+        ValueError
+            From the estimator's input checks (the shell counts it as a rejection).
+        """
+        if self.estimator is None:
+            self.n_features = values.shape[1]
+            self.estimator = self.new_estimator(self.n_features)
+        self.estimator.partial_fit(values)
+        self.last_input = now
+        self._input_version += 1
+        if math.isinf(self.unpublished_since):
+            self.unpublished_since = now
+        if math.isinf(self.last_publish):
+            self.last_publish = now  # the rate limit counts from the first reading
+
+    # ----------------------------------------------------------------- snapshot
+    def _candidate(self) -> Subspace | None:
+        est = self.estimator
+        if est is None or self.snapshot_n() == 0:
+            return None
+        return est.tracked_subspace
+
+    def idle(self, now: float) -> bool:
+        """No reading for the policy's ``idle_s`` while something is unpublished."""
+        return (
+            not math.isinf(self.unpublished_since) and now - self.last_input >= self.policy.idle_s
+        )
+
+    def flush_due(self, now: float) -> bool:
+        """A private leaf with pending rows is idle: mask them as one block (`flush`)."""
+        est = self.estimator
+        return (
+            est is not None
+            and est.privacy is not None
+            and est.n_pending_ > 0
+            and self.idle(now)
+            and self.policy.may_publish(now, self.last_publish)
+        )
+
+    def flush(self) -> int:
+        """Mask the pending rows of a private leaf (numerics); returns how many."""
+        est = self.estimator
+        if est is None or est.privacy is None or est.n_pending_ == 0:
+            return 0
+        pending = est.n_pending_
+        est.flush()
+        return pending
+
+    def snapshot_due(self, now: float) -> str | None:
+        """The reason to publish a snapshot now (`PublishPolicy.decide`), or None.
+
+        Computes the candidate (numerics) only when the rate limit allows a publish and
+        there was new input since the last evaluation.
+        """
+        if math.isinf(self.unpublished_since):
+            return None
+        if self.snapshot_n() == self.published_n:
+            est = self.estimator
+            if est is None or est.n_pending_ == 0:
+                self.unpublished_since = math.inf  # nothing left to publish
+            return None
+        if not self.policy.may_publish(now, self.last_publish):
+            return None
+        first = self.snapshot is None
+        if not first and self._candidate_version != self._input_version:
+            candidate = self._candidate()
+            previous = None if self.snapshot is None else self.snapshot.subspace
+            self._candidate_moved = candidate is not None and self.policy.moved(
+                previous, candidate, self.config.rank
+            )
+            self._candidate_version = self._input_version
+        reason = self.policy.decide(
+            now,
+            last_publish=self.last_publish,
+            last_input=self.last_input,
+            unpublished_since=self.unpublished_since,
+            moved=self._candidate_moved,
+            first=first,
+        )
+        if reason is None:
+            self.decisions["suppressed"] += 1
+        return reason
+
+    def make_snapshot(self, timestamp: float, reason: str) -> SubspaceMessage | None:
+        """The snapshot to publish now (numerics), with the next ``seq``; None if the
+        estimator's privacy differs from the configuration (never published then).
+
+        ``timestamp``: wall-clock seconds since the epoch, for the message.
+        """
+        est = self.estimator
+        if est is None:
+            return None
+        privacy = snapshot_privacy(est)
+        if privacy != self.privacy:  # unreachable by construction; never publish then
+            return None
+        subspace = est.tracked_subspace
+        self.seq += 1
+        self.decisions[reason] += 1
+        self._snapshot_ingested = self.ingested
+        self._snapshot_pending = est.n_pending_
+        return SubspaceMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            seq=self.seq,
+            subspace=subspace,
+            timestamp=timestamp,
+            privacy=privacy,
+            provenance={self.node_id: subspace.n_samples},
+        )
+
+    def snapshot_published(self, msg: SubspaceMessage, now: float) -> None:
+        """``msg`` (from `make_snapshot`) was handed to the broker at ``now``."""
+        self.snapshot = msg
+        self.last_publish = now
+        self._candidate_version = self._input_version
+        self._candidate_moved = False
+        if self.snapshot_n() == msg.n_samples:
+            self.unpublished_since = math.inf
+        # Without a checkpoint the snapshot is what a restart restores; a private snapshot
+        # covers the ingested readings only once no rows are pending (after a flush).
+        if not self.checkpointing and (msg.privacy is None or self._snapshot_pending == 0):
+            self.durable = dict(self._snapshot_ingested)
+
+    def next_wakeup(self, now: float) -> float:
+        """The next time a decision may change without new input, seconds."""
+        times = [
+            self.policy.next_check(
+                now,
+                last_publish=self.last_publish,
+                last_input=self.last_input,
+                unpublished_since=self.unpublished_since,
+                moved=self._candidate_moved,
+                first=self.snapshot is None,
+            ),
+            self.status_next(now),
+            self.echo_next(),
+        ]
+        if self._confirm_changed():
+            times.append(
+                self.confirm_policy.next_check(now, last_sent=self._last_confirm, changed=True)
+            )
+        if self.sequencer.held_rows:
+            times.append(now + min(1.0, self.sequencer.gap_timeout_s))
+        return min(times)
+
+    # --------------------------------------------------------------- checkpoint
+    def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
+        """Checkpoint every ``checkpoint_every`` blocks, when idle with news, and on exit."""
+        if not self.checkpointing or self.n_samples == self.checkpointed_n:
+            return False
+        blocks = 0 if self.estimator is None else self.estimator.n_blocks_
+        if force or (self.idle(now) and self.snapshot_n() == self.published_n):
+            return True
+        return blocks - self.checkpointed_blocks >= self.checkpoint_every
+
+    def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
+        """Everything a checkpoint holds, captured at one instant (numerics), and the
+        ``(ingested, n_samples, blocks)`` it covers."""
+        est = self.estimator
+        state: dict[str, object] = {} if est is None else est.get_state()
+        state["n_features"] = self.n_features
+        state["noise_restarts"] = self.noise_restarts
+        ingested = self.ingested
+        state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
+        blocks = 0 if est is None else est.n_blocks_
+        return state, ingested, self.n_samples, blocks
+
+    def checkpointed(self, ingested: Mapping[str, int], n_samples: int, blocks: int) -> None:
+        """A checkpoint covering ``ingested`` was written."""
+        self.checkpoints += 1
+        self.checkpointed_blocks = blocks
+        self.checkpointed_n = n_samples
+        self.durable = dict(ingested)
+
+    # ------------------------------------------------------------ confirmations
+    def _confirm_key(self) -> tuple[object, ...]:
+        gaps = self.gaps()
+        return (
+            self.epoch,
+            self.connections,
+            tuple(sorted(self.durable.items())),
+            tuple(sorted(gaps.items())),
+        )
+
+    def _confirm_changed(self) -> bool:
+        return self._confirm_key() != self._confirm_sent
+
+    def gaps(self) -> dict[str, int]:
+        """First missing sequence number of each source with readings held behind a gap."""
+        return {source: self.sequencer.last[source] + 1 for source in self.sequencer.held_sources()}
+
+    def confirm_due(self, now: float, *, force: bool = False) -> ConfirmMessage | None:
+        """The confirmation to publish now (`ConfirmPolicy`), or None."""
+        changed = self._confirm_changed()
+        if not (force and changed) and not self.confirm_policy.decide(
+            now, last_sent=self._last_confirm, changed=changed
+        ):
+            return None
+        return ConfirmMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            connection=self.connections,
+            ingested=self.ingested,
+            durable=dict(self.durable),
+            gaps=self.gaps(),
+        )
+
+    def confirm_sent(self, now: float) -> None:
+        self._last_confirm = now
+        self._confirm_sent = self._confirm_key()
+
+    # ------------------------------------------------------------------ status
+    def health(self) -> tuple[object, ...]:
+        return (
+            *super().health(),
+            self.sequencer.gap_rows,
+            self.restored_from,
+            self.estimator is None,
+        )
+
+    def status_extra(self, now: float) -> dict[str, object]:
+        """The leaf part of the JSON status document."""
+        snap = self.snapshot
+        return {
+            "ingested": self.ingested,
+            "durable": dict(self.durable),
+            "published_n_samples": 0 if snap is None else snap.n_samples,
+            "duplicates": self.sequencer.duplicates,
+            "held_rows": self.sequencer.held_rows,
+            "gap_rows": self.sequencer.gap_rows,
+            "reconnects": max(0, self.connections - 1),
+            "undelivered": self.undelivered,
+            "checkpoints": self.checkpoints,
+            "restored_from": self.restored_from,
+            "last_update_age_s": None
+            if math.isinf(self.last_input)
+            else round(now - self.last_input, 3),
+            "pending_rows": 0 if self.estimator is None else self.estimator.n_pending_,
+            "publish": dict(self.decisions),
+        }

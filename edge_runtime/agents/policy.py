@@ -1,0 +1,343 @@
+"""Flow-control policies: when a node publishes its snapshot, its status and its confirmations.
+
+Pure decisions, no I/O and no clock: every method takes the current time ``now`` (seconds,
+any monotonic origin) as an argument, so each rule is unit-tested with a virtual clock.
+
+Why these rules (issue 9): a federation exists to send small subspaces instead of readings,
+so a node publishes when what it would publish has *changed enough to matter*, never merely
+because time passed or a reading arrived:
+
+- `PublishPolicy` — a deadband on the subspace (largest principal angle between the leading
+  ``rank`` directions, relative change of the normalised spectrum ``sigma_i / sqrt(n)``,
+  relative growth of the sample count), rate-limited by ``min_interval_s``, with a guaranteed
+  publish at least every ``max_interval_s`` while anything is unpublished and once the input
+  has been idle for ``idle_s`` (the trailing publish, so the root ends up covering every
+  reading). Latency bound: a change reaches the parent within ``max_interval_s`` (plus the
+  time to publish); see the README's "Flow control" for the tree-wide bound.
+- `StatusPolicy` — JSON status documents when their *health* fields change (rate-limited) and as
+  a slow heartbeat; progress counters ride along, they do not trigger.
+- `ConfirmPolicy` — a leaf's reading confirmations when what is durable changed or a gap
+  opened, at most once per interval, with a trailing one: O(1) messages per leaf per interval
+  whatever the reading rate.
+- `EchoTracker` — a published snapshot that does not come back from the broker is reported
+  undelivered only after a bound derived from the echo latencies observed so far (or at once
+  when a later snapshot of the same lineage comes back first: MQTT delivers one topic in
+  order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_runtime.fpca import Subspace
+
+__all__ = [
+    "AGGREGATOR_PUBLISH",
+    "LEAF_PUBLISH",
+    "ConfirmPolicy",
+    "EchoTracker",
+    "PublishPolicy",
+    "StatusPolicy",
+    "largest_angle",
+    "subspace_change",
+]
+
+
+def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest principal angle, radians, between the spans of orthonormal ``a`` and ``b``.
+
+    Parameters
+    ----------
+    a, b : ndarray of shape (n_features, k), float64
+        Orthonormal columns (same ``k``; compare leading directions of equal count).
+
+    Returns
+    -------
+    float
+        ``arccos`` of the smallest singular value of ``a^T b``, in ``[0, pi/2]``.
+    """
+    if a.shape[1] == 0:
+        return 0.0
+    s = np.linalg.svd(a.T @ b, compute_uv=False)
+    return float(math.acos(min(1.0, max(0.0, float(s.min())))))
+
+
+def subspace_change(
+    previous: Subspace | None, current: Subspace, rank: int
+) -> tuple[float, float, float]:
+    """How far ``current`` moved from ``previous``: (angle, spectrum change, growth).
+
+    ``angle``: largest principal angle (radians) between the leading ``rank`` directions.
+    ``spectrum change``: ``max_i |s'_i - s_i| / s_0`` of the normalised singular values
+    ``s = sigma / sqrt(n)`` (the square roots of the covariance eigenvalues, so a stationary
+    stream does not "move" just by growing). ``growth``: ``n' / n - 1`` of the sample counts.
+    Against no previous snapshot (or one of another shape) everything is infinite.
+    """
+    if previous is None or previous.n_samples == 0 or previous.basis.shape != current.basis.shape:
+        return math.inf, math.inf, math.inf
+    k = min(rank, previous.rank, current.rank)
+    angle = largest_angle(previous.basis[:, :k], current.basis[:, :k])
+    s_old = previous.singular_values[:k] / math.sqrt(previous.n_samples)
+    s_new = current.singular_values[:k] / math.sqrt(max(current.n_samples, 1))
+    top = float(s_old[0]) if k and s_old[0] > 0 else 0.0
+    spectrum = 0.0 if k == 0 else float(np.abs(s_new - s_old).max())
+    spectrum = spectrum / top if top > 0 else (0.0 if spectrum == 0 else math.inf)
+    growth = current.n_samples / previous.n_samples - 1.0
+    return angle, spectrum, growth
+
+
+@dataclass(frozen=True)
+class PublishPolicy:
+    """When a node publishes its snapshot: a deadband, a rate limit, a guarantee.
+
+    Parameters
+    ----------
+    min_interval_s : float
+        Least time between two publishes, seconds (the rate limit; nothing bypasses it).
+    max_interval_s : float
+        While anything is unpublished, publish at least this often, seconds: the bound on how
+        long a change can wait. >= ``min_interval_s``.
+    idle_s : float
+        Input idle for this long with something unpublished: publish (the trailing publish that
+        makes the root cover everything once a stream pauses or ends), seconds.
+    angle_rad : float
+        Deadband on the largest principal angle between the leading ``rank`` directions of the
+        candidate and the last published snapshot, radians.
+    spectrum_change : float
+        Deadband on the relative change of the normalised singular values (`subspace_change`).
+    growth : float
+        Deadband on the relative growth of the sample count (1.0: the count doubled). Keeps
+        the number of publishes of a stationary stream logarithmic in its length.
+
+    Notes
+    -----
+    `decide` returns the reason of a publish — ``"first"``, ``"moved"``, ``"max_interval"``,
+    ``"idle"`` — or None. The defaults (`LEAF_PUBLISH`, `AGGREGATOR_PUBLISH`) are measured in
+    ``benchmarks/fleet.py`` (REPORT.md, section "Fleet").
+    """
+
+    min_interval_s: float
+    max_interval_s: float
+    idle_s: float
+    angle_rad: float = 0.05
+    spectrum_change: float = 0.10
+    growth: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("min_interval_s", "max_interval_s", "idle_s", "angle_rad"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        for name in ("spectrum_change", "growth"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if self.max_interval_s < self.min_interval_s:
+            raise ValueError(
+                f"max_interval_s ({self.max_interval_s}) must be >= min_interval_s "
+                f"({self.min_interval_s})"
+            )
+
+    def may_publish(self, now: float, last_publish: float) -> bool:
+        """Whether the rate limit allows a publish at ``now``."""
+        return now - last_publish >= self.min_interval_s
+
+    def moved(self, previous: Subspace | None, current: Subspace, rank: int) -> bool:
+        """Whether ``current`` is outside the deadband around ``previous``."""
+        angle, spectrum, growth = subspace_change(previous, current, rank)
+        return angle > self.angle_rad or spectrum > self.spectrum_change or growth >= self.growth
+
+    def decide(
+        self,
+        now: float,
+        *,
+        last_publish: float,
+        last_input: float,
+        unpublished_since: float,
+        moved: bool,
+        first: bool = False,
+    ) -> str | None:
+        """The reason to publish now, or None.
+
+        Parameters
+        ----------
+        now, last_publish, last_input : float
+            Seconds: now, the last publish, the last input (reading or child snapshot).
+        unpublished_since : float
+            When the oldest unpublished change arrived (``inf`` when nothing is unpublished).
+        moved : bool
+            The candidate is outside the deadband (`moved`).
+        first : bool
+            Nothing has been published yet.
+        """
+        if math.isinf(unpublished_since) or not self.may_publish(now, last_publish):
+            return None
+        if first:
+            return "first"
+        if moved:
+            return "moved"
+        if now - unpublished_since >= self.max_interval_s:
+            return "max_interval"
+        if now - last_input >= self.idle_s:
+            return "idle"
+        return None
+
+    def next_check(
+        self,
+        now: float,
+        *,
+        last_publish: float,
+        last_input: float,
+        unpublished_since: float,
+        moved: bool = False,
+        first: bool = False,
+    ) -> float:
+        """The next time at which `decide` may answer differently without new input."""
+        if math.isinf(unpublished_since):
+            return math.inf
+        earliest = last_publish + self.min_interval_s
+        if first or moved:
+            return max(earliest, now)
+        later = min(unpublished_since + self.max_interval_s, last_input + self.idle_s)
+        return max(earliest, later, now)
+
+
+LEAF_PUBLISH = PublishPolicy(min_interval_s=0.2, max_interval_s=5.0, idle_s=0.1)
+"""Default publish policy of a leaf (see benchmarks/fleet.py for the measurement)."""
+
+AGGREGATOR_PUBLISH = PublishPolicy(min_interval_s=0.05, max_interval_s=0.5, idle_s=0.05)
+"""Default publish policy of an aggregator: coalesce arrivals, forward within 0.5 s."""
+
+
+@dataclass(frozen=True)
+class StatusPolicy:
+    """When a node publishes its JSON status document.
+
+    Parameters
+    ----------
+    heartbeat_s : float
+        Publish at least this often, seconds (progress counters are refreshed then).
+    min_interval_s : float
+        Least time between two documents triggered by a change of health, seconds.
+    """
+
+    heartbeat_s: float = 30.0
+    min_interval_s: float = 2.0
+
+    def decide(self, now: float, *, last_sent: float, changed: bool) -> bool:
+        """Whether to publish the document now (``changed``: a health field changed)."""
+        since = now - last_sent
+        return since >= self.heartbeat_s or (changed and since >= self.min_interval_s)
+
+    def next_check(self, now: float, *, last_sent: float, changed: bool) -> float:
+        """The next time `decide` may answer True without new changes."""
+        due = last_sent + (self.min_interval_s if changed else self.heartbeat_s)
+        return max(due, now)
+
+
+@dataclass(frozen=True)
+class ConfirmPolicy:
+    """When a leaf publishes its reading confirmations (`edge_runtime.wire.ConfirmMessage`).
+
+    Parameters
+    ----------
+    min_interval_s : float
+        Least time between two confirmations, seconds; a change inside it is sent when it
+        ends (trailing), so the last state is always confirmed.
+    """
+
+    min_interval_s: float = 0.5
+
+    def decide(self, now: float, *, last_sent: float, changed: bool) -> bool:
+        """Whether to publish a confirmation now (``changed``: durable, gaps or epoch)."""
+        return changed and now - last_sent >= self.min_interval_s
+
+    def next_check(self, now: float, *, last_sent: float, changed: bool) -> float:
+        """The next time `decide` may answer True without new changes."""
+        return max(last_sent + self.min_interval_s, now) if changed else math.inf
+
+
+class EchoTracker:
+    """Which published snapshots came back from the broker, and which never will.
+
+    A PUBACK proves neither storage nor delivery (an ACL-denied publish is dropped silently in
+    MQTT 3.1.1, ``message_size_limit`` drops oversized ones), so a node subscribes to its own
+    subspace topic and expects each snapshot back. Under load echoes are late, not lost, so
+    the bound is derived from what is observed: a snapshot is reported undelivered once it
+    has been out for ``max(timeout_s, factor * slowest of the last `window` echoes)``, or at
+    once when a later snapshot of the same lineage (key ``(epoch, seq)``) comes back (a topic
+    is delivered in order). An echo that arrives after its report is counted as late and
+    the report is withdrawn.
+
+    Parameters
+    ----------
+    timeout_s : float
+        Least bound, seconds.
+    factor : float, default 4
+        Multiple of the slowest recent echo latency.
+    window : int, default 32
+        Recent echo latencies remembered (memory O(window)).
+    """
+
+    def __init__(self, timeout_s: float, factor: float = 4.0, window: int = 32) -> None:
+        self.timeout_s = timeout_s
+        self.factor = factor
+        self._latencies: deque[float] = deque(maxlen=window)
+        self._awaiting: dict[tuple[Hashable, int], float] = {}
+        self._reported: set[tuple[Hashable, int]] = set()
+        self.undelivered = 0
+        self.late = 0
+
+    @property
+    def bound_s(self) -> float:
+        """Current bound, seconds."""
+        slowest = max(self._latencies, default=0.0)
+        return max(self.timeout_s, self.factor * slowest)
+
+    @property
+    def awaiting(self) -> int:
+        """Snapshots published and not yet echoed or reported."""
+        return len(self._awaiting)
+
+    def sent(self, epoch: Hashable, seq: int, now: float) -> None:
+        """A snapshot ``(epoch, seq)`` is about to be published at ``now``."""
+        self._awaiting.setdefault((epoch, seq), now)
+
+    def echoed(self, epoch: Hashable, seq: int, now: float) -> list[int]:
+        """Snapshot ``(epoch, seq)`` came back; returns the seqs now known undelivered."""
+        key = (epoch, seq)
+        sent = self._awaiting.pop(key, None)
+        if sent is not None:
+            self._latencies.append(now - sent)
+        elif key in self._reported:
+            self._reported.discard(key)
+            self.undelivered -= 1
+            self.late += 1
+        lost = sorted(s for (e, s) in self._awaiting if e == epoch and s < seq)
+        for s in lost:
+            del self._awaiting[(epoch, s)]
+        self.undelivered += len(lost)
+        return lost
+
+    def expired(self, now: float) -> list[int]:
+        """Seqs out for longer than `bound_s`; they are counted undelivered."""
+        bound = self.bound_s
+        lost = [key for key, sent in self._awaiting.items() if now - sent >= bound]
+        for key in lost:
+            del self._awaiting[key]
+            self._reported.add(key)
+        if len(self._reported) > 1024:  # bounded memory: forget the oldest reports
+            self._reported = set(sorted(self._reported, key=lambda k: k[1])[-512:])
+        self.undelivered += len(lost)
+        return [key[1] for key in lost]
+
+    def next_check(self) -> float:
+        """Earliest time a snapshot may expire (``inf`` when none is awaited)."""
+        if not self._awaiting:
+            return math.inf
+        return min(self._awaiting.values()) + self.bound_s
