@@ -10,6 +10,7 @@ what that node's agent does, and nothing else::
                                                     proves delivery, and restoring after a
                                                     restart)
                 write      its status, status/detail (online/offline and Last Will; JSON)
+                write      its confirm topic        (reading confirmations, JSON)
                 read       the model topic          (the global estimate)
     aggregator  read       <path>/+/subspace        (the children filter it subscribes to)
                 read       <path>/+/status, <path>/+/status/detail (its children's liveness)
@@ -17,11 +18,13 @@ what that node's agent does, and nothing else::
                 read       the model topic; the root may also write it
 
 Optional extra users: a *replay* / sensor-gateway user (default ``"replay"``) that writes every
-leaf's sensor topic and reads the leaves' status and status/detail (to wait until they are online
-and to learn which readings were ingested); *bridges* (``bridge-<node id>``) that bring a site
-broker's subtree in: write that node's snapshot and status and its children's status, read the
-model; *readers* (a dashboard, ``edge-runtime watch``) that read everything under ``<prefix>/#``
-and write nothing.
+leaf's sensor topic and reads the leaves' status (to wait until they are online) and confirm
+topics (to learn which readings are durable); *bridges* (``bridge-<node id>``,
+`edge_runtime.bridge`) that connect a site broker to this one: write the bridge's ``out`` topics
+(the site's snapshot, the subtree's status, the leaves' confirmations) and its connection state,
+read its ``in`` topics (the model, the leaves' sensor topics); *readers* (a dashboard,
+``edge-runtime watch``) that read everything under ``<prefix>/#`` (confirmations included) and,
+when there are bridges, their connection state, and write nothing.
 
 The user names must be the names in Mosquitto's ``password_file``; with
 ``use_username_as_clientid true`` (``broker_config/secured.conf``) the user name is also the MQTT
@@ -32,7 +35,7 @@ publisher still gets its PUBACK; MQTT 5: PUBACK reason code 135, "not authorized
 granted) but checks read access on every message it delivers, retained ones included, and write
 access on a Last Will when it is sent. ``broker_config/SECURITY.md`` has the whole set-up.
 
-Stdlib only, besides the topology.
+Stdlib only, besides the topology and `edge_runtime.bridge` (the bridges' topics).
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from edge_runtime.bridge import (
+    BRIDGE_USER_PREFIX,
+    BridgeError,
+    bridge_topics,
+    bridge_user,
+    notification_topic,
+)
 from edge_runtime.topology import Topology
 
 __all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user", "generate_acl"]
@@ -47,15 +57,13 @@ __all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user
 DEFAULT_REPLAY_USER = "replay"
 """User name of the replay / sensor gateway in the generated ACL."""
 
-BRIDGE_USER_PREFIX = "bridge-"
-"""User name of the bridge of a site broker whose subtree is rooted at node ``X``:
-``bridge-X`` (see `bridge_user` and ``broker_config/bridge.conf``)."""
-
 # Characters Mosquitto's password and ACL files cannot carry in a user name or topic: the
 # files are split at whitespace, and ':' separates the user name from the hash in a
 # password_file.
 _BAD_USER = re.compile(r"[\s:]")
 _BAD_TOPIC = re.compile(r"\s")
+# Every bridge's connection state (`edge_runtime.bridge.notification_topic`).
+_BRIDGE_STATES = "$SYS/broker/connection/+/state"
 
 
 class AclError(ValueError):
@@ -80,11 +88,6 @@ def _check_topic(topic: str, owner: str) -> str:
             "cannot hold; choose a prefix and sensor topics without spaces"
         )
     return topic
-
-
-def bridge_user(node_id: str) -> str:
-    """User name on the central broker of the bridge that brings ``node_id``'s site in."""
-    return f"{BRIDGE_USER_PREFIX}{node_id}"
 
 
 class _Section:
@@ -122,14 +125,15 @@ def generate_acl(
         ``<prefix>/#`` and no write access.
     replay : str or None, default ``"replay"``
         User name of the replay / sensor gateway, which writes every leaf's sensor topic and
-        reads the leaves' status topics; None leaves it out.
+        reads the leaves' status and confirm topics; None leaves it out.
     bridges : sequence of str, default ()
-        Ids of the nodes (not the root) whose subtree lives behind a site broker bridged into
-        this one (``broker_config/bridge.conf``). Each gets a user ``bridge-<id>``
-        (`bridge_user`) that may write that node's snapshot and status topics and its
-        children's status topics, and read the model: exactly the bridge's ``out`` and ``in``
-        topics. The bridge's local side, on the site broker, is not subject to that broker's
-        ACL (Mosquitto 2.0), so the site needs no such section.
+        Ids of the aggregators (not the root) whose subtree lives behind a site broker bridged
+        into this one (`edge_runtime.bridge.generate_bridge`). Each gets a user ``bridge-<id>``
+        (`bridge_user`) that may write the bridge's ``out`` topics and read its ``in`` topics
+        (`edge_runtime.bridge.bridge_topics`), and write its connection state
+        (`edge_runtime.bridge.notification_topic`); readers may then read every bridge's
+        connection state. The bridge's local side, on the site broker, is not subject to that
+        broker's ACL (Mosquitto 2.0), so the site needs no such section.
 
     Returns
     -------
@@ -142,7 +146,8 @@ def generate_acl(
     AclError
         If a user name contains whitespace or ``:``, a topic contains whitespace (neither can be
         written to Mosquitto's files), a user name is used twice (a reader or the replay user
-        named like a node, or like each other), or a bridge names the root or an unknown node.
+        named like a node, or like each other), or a bridge names the root, a leaf or an
+        unknown node.
 
     Examples
     --------
@@ -169,6 +174,8 @@ def generate_acl(
     topic write fpca/root/pi-01/status
     # its JSON status document
     topic write fpca/root/pi-01/status/detail
+    # its reading confirmations (the replay keeps each reading until it is durable)
+    topic write fpca/root/pi-01/confirm
     # the global estimate, published by the root
     topic read fpca/root/model
     """
@@ -181,7 +188,6 @@ def generate_acl(
             raise AclError(f"user name {user!r} is used twice ({users[user]} and {what})")
         users[user] = what
 
-    model = topology.model_topic()
     sections: list[_Section] = []
     for node_id in topology.nodes:
         claim(node_id, f"node {node_id!r}")
@@ -201,41 +207,39 @@ def generate_acl(
             )
             section.topic(
                 "read",
-                topology.status_detail_topic(leaf),
-                f"which readings {leaf} has ingested (the rest are re-sent after a reconnect)",
+                topology.confirm_topic(leaf),
+                f"which readings {leaf} has made durable (only lost ones are re-sent)",
             )
         sections.append(section)
 
     for node_id in bridges:
-        if node_id not in topology.nodes:
-            raise AclError(f"bridge for unknown node {node_id!r} of topology {topology.name!r}")
-        if node_id == topology.root:
-            raise AclError(
-                f"bridge for the root {node_id!r}: a bridge brings one subtree below the root "
-                "into the root's broker"
-            )
+        try:
+            topics = bridge_topics(topology, node_id)
+        except BridgeError as exc:
+            raise AclError(f"bridge: {exc}") from None
         user = bridge_user(node_id)
         claim(user, f"the bridge of {node_id!r}")
         section = _Section(
             user, f"bridge {user}: the site broker of {node_id} ({topology.path(node_id)})"
         )
-        section.topic("write", topology.subspace_topic(node_id), f"{node_id}'s snapshot, up")
-        section.topic("write", topology.status_topic(node_id), f"{node_id}'s status, up")
+        for topic in topics:
+            access = "write" if topic.direction == "out" else "read"
+            section.topic(access, topic.pattern, topic.why)
         section.topic(
-            "write", topology.status_detail_topic(node_id), f"{node_id}'s JSON status, up"
+            "write", notification_topic(node_id), "the bridge's connection state (1 up, 0 down)"
         )
-        children_status = f"{prefix}/{topology.path(node_id)}/+/status"
-        section.topic("write", children_status, f"the status of {node_id}'s children, up")
-        section.topic(
-            "write", f"{children_status}/detail", f"the JSON status of {node_id}'s children, up"
-        )
-        section.topic("read", model, "the global model, down to the site")
         sections.append(section)
 
     for reader in readers:
         claim(reader, f"reader {reader!r}")
         section = _Section(reader, f"reader {reader}: dashboards and monitors, read-only")
-        section.topic("read", f"{prefix}/#", "every snapshot, status and the model; no writes")
+        section.topic(
+            "read", f"{prefix}/#", "every snapshot, status, confirmation and the model; no writes"
+        )
+        if bridges:
+            section.topic(
+                "read", _BRIDGE_STATES, "whether each site's bridge is up (1) or down (0)"
+            )
         sections.append(section)
 
     source = f" ({topology.source_path.name})" if topology.source_path is not None else ""
@@ -289,6 +293,12 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
         "its online/offline status, and its Last Will (checked when the broker sends it)",
     )
     section.topic("write", topology.status_detail_topic(node_id), "its JSON status document")
+    if topology.is_leaf(node_id):
+        section.topic(
+            "write",
+            topology.confirm_topic(node_id),
+            "its reading confirmations (the replay keeps each reading until it is durable)",
+        )
     if node_id == topology.root:
         section.topic("readwrite", model, "the global estimate: the root publishes it")
     else:
