@@ -1,6 +1,6 @@
 """``edge-runtime``: the command line, and the composition root of the runtime.
 
-Commands: ``run`` (the whole tree in one process, with a replay and a summary),
+Commands: ``run`` (the whole tree on this machine, with a replay and a summary),
 ``agent`` (one node, as a Raspberry Pi runs it), ``replay`` (a dataset as live sensor
 readings) and ``watch`` (follow the root's global model). Bad input ends in one line
 on stderr and a non-zero exit status, never a traceback.
@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import signal
 import ssl
 import sys
@@ -28,14 +29,17 @@ from edge_runtime import __version__
 from edge_runtime.acl import AclError, generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
 from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
+from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.datasets import DatasetError, load_dataset
+from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
 from edge_runtime.monitor import ModelWatcher, privacy_of
-from edge_runtime.replay import Replayer, wait_online
+from edge_runtime.replay import DEFAULT_BATCH_SIZE, Replayer, wait_online
 from edge_runtime.runner import Progress, RunSummary, run_topology
 from edge_runtime.topology import Topology, TopologyError, load_topology
 from edge_runtime.wire import SubspaceMessage
+from edge_runtime.workers import WorkerError
 
 __all__ = ["main"]
 
@@ -100,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         parents=[common, connection],
         name="run",
-        help="run a whole topology in one process and replay data",
+        help="run a whole topology on this machine and replay data",
     )
     run.add_argument("topology", type=Path, help="topology TOML file")
     run.add_argument("--data", type=Path, help="matrix file (rows are samples); default: topology")
@@ -114,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=60.0,
         help="seconds to wait after the replay for the root to cover every leaf (default 60)",
+    )
+    run.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=os.cpu_count() or 1,
+        help="processes hosting the agents, spread over the cores (default: the number of "
+        f"cores, {os.cpu_count() or 1} here); 1 runs every agent in this process",
     )
 
     agent = sub.add_parser(
@@ -155,8 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--window",
         type=_positive_int,
-        default=10_000,
-        help="readings kept until their leaf reports them durable (default 10000)",
+        default=100_000,
+        help="readings per leaf kept until the leaf confirms them durable (default 100000)",
+    )
+    replay.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"readings per message (default {DEFAULT_BATCH_SIZE}; 1: one per message)",
     )
     replay.add_argument(
         "--confirm-timeout",
@@ -188,6 +205,33 @@ def build_parser() -> argparse.ArgumentParser:
     acl.add_argument(
         "--bridge", action="append", default=[], help="node id behind a bridged site broker"
     )
+
+    bridge = sub.add_parser(
+        parents=[common],
+        name="bridge",
+        help="print a Mosquitto bridge from a site broker to the central one",
+        description="Print the bridge section for the site broker of SITE (an aggregator "
+        "below the root): its subtree's snapshot, status and confirmations go up, the model "
+        "and the leaves' sensor topics come down. TLS and credential files are paths on the "
+        "site broker's machine.",
+    )
+    bridge.add_argument("topology", type=Path, help="topology TOML file")
+    bridge.add_argument("--site", required=True, help="aggregator whose subtree the site runs")
+    bridge.add_argument(
+        "--central", required=True, help="the central broker, mqtt://HOST:PORT or mqtts://..."
+    )
+    bridge.add_argument("--name", help="connection name (default: SITE-to-central)")
+    bridge.add_argument(
+        "--username", help="the bridge's user on the central broker (the ACL's: bridge-SITE)"
+    )
+    bridge.add_argument(
+        "--password-file", type=Path, help="file whose first line is that user's password"
+    )
+    bridge.add_argument(
+        "--ca-file", help="absolute path of the central broker's CA certificate (mqtts://)"
+    )
+    bridge.add_argument("--cert-file", help="absolute path of the bridge's client certificate")
+    bridge.add_argument("--key-file", help="absolute path of the bridge's private key")
 
     watch = sub.add_parser(
         parents=[common, connection], name="watch", help="follow the root's global model"
@@ -303,15 +347,38 @@ def _print_summary(s: RunSummary) -> None:
         f"merges              {s.merges}",
         f"rejected messages   {s.rejects}",
         f"privacy             {_privacy_text(s.privacy)}",
+        f"throughput          {_maybe(s.readings_per_s, '.0f')} readings/s "
+        "(first reading sent to the root covering every reading)",
+        f"latency to root     p50 {_maybe(s.latency_p50_s, '.3f')} s, "
+        f"p95 {_maybe(s.latency_p95_s, '.3f')} s",
+        f"re-sent readings    {s.resent}",
+        f"undelivered         {s.undelivered} snapshots",
+        f"peak memory         {s.peak_rss_bytes / 2**20:.0f} MiB ({_hosts_text(s.workers)})",
         f"wall time           {s.wall_s:.2f} s",
     ]
     print("\n".join(lines))
+
+
+def _maybe(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _hosts_text(workers: int) -> str:
+    if workers == 1:
+        return "this process, hosting every agent"
+    return f"sum over this process and {workers} worker processes hosting the agents"
 
 
 # ---------------------------------------------------------------------------- commands
 async def _cmd_run(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
     data = _data(topology, args.data)
+    workers = min(args.workers, len(topology.nodes))
+    needed = run_descriptors_needed(len(topology.nodes), workers, local_broker=not args.broker)
+    try:  # before the broker starts: a local Mosquitto inherits our limit
+        ensure_descriptors(needed)
+    except LimitError as exc:
+        raise CliError(str(exc)) from None
     with ExitStack() as stack:
         if args.broker:
             settings = _settings(args.broker, args)
@@ -327,7 +394,11 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 rate=args.rate,
                 settle_timeout_s=args.timeout,
                 progress=line,
+                workers=workers,
+                log_level=args.log_level or DEFAULT_LOG_LEVEL["run"],
             )
+        except WorkerError as exc:
+            raise CliError(str(exc), EXIT_FAILED) from None
         finally:
             line.close()
     if args.json:
@@ -391,6 +462,7 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
         resend=not args.no_resend,
         window=args.window,
         confirm_timeout_s=args.confirm_timeout,
+        batch_size=args.batch_size,
     )
     stats = await replayer.run()
     summary = {
@@ -471,12 +543,51 @@ async def _cmd_acl(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _cmd_bridge(args: argparse.Namespace) -> int:
+    topology = _topology(args.topology)
+    central = parse_broker_url(args.central)
+    if central.tls != (args.ca_file is not None):
+        raise CliError(
+            f"--central {args.central!r} asks for TLS: give the central broker's CA with --ca-file"
+            if central.tls
+            else f"--ca-file needs TLS: give the central broker as mqtts://, not {args.central!r}"
+        )
+    password = None
+    if args.password_file is not None:
+        try:
+            lines = args.password_file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise CliError(f"--password-file {str(args.password_file)!r}: not UTF-8") from None
+        except OSError as exc:
+            raise CliError(f"--password-file {str(args.password_file)!r}: {exc.strerror}") from None
+        password = lines[0].strip() if lines else ""
+        if args.username is None:
+            raise CliError(
+                f"--password-file needs --username (the ACL names it {bridge_user(args.site)})"
+            )
+    text = generate_bridge(
+        topology,
+        args.site,
+        central_host=central.host,
+        central_port=central.port,
+        name=args.name,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        username=args.username,
+        password=password,
+    )
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "agent": _cmd_agent,
     "replay": _cmd_replay,
     "watch": _cmd_watch,
     "acl": _cmd_acl,
+    "bridge": _cmd_bridge,
 }
 DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
 

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.mqtt
 
 
 def settings_for(broker) -> AgentSettings:
-    return AgentSettings(host=broker.host, port=broker.port, timeout_s=5.0)
+    # float64 snapshots on the wire: these tests compare with the offline answer to 1e-9
+    return AgentSettings(host=broker.host, port=broker.port, timeout_s=5.0, wire_dtype="float64")
 
 
 def offline_leaf(topology, leaf: str, rows: np.ndarray) -> FPCAEdge:
@@ -189,7 +190,7 @@ async def test_duplicated_and_shuffled_snapshots_give_the_same_root_estimate(mos
                 for leaf, payload in shuffled:
                     await client.publish(topo.subspace_topic(leaf), payload, qos=1)
             async with asyncio.timeout(10):
-                while agg.stats.messages_received < len(shuffled) or agg._dirty.is_set():
+                while agg.stats.messages_received < len(shuffled) or agg.core.unpublished:
                     await asyncio.sleep(0.02)
             assert agg.snapshot.n_samples == 400
             assert agg.stats.duplicates >= len(messages)
@@ -283,7 +284,7 @@ async def test_a_silent_child_is_kept_dropped_or_down_weighted_by_the_staleness_
         leaf: offline_leaf(topology, leaf, data[i * 30 : (i + 1) * 30]).tracked_subspace
         for i, leaf in enumerate(topology.leaves())
     }
-    settings = replace(settings_for(mosquitto), status_interval_s=0.2)
+    settings = replace(settings_for(mosquitto), status_min_interval_s=0.2)
     async with AggregatorAgent(topology, "site-0", settings) as agg:
         await agg.wait_connected(5)
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:

@@ -763,13 +763,11 @@ def aggregator_state(agg: AggregatorAgent) -> dict[str, object]:
         "snapshot_image": fingerprint(vars(agg.snapshot)),
         "seq": agg.seq,
         "epoch": agg.epoch,
-        "children": {c: id(m) for c, m in agg.children.items()},
-        "children_image": fingerprint({c: vars(m) for c, m in agg.children.items()}),
+        "children": {c: id(r.snapshot) for c, r in agg.children.items()},
+        "children_image": fingerprint({c: vars(r.snapshot) for c, r in agg.children.items()}),
+        "records": {c: (r.arrived, r.stale, r.merged) for c, r in agg.children.items()},
         "tree": fingerprint(vars(agg.tree)),
-        "pending": dict(agg._pending),
-        "dirty": agg._dirty.is_set(),
-        "arrived": dict(getattr(agg, "_arrived", {})),
-        "stale": set(getattr(agg, "_stale", ())),
+        "unpublished": agg.core.unpublished,
         "merges": agg.merges,
         "duplicates": agg.stats.duplicates,
         "reconnects": agg.stats.reconnects,
@@ -902,7 +900,7 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
                 return leaf_state(leaf), aggregator_state(agg)
 
             before = await wait_stable(states, STEP_DEADLINE_S)
-            assert agg._pending == {} and not agg._dirty.is_set()
+            assert not agg.core.unpublished
             live_before = len(live)
             received0 = {"leaf": leaf.stats.messages_received, "agg": agg.stats.messages_received}
             rejects0 = {"leaf": Counter(leaf.rejects), "agg": Counter(agg.rejects)}
@@ -1043,7 +1041,7 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
             )
             assert leaf.n_samples == SETUP_ROWS + 1
             assert leaf.ingested == {"setup": SETUP_ROWS}
-            assert agg.children[SIBLING].seq == 2
+            assert agg.children[SIBLING].snapshot.seq == 2
             await wait_for(lambda: len(live) > live_before, "a publish", STEP_DEADLINE_S)
             assert decode_subspace(live[-1]).node_id == PARENT
 
@@ -1053,14 +1051,16 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
             assert got["leaf"] == expected["leaf"] + Counter({empty_reason: N_EMPTY})
             assert got["aggregator"] == expected["aggregator"]  # empties ignored, uncounted
             assert sum(got["leaf"].values()) + sum(got["aggregator"].values()) == 10_000 + N_EMPTY
+            # logging is rate-limited: one line per reason per interval, carrying the count
             rejected_logs = Counter(
                 (e["node"], e["reason"])
                 for e in captured_logs[logged0:]
                 if e["event"] == "message_rejected"
             )
-            assert rejected_logs == Counter({(LEAF, r): n for r, n in got["leaf"].items()}) + (
-                Counter({(PARENT, r): n for r, n in got["aggregator"].items()})
-            )
+            assert set(rejected_logs) == {(LEAF, r) for r in got["leaf"]} | {
+                (PARENT, r) for r in got["aggregator"]
+            }
+            assert sum(rejected_logs.values()) < sum(got["leaf"].values()) / 10
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -1121,7 +1121,7 @@ async def test_a_deeply_nested_payload_on_an_agents_own_snapshot_topic_does_not_
     async with LeafAgent(topology, leaf_id, settings, n_features=D) as leaf:
         await leaf.wait_connected(STEP_DEADLINE_S)
         # a snapshot awaiting its echo, as after every publish (set directly: deterministic)
-        leaf._awaiting_echo[("pending", 1)] = time.monotonic() + 60
+        leaf.core.echo.sent("pending", 1, time.monotonic())
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
             await client.publish(topology.subspace_topic(leaf_id), NESTED_1000, qos=1)
         await wait_for(lambda: leaf.stats.messages_received >= 1, "the payload", STEP_DEADLINE_S)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def test_motes_light_nodes_carry_the_defaults() -> None:
         assert config.adaptive is False
         assert config.rank_bounds == (0.01, 0.10)
         assert config.holdoff == 1
-        assert config.idle_flush_s == 0.5
+        assert config.idle_flush_s is None  # the role's default (agents.policy)
+        assert config.publish_max_interval_s is None
         assert config.share == 1.0
     assert topo.nodes["pi-04"].sensor_topic == "sensors/pi-04"
     assert topo.nodes["site-a"].sensor_topic is None
@@ -153,7 +155,7 @@ def test_node_keys_override_defaults_and_builtin_defaults_fill_the_rest() -> Non
     assert a.idle_flush_s == 2.0
     assert isinstance(a.idle_flush_s, float)
     assert (b.rank, b.block_size, b.adaptive, b.rank_bounds) == (3, 50, True, (0.01, 0.10))
-    assert (b.holdoff, b.idle_flush_s, b.share) == (1, 0.5, 1.0)
+    assert (b.holdoff, b.idle_flush_s, b.share) == (1, None, 1.0)
 
 
 def test_prefix_defaults_to_fpca_and_may_have_several_levels() -> None:
@@ -653,3 +655,40 @@ def test_bad_fpca_settings_name_the_node_and_the_key(setting: str, needle: str) 
     with pytest.raises(TopologyError, match=needle) as info:
         parse_topology(text)
     assert "'a'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ("publish_min_interval_s = -1", "publish_min_interval_s must be a finite number >= 0"),
+        ("publish_growth = 0", "publish_growth must be a finite number > 0"),
+        (
+            "publish_min_interval_s = 2\npublish_max_interval_s = 1",
+            "publish_max_interval_s (1.0) must be >= publish_min_interval_s (2.0)",
+        ),
+    ],
+)
+def test_publish_policy_keys_are_checked_with_the_node_named(keys: str, expected: str) -> None:
+    text = (
+        'name = "t"\n[defaults]\nrank = 2\n[[nodes]]\nid = "root"\n'
+        f'[[nodes]]\nid = "leaf"\nparent = "root"\n{keys}\n'
+    )
+    with pytest.raises(TopologyError, match=re.escape(expected)) as info:
+        parse_topology(text)
+    assert "'leaf'" in str(info.value)
+
+
+def test_publish_policy_keys_override_the_role_defaults() -> None:
+    from edge_runtime.agents.core import publish_policy_for
+    from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, LEAF_PUBLISH
+
+    text = (
+        'name = "t"\n[defaults]\nrank = 2\npublish_max_interval_s = 7\n'
+        '[[nodes]]\nid = "root"\n[[nodes]]\nid = "leaf"\nparent = "root"\nidle_flush_s = 0.3\n'
+    )
+    topo = parse_topology(text)
+    leaf = publish_policy_for(topo.nodes["leaf"], leaf=True)
+    root = publish_policy_for(topo.nodes["root"], leaf=False)
+    assert (leaf.max_interval_s, leaf.idle_s) == (7.0, 0.3)
+    assert leaf.min_interval_s == LEAF_PUBLISH.min_interval_s
+    assert (root.max_interval_s, root.idle_s) == (7.0, AGGREGATOR_PUBLISH.idle_s)

@@ -312,8 +312,10 @@ class LeafCore(NodeCore):
         self.last_publish = now
         self._candidate_version = self._input_version
         self._candidate_moved = False
-        if self.snapshot_n() == msg.n_samples:
-            self.unpublished_since = math.inf
+        est = self.estimator
+        pending = 0 if est is None or est.privacy is None else est.n_pending_
+        if self.snapshot_n() == msg.n_samples and pending == 0:
+            self.unpublished_since = math.inf  # (a private leaf's pending rows wait for a flush)
         # Without a checkpoint the snapshot is what a restart restores; a private snapshot
         # covers the ingested readings only once no rows are pending (after a flush).
         if not self.checkpointing and (msg.privacy is None or self._snapshot_pending == 0):
