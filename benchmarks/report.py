@@ -1,8 +1,10 @@
 """Turn benchmark results into ``REPORT.md`` (Markdown tables) and PNG plots.
 
-`done_when` evaluates the Done-when criteria of issue 3 on one run's results and
-`privacy_done_when` those of issue 5 (differential privacy); the report opens with
-those tables, then one section per benchmark (a)-(f) with its table and plot. Plots
+`done_when` evaluates the Done-when criteria of issue 3 on one run's results,
+`privacy_done_when` those of issue 5 (differential privacy) and `fleet_done_when` those
+of issue 9 that the fleet benchmark measures; the report opens with those tables, then
+one section per benchmark (a)-(g) with its table and plot (section (g) and its plot come
+from `benchmarks.fleet_report`). Plots
 use matplotlib's Agg backend (no display needed). `load_results` reads a
 ``results.json`` back (for ``benchmarks.run --only ... --update``).
 """
@@ -25,8 +27,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from benchmarks import fleet_report
 from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE, Trajectory
 from benchmarks.baselines import FrequentDirections
+from benchmarks.fleet import MotesResult, SweepResult
+from benchmarks.fleet_live import AgentCostResult, LatencyResult
+from benchmarks.fleet_wire import DtypeResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import utility as pu
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
@@ -37,6 +43,7 @@ __all__ = [
     "Results",
     "clear_results",
     "done_when",
+    "fleet_done_when",
     "load_results",
     "privacy_done_when",
     "write_plots",
@@ -44,7 +51,16 @@ __all__ = [
 ]
 
 #: Properties of the result rows that ``results.json`` also records (not read back).
-DERIVED_PROPERTIES = ("ratio", "speedup", "naive", "update_per_log2k")
+DERIVED_PROPERTIES = (
+    "ratio",
+    "speedup",
+    "naive",
+    "update_per_log2k",
+    "covered",
+    "cpu_per_reading_s",
+    "cpu_share",
+    "bound_s",
+)
 
 
 #: Thresholds of the Done-when list of issue 3.
@@ -80,6 +96,11 @@ class Results:
     growth: tuple[float, float] = (math.nan, math.nan)
     memory: list[MemoryRow] = field(default_factory=list)
     privacy: pu.PrivacyResults | None = None
+    fleet_sweep: SweepResult | None = None
+    fleet_motes: MotesResult | None = None
+    fleet_latency: LatencyResult | None = None
+    fleet_agent: AgentCostResult | None = None
+    fleet_dtype: DtypeResult | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -91,6 +112,11 @@ BENCHMARK_FIELDS: dict[str, tuple[str, ...]] = {
     "aggregator": ("aggregator", "growth"),
     "memory": ("memory",),
     "privacy": ("privacy",),
+    "fleet-sweep": ("fleet_sweep",),
+    "fleet-motes": ("fleet_motes",),
+    "fleet-latency": ("fleet_latency",),
+    "fleet-agent": ("fleet_agent",),
+    "fleet-dtype": ("fleet_dtype",),
 }
 
 
@@ -171,6 +197,12 @@ def privacy_done_when(res: Results) -> list[Check]:
     if res.privacy is None:
         return []
     return [Check(c.item, c.measured, c.target, c.passed) for c in pu.checks(res.privacy)]
+
+
+def fleet_done_when(res: Results) -> list[Check]:
+    """The Done-when items of issue 9 the fleet benchmark measured (empty without it)."""
+    found = fleet_report.checks(res.fleet_sweep, res.fleet_motes, res.fleet_latency)
+    return [Check(c.item, c.measured, c.target, c.passed) for c in found]
 
 
 def _mark(passed: bool | None) -> str:
@@ -834,6 +866,19 @@ def write_report(res: Results, out_dir: Path) -> Path:
             "Details, the reasons and every number in section (f).",
             "",
         ]
+    fleet_checks = fleet_done_when(res)
+    if fleet_checks:
+        lines += [
+            "## Done-when check (issue 9: flow control, measured by the fleet benchmark)",
+            "",
+            _table(
+                ["item", "measured", "target", "result"],
+                [[c.item, c.measured, c.target, _mark(c.passed)] for c in fleet_checks],
+            ),
+            "",
+            "Details and every number in section (g).",
+            "",
+        ]
     lines += [
         "## Environment",
         "",
@@ -856,6 +901,9 @@ def write_report(res: Results, out_dir: Path) -> Path:
         lines += _memory_section(res)
     if res.privacy is not None:
         lines += _privacy_section(res)
+    lines += fleet_report.section(
+        res.fleet_sweep, res.fleet_motes, res.fleet_latency, res.fleet_agent, res.fleet_dtype
+    )
     path = out_dir / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
@@ -1027,6 +1075,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         save(fig, "memory.png")
     if res.privacy is not None and res.privacy.panels:
         save(_privacy_figure(res.privacy), "privacy_utility.png")
+    paths += fleet_report.write_plot(res.fleet_sweep, out_dir)
     return paths
 
 

@@ -3,14 +3,17 @@
 Usage::
 
     python -m benchmarks.run [--quick] [--out DIR] [--only NAME ...] [--update]
+    python -m benchmarks.run --only fleet --update [--ks 8,32,128] [--repeats N] ...
 
 ``--quick`` shrinks sizes and repeats (well under a minute; for smoke checks, not for
 numbers); the full run takes a few minutes on a 2-core machine. The output directory
 (default ``benchmarks/report``) receives ``REPORT.md``, ``results.json`` and the PNGs.
 ``--only`` runs some benchmarks; with ``--update`` the others keep their results from
 the directory's ``results.json``, so one section of a full report can be re-run
-without re-timing the rest. See ``benchmarks/README.md`` for what each benchmark
-measures.
+without re-timing the rest. The fleet benchmark (g) (``fleet-sweep``, ``fleet-motes``,
+``fleet-latency``, ``fleet-agent``, ``fleet-dtype``; ``fleet`` names all five) runs the
+runtime in subprocesses against Mosquitto and only when named in ``--only``. See
+``benchmarks/README.md`` for what each benchmark measures.
 """
 
 from __future__ import annotations
@@ -31,14 +34,25 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import accuracy, memory, report, timing
+from benchmarks import accuracy, fleet, fleet_live, fleet_wire, memory, report, timing
 from benchmarks.measure import single_thread
 from benchmarks.privacy import utility as privacy_utility
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
 
-__all__ = ["FULL", "QUICK", "Sizes", "main", "run_suite"]
+__all__ = [
+    "BENCHMARKS",
+    "DEFAULT_BENCHMARKS",
+    "FLEET",
+    "FULL",
+    "GROUPS",
+    "QUICK",
+    "Sizes",
+    "expand_names",
+    "main",
+    "run_suite",
+]
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "report"
 
@@ -71,6 +85,7 @@ class Sizes:
     memory_lengths: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
     memory_ipca_max: int = 10**6
     privacy: privacy_utility.PrivacySizes = privacy_utility.FULL
+    fleet: fleet.FleetSizes = fleet.FULL
 
 
 FULL = Sizes("full")
@@ -93,6 +108,7 @@ QUICK = Sizes(
     memory_lengths=(10**3, 10**4),
     memory_ipca_max=10**4,
     privacy=privacy_utility.QUICK,
+    fleet=fleet.QUICK,
 )
 
 
@@ -199,6 +215,26 @@ def _bench_privacy(res: report.Results, sizes: Sizes, log: Callable[[str], None]
     res.privacy = privacy_utility.run_utility(sizes.privacy, log)
 
 
+def _bench_fleet_sweep(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fleet_sweep = fleet.run_sweep(sizes.fleet, log)
+
+
+def _bench_fleet_motes(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fleet_motes = fleet.run_motes(sizes.fleet, log)
+
+
+def _bench_fleet_latency(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fleet_latency = fleet_live.measure_latency(sizes.fleet, log)
+
+
+def _bench_fleet_agent(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fleet_agent = fleet_live.measure_agent_cost(sizes.fleet, log)
+
+
+def _bench_fleet_dtype(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fleet_dtype = fleet_wire.measure_dtypes(log)
+
+
 BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], None]] = {
     "accuracy": _bench_accuracy,
     "throughput": _bench_throughput,
@@ -206,7 +242,37 @@ BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], N
     "aggregator": _bench_aggregator,
     "memory": _bench_memory,
     "privacy": _bench_privacy,
+    "fleet-sweep": _bench_fleet_sweep,
+    "fleet-motes": _bench_fleet_motes,
+    "fleet-latency": _bench_fleet_latency,
+    "fleet-agent": _bench_fleet_agent,
+    "fleet-dtype": _bench_fleet_dtype,
 }
+#: The fleet benchmark (g): subprocesses and a broker, minutes at full size; run only on
+#: request (``--only fleet`` or some of its parts).
+FLEET: tuple[str, ...] = tuple(name for name in BENCHMARKS if name.startswith("fleet-"))
+#: What a run without ``only`` runs: the library benchmarks (a)-(f).
+DEFAULT_BENCHMARKS: tuple[str, ...] = tuple(name for name in BENCHMARKS if name not in FLEET)
+#: Names that stand for several benchmarks in ``only``.
+GROUPS: dict[str, tuple[str, ...]] = {"fleet": FLEET}
+
+
+def expand_names(only: Sequence[str] | None) -> list[str]:
+    """The benchmarks ``only`` names, groups expanded, in `BENCHMARKS` order (all of
+    `DEFAULT_BENCHMARKS` for None).
+
+    Raises
+    ------
+    ValueError
+        If a name is neither a benchmark nor a group.
+    """
+    if only is None:
+        return list(DEFAULT_BENCHMARKS)
+    unknown = [n for n in only if n not in BENCHMARKS and n not in GROUPS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {[*BENCHMARKS, *GROUPS]}")
+    wanted = {m for n in only for m in GROUPS.get(n, (n,))}
+    return [name for name in BENCHMARKS if name in wanted]
 
 
 def run_suite(
@@ -226,7 +292,8 @@ def run_suite(
     out_dir : Path
         Created if missing; receives ``REPORT.md``, ``results.json`` and PNGs.
     only : sequence of str or None
-        Names from `BENCHMARKS`; None runs all.
+        Names from `BENCHMARKS` or `GROUPS`; None runs `DEFAULT_BENCHMARKS` (all but
+        the fleet benchmark).
     update : bool, default=False
         Start from ``out_dir/results.json`` (a run of the same mode): the benchmarks not
         in ``only`` keep their results there, those in ``only`` are replaced, and the
@@ -244,10 +311,7 @@ def run_suite(
         If ``only`` names an unknown benchmark, or ``update`` finds no results file or
         one from another mode.
     """
-    names = list(BENCHMARKS) if only is None else list(only)
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    names = expand_names(only)
     out_dir.mkdir(parents=True, exist_ok=True)
     environment = _environment(sizes)
     if update:
@@ -311,6 +375,26 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _leaf_counts(text: str) -> tuple[int, ...]:
+    """``"8,32,128"`` -> ``(8, 32, 128)``."""
+    try:
+        return tuple(_at_least_one(part.strip()) for part in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected leaf counts >= 1 separated by commas, got {text!r}"
+        ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns 0 (failed Done-when items are printed, not fatal:
     benchmarks report numbers, tests check correctness)."""
@@ -324,8 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=list(BENCHMARKS),
-        help="run only these benchmarks (default: all)",
+        choices=[*BENCHMARKS, *GROUPS],
+        help="run only these benchmarks (default: all but the fleet benchmark; 'fleet' "
+        "names its five parts)",
     )
     parser.add_argument(
         "--update",
@@ -333,11 +418,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --only: keep the other benchmarks' results from OUT/results.json "
         "(same mode) and rewrite the whole report",
     )
+    group = parser.add_argument_group("fleet benchmark (with --only fleet or its parts)")
+    group.add_argument("--ks", type=_leaf_counts, help="leaf counts of the sweep, e.g. 8,32,128")
+    group.add_argument(
+        "--repeats", type=_at_least_one, help="runs per k and of the Motes demo (medians)"
+    )
+    group.add_argument(
+        "--readings-per-leaf", type=_at_least_one, help="synthetic readings per leaf (200)"
+    )
+    group.add_argument(
+        "--run-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop a run after this long and report it as stalled",
+    )
+    group.add_argument("--workers", type=_at_least_one, help="--workers of edge-runtime run")
     args = parser.parse_args(argv)
     if args.update and not args.only:
         parser.error("--update needs --only")
-    res = run_suite(QUICK if args.quick else FULL, args.out, only=args.only, update=args.update)
-    failed = [c for c in report.done_when(res) + report.privacy_done_when(res) if c.passed is False]
+    sizes = QUICK if args.quick else FULL
+    fleet_options = {
+        "ks": args.ks,
+        "repeats": args.repeats,
+        "large_repeats": args.repeats,
+        "motes_repeats": args.repeats,
+        "readings_per_leaf": args.readings_per_leaf,
+        "run_timeout_s": args.run_timeout,
+        "workers": args.workers,
+    }
+    fleet_options = {k: v for k, v in fleet_options.items() if v is not None}
+    if fleet_options:
+        if not set(expand_names(args.only)) & set(FLEET):
+            parser.error(
+                "--ks, --repeats, --readings-per-leaf, --run-timeout and --workers "
+                "apply to the fleet benchmark: add --only fleet"
+            )
+        if args.run_timeout is not None and not args.run_timeout > 0:
+            parser.error(f"--run-timeout must be > 0 seconds, got {args.run_timeout:g}")
+        sizes = dataclasses.replace(sizes, fleet=dataclasses.replace(sizes.fleet, **fleet_options))
+    res = run_suite(sizes, args.out, only=args.only, update=args.update)
+    found = report.done_when(res) + report.privacy_done_when(res) + report.fleet_done_when(res)
+    failed = [c for c in found if c.passed is False]
     for c in failed:
         print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")
     return 0

@@ -372,13 +372,13 @@ def _hosts_text(workers: int) -> str:
 # ---------------------------------------------------------------------------- commands
 async def _cmd_run(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
-    data = _data(topology, args.data)
     workers = min(args.workers, len(topology.nodes))
     needed = run_descriptors_needed(len(topology.nodes), workers, local_broker=not args.broker)
-    try:  # before the broker starts: a local Mosquitto inherits our limit
+    try:  # first: before loading data, and before a local Mosquitto inherits our limit
         ensure_descriptors(needed)
     except LimitError as exc:
         raise CliError(str(exc)) from None
+    data = _data(topology, args.data)
     with ExitStack() as stack:
         if args.broker:
             settings = _settings(args.broker, args)

@@ -1,22 +1,38 @@
-"""One-process demo: every agent of a topology, a replay, and the root's final estimate."""
+"""A whole topology on one machine: every agent, a replay, and the root's final estimate.
+
+The agents run in this process (``workers=1``) or spread over worker processes
+(`edge_runtime.workers`); the replay and the model watcher always run here.
+"""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import aiomqtt
 import numpy as np
+import structlog
 
-from edge_runtime.agents import Agent, AgentSettings, AggregatorAgent, create_agent
+from edge_runtime.agents import AgentSettings
 from edge_runtime.fpca import error_ratio
 from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy_of
-from edge_runtime.replay import Replayer
+from edge_runtime.replay import Replayer, ReplayStats
 from edge_runtime.topology import Topology
+from edge_runtime.wire import SubspaceMessage
+from edge_runtime.workers import (
+    AgentHost,
+    WorkerPool,
+    WorkerReport,
+    assign_nodes,
+    cpu_time_s,
+    peak_rss_bytes,
+)
 
-__all__ = ["Progress", "RunSummary", "clear_retained", "run_topology"]
+__all__ = ["Arrivals", "Progress", "RunSummary", "clear_retained", "run_topology"]
+
+log = structlog.get_logger("edge_runtime.runner")
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,19 @@ class RunSummary:
     replayed rows, r being the root's rank (1.0 is optimal). ``privacy`` is the root
     model's differential-privacy guarantee, ``{"epsilon", "delta", "clip_norm"}`` (the
     weakest over the leaves), or None when some leaf publishes without noise.
+
+    Throughput and latency are measured here, on one clock (``time.monotonic``), as the
+    model watcher receives the root's models: ``readings_per_s`` is ``samples`` over the
+    time from the first reading sent to the first model covering every reading (None
+    when none did); a reading's latency is the time from its first send to the first
+    model whose ``provenance[leaf]`` exceeds the reading's index in its leaf's share,
+    and ``latency_p50_s`` / ``latency_p95_s`` are percentiles over the readings some
+    model covered (None when none was). ``resent`` counts the readings the replay sent
+    again; ``undelivered`` the snapshots whose echo never came back, over all agents.
+    ``peak_rss_bytes`` is the sum of the peak resident set sizes of this process and of
+    every worker process (an upper bound of the run's simultaneous peak; the broker is
+    not counted). ``workers`` is the number of processes that hosted the agents (1:
+    this one).
     """
 
     samples: int
@@ -62,6 +91,13 @@ class RunSummary:
     wall_s: float
     covered: bool
     privacy: dict[str, float] | None = None
+    readings_per_s: float | None = None
+    latency_p50_s: float | None = None
+    latency_p95_s: float | None = None
+    resent: int = 0
+    undelivered: int = 0
+    peak_rss_bytes: int = 0
+    workers: int = 1
 
     def as_dict(self) -> dict[str, object]:
         """The summary as a JSON-ready mapping."""
@@ -81,9 +117,67 @@ async def clear_retained(topology: Topology, settings: AgentSettings) -> None:
             topology.status_topic(node),
             topology.status_detail_topic(node),
         ]
+    topics += [topology.confirm_topic(leaf) for leaf in topology.leaves()]
     async with aiomqtt.Client(**settings.client_kwargs()) as client:
         for topic in topics:
             await client.publish(topic, b"", qos=1, retain=True)
+
+
+class Arrivals:
+    """When the root's models first covered each reading (``time.monotonic`` seconds).
+
+    A model covers reading ``i`` of ``leaf`` (its index in the leaf's share, i.e. its
+    sequence number) when ``provenance[leaf] > i``: a leaf ingests its readings in order.
+
+    Parameters
+    ----------
+    expected : mapping of leaf id -> int
+        Readings each leaf receives.
+
+    Attributes
+    ----------
+    at : dict of leaf id -> ndarray of shape (expected[leaf],), float64
+        First time a model covered each reading; NaN until one does.
+    all_covered_at : float or None
+        First time a model covered every reading.
+    """
+
+    def __init__(self, expected: Mapping[str, int]) -> None:
+        self.expected = dict(expected)
+        self.at = {leaf: np.full(n, np.nan) for leaf, n in self.expected.items()}
+        self._high = dict.fromkeys(self.expected, 0)
+        self.all_covered_at: float | None = None
+
+    def update(self, model: SubspaceMessage, now: float) -> None:
+        """Record the readings ``model`` covers for the first time, at ``now``."""
+        for leaf, n in model.provenance.items():
+            high = self._high.get(leaf)
+            if high is not None and n > high:
+                n = min(n, self.expected[leaf])
+                self.at[leaf][high:n] = now
+                self._high[leaf] = n
+        if self.all_covered_at is None and self._high == self.expected:
+            self.all_covered_at = now
+
+    def latencies(self, first_sent: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Seconds from each reading's first send to its first coverage, covered ones only.
+
+        Parameters
+        ----------
+        first_sent : mapping of leaf id -> ndarray of shape (expected[leaf],)
+            ``time.monotonic`` of each reading's first send (NaN: never sent).
+
+        Returns
+        -------
+        ndarray of shape (n_covered,), float64
+        """
+        parts = [self.at[leaf] - np.asarray(first_sent[leaf]) for leaf in self.at]
+        flat = np.concatenate(parts) if parts else np.empty(0)
+        return flat[np.isfinite(flat)]
+
+
+def _percentile(values: np.ndarray, q: float) -> float | None:
+    return None if values.size == 0 else round(float(np.percentile(values, q)), 6)
 
 
 async def run_topology(
@@ -94,8 +188,11 @@ async def run_topology(
     rate: float | None = None,
     settle_timeout_s: float = 60.0,
     progress: Callable[[Progress], None] | None = None,
+    workers: int = 1,
+    log_level: str = "warning",
+    startup_timeout_s: float = 120.0,
 ) -> RunSummary:
-    """Run all agents of ``topology`` in this process, replay ``data`` and summarise.
+    """Run all agents of ``topology``, replay ``data`` and summarise.
 
     Each agent has its own MQTT connection to the broker in ``settings``. Returns once
     the root's model covers every leaf's final snapshot, or ``settle_timeout_s``
@@ -103,63 +200,112 @@ async def run_topology(
 
     Parameters
     ----------
+    topology : Topology
     data : ndarray of shape (n_samples, n_features)
+    settings : AgentSettings
+    rate : float, optional
+        Readings per second of the replay; None sends as fast as the broker accepts.
+    settle_timeout_s : float, default 60
+        Seconds to wait after the replay for the root to cover every reading.
+    progress : callable, optional
+        Called with a `Progress` as readings go out and models come in.
+    workers : int, default 1
+        Processes hosting the agents: 1 runs them in this process's event loop; more
+        spreads them over that many worker processes (`edge_runtime.workers.assign_nodes`,
+        never more processes than nodes).
+    log_level : str, default "warning"
+        Log level of the worker processes.
+    startup_timeout_s : float, default 120
+        Seconds for the worker processes to start and connect their agents.
 
     Raises
     ------
+    ValueError
+        If ``workers`` is below 1.
     aiomqtt.MqttError
         If the broker cannot be reached.
+    edge_runtime.workers.WorkerError
+        If agents do not connect, or a worker process fails to start or dies.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     start = time.monotonic()
     n_samples, n_features = data.shape
     await clear_retained(topology, settings)
     replayer = Replayer(topology, data, settings, rate=rate)
     expected = replayer.expected_samples()
+    arrivals = Arrivals(expected)
     sent = 0
+    latest: SubspaceMessage | None = None
 
-    agents: list[Agent] = [
-        create_agent(topology, node, settings, n_features=n_features, restore_from_broker=False)
-        for node in topology.nodes
-    ]
-    root = next(a for a in agents if a.node_id == topology.root)
-    assert isinstance(root, AggregatorAgent)
-
-    def report(_: object = None) -> None:
+    def report() -> None:
         if progress is None:
             return
-        model = root.snapshot
         progress(
             Progress(
                 samples_replayed=sent,
                 samples_total=n_samples,
-                leaves_reporting=leaves_reporting(model, expected),
+                leaves_reporting=leaves_reporting(latest, expected),
                 leaves_total=len(expected),
-                root_rank=0 if model is None else model.rank,
-                root_n_samples=0 if model is None else model.n_samples,
+                root_rank=0 if latest is None else latest.rank,
+                root_n_samples=0 if latest is None else latest.n_samples,
                 elapsed_s=time.monotonic() - start,
             )
         )
+
+    def on_model(model: SubspaceMessage) -> None:
+        nonlocal latest
+        arrivals.update(model, time.monotonic())
+        latest = model
+        report()
 
     def on_sent(rows: int) -> None:
         nonlocal sent
         sent = rows
         report()
 
-    model = None
-    async with AsyncExitStack() as stack:
-        for agent in agents:
-            await stack.enter_async_context(agent)
-        for agent in agents:
-            await agent.wait_connected(settings.timeout_s)
-        watcher = await stack.enter_async_context(ModelWatcher(topology, settings, report))
-        replay = await replayer.run(on_sent)
-        try:
-            model = await watcher.wait_until(lambda m: covers(m, expected), settle_timeout_s)
-        except TimeoutError:
-            model = watcher.model
-        # leaving the stack stops the watcher, then every agent (final snapshots)
-    report()
+    async def replay_and_settle() -> tuple[ReplayStats, SubspaceMessage | None]:
+        log.info("agents_connected", elapsed_s=round(time.monotonic() - start, 3))
+        async with ModelWatcher(topology, settings, on_model) as watcher:
+            stats = await replayer.run(on_sent)
+            log.info("replay_done", elapsed_s=round(time.monotonic() - start, 3))
+            try:
+                model = await watcher.wait_until(lambda m: covers(m, expected), settle_timeout_s)
+            except TimeoutError:
+                model = watcher.model
+            log.info("settled", elapsed_s=round(time.monotonic() - start, 3))
+        return stats, model
 
+    groups = assign_nodes(topology, workers)
+    host: AgentHost | WorkerPool
+    if len(groups) == 1:
+        host = AgentHost(topology, groups[0], settings, n_features)
+    else:
+        host = WorkerPool(
+            topology,
+            groups,
+            settings,
+            n_features,
+            startup_timeout_s=startup_timeout_s,
+            log_level=log_level,
+        )
+    async with host:
+        replay, model = await host.guard(replay_and_settle())
+        reports = await host.close()  # every agent publishes its final snapshot
+    report()
+    _log_hosts(reports, time.monotonic() - start)
+
+    agents = [a for r in reports for a in r.agents]
+    rss = {os.getpid(): peak_rss_bytes()} | {r.pid: r.peak_rss_bytes for r in reports}
+    first_sent = min(
+        (float(np.nanmin(t)) for t in replayer.first_sent.values() if np.isfinite(t).any()),
+        default=None,
+    )
+    readings_per_s = None
+    if arrivals.all_covered_at is not None and first_sent is not None:
+        elapsed = arrivals.all_covered_at - first_sent
+        readings_per_s = round(replay.rows / elapsed, 1) if elapsed > 0 else None
+    latencies = arrivals.latencies(replayer.first_sent)
     ratio = float("nan")
     if model is not None and model.rank > 0:
         ratio = error_ratio(data, model.subspace.basis)
@@ -171,14 +317,33 @@ async def run_topology(
         rank=0 if model is None else model.rank,
         root_n_samples=0 if model is None else model.n_samples,
         error_ratio=ratio,
-        messages=sum(a.stats.messages_published for a in agents),
-        payload_bytes=sum(a.stats.bytes_published for a in agents),
+        messages=sum(a.messages_published for a in agents),
+        payload_bytes=sum(a.bytes_published for a in agents),
         raw_bytes=n_samples * n_features * 8,
         sensor_messages=replay.messages,
         sensor_bytes=replay.payload_bytes,
-        merges=sum(a.merges for a in agents if isinstance(a, AggregatorAgent)),
-        rejects=sum(sum(a.rejects.values()) for a in agents),
+        merges=sum(a.merges for a in agents),
+        rejects=sum(a.rejects for a in agents),
         wall_s=round(time.monotonic() - start, 3),
         covered=covers(model, expected),
         privacy=privacy_of(model),
+        readings_per_s=readings_per_s,
+        latency_p50_s=_percentile(latencies, 50),
+        latency_p95_s=_percentile(latencies, 95),
+        resent=replay.resent,
+        undelivered=sum(a.undelivered for a in agents),
+        peak_rss_bytes=sum(rss.values()),
+        workers=host.workers,
     )
+
+
+def _log_hosts(reports: list[WorkerReport], elapsed_s: float) -> None:
+    log.info("agents_stopped", elapsed_s=round(elapsed_s, 3), main_cpu_s=round(cpu_time_s(), 2))
+    for r in reports:
+        log.info(
+            "agent_host_stopped",
+            pid=r.pid,
+            agents=len(r.agents),
+            cpu_s=round(r.cpu_s, 2),
+            peak_rss_mb=round(r.peak_rss_bytes / 2**20, 1),
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,6 +73,34 @@ def test_run_with_other_data_follows_its_number_of_features(tmp_path):
     assert summary["n_features"] == 17
     assert summary["leaves_reporting"] == 8
     assert summary["error_ratio"] <= 1.05
+
+
+@pytest.mark.mqtt
+def test_run_on_two_workers_reports_throughput_latency_resends_and_memory():
+    proc = cli("run", str(MOTES), "--workers", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["workers"] == 2
+    assert summary["leaves_reporting"] == summary["leaves_total"] == 8
+    assert summary["readings_per_s"] > 0
+    assert 0 < summary["latency_p50_s"] <= summary["latency_p95_s"]
+    assert summary["resent"] == 0
+    assert summary["undelivered"] == 0
+    assert summary["peak_rss_bytes"] > 0
+
+
+@pytest.mark.mqtt
+def test_run_prints_readings_per_second_in_its_summary():
+    proc = cli("run", str(MINIMAL), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^throughput\s+\d+ readings/s", proc.stdout, re.MULTILINE), proc.stdout
+    assert re.search(r"^latency to root\s+p50 [\d.]+ s, p95 [\d.]+ s", proc.stdout, re.MULTILINE)
+
+
+def test_run_needs_at_least_one_worker():
+    proc = cli("run", str(MINIMAL), "--workers", "0")
+    assert proc.returncode == 2
+    assert "--workers" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_missing_topology_file_is_one_line_and_exit_2(tmp_path):

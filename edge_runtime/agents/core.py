@@ -84,7 +84,9 @@ class NodeCore:
         self.unpublished_since = math.inf
         self._last_status = -math.inf
         self._status_signature: object = None
-        self._signature_sent: object = object()
+        # a fresh node has nothing to report but `online` (retained): its first document
+        # goes out on a change of health, the heartbeat or shutdown
+        self._signature_sent: object = self.health()
 
     # ----------------------------------------------------------------- status
     def health(self) -> tuple[object, ...]:

@@ -403,8 +403,10 @@ class LeafAgent(Agent):
         if snap is not None:
             payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
             await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
-        # after every (re)connection: publishers re-send what this leaf has not ingested
-        await self._publish_confirm(client, time.monotonic(), force=True)
+        # after a reconnection or a restore: publishers re-send what this leaf has not
+        # ingested (a fresh leaf's first connection has nothing to confirm)
+        if self._core.connections > 1 or self._core.restored_from or self._core.ingested:
+            await self._publish_confirm(client, time.monotonic(), force=True)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         core = self._core

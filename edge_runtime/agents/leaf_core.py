@@ -415,7 +415,6 @@ class LeafCore(NodeCore):
             *super().health(),
             self.sequencer.gap_rows,
             self.restored_from,
-            self.estimator is None,
         )
 
     def status_extra(self, now: float) -> dict[str, object]:

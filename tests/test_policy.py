@@ -1,0 +1,257 @@
+"""Flow-control policies on a virtual clock: no broker, no sleeps, every rule by its times."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edge_runtime.agents.policy import (
+    ConfirmPolicy,
+    EchoTracker,
+    PublishPolicy,
+    StatusPolicy,
+    largest_angle,
+    subspace_change,
+)
+from edge_runtime.fpca import Subspace
+
+POLICY = PublishPolicy(min_interval_s=0.2, max_interval_s=5.0, idle_s=0.1)
+
+
+def subspace(angle: float = 0.0, sv: tuple[float, ...] = (10.0, 5.0), n: int = 100) -> Subspace:
+    """Two orthonormal directions in R^4, the first rotated by ``angle`` radians."""
+    basis = np.zeros((4, 2))
+    basis[0, 0], basis[2, 0] = math.cos(angle), math.sin(angle)
+    basis[1, 1] = 1.0
+    return Subspace(basis, np.array(sv), n)
+
+
+def decide(now: float, **state: float | bool) -> str | None:
+    """`POLICY.decide` with a node that published at 0 and last read at ``now``."""
+    args: dict[str, float | bool] = {
+        "last_publish": 0.0,
+        "last_input": now,
+        "unpublished_since": 0.0,
+        "moved": False,
+    }
+    args.update(state)
+    return POLICY.decide(now, **args)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ PublishPolicy
+def test_the_first_snapshot_goes_out_as_soon_as_the_rate_limit_allows() -> None:
+    assert decide(0.1, first=True) is None
+    assert decide(0.2, first=True) == "first"
+    assert POLICY.next_check(
+        0.1, last_publish=0.0, last_input=0.1, unpublished_since=0.0, first=True
+    ) == pytest.approx(0.2)
+
+
+def test_a_moved_subspace_is_published_but_never_before_the_minimum_interval() -> None:
+    assert decide(0.15, moved=True) is None
+    assert decide(0.2, moved=True) == "moved"
+    assert POLICY.next_check(
+        0.05, last_publish=0.0, last_input=0.05, unpublished_since=0.01, moved=True
+    ) == pytest.approx(0.2)
+
+
+def test_a_steady_stream_inside_the_deadband_is_published_every_maximum_interval() -> None:
+    assert decide(4.99, unpublished_since=0.0) is None
+    assert decide(5.0, unpublished_since=0.0) == "max_interval"
+    assert POLICY.next_check(
+        1.0, last_publish=0.0, last_input=1.0, unpublished_since=0.0
+    ) == pytest.approx(1.1)  # idle comes first
+    assert POLICY.next_check(
+        4.97, last_publish=0.0, last_input=4.97, unpublished_since=0.0
+    ) == pytest.approx(5.0)
+
+
+def test_a_stream_that_pauses_gets_its_trailing_publish_after_the_idle_time() -> None:
+    assert decide(1.05, last_input=1.0) is None
+    assert decide(1.1, last_input=1.0) == "idle"
+    assert POLICY.next_check(
+        1.0, last_publish=0.0, last_input=1.0, unpublished_since=0.5
+    ) == pytest.approx(1.1)
+
+
+def test_nothing_unpublished_means_no_publish_and_no_wakeup() -> None:
+    assert decide(100.0, unpublished_since=math.inf, moved=True, first=True) is None
+    assert (
+        POLICY.next_check(1.0, last_publish=0.0, last_input=0.5, unpublished_since=math.inf)
+        == math.inf
+    )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"first": True},
+        {"moved": True},
+        {"unpublished_since": -10.0},
+        {"last_input": -10.0},
+    ],
+)
+def test_no_reason_bypasses_the_rate_limit(state: dict[str, float | bool]) -> None:
+    assert decide(0.19, **state) is None
+    assert decide(0.2, **state) is not None
+
+
+def test_a_steady_stream_on_a_virtual_clock_publishes_about_once_per_maximum_interval() -> None:
+    """Readings every 10 ms for 18 s, never moving: a publish per maximum interval and the
+    trailing one when the stream stops, whatever the reading rate."""
+    last_publish, unpublished_since, reasons = -math.inf, math.inf, []
+    for step in range(1800):
+        now = step * 0.01
+        if math.isinf(last_publish):
+            last_publish = now  # the rate limit counts from the first reading
+        if math.isinf(unpublished_since):
+            unpublished_since = now
+        reason = POLICY.decide(
+            now,
+            last_publish=last_publish,
+            last_input=now,
+            unpublished_since=unpublished_since,
+            moved=False,
+        )
+        if reason is not None:
+            reasons.append(reason)
+            last_publish, unpublished_since = now, math.inf
+    end = 17.99
+    wake = POLICY.next_check(
+        end, last_publish=last_publish, last_input=end, unpublished_since=unpublished_since
+    )
+    assert wake == pytest.approx(end + POLICY.idle_s)
+    assert (
+        POLICY.decide(
+            wake,
+            last_publish=last_publish,
+            last_input=end,
+            unpublished_since=unpublished_since,
+            moved=False,
+        )
+        == "idle"
+    )
+    assert reasons == ["max_interval"] * 3  # at 5.0, 10.01, 15.02; idle at 18.09
+
+
+def test_the_deadband_ignores_a_stationary_stream_and_catches_rotation_spectrum_and_growth() -> (
+    None
+):
+    base = subspace()
+    same_per_sample = (10.0 * math.sqrt(1.5), 5.0 * math.sqrt(1.5))
+    assert not POLICY.moved(base, subspace(0.01, sv=same_per_sample, n=150), rank=2)
+    assert POLICY.moved(base, subspace(0.06), rank=2)  # angle 0.06 > 0.05 rad
+    assert POLICY.moved(base, subspace(sv=(10.0, 6.5)), rank=2)  # 15 % of s_0
+    assert POLICY.moved(base, subspace(n=200), rank=2)  # the count doubled
+    assert POLICY.moved(None, base, rank=2)
+
+
+def test_the_spectrum_is_compared_per_sample_so_growth_alone_does_not_move_it() -> None:
+    grown = subspace(sv=(10.0 * math.sqrt(1.5), 5.0 * math.sqrt(1.5)), n=150)
+    angle, spectrum, growth = subspace_change(subspace(), grown, rank=2)
+    assert angle == pytest.approx(0.0, abs=1e-7)
+    assert spectrum == pytest.approx(0.0, abs=1e-12)
+    assert growth == pytest.approx(0.5)
+
+
+def test_largest_angle_is_the_rotation_between_the_spans() -> None:
+    assert largest_angle(subspace(0.3).basis, subspace().basis) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_interval_s": 1.0, "max_interval_s": 0.5, "idle_s": 0.1},
+        {"min_interval_s": -1.0, "max_interval_s": 0.5, "idle_s": 0.1},
+        {"min_interval_s": 0.1, "max_interval_s": 0.5, "idle_s": math.nan},
+        {"min_interval_s": 0.1, "max_interval_s": 0.5, "idle_s": 0.1, "growth": 0.0},
+    ],
+)
+def test_an_inconsistent_publish_policy_is_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        PublishPolicy(**kwargs)
+
+
+# ------------------------------------------------------------------- StatusPolicy
+def test_status_documents_go_out_as_a_heartbeat_without_changes() -> None:
+    policy = StatusPolicy(heartbeat_s=30.0, min_interval_s=2.0)
+    assert not policy.decide(29.9, last_sent=0.0, changed=False)
+    assert policy.decide(30.0, last_sent=0.0, changed=False)
+    assert policy.next_check(5.0, last_sent=0.0, changed=False) == 30.0
+
+
+def test_a_change_of_health_is_reported_at_once_but_rate_limited() -> None:
+    policy = StatusPolicy(heartbeat_s=30.0, min_interval_s=2.0)
+    assert not policy.decide(1.0, last_sent=0.0, changed=True)
+    assert policy.next_check(1.0, last_sent=0.0, changed=True) == 2.0
+    assert policy.decide(2.0, last_sent=0.0, changed=True)
+    assert policy.next_check(7.0, last_sent=0.0, changed=True) == 7.0  # overdue: now
+
+
+# ------------------------------------------------------------------ ConfirmPolicy
+def test_a_confirmation_inside_the_interval_is_sent_when_it_ends() -> None:
+    policy = ConfirmPolicy(min_interval_s=0.5)
+    assert policy.decide(0.0, last_sent=-math.inf, changed=True)
+    assert not policy.decide(0.3, last_sent=0.0, changed=True)  # a change 0.3 s later waits
+    assert policy.next_check(0.3, last_sent=0.0, changed=True) == 0.5
+    assert policy.decide(0.5, last_sent=0.0, changed=True)  # the trailing confirmation
+
+
+def test_without_a_change_there_is_no_confirmation_and_no_wakeup() -> None:
+    policy = ConfirmPolicy(min_interval_s=0.5)
+    assert not policy.decide(100.0, last_sent=0.0, changed=False)
+    assert policy.next_check(100.0, last_sent=0.0, changed=False) == math.inf
+
+
+def test_confirmations_cost_at_most_one_message_per_interval_whatever_the_reading_rate() -> None:
+    policy, last_sent, sent = ConfirmPolicy(min_interval_s=0.5), -math.inf, 0
+    for step in range(1000):  # something new to confirm every 10 ms for 10 s
+        now = step * 0.01
+        if policy.decide(now, last_sent=last_sent, changed=True):
+            last_sent, sent = now, sent + 1
+    assert sent == 20
+
+
+# -------------------------------------------------------------------- EchoTracker
+def test_a_later_echo_of_the_same_lineage_reports_the_earlier_ones_lost_at_once() -> None:
+    echo = EchoTracker(timeout_s=5.0)
+    for seq in (1, 2, 3):
+        echo.sent("a", seq, 0.0)
+    echo.sent("b", 1, 0.0)  # another lineage (a restarted node) is not affected
+    assert echo.echoed("a", 3, 0.1) == [1, 2]
+    assert echo.undelivered == 2
+    assert echo.awaiting == 1
+    assert echo.echoed("b", 1, 0.2) == []
+
+
+def test_the_bound_grows_with_the_observed_echo_latency() -> None:
+    echo = EchoTracker(timeout_s=5.0, factor=4.0)
+    assert echo.bound_s == 5.0
+    echo.sent("a", 1, 0.0)
+    echo.echoed("a", 1, 3.0)  # a loaded broker: 3 s round trip
+    assert echo.bound_s == 12.0
+    echo.sent("a", 2, 10.0)
+    assert echo.next_check() == 22.0
+    assert echo.expired(21.9) == []
+    assert echo.expired(22.0) == [2]
+    assert echo.undelivered == 1
+    assert echo.next_check() == math.inf
+
+
+def test_an_echo_after_its_report_withdraws_the_report_and_counts_late() -> None:
+    echo = EchoTracker(timeout_s=5.0)
+    echo.sent("a", 1, 0.0)
+    assert echo.expired(5.0) == [1]
+    assert echo.undelivered == 1
+    assert echo.echoed("a", 1, 7.0) == []
+    assert (echo.undelivered, echo.late) == (0, 1)
+
+
+def test_a_timely_echo_is_neither_undelivered_nor_late() -> None:
+    echo = EchoTracker(timeout_s=5.0)
+    echo.sent("a", 1, 0.0)
+    assert echo.echoed("a", 1, 0.05) == []
+    assert echo.expired(100.0) == []
+    assert (echo.undelivered, echo.late, echo.awaiting) == (0, 0, 0)
