@@ -134,6 +134,7 @@ class AggregatorCore(NodeCore):
         self._checked_version = -1
         self._moved = False
         self._merged: Subspace | None = None
+        self.settle_status()
 
     # ------------------------------------------------------------------ inbound
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:

@@ -84,15 +84,18 @@ class NodeCore:
         self.unpublished_since = math.inf
         self._last_status = -math.inf
         self._status_signature: object = None
-        # a fresh node has nothing to report but `online` (retained): its first document
-        # goes out on a change of health, the heartbeat or shutdown
-        self._signature_sent: object = self.health()
+        self._signature_sent: object = None  # set by `settle_status` once state exists
+
+    def settle_status(self) -> None:
+        """A fresh node has nothing to report but ``online`` (retained): its first status
+        document goes out on a change of health, the heartbeat or shutdown."""
+        self._signature_sent = self.health()
 
     # ----------------------------------------------------------------- status
     def health(self) -> tuple[object, ...]:
         """The fields whose change triggers a status document (not progress counters)."""
         undelivered = 0 if self.echo is None else self.echo.undelivered
-        return (sum(self.rejects.values()), undelivered, self.connections)
+        return (sum(self.rejects.values()), undelivered, max(0, self.connections - 1))
 
     def status_due(self, now: float) -> bool:
         """Whether the status document should be published now (`StatusPolicy`)."""

@@ -114,6 +114,7 @@ class LeafCore(NodeCore):
         self._confirm_sent: tuple[object, ...] | None = None
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
+        self.settle_status()
 
     # ------------------------------------------------------------------ estimator
     def estimator_options(self, n_features: int) -> dict[str, Any]:
