@@ -11,7 +11,8 @@ an event loop and threads, which ``fork`` would copy in an undefined state), hos
 agents in an `AgentHost`, sends ``ready`` once every agent is connected, runs until the
 parent sends ``stop`` (or the pipe to the parent closes: the parent died), then stops
 its agents (final snapshots) and sends back a `WorkerReport`. BLAS runs one thread per
-worker. Every wait of the parent is bounded: a worker that fails to start, dies, or
+worker. A worker that fails sends its error as one line (and prints the traceback at log
+level debug). Every wait of the parent is bounded: a worker that fails to start, dies, or
 does not answer ends the run with a one-line `WorkerError`, and every worker is
 terminated (SIGTERM, then SIGKILL) on the way out.
 """
@@ -28,6 +29,7 @@ import resource
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -145,7 +147,11 @@ def assign_nodes(topology: Topology, workers: int) -> list[list[str]]:
     subtree) and cut into ``workers`` contiguous runs whose sizes differ by at most one.
     So the groups are balanced by agent count, and every subtree stays in one worker
     except at most ``workers - 1`` subtrees that straddle a cut. Never more groups than
-    nodes; no group is empty.
+    nodes; no group is empty. Measured with 2 workers on depth-2 trees of 512 and 1024
+    leaves: dealing the nodes round-robin instead gave the same wall time and readings/s
+    within the run-to-run noise (each agent talks only to the broker, so where its parent
+    runs does not matter to it); keeping subtrees together costs nothing and keeps a
+    worker's failure to whole sites.
 
     Parameters
     ----------
@@ -328,6 +334,8 @@ def _worker_main(conn: Connection, job: _Job) -> None:
         with threadpool_limits(limits=1):
             asyncio.run(_serve(conn, job))
     except BaseException as exc:  # report it in one line, then exit non-zero
+        if job.log_level.lower() == "debug":
+            traceback.print_exc()
         with contextlib.suppress(Exception):
             conn.send(("error", _one_line(exc)))
         sys.exit(1)

@@ -89,7 +89,7 @@ def test_a_workers_job_carries_the_topology_through_pickle():
     assert again.path("leaf-1-0") == topology.path("leaf-1-0")
 
 
-def test_peak_rss_is_this_processes_high_water_mark_in_bytes():
+def test_peak_rss_is_the_high_water_mark_of_this_process_in_bytes():
     assert 10 * 2**20 < peak_rss_bytes() < 64 * 2**30
 
 
