@@ -5,39 +5,44 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge_runtime.fpca import error_ratio
 from edge_runtime.simulation import (
+    WORKAROUNDS,
     Faults,
     Feed,
     Link,
     Simulation,
     SimulationConfig,
+    SimulationResult,
     balanced_topology,
     low_rank_data,
 )
 
 FEATURES, RANK, BLOCK, PER_LEAF = 16, 4, 50, 200
 FAULTY = Link(latency_s=0.02, jitter=1.0, drop=0.02, duplicate=0.05)
+FAULTY_IN_ORDER = Link(latency_s=0.02, jitter=1.0, drop=0.02, duplicate=0.05, ordered=True)
 
 
 def run(
     k: int, fanout: int, config: SimulationConfig, *, seed: int = 1
-) -> tuple[np.ndarray, object]:
+) -> tuple[np.ndarray, SimulationResult]:
     topology = balanced_topology(k, fanout, rank=RANK, block_size=BLOCK)
     data = low_rank_data(k * PER_LEAF, FEATURES, RANK, seed=seed)
     return data, Simulation(topology, data, config).run()
 
 
 def faulty(seed: int = 3, **options: object) -> SimulationConfig:
-    """Drops, duplicates and reordering on every link, 10 % of the leaves and two
-    aggregators and the root crashing, 10 % stragglers, a fifth of the snapshots on the wire."""
-    return SimulationConfig(
-        seed=seed,
-        snapshots=FAULTY,
-        readings=FAULTY,
-        faults=Faults(leaf_crashes=0.1, aggregator_crashes=2, root_crash=True),
-        wire_sample=0.2,
-        **options,  # type: ignore[arg-type]
-    )
+    """Drops and duplicates on every link, snapshots reordered (readings keep MQTT's order),
+    10 % of the leaves, two aggregators and the root crashing, 10 % stragglers, a fifth of
+    the snapshots through the wire."""
+    settings: dict[str, object] = {
+        "seed": seed,
+        "snapshots": FAULTY,
+        "readings": FAULTY_IN_ORDER,
+        "faults": Faults(leaf_crashes=0.1, aggregator_crashes=2, root_crash=True),
+        "wire_sample": 0.2,
+    }
+    return SimulationConfig(**{**settings, **options})  # type: ignore[arg-type]
 
 
 def test_a_balanced_topology_puts_every_leaf_at_the_same_depth_under_small_aggregators() -> None:
@@ -62,6 +67,7 @@ def test_64_leaves_with_every_fault_converge_to_the_offline_answer_covering_each
     assert result.counters["unconfirmed"] == 0
     assert result.counters["gap_rows"] == 0
     assert result.error_ratio <= 1.001
+    assert result.error_ratio == pytest.approx(error_ratio(data, result.model_basis), rel=1e-12)
 
 
 def test_the_same_seed_gives_the_same_run_bit_for_bit() -> None:
@@ -93,10 +99,22 @@ def test_leaves_restored_from_checkpoints_cover_every_reading_exactly() -> None:
 def test_messages_are_counted_by_kind_and_stay_far_below_one_per_reading() -> None:
     data, result = run(64, 8, faulty())
     kinds = set(result.messages)
-    assert {"leaf_snapshot", "aggregator_snapshot", "model", "confirm"} <= kinds
+    assert {"leaf_snapshot", "aggregator_snapshot", "model", "confirm", "online"} <= kinds
     assert result.agent_messages == sum(result.messages.values())
     assert result.messages_per_reading == result.agent_messages / data.shape[0]
-    assert result.messages_per_reading <= 0.05
+    assert result.messages_per_reading < 0.1  # a tenth of the leaves crash here
+    assert result.sensor_messages >= data.shape[0] / Feed().batch_size
+
+
+def test_leaves_restore_from_float32_snapshots_from_the_wire() -> None:
+    _, result = run(64, 8, faulty(seed=1, wire_sample=1.0))
+    assert result.counters["restore_refused"] > 0  # float32 bases, restored all the same
+    assert result.coverage_exact
+
+
+def test_an_unknown_work_around_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown work-around 'sleep'"):
+        SimulationConfig(workarounds=WORKAROUNDS | {"sleep"})
 
 
 @pytest.mark.slow
