@@ -50,7 +50,7 @@ class _Stream:
     sent: int = 0  # readings 0 .. sent-1 published at least once
     ingested: int = -1  # last sequence the leaf reports applied
     durable: int = -1  # last sequence the leaf reports durable
-    session: tuple[str, int] | None = None  # (epoch, connection) of the leaf's last confirm
+    session: tuple[str, str, int] | None = None  # (epoch, session, connection), last confirm
     gap: int | None = None  # first missing sequence already re-sent for
     resend_from: int | None = None  # re-send (resend_from .. sent-1) when set
 
@@ -75,7 +75,7 @@ class Replayer:
     ``window`` readings per leaf (sending to a leaf pauses while its window is full; the
     others go on). It re-sends, in order, only what may have been lost: everything above a
     leaf's ``ingested`` after a reconnect of the replay, after a leaf reconnected or
-    restarted (its confirmation shows a new ``(epoch, connection)``), and from the first
+    restarted (its confirmation shows a new ``(epoch, session, connection)``), and from the first
     missing reading of a gap the leaf reports — never on a timer while confirmations
     progress. Only when nothing has progressed for half of ``confirm_timeout_s`` at the end
     does it re-send a leaf's unconfirmed tail once (a lost last message reveals no gap).
@@ -204,7 +204,7 @@ class Replayer:
             return
         stream = self._streams[leaf]
         src = self.source(leaf)
-        session = (confirm.epoch, confirm.connection)
+        session = (confirm.epoch, confirm.session, confirm.connection)
         ingested = int(confirm.ingested.get(src, -1))
         # the first confirmation seen is the baseline (a retained one, or the leaf's first)
         if stream.session is not None and session != stream.session:

@@ -40,29 +40,6 @@ flight and every core is settled (nothing unpublished, unconfirmed or awaited: o
 heartbeat ahead); then the root's model is compared with the offline SVD
 (`edge_runtime.fpca.error_ratio`) and its provenance with every leaf's row count.
 
-Work-arounds (`WORKAROUNDS`; each can be left out with ``SimulationConfig.workarounds`` or
-``--without NAME``, which shows the core problem it covers; all are reported to the cores'
-owner with a proposed fix):
-
-- ``source_starts_at_0``: a fresh leaf's sequencer starts the replay's source at sequence 0.
-  `SourceSequencer` starts an unknown source at the first sequence it *sees*, so when the
-  first batch is lost or overtaken, its readings are dropped as duplicates later, the leaf
-  confirms everything durable and nothing re-sends them.
-- ``restore_sequencer``: after a restore from the retained snapshot, the sequencer and
-  ``durable`` continue after the readings the snapshot covers (the shell leaves them empty:
-  a snapshot carries no per-source sequence numbers), so re-sent readings are neither
-  counted twice nor skipped.
-- ``reorthonormalise``: a float32 snapshot's basis is orthonormal to about 1e-7 only, which
-  `FPCAEdge.from_subspace` refuses (1e-8); the shell then starts the leaf afresh.
-- ``connections_go_on``: a restored leaf keeps its epoch and restarts its connection count
-  at 1, so its confirmation repeats the ``(epoch, connection)`` of its earlier life and the
-  replay does not re-send what the crash lost (until its end-of-run probe); the count goes on.
-- ``checkpoint_unpublished``: readings in a restored checkpoint that no snapshot carried yet
-  are published (the restored core believes nothing is unpublished).
-- ``checkpoint_seq``: a leaf restored from a checkpoint continues after its retained
-  snapshot's ``seq`` (the checkpoint's may be older, and snapshots that reuse a published
-  ``seq`` are ignored as duplicates by the parent).
-
 Example::
 
     python -m edge_runtime.simulation --leaves 10000 --fanout 100 --root-crash
@@ -88,7 +65,7 @@ from edge_runtime.agents.core import publish_policy_for
 from edge_runtime.agents.leaf_core import LeafCore
 from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.settings import AgentSettings
-from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio
+from edge_runtime.fpca import FPCAEdge, error_ratio
 from edge_runtime.topology import NodeConfig, Topology
 from edge_runtime.wire import (
     ConfirmMessage,
@@ -99,7 +76,6 @@ from edge_runtime.wire import (
 )
 
 __all__ = [
-    "WORKAROUNDS",
     "Faults",
     "Feed",
     "Link",
@@ -118,18 +94,6 @@ WALL_CLOCK_ORIGIN = 1.7e9
 """Unix time of virtual time 0: snapshot timestamps are ``WALL_CLOCK_ORIGIN + now``."""
 
 # event kinds (ints: cheap to compare in the loop)
-WORKAROUNDS: frozenset[str] = frozenset(
-    {
-        "source_starts_at_0",
-        "restore_sequencer",
-        "reorthonormalise",
-        "connections_go_on",
-        "checkpoint_unpublished",
-        "checkpoint_seq",
-    }
-)
-"""Names of the simulation's work-arounds for core problems (module notes, "Work-arounds")."""
-
 _FEED, _READ, _SNAP, _ECHO, _CONF, _WAKE, _CRASH, _RESTART, _RECONNECT, _PROBE = range(10)
 
 
@@ -283,9 +247,6 @@ class SimulationConfig:
     restore : {"snapshot", "checkpoint"}
         What a crashed leaf restarts from: its retained snapshot (a leaf without a state
         folder) or its last checkpoint (written as `LeafCore.checkpoint_due` says).
-    workarounds : frozenset of str
-        The work-arounds for known core problems to apply (default: all of `WORKAROUNDS`,
-        see the module notes); empty drives the cores exactly as the shells do.
     persistent_session : bool
         Readings sent to a crashed leaf wait at the broker (True, the agents' default) or
         are lost.
@@ -307,7 +268,6 @@ class SimulationConfig:
     faults: Faults = field(default_factory=Faults)
     settings: AgentSettings = field(default_factory=AgentSettings)
     restore: Literal["snapshot", "checkpoint"] = "snapshot"
-    workarounds: frozenset[str] = WORKAROUNDS
     persistent_session: bool = True
     wire_sample: float = 0.0
     max_virtual_s: float = 3600.0
@@ -318,11 +278,6 @@ class SimulationConfig:
             raise ValueError(f"restore must be 'snapshot' or 'checkpoint', got {self.restore!r}")
         if not 0 <= self.wire_sample <= 1:
             raise ValueError(f"wire_sample must be in [0, 1], got {self.wire_sample!r}")
-        unknown = sorted(set(self.workarounds) - WORKAROUNDS)
-        if unknown:
-            raise ValueError(
-                f"unknown work-around {unknown[0]!r}; known: {', '.join(sorted(WORKAROUNDS))}"
-            )
 
 
 @dataclass(frozen=True)
@@ -498,13 +453,6 @@ def low_rank_data(
     return x
 
 
-def _orthonormalised(subspace: Subspace) -> Subspace:
-    """``subspace`` with its basis made orthonormal to rounding (QR, column signs kept)."""
-    q, r = np.linalg.qr(subspace.basis)
-    q *= np.where(np.diag(r) < 0, -1.0, 1.0)
-    return Subspace(q, subspace.singular_values, subspace.n_samples, subspace.mean)
-
-
 class _Draws:
     """Uniform and standard normal draws from one generator, in blocks (fast, reproducible)."""
 
@@ -559,7 +507,6 @@ class _Node:
         self.parent: int | None = None
         self.children: list[int] = []
         self.core: Any = None  # LeafCore | AggregatorCore | None (down)
-        self.connections = 0  # of earlier lives (work-around 3)
         self.incarnation = 0
         self.wake_gen = 0
         self.wake_time = math.inf
@@ -578,7 +525,7 @@ class _Stream:
     sent: int = 0
     ingested: int = -1
     durable: int = -1
-    session: tuple[str, int] | None = None
+    session: tuple[str, str, int] | None = None
     gap: int | None = None
     resend_from: int | None = None
 
@@ -725,56 +672,26 @@ class Simulation:
                 echo_timeout_s=s.echo_timeout_s,
             )
         core.epoch = f"sim-{node.index:x}-{node.incarnation}"  # reproducible, unique per life
-        if node.is_leaf and "source_starts_at_0" in self.config.workarounds:
-            core.sequencer.restore({self._source(node): -1})
         return core
 
     def _source(self, node: _Node) -> str:
         return f"replay:{node.id}"
 
     def _restore_leaf(self, node: _Node, core: LeafCore) -> None:
-        """What ``LeafAgent`` does before connecting: its checkpoint, else its retained
-        snapshot (``_restore_checkpoint`` / ``_restore_snapshot``, without privacy)."""
+        """What ``LeafAgent`` does before connecting (without privacy): its checkpoint
+        (`LeafCore.restore_checkpoint`, then `LeafCore.continue_after` its retained
+        snapshot), else its retained snapshot (`LeafCore.restore_snapshot`)."""
+        retained = self.retained.get(node.index)
         if self.config.restore == "checkpoint":
             state = self.checkpoints.get(node.index)
             if state is None:
                 return
-            estimator = FPCAEdge.from_state(state)
-            core.estimator = estimator
-            core.n_features = estimator.n_features_
-            core.checkpointed_blocks = estimator.n_blocks_
-            core.checkpointed_n = estimator.n_samples_seen_
-            core.epoch = str(state["leaf_epoch"])
-            core.seq = int(state["leaf_seq"])  # type: ignore[call-overload]
-            ingested = {str(k): int(v) for k, v in state["ingested"].items()}  # type: ignore[attr-defined]
-            core.sequencer.restore(ingested)
-            core.durable = dict(ingested)
-            core.restored_from = "checkpoint"
-            fixes = self.config.workarounds
-            if "checkpoint_unpublished" in fixes and estimator.n_samples_seen_:
-                core.unpublished_since = self.now
-            retained = self.retained.get(node.index)
-            if "checkpoint_seq" in fixes and retained is not None and retained.epoch == core.epoch:
-                core.seq = max(core.seq, retained.seq)
+            core.restore_checkpoint(state, FPCAEdge.from_state(state), self.now)
+            if retained is not None:
+                core.continue_after(retained)
             return
-        msg = self.retained.get(node.index)
-        if msg is None or msg.node_id != node.id or msg.n_samples == 0:
-            return
-        options = core.estimator_options(msg.n_features)
-        try:
-            core.estimator = FPCAEdge.from_subspace(msg.subspace, **options)
-        except ValueError:  # a float32 basis is orthonormal to ~1e-7 only
-            self.counters["restore_refused"] += 1
-            if "reorthonormalise" not in self.config.workarounds:
-                return  # "retained_snapshot_unusable": the shell starts afresh
-            core.estimator = FPCAEdge.from_subspace(_orthonormalised(msg.subspace), **options)
-        core.n_features = msg.n_features
-        core.epoch, core.seq, core.snapshot = msg.epoch, msg.seq, msg
-        core.restored_from = "retained snapshot"
-        if "restore_sequencer" in self.config.workarounds:
-            covered = {self._source(node): msg.n_samples - 1}
-            core.sequencer.restore(covered)
-            core.durable = dict(covered)
+        if retained is not None and core.restore_snapshot(retained, self.now) is None:
+            self.counters["restored_from_snapshot"] += 1
 
     def _busy(self, node: _Node) -> bool:
         """Anything unpublished, unconfirmed, held, awaited or a status change pending."""
@@ -784,13 +701,13 @@ class Simulation:
         if node.is_leaf:
             if not math.isinf(core.unpublished_since) or core.sequencer.held_rows:
                 return True
-            if core._confirm_changed():  # no public hook (see the module's report)
+            if core.confirm_pending:
                 return True
-        elif core.unpublished or core._dirty:
+        elif core.unpublished:
             return True
         if core.echo is not None and core.echo.awaiting:
             return True
-        return bool(core.health() != core._signature_sent)
+        return core.status_changed
 
     def _settled(self) -> bool:
         """Nothing in flight (checked by the caller), no core busy, the replay not probing.
@@ -904,8 +821,7 @@ class Simulation:
             self._publish_snapshot(node, core.snapshot)
         if node.is_leaf:
             # LeafAgent.on_connected: after a reconnection or a restore, confirm at once
-            if core.connections > 1 or core.restored_from or core.ingested:
-                self._publish_confirm(node, force=True)
+            self._publish_confirm(node, force=True)
         else:
             for child in node.children:  # re-subscribing delivers the retained snapshots
                 msg = self.retained.get(child)
@@ -942,7 +858,7 @@ class Simulation:
         """``Replayer._on_confirm``: drop durable readings, notice what was lost."""
         stream = self._streams[leaf.index]
         src = self._source(leaf)
-        session = (confirm.epoch, confirm.connection)
+        session = (confirm.epoch, confirm.session, confirm.connection)
         ingested = int(confirm.ingested.get(src, -1))
         if stream.session is not None and session != stream.session:
             self._want_resend(stream, ingested + 1)  # the leaf reconnected or restarted
@@ -1145,7 +1061,6 @@ class Simulation:
             return
         self._absorb(node.core)
         self.faults["leaf_crashes" if node.is_leaf else "aggregator_crashes"] += 1
-        node.connections = node.core.connections
         node.core = None
         node.incarnation += 1
         node.wake_gen += 1
@@ -1161,8 +1076,6 @@ class Simulation:
         core = self._new_core(node)
         if node.is_leaf:
             self._restore_leaf(node, core)
-            if "connections_go_on" in self.config.workarounds and core.restored_from:
-                core.connections = node.connections
         node.core = core
         self._connect(node)
         queued, node.queue = node.queue, []
@@ -1276,14 +1189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root-crash", action="store_true")
     parser.add_argument("--restore", choices=("snapshot", "checkpoint"), default="snapshot")
     parser.add_argument(
-        "--without",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="leave out a work-around (repeatable; 'all' for none): "
-        + ", ".join(sorted(WORKAROUNDS)),
-    )
-    parser.add_argument(
         "--unordered-readings",
         action="store_true",
         help="let the delays reorder the readings to a leaf (MQTT keeps them in order)",
@@ -1291,10 +1196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wire-sample", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.without) - WORKAROUNDS - {"all"})
-    if unknown:
-        print(f"error: unknown work-around {unknown[0]!r} in --without", file=sys.stderr)
-        return 2
     try:
         topology = balanced_topology(
             args.leaves, args.fanout, rank=args.rank, block_size=args.block_size
@@ -1319,9 +1220,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 root_crash=args.root_crash,
             ),
             restore=args.restore,
-            workarounds=frozenset()
-            if "all" in args.without
-            else WORKAROUNDS - frozenset(args.without),
             wire_sample=args.wire_sample,
         )
     except ValueError as exc:

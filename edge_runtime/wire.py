@@ -242,7 +242,16 @@ _SUBSPACE_KEYS = (
 )
 _PRIVACY_KEYS = ("epsilon", "delta", "clip_norm")
 _PRIVACY_STATUS_KEYS = ("noise_std", "block_size", "chunk_size")
-_CONFIRM_KEYS = ("v", "node_id", "epoch", "connection", "ingested", "durable", "gaps")
+_CONFIRM_KEYS = (
+    "v",
+    "node_id",
+    "epoch",
+    "session",
+    "connection",
+    "ingested",
+    "durable",
+    "gaps",
+)
 _STATUS_KEYS = (
     "v",
     "node_id",
@@ -663,6 +672,11 @@ class SubspaceMessage:
     provenance : Mapping[str, int]
         Leaf id -> number of that leaf's samples this snapshot covers (at most
         `MAX_PROVENANCE_ENTRIES` entries); stored as a read-only copy.
+    sources : Mapping[str, int]
+        A leaf's snapshot: sensor source id -> last sequence number it covers (at most
+        `MAX_CONFIRM_SOURCES` entries), so a leaf restored from its own retained snapshot
+        continues each source exactly where the snapshot ends. Empty for aggregators; the
+        wire key ``src`` is left out when empty, so older decoders still read the message.
 
     Raises
     ------
@@ -680,11 +694,13 @@ class SubspaceMessage:
     timestamp: float
     privacy: PrivacyParams | None = None
     provenance: Mapping[str, int] = field(default_factory=dict)
+    sources: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
         object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
         object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
+        object.__setattr__(self, "sources", _seq_map("sources", self.sources))
         if not isinstance(self.subspace, Subspace):
             _fail_type("subspace", self.subspace, "a Subspace")
         _int("n_samples", self.subspace.n_samples, "n_samples")
@@ -783,7 +799,8 @@ def encode_subspace(
         ``(d, r)``, ``sv`` is ``r`` values; ``privacy`` is a map
         ``{epsilon, delta, clip_norm}`` or nil; ``prov`` a map of str to int. A centred
         summary (``subspace.mean`` not None) adds ``mean``: ``d`` values of ``dtype``; the
-        key is absent for uncentred summaries, so older decoders still read them.
+        key is absent for uncentred summaries, so older decoders still read them. A leaf's
+        snapshot adds ``src``, the map of `SubspaceMessage.sources`.
 
     Raises
     ------
@@ -824,6 +841,8 @@ def encode_subspace(
         else {"epsilon": privacy.epsilon, "delta": privacy.delta, "clip_norm": privacy.clip_norm},
         "prov": dict(msg.provenance),
     }
+    if msg.sources:
+        obj["src"] = dict(msg.sources)
     mean = msg.subspace.mean
     if mean is not None:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -943,6 +962,7 @@ def decode_subspace(
         timestamp=timestamp,
         privacy=privacy,
         provenance=provenance,
+        sources=obj.get("src", {}),
     )
 
 
@@ -1354,9 +1374,12 @@ class ConfirmMessage:
         The leaf.
     epoch : str
         The leaf's state epoch (changes when it starts afresh).
+    session : str
+        Random id of the leaf's process (1-64 characters); a change means the leaf
+        restarted, possibly from an older state.
     connection : int
-        Counts the leaf's connections to the broker (>= 0); a change means the leaf
-        reconnected or restarted, and readings sent meanwhile may have been lost.
+        Counts the process's connections to the broker (>= 0); a change means the leaf
+        reconnected, and readings sent meanwhile may have been lost.
     ingested : Mapping[str, int]
         Per source, the last sequence number applied (in order, exactly once).
     durable : Mapping[str, int]
@@ -1374,6 +1397,7 @@ class ConfirmMessage:
 
     node_id: str
     epoch: str
+    session: str
     connection: int
     ingested: Mapping[str, int]
     durable: Mapping[str, int]
@@ -1382,21 +1406,23 @@ class ConfirmMessage:
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
         object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(
+            self, "session", _text("session", self.session, "epoch", MAX_EPOCH_CHARS)
+        )
         object.__setattr__(self, "connection", _int("connection", self.connection, "seq"))
         for name in ("ingested", "durable", "gaps"):
-            value = getattr(self, name)
-            if isinstance(value, Mapping) and len(value) > MAX_CONFIRM_SOURCES:
-                raise WireError(
-                    "too_large",
-                    f"{name} lists {len(value)} sources, expected at most {MAX_CONFIRM_SOURCES}",
-                )
-            object.__setattr__(self, name, _seq_map(name, value))
+            object.__setattr__(self, name, _seq_map(name, getattr(self, name)))
 
 
 def _seq_map(label: str, value: object) -> Mapping[str, int]:
     """A read-only ``{source: seq}`` copy; a seq may be -1 (nothing yet)."""
     if not isinstance(value, Mapping):
         _fail_type(label, value, "a map of source to sequence number")
+    if len(value) > MAX_CONFIRM_SOURCES:
+        raise WireError(
+            "too_large",
+            f"{label} lists {len(value)} sources, expected at most {MAX_CONFIRM_SOURCES}",
+        )
     out: dict[str, int] = {}
     for key, seq in value.items():
         name = _text(f"{label} key", key, "source", MAX_ID_CHARS)
@@ -1405,8 +1431,8 @@ def _seq_map(label: str, value: object) -> Mapping[str, int]:
 
 
 def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
-    """Encode confirmations as compact UTF-8 JSON (keys ``v, node_id, epoch, connection,
-    ingested, durable, gaps``).
+    """Encode confirmations as compact UTF-8 JSON (keys ``v, node_id, epoch, session,
+    connection, ingested, durable, gaps``).
 
     Raises
     ------
@@ -1420,6 +1446,7 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
         "v": SCHEMA_VERSION,
         "node_id": msg.node_id,
         "epoch": msg.epoch,
+        "session": msg.session,
         "connection": msg.connection,
         "ingested": dict(msg.ingested),
         "durable": dict(msg.durable),

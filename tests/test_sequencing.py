@@ -68,9 +68,22 @@ def test_a_restored_source_waits_for_the_rows_after_its_checkpoint() -> None:
     assert applied(seq.offer("s", 10, rows(10, 2))) == [10, 11, 12]
 
 
-def test_a_new_source_starts_wherever_its_first_reading_is() -> None:
-    seq = SourceSequencer()
-    assert applied(seq.offer("t", 500, rows(500, 2))) == [500, 501]
+def test_a_new_source_starts_at_0_so_a_lost_first_batch_is_a_gap_not_a_duplicate() -> None:
+    clock = [0.0]
+    seq = SourceSequencer(gap_timeout_s=10.0, clock=lambda: clock[0])
+    assert seq.offer("t", 2, rows(2, 2)) == []  # held: rows 0 and 1 are missing
+    assert seq.held_sources() == ["t"]
+    assert applied(seq.offer("t", 0, rows(0, 2))) == [0, 1, 2, 3]  # the re-send fills it
+    assert seq.gap_rows == 0 and seq.duplicates == 0
+
+
+def test_a_source_that_really_starts_later_is_released_after_the_gap_timeout() -> None:
+    clock = [0.0]
+    seq = SourceSequencer(gap_timeout_s=10.0, clock=lambda: clock[0])
+    assert seq.offer("t", 500, rows(500, 2)) == []
+    clock[0] = 10.0
+    assert applied(seq.expire()) == [500, 501]
+    assert seq.gap_rows == 500
 
 
 @settings(max_examples=200, deadline=None)

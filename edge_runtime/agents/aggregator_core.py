@@ -122,6 +122,8 @@ class AggregatorCore(NodeCore):
         self.config = config
         self.child_ids = list(children)
         self.children: dict[str, ChildRecord] = {}
+        self.n_features: int | None = None  # the children's reading width, once known
+        self._stale: set[str] = set()
         self.epoch = secrets.token_hex(8)
         self.seq = 0
         self.snapshot: SubspaceMessage | None = None
@@ -134,7 +136,7 @@ class AggregatorCore(NodeCore):
         self._checked_version = -1
         self._moved = False
         self._merged: Subspace | None = None
-        self.settle_status()
+        self.settle_status(now)
 
     # ------------------------------------------------------------------ inbound
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
@@ -147,14 +149,16 @@ class AggregatorCore(NodeCore):
             return "unknown_child"
         if msg.node_id != child:
             return "node_mismatch"
-        others = [r.snapshot.n_features for c, r in self.children.items() if c != child]
-        if others and msg.n_features != others[0]:
+        width = self.n_features
+        if width is not None and msg.n_features != width and set(self.children) != {child}:
             return "n_features"
         record = self.children.get(child)
         if record is not None and not is_newer(msg, record.snapshot):
             self.duplicates += 1
             return "duplicate"
         self.children[child] = ChildRecord(msg, now)
+        self.n_features = msg.n_features
+        self._stale.discard(child)
         self._dirty.add(child)
         self.last_input = now
         if math.isinf(self.unpublished_since):
@@ -172,6 +176,7 @@ class AggregatorCore(NodeCore):
             if record.stale or now - record.arrived < cfg.stale_after_s:
                 continue
             record.stale = True
+            self._stale.add(child)
             self._dirty.add(child)
             newly.append(child)
         if newly and math.isinf(self.unpublished_since):
@@ -313,8 +318,7 @@ class AggregatorCore(NodeCore):
 
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
-        stale = tuple(sorted(c for c, r in self.children.items() if r.stale))
-        return (*super().health(), stale)
+        return (*super().health(), frozenset(self._stale))
 
     def coverage(self) -> dict[str, int]:
         """Samples covered per leaf in the latest published snapshot."""
@@ -334,7 +338,7 @@ class AggregatorCore(NodeCore):
             },
             "coverage": self.coverage(),
             "merges": self.merges,
-            "stale_children": sorted(c for c, r in self.children.items() if r.stale),
+            "stale_children": sorted(self._stale),
             "last_update_age_s": round(now - max(arrived, default=self.started), 3),
             "duplicates": self.duplicates,
             "reconnects": max(0, self.connections - 1),

@@ -86,16 +86,22 @@ class NodeCore:
         self._status_signature: object = None
         self._signature_sent: object = None  # set by `settle_status` once state exists
 
-    def settle_status(self) -> None:
+    def settle_status(self, now: float) -> None:
         """A fresh node has nothing to report but ``online`` (retained): its first status
         document goes out on a change of health, the heartbeat or shutdown."""
         self._signature_sent = self.health()
+        self._last_status = now
 
     # ----------------------------------------------------------------- status
     def health(self) -> tuple[object, ...]:
         """The fields whose change triggers a status document (not progress counters)."""
         undelivered = 0 if self.echo is None else self.echo.undelivered
         return (sum(self.rejects.values()), undelivered, max(0, self.connections - 1))
+
+    @property
+    def status_changed(self) -> bool:
+        """Whether a health field changed since the last status document."""
+        return self.health() != self._signature_sent
 
     def status_due(self, now: float) -> bool:
         """Whether the status document should be published now (`StatusPolicy`)."""

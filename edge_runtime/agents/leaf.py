@@ -215,23 +215,19 @@ class LeafAgent(Agent):
         core = self._core
         core.noise_restarts = restarts
         core.noise = noise
-        core.estimator = estimator
-        if estimator is not None:
-            core.n_features = estimator.n_features_
-            core.checkpointed_blocks = estimator.n_blocks_
-            core.checkpointed_n = estimator.n_samples_seen_
-        core.epoch = str(state["leaf_epoch"])
-        core.seq = int(state["leaf_seq"])
-        ingested = {str(k): int(v) for k, v in dict(state["ingested"]).items()}
-        core.sequencer.restore(ingested)
-        core.durable = dict(ingested)
-        core.restored_from = "checkpoint"
+        try:
+            core.restore_checkpoint(state, estimator, time.monotonic())
+        except (KeyError, ValueError, TypeError) as exc:
+            self.log.error("checkpoint_invalid", error=str(exc))
+            self._forget_seed()
+            return False
         self.log.info("restored", source="checkpoint", n_samples=self.n_samples, seq=self.seq)
         return True
 
     async def prepare(self) -> None:
-        """With no checkpoint, resume from this leaf's own retained snapshot, if any."""
-        if self.restored_from is not None or not self._restore_from_broker:
+        """Read this leaf's own retained snapshot: resume from it without a checkpoint;
+        after a checkpoint restore, continue its ``seq`` after the last one published."""
+        if not self._restore_from_broker:
             return
         topic = self.topology.subspace_topic(self.node_id)
         try:
@@ -241,7 +237,7 @@ class LeafAgent(Agent):
                     async for message in client.messages:
                         payload = message.payload
                         if isinstance(payload, bytes | bytearray) and payload:
-                            self._restore_snapshot(bytes(payload))
+                            self._take_retained(bytes(payload))
                         break
         except (TimeoutError, aiomqtt.MqttError):
             return
@@ -261,37 +257,32 @@ class LeafAgent(Agent):
         if est is not None and est.privacy is not None and est.n_samples_seen_ == 0:
             core.estimator = core.new_estimator(est.n_features_)
 
-    def _restore_snapshot(self, payload: bytes) -> None:
-        # An earlier incarnation published here: fresh noise from the OS, never the seed's
-        # (there is no local record of how often this leaf restarted).
-        self._forget_seed()
+    def _take_retained(self, payload: bytes) -> None:
         try:
             msg = decode_subspace(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError as exc:
             self.log.warning("retained_snapshot_rejected", reason=exc.reason, detail=str(exc))
+            if self.restored_from is None:
+                self._forget_seed()
             return
-        core = self._core
-        if msg.node_id != self.node_id or msg.n_samples == 0:
+        if self.restored_from == "checkpoint":
+            self._core.continue_after(msg)
             return
-        if msg.privacy != self.privacy:
+        # An earlier incarnation published here: fresh noise from the OS, never the seed's
+        # (there is no local record of how often this leaf restarted).
+        self._forget_seed()
+        problem = self._core.restore_snapshot(msg, time.monotonic())
+        if problem == "privacy_mismatch":
             self.reject(
                 "privacy_mismatch",
                 self.topology.subspace_topic(self.node_id),
                 f"retained snapshot has privacy {msg.privacy}, configured {self.privacy}; "
                 "starting afresh",
             )
-            return
-        d = msg.n_features
-        try:
-            estimator = FPCAEdge.from_subspace(msg.subspace, **core.estimator_options(d))
-        except (ValueError, TypeError) as exc:
-            self.log.warning("retained_snapshot_unusable", error=str(exc))
-            return
-        core.estimator = estimator
-        core.n_features = d
-        core.epoch, core.seq, core.snapshot = msg.epoch, msg.seq, msg
-        core.restored_from = "retained snapshot"
-        self.log.info("restored", source="retained snapshot", n_samples=msg.n_samples)
+        elif problem is not None and problem != "empty":
+            self.log.warning("retained_snapshot_unusable", error=problem)
+        elif problem is None:
+            self.log.info("restored", source="retained snapshot", n_samples=msg.n_samples)
 
     def _restart_noise(self, restarts: int) -> np.random.Generator | None:
         """The noise generator after the ``restarts``-th restore from a checkpoint.
@@ -404,9 +395,8 @@ class LeafAgent(Agent):
             payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
             await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
         # after a reconnection or a restore: publishers re-send what this leaf has not
-        # ingested (a fresh leaf's first connection has nothing to confirm)
-        if self._core.connections > 1 or self._core.restored_from or self._core.ingested:
-            await self._publish_confirm(client, time.monotonic(), force=True)
+        # ingested (a fresh leaf's first connection changes nothing, and sends nothing)
+        await self._publish_confirm(client, time.monotonic(), force=True)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         core = self._core

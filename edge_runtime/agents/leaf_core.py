@@ -110,11 +110,13 @@ class LeafCore(NodeCore):
         self._candidate_version = -1
         self._candidate_moved = False
         self._input_version = 0
+        self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
-        self._confirm_sent: tuple[object, ...] | None = None
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
-        self.settle_status()
+        self.settle_status(now)
+        # a fresh leaf has nothing to confirm: its first confirmation follows a change
+        self._confirm_sent: tuple[object, ...] = self._confirm_key()
 
     # ------------------------------------------------------------------ estimator
     def estimator_options(self, n_features: int) -> dict[str, Any]:
@@ -178,6 +180,74 @@ class LeafCore(NodeCore):
     @property
     def published_n(self) -> int:
         return 0 if self.snapshot is None else self.snapshot.n_samples
+
+    # ------------------------------------------------------------------ restore
+    def restore_checkpoint(
+        self, state: Mapping[str, Any], estimator: FPCAEdge | None, now: float
+    ) -> None:
+        """Continue from a checkpoint: ``state`` as written from `checkpoint_state`,
+        ``estimator`` rebuilt from it (`FPCAEdge.from_state`, by the caller, who owns the
+        noise generator). Readings the checkpoint covers are durable; whatever no snapshot
+        published yet is published when the policy allows.
+
+        Raises
+        ------
+        KeyError, ValueError, TypeError
+            If ``state`` lacks the leaf's keys or holds values of the wrong type.
+        """
+        epoch, seq = str(state["leaf_epoch"]), int(state["leaf_seq"])
+        ingested = {str(k): int(v) for k, v in dict(state["ingested"]).items()}
+        self.estimator = estimator
+        if estimator is not None:
+            self.n_features = estimator.n_features_
+            self.checkpointed_blocks = estimator.n_blocks_
+            self.checkpointed_n = estimator.n_samples_seen_
+            if estimator.n_samples_seen_:
+                self.unpublished_since = now
+        self.epoch, self.seq = epoch, seq
+        self.sequencer.restore(ingested)
+        self.durable = dict(ingested)
+        self.restored_from = "checkpoint"
+
+    def continue_after(self, retained: SubspaceMessage) -> None:
+        """After a checkpoint restore: never reuse a ``seq`` this lineage already
+        published (the checkpoint may predate the last snapshot; a parent ignores a
+        snapshot whose ``(epoch, seq)`` is not newer)."""
+        if retained.node_id == self.node_id and retained.epoch == self.epoch:
+            self.seq = max(self.seq, retained.seq)
+
+    def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
+        """Continue from this leaf's own retained snapshot (no checkpoint).
+
+        The estimator resumes from the snapshot (`FPCAEdge.from_subspace`, its float32
+        basis re-orthonormalised first), each source continues after the last sequence the
+        snapshot covers (`SubspaceMessage.sources`), and those readings are durable.
+
+        Returns
+        -------
+        str or None
+            Why the snapshot was not used (``"privacy_mismatch"``, ``"unusable: ..."``), or
+            None once restored. A snapshot of another node or of no samples is ignored
+            (``"empty"``).
+        """
+        if msg.node_id != self.node_id or msg.n_samples == 0:
+            return "empty"
+        if msg.privacy != self.privacy:
+            return "privacy_mismatch"
+        d = msg.n_features
+        try:
+            estimator = FPCAEdge.from_subspace(
+                msg.subspace.reorthonormalised(), **self.estimator_options(d)
+            )
+        except (ValueError, TypeError) as exc:
+            return f"unusable: {exc}"
+        self.estimator = estimator
+        self.n_features = d
+        self.epoch, self.seq, self.snapshot = msg.epoch, msg.seq, msg
+        self.sequencer.restore(msg.sources)
+        self.durable = dict(msg.sources)
+        self.restored_from = "retained snapshot"
+        return None
 
     # ------------------------------------------------------------------ inbound
     def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
@@ -261,7 +331,13 @@ class LeafCore(NodeCore):
         if not self.policy.may_publish(now, self.last_publish):
             return None
         first = self.snapshot is None
-        if not first and self._candidate_version != self._input_version:
+        if first:
+            # the first snapshot waits for a full block (or the idle / maximum interval):
+            # a few readings say little about the subspace and cost a message
+            est = self.estimator
+            self._candidate_moved = False
+            first = est is not None and est.n_blocks_ >= 1
+        elif self._candidate_version != self._input_version:
             candidate = self._candidate()
             previous = None if self.snapshot is None else self.snapshot.subspace
             self._candidate_moved = candidate is not None and self.policy.moved(
@@ -305,6 +381,7 @@ class LeafCore(NodeCore):
             timestamp=timestamp,
             privacy=privacy,
             provenance={self.node_id: subspace.n_samples},
+            sources=self._snapshot_ingested,
         )
 
     def snapshot_published(self, msg: SubspaceMessage, now: float) -> None:
@@ -331,7 +408,9 @@ class LeafCore(NodeCore):
                 last_input=self.last_input,
                 unpublished_since=self.unpublished_since,
                 moved=self._candidate_moved,
-                first=self.snapshot is None,
+                first=self.snapshot is None
+                and self.estimator is not None
+                and self.estimator.n_blocks_ >= 1,
             ),
             self.status_next(now),
             self.echo_next(),
@@ -375,16 +454,22 @@ class LeafCore(NodeCore):
 
     # ------------------------------------------------------------ confirmations
     def _confirm_key(self) -> tuple[object, ...]:
-        gaps = self.gaps()
+        """What a confirmation says; a new one is due when it changes (the first
+        connection of a fresh leaf is no change: nothing can have been lost before it)."""
         return (
             self.epoch,
-            self.connections,
+            max(0, self.connections - 1),
             tuple(sorted(self.durable.items())),
-            tuple(sorted(gaps.items())),
+            tuple(sorted(self.gaps().items())),
         )
 
     def _confirm_changed(self) -> bool:
         return self._confirm_key() != self._confirm_sent
+
+    @property
+    def confirm_pending(self) -> bool:
+        """Whether a confirmation is due once the rate limit allows."""
+        return self._confirm_changed()
 
     def gaps(self) -> dict[str, int]:
         """First missing sequence number of each source with readings held behind a gap."""
@@ -400,6 +485,7 @@ class LeafCore(NodeCore):
         return ConfirmMessage(
             node_id=self.node_id,
             epoch=self.epoch,
+            session=self.session,
             connection=self.connections,
             ingested=self.ingested,
             durable=dict(self.durable),

@@ -145,7 +145,7 @@ class PublishPolicy:
 
     def may_publish(self, now: float, last_publish: float) -> bool:
         """Whether the rate limit allows a publish at ``now``."""
-        return now - last_publish >= self.min_interval_s
+        return now >= last_publish + self.min_interval_s  # the form next_check computes
 
     def moved(self, previous: Subspace | None, current: Subspace, rank: int) -> bool:
         """Whether ``current`` is outside the deadband around ``previous``."""
@@ -181,9 +181,9 @@ class PublishPolicy:
             return "first"
         if moved:
             return "moved"
-        if now - unpublished_since >= self.max_interval_s:
+        if now >= unpublished_since + self.max_interval_s:
             return "max_interval"
-        if now - last_input >= self.idle_s:
+        if now >= last_input + self.idle_s:
             return "idle"
         return None
 
@@ -231,8 +231,9 @@ class StatusPolicy:
 
     def decide(self, now: float, *, last_sent: float, changed: bool) -> bool:
         """Whether to publish the document now (``changed``: a health field changed)."""
-        since = now - last_sent
-        return since >= self.heartbeat_s or (changed and since >= self.min_interval_s)
+        return now >= last_sent + self.heartbeat_s or (
+            changed and now >= last_sent + self.min_interval_s
+        )
 
     def next_check(self, now: float, *, last_sent: float, changed: bool) -> float:
         """The next time `decide` may answer True without new changes."""
@@ -255,7 +256,7 @@ class ConfirmPolicy:
 
     def decide(self, now: float, *, last_sent: float, changed: bool) -> bool:
         """Whether to publish a confirmation now (``changed``: durable, gaps or epoch)."""
-        return changed and now - last_sent >= self.min_interval_s
+        return changed and now >= last_sent + self.min_interval_s
 
     def next_check(self, now: float, *, last_sent: float, changed: bool) -> float:
         """The next time `decide` may answer True without new changes."""
@@ -321,13 +322,14 @@ class EchoTracker:
         lost = sorted(s for (e, s) in self._awaiting if e == epoch and s < seq)
         for s in lost:
             del self._awaiting[(epoch, s)]
+            self._reported.add((epoch, s))
         self.undelivered += len(lost)
         return lost
 
     def expired(self, now: float) -> list[int]:
         """Seqs out for longer than `bound_s`; they are counted undelivered."""
         bound = self.bound_s
-        lost = [key for key, sent in self._awaiting.items() if now - sent >= bound]
+        lost = [key for key, sent in self._awaiting.items() if now >= sent + bound]
         for key in lost:
             del self._awaiting[key]
             self._reported.add(key)

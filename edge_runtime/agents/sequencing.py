@@ -13,8 +13,12 @@ incarnation never applied. `SourceSequencer` turns that into the exact stream:
   ``max_held_rows``, is given up: the held rows are released and the missing rows are
   counted as lost (``gap_rows``).
 
-The first reading of a source never seen before starts that source (there is nothing
-to wait for); sources restored from a checkpoint continue where they were. Readings
+A source's sequence numbers start at 0: rows of a source never seen before that start
+later wait behind a gap like any other (the leaf reports it, so a publisher re-sends the
+first rows if they were lost; a source that really starts later is released after
+``gap_timeout_s``). Starting a source at the first sequence *seen* would silently drop a
+lost or overtaken first batch as a duplicate. Sources restored from a checkpoint or a
+snapshot continue where they were. Readings
 without a source (bare arrays from third-party sensors) bypass all of this: they are
 applied as they come, best effort.
 """
@@ -88,7 +92,7 @@ class SourceSequencer:
         more than the offered rows when they fill a gap).
         """
         if source not in self.last:
-            self.last[source] = seq - 1
+            self.last[source] = -1  # sequence numbers start at 0
         last = self.last[source]
         end = seq + len(values) - 1
         if end <= last:

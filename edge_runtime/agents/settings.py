@@ -62,7 +62,9 @@ class AgentSettings:
         Least time, seconds, an agent waits for its own snapshot to come back from the
         broker before counting it undelivered (denied or dropped); the bound grows to 4x the
         slowest recent echo under load (`edge_runtime.agents.policy.EchoTracker`). 0 turns
-        the check off. Default 5.
+        the check off. Default 30: a misconfiguration (ACL, size limit) is reported within
+        half a minute, and a loaded host (1,000 agents in one process saw echoes 5-10 s
+        late) raises no false alarm before the observed latency sets the bound.
     restore_wait_s : float
         Seconds a leaf without a checkpoint waits for its own retained snapshot to resume
         from at start. Default 1.
@@ -94,7 +96,7 @@ class AgentSettings:
     max_payload_bytes: int = 4 * 1024 * 1024
     max_queued_messages: int = 10_000
     qos: int = 1
-    echo_timeout_s: float = 5.0
+    echo_timeout_s: float = 30.0
     restore_wait_s: float = 1.0
     persistent_session: bool = True
     username: str | None = None
