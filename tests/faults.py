@@ -443,7 +443,7 @@ _TYPES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 8: "SUBSCRIBE",
 class _Conn:
     index: int
     version: int = 4  # MQTT 3.1.1 unless CONNECT says 5
-    inflight: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    inflight: dict[int, tuple[str, list[int]]] = field(default_factory=dict)
     open: bool = True
 
 
@@ -607,14 +607,16 @@ class MqttProxy:
                     return
                 plen, pos = got
                 pos += plen
-            seq = None
+            seqs: list[int] = []  # every reading of a batch, first seq onwards
             with contextlib.suppress(WireError, ValueError):
-                seq = decode_readings(body[pos:]).seq
-            conn.inflight[pid] = (topic, seq)
+                readings = decode_readings(body[pos:])
+                if readings.seq is not None:
+                    seqs = list(range(readings.seq, readings.seq + len(readings.values)))
+            conn.inflight[pid] = (topic, seqs)
         elif upstream and ptype == 4 and len(body) >= 2:  # PUBACK from the client
             pid = int.from_bytes(body[0:2], "big")
             got = conn.inflight.pop(pid, None)
-            if got is not None and got[1] is not None:
-                topic, seq = got
-                self.acked.setdefault(topic, []).append(seq)
-                self.acked_conn.setdefault(topic, []).append(conn.index)
+            if got is not None and got[1]:
+                topic, seqs = got
+                self.acked.setdefault(topic, []).extend(seqs)
+                self.acked_conn.setdefault(topic, []).extend([conn.index] * len(seqs))

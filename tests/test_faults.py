@@ -497,8 +497,10 @@ async def test_straggler_10x_slower_does_not_hold_the_root_back(mosquitto, scena
             # sent at most half of its readings and was still sending
             assert slow_running_then
             assert first_fast[1].provenance.get(straggler, 0) <= PER_LEAF // 2
-            # and kept publishing as the straggler's data arrived
-            assert len(set(during)) >= 10, sorted(set(during))
+            # and kept publishing as the straggler's data arrived: its 500 readings over
+            # 10 s cross the publish deadband (count doubled: 50 -> 100 -> 200 -> 400, or
+            # the 5 s maximum interval) at least 4 times
+            assert len(set(during)) >= 4, sorted(set(during))
             assert during == sorted(during)
             assert_no_fault_estimate(model, sc, fast_summary["samples"] + slow_summary["samples"])
             assert cluster.dead() == {}

@@ -136,7 +136,7 @@ class AggregatorCore(NodeCore):
         self._checked_version = -1
         self._moved = False
         self._merged: Subspace | None = None
-        self.settle_status(now)
+        self.settle_status()
 
     # ------------------------------------------------------------------ inbound
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
@@ -242,17 +242,7 @@ class AggregatorCore(NodeCore):
             previous = None if self.snapshot is None else self.snapshot.subspace
             self._moved = self.policy.moved(previous, merged, self.config.rank)
             self._checked_version = self._merged_version
-        reason = self.policy.decide(
-            now,
-            last_publish=self.last_publish,
-            last_input=self.last_input,
-            unpublished_since=self.unpublished_since,
-            moved=self._moved,
-            first=first,
-        )
-        if reason is None:
-            self.decisions["suppressed"] += 1
-        return reason
+        return self._decide(now, moved=self._moved, first=first)
 
     def make_snapshot(self, timestamp: float, reason: str) -> SubspaceMessage | None:
         """The merged snapshot with the next ``seq`` (after `snapshot_due`)."""
@@ -295,26 +285,15 @@ class AggregatorCore(NodeCore):
         assert snap is not None
         return replace(snap, subspace=snap.subspace.truncate(self.config.rank))
 
-    def next_wakeup(self, now: float) -> float:
-        """The next time a decision may change without new input, seconds."""
-        times = [
-            self.policy.next_check(
-                now,
-                last_publish=self.last_publish,
-                last_input=self.last_input,
-                unpublished_since=self.unpublished_since,
-                moved=self._moved or bool(self._dirty),
-                first=self.snapshot is None,
-            ),
-            self.status_next(now),
-            self.echo_next(),
-        ]
+    def _publish_pending(self) -> tuple[bool, bool]:
+        return self._moved or bool(self._dirty), self.snapshot is None
+
+    def _other_wakeups(self, now: float) -> list[float]:
         cfg = self.config
-        if cfg.stale_policy != "keep":
-            waiting = [r.arrived for r in self.children.values() if not r.stale]
-            if waiting:
-                times.append(min(waiting) + cfg.stale_after_s)
-        return min(times)
+        if cfg.stale_policy == "keep":
+            return []
+        waiting = [r.arrived for r in self.children.values() if not r.stale]
+        return [min(waiting) + cfg.stale_after_s] if waiting else []
 
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:

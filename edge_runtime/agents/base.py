@@ -364,6 +364,7 @@ class Agent(abc.ABC):
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
             self.core.connected()
             await self.on_connected(client)
+            await self.publish_status(client)  # a restore or a reconnect is news
             self.connected.set()
             self.log.info("connected", host=self.settings.host, port=self.settings.port)
             async with asyncio.TaskGroup() as group:

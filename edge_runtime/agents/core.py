@@ -86,11 +86,47 @@ class NodeCore:
         self._status_signature: object = None
         self._signature_sent: object = None  # set by `settle_status` once state exists
 
-    def settle_status(self, now: float) -> None:
+    def settle_status(self) -> None:
         """A fresh node has nothing to report but ``online`` (retained): its first status
         document goes out on a change of health, the heartbeat or shutdown."""
         self._signature_sent = self.health()
-        self._last_status = now
+
+    # ---------------------------------------------------------------- publish
+    def _decide(self, now: float, *, moved: bool, first: bool) -> str | None:
+        """`PublishPolicy.decide` on this node's times; a candidate held back is counted
+        as ``suppressed``."""
+        reason = self.policy.decide(
+            now,
+            last_publish=self.last_publish,
+            last_input=self.last_input,
+            unpublished_since=self.unpublished_since,
+            moved=moved,
+            first=first,
+        )
+        if reason is None:
+            self.decisions["suppressed"] += 1
+        return reason
+
+    def _publish_pending(self) -> tuple[bool, bool]:
+        """``(moved, first)`` as the next `_decide` would see them without new input."""
+        return False, False
+
+    def _other_wakeups(self, now: float) -> list[float]:
+        """Role-specific times at which a decision may change (confirmations, gaps, ...)."""
+        return []
+
+    def next_wakeup(self, now: float) -> float:
+        """The next time a decision may change without new input, seconds."""
+        moved, first = self._publish_pending()
+        publish = self.policy.next_check(
+            now,
+            last_publish=self.last_publish,
+            last_input=self.last_input,
+            unpublished_since=self.unpublished_since,
+            moved=moved,
+            first=first,
+        )
+        return min(publish, self.status_next(now), self.echo_next(), *self._other_wakeups(now))
 
     # ----------------------------------------------------------------- status
     def health(self) -> tuple[object, ...]:
@@ -106,7 +142,9 @@ class NodeCore:
     def status_due(self, now: float) -> bool:
         """Whether the status document should be published now (`StatusPolicy`)."""
         changed = self.health() != self._signature_sent
-        return self.status_policy.decide(now, last_sent=self._last_status, changed=changed)
+        return self.status_policy.decide(
+            now, last_sent=self._last_status, changed=changed, started=self.started
+        )
 
     def status_sent(self, now: float) -> None:
         """The status document was published at ``now``."""
@@ -114,10 +152,14 @@ class NodeCore:
         self._signature_sent = self.health()
 
     def status_next(self, now: float) -> float:
+        """When the status document may next be due without a new change, seconds."""
         changed = self.health() != self._signature_sent
-        return self.status_policy.next_check(now, last_sent=self._last_status, changed=changed)
+        return self.status_policy.next_check(
+            now, last_sent=self._last_status, changed=changed, started=self.started
+        )
 
     def echo_next(self) -> float:
+        """When an awaited echo may next expire, seconds (``inf``: none awaited)."""
         return math.inf if self.echo is None else self.echo.next_check()
 
     @property

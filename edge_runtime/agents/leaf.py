@@ -338,14 +338,10 @@ class LeafAgent(Agent):
 
     async def _apply(self, values: np.ndarray) -> None:
         core = self._core
-        if core.estimator is None:  # the first reading fixes the width; fail clearly
-            try:
-                core.estimator = core.new_estimator(values.shape[1])
-                core.n_features = values.shape[1]
-            except ValueError as exc:
-                self.reject("estimator", self.config.sensor_topic or "", str(exc))
-                return
-        await self._numerics(lambda: core.apply(values, time.monotonic()))
+        try:
+            await self._numerics(lambda: core.apply(values, time.monotonic()))
+        except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
+            self.reject("estimator", self.config.sensor_topic or "", str(exc))
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:

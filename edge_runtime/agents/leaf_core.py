@@ -114,7 +114,7 @@ class LeafCore(NodeCore):
         self._last_confirm = -math.inf
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
-        self.settle_status(now)
+        self.settle_status()
         # a fresh leaf has nothing to confirm: its first confirmation follows a change
         self._confirm_sent: tuple[object, ...] = self._confirm_key()
 
@@ -271,9 +271,9 @@ class LeafCore(NodeCore):
         ValueError
             From the estimator's input checks (the shell counts it as a rejection).
         """
-        if self.estimator is None:
+        if self.estimator is None:  # the first rows fix the width
+            self.estimator = self.new_estimator(values.shape[1])
             self.n_features = values.shape[1]
-            self.estimator = self.new_estimator(self.n_features)
         self.estimator.partial_fit(values)
         self.last_input = now
         self._input_version += 1
@@ -330,13 +330,8 @@ class LeafCore(NodeCore):
             return None
         if not self.policy.may_publish(now, self.last_publish):
             return None
-        first = self.snapshot is None
-        if first:
-            # the first snapshot waits for a full block (or the idle / maximum interval):
-            # a few readings say little about the subspace and cost a message
-            est = self.estimator
+        if self.snapshot is None:
             self._candidate_moved = False
-            first = est is not None and est.n_blocks_ >= 1
         elif self._candidate_version != self._input_version:
             candidate = self._candidate()
             previous = None if self.snapshot is None else self.snapshot.subspace
@@ -344,17 +339,14 @@ class LeafCore(NodeCore):
                 previous, candidate, self.config.rank
             )
             self._candidate_version = self._input_version
-        reason = self.policy.decide(
-            now,
-            last_publish=self.last_publish,
-            last_input=self.last_input,
-            unpublished_since=self.unpublished_since,
-            moved=self._candidate_moved,
-            first=first,
-        )
-        if reason is None:
-            self.decisions["suppressed"] += 1
-        return reason
+        return self._decide(now, moved=self._candidate_moved, first=self._first_due())
+
+    def _first_due(self) -> bool:
+        """Nothing published yet and a full block seen: the first snapshot waits for one
+        (or for the idle / maximum interval), since a few readings say little about the
+        subspace and cost a message."""
+        est = self.estimator
+        return self.snapshot is None and est is not None and est.n_blocks_ >= 1
 
     def make_snapshot(self, timestamp: float, reason: str) -> SubspaceMessage | None:
         """The snapshot to publish now (numerics), with the next ``seq``; None if the
@@ -399,29 +391,18 @@ class LeafCore(NodeCore):
         if not self.checkpointing and (msg.privacy is None or self._snapshot_pending == 0):
             self.durable = dict(self._snapshot_ingested)
 
-    def next_wakeup(self, now: float) -> float:
-        """The next time a decision may change without new input, seconds."""
-        times = [
-            self.policy.next_check(
-                now,
-                last_publish=self.last_publish,
-                last_input=self.last_input,
-                unpublished_since=self.unpublished_since,
-                moved=self._candidate_moved,
-                first=self.snapshot is None
-                and self.estimator is not None
-                and self.estimator.n_blocks_ >= 1,
-            ),
-            self.status_next(now),
-            self.echo_next(),
-        ]
+    def _publish_pending(self) -> tuple[bool, bool]:
+        return self._candidate_moved, self._first_due()
+
+    def _other_wakeups(self, now: float) -> list[float]:
+        times = []
         if self._confirm_changed():
             times.append(
                 self.confirm_policy.next_check(now, last_sent=self._last_confirm, changed=True)
             )
         if self.sequencer.held_rows:
             times.append(now + min(1.0, self.sequencer.gap_timeout_s))
-        return min(times)
+        return times
 
     # --------------------------------------------------------------- checkpoint
     def checkpoint_due(self, now: float, *, force: bool = False) -> bool:

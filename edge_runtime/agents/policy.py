@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.fpca import Subspace
+from edge_runtime.fpca import Subspace, principal_angles
 
 __all__ = [
     "AGGREGATOR_PUBLISH",
@@ -49,22 +49,20 @@ __all__ = [
 
 
 def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest principal angle, radians, between the spans of orthonormal ``a`` and ``b``.
+    """Largest principal angle, radians, between the spans of ``a`` and ``b``.
 
     Parameters
     ----------
     a, b : ndarray of shape (n_features, k), float64
-        Orthonormal columns (same ``k``; compare leading directions of equal count).
+        Bases of the two spans (compare leading directions of equal count).
 
     Returns
     -------
     float
-        ``arccos`` of the smallest singular value of ``a^T b``, in ``[0, pi/2]``.
+        In ``[0, pi/2]``; 0 when either has no column (`edge_runtime.fpca.principal_angles`).
     """
-    if a.shape[1] == 0:
-        return 0.0
-    s = np.linalg.svd(a.T @ b, compute_uv=False)
-    return float(math.acos(min(1.0, max(0.0, float(s.min())))))
+    angles = principal_angles(a, b)
+    return float(angles.max()) if angles.size else 0.0
 
 
 def subspace_change(
@@ -229,15 +227,23 @@ class StatusPolicy:
     heartbeat_s: float = 30.0
     min_interval_s: float = 2.0
 
-    def decide(self, now: float, *, last_sent: float, changed: bool) -> bool:
-        """Whether to publish the document now (``changed``: a health field changed)."""
-        return now >= last_sent + self.heartbeat_s or (
-            changed and now >= last_sent + self.min_interval_s
-        )
+    def decide(
+        self, now: float, *, last_sent: float, changed: bool, started: float = -math.inf
+    ) -> bool:
+        """Whether to publish the document now (``changed``: a health field changed).
 
-    def next_check(self, now: float, *, last_sent: float, changed: bool) -> float:
+        The heartbeat counts from the last document, or from ``started`` before the first.
+        """
+        beat = max(last_sent, started) + self.heartbeat_s
+        return now >= beat or (changed and now >= last_sent + self.min_interval_s)
+
+    def next_check(
+        self, now: float, *, last_sent: float, changed: bool, started: float = -math.inf
+    ) -> float:
         """The next time `decide` may answer True without new changes."""
-        due = last_sent + (self.min_interval_s if changed else self.heartbeat_s)
+        due = max(last_sent, started) + self.heartbeat_s
+        if changed:
+            due = min(due, last_sent + self.min_interval_s)
         return max(due, now)
 
 
