@@ -14,6 +14,7 @@ import numpy as np
 import structlog
 
 from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.delivery import LeafDelivery
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_confirm, encode_readings
 
@@ -41,21 +42,12 @@ class ReplayStats:
     unconfirmed: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class _Stream:
-    """The replay's view of one leaf: rows ``0 .. sent-1`` published, ``durable`` safe."""
+@dataclass(kw_only=True)
+class _Stream(LeafDelivery):
+    """The replay's view of one leaf: its rows, and what was sent and confirmed."""
 
     rows: np.ndarray  # dataset row indices, in sequence order
     order: np.ndarray  # global schedule position of each row (for the rate)
-    sent: int = 0  # readings 0 .. sent-1 published at least once
-    ingested: int = -1  # last sequence the leaf reports applied
-    durable: int = -1  # last sequence the leaf reports durable
-    session: tuple[str, str, int] | None = None  # (epoch, session, connection), last confirm
-    gap: int | None = None  # first missing sequence already re-sent for
-    resend_from: int | None = None  # re-send (resend_from .. sent-1) when set
-
-    def window(self) -> int:
-        return self.sent - 1 - self.durable
 
 
 class Replayer:
@@ -182,7 +174,7 @@ class Replayer:
         earlier = np.zeros(longest, dtype=np.int64)  # active leaves before this one, by step
         for leaf, n in zip(leaves, lengths, strict=True):
             order = (before_step + earlier)[:n]
-            streams[leaf] = _Stream(self.assignment[leaf], order)
+            streams[leaf] = _Stream(rows=self.assignment[leaf], order=order)
             earlier += steps < n
         return streams
 
@@ -202,31 +194,8 @@ class Replayer:
             confirm = decode_confirm(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
-        stream = self._streams[leaf]
-        src = self.source(leaf)
-        session = (confirm.epoch, confirm.session, confirm.connection)
-        ingested = int(confirm.ingested.get(src, -1))
-        # the first confirmation seen is the baseline (a retained one, or the leaf's first)
-        if stream.session is not None and session != stream.session:
-            self._want_resend(stream, ingested + 1)  # the leaf reconnected or restarted
-        stream.session = session
-        gap = confirm.gaps.get(src)
-        if gap is not None and gap != stream.gap:
-            stream.gap = gap
-            self._want_resend(stream, gap)  # a gap the leaf holds readings behind
-        stream.ingested = ingested
-        durable = int(confirm.durable.get(src, -1))
-        if durable > stream.durable or ingested < stream.durable:
-            stream.durable = min(durable, stream.sent - 1) if stream.sent else durable
+        self._streams[leaf].on_confirm(confirm, self.source(leaf))
         self._progress.set()
-
-    def _want_resend(self, stream: _Stream, start: int) -> None:
-        start = max(start, stream.durable + 1, 0)
-        if start < stream.sent:
-            stream.resend_from = (
-                start if stream.resend_from is None else min(stream.resend_from, start)
-            )
-            self._progress.set()
 
     async def _listen(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
@@ -314,11 +283,9 @@ class Replayer:
 
         async def resend_due(client: aiomqtt.Client, group: asyncio.TaskGroup) -> None:
             for leaf, stream in self._streams.items():
-                if stream.resend_from is None:
-                    continue
-                first, stream.resend_from = stream.resend_from, None
-                end = stream.sent
-                if first < end:
+                todo = stream.take_resend()
+                if todo is not None:
+                    first, end = todo
                     self._resent += end - first
                     self.log.info("replay_resend", leaf=leaf, first=first, readings=end - first)
                     await put(client, group, leaf, first, end)
@@ -338,7 +305,7 @@ class Replayer:
                 listener = group.create_task(self._listen(client), name="replay:confirm")
                 if self._messages:  # a reconnect: what was in flight may be lost
                     for stream in self._streams.values():
-                        self._want_resend(stream, stream.ingested + 1)
+                        stream.want_resend(stream.ingested + 1)
             while not self._done_sending():
                 await resend_due(client, group)
                 sent_any = False
@@ -370,7 +337,7 @@ class Replayer:
         return unconfirmed
 
     def _unconfirmed(self) -> dict[str, int]:
-        return {leaf: s.sent - 1 - s.durable for leaf, s in self._streams.items() if s.window() > 0}
+        return {leaf: n for leaf, s in self._streams.items() if (n := s.unconfirmed()) > 0}
 
     async def _confirm(
         self,
@@ -399,8 +366,8 @@ class Replayer:
             if quiet >= probe_s and not math.isinf(probe_s):
                 # nothing moves: the last message to a leaf may have been lost (no gap shows)
                 for stream in self._streams.values():
-                    if stream.window() > 0:
-                        self._want_resend(stream, stream.ingested + 1)
+                    if stream.unconfirmed() > 0:
+                        stream.want_resend(stream.ingested + 1)
                 probe_s = math.inf  # once
         return self._unconfirmed()
 

@@ -47,16 +47,11 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import heapq
-import json
 import math
-import sys
-import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,9 +59,10 @@ from edge_runtime.agents.aggregator_core import AggregatorCore
 from edge_runtime.agents.core import publish_policy_for
 from edge_runtime.agents.leaf_core import LeafCore
 from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
-from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.delivery import LeafDelivery
 from edge_runtime.fpca import FPCAEdge, error_ratio
-from edge_runtime.topology import NodeConfig, Topology
+from edge_runtime.simulation.config import Link, SimulationConfig, SimulationResult
+from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     ConfirmMessage,
     SensorReadings,
@@ -75,17 +71,7 @@ from edge_runtime.wire import (
     encode_subspace,
 )
 
-__all__ = [
-    "Faults",
-    "Feed",
-    "Link",
-    "Simulation",
-    "SimulationConfig",
-    "SimulationResult",
-    "balanced_topology",
-    "low_rank_data",
-    "main",
-]
+__all__ = ["Simulation"]
 
 MIN_STEP_S = 0.002
 """Least time between two steps of one core, seconds (the shell's ``MIN_SLEEP_S``)."""
@@ -95,362 +81,6 @@ WALL_CLOCK_ORIGIN = 1.7e9
 
 # event kinds (ints: cheap to compare in the loop)
 _FEED, _READ, _SNAP, _ECHO, _CONF, _WAKE, _CRASH, _RESTART, _RECONNECT, _PROBE = range(10)
-
-
-# ----------------------------------------------------------------------------- models
-@dataclass(frozen=True)
-class Link:
-    """How the broker delivers one kind of message to its subscriber.
-
-    Parameters
-    ----------
-    latency_s : float
-        Median delivery delay, seconds (> 0).
-    jitter : float
-        Sigma of the log-normal delay (0: constant); messages sent closer together than
-        the spread of delays arrive reordered.
-    max_factor : float
-        Delays are capped at ``max_factor * latency_s`` (>= 1).
-    drop : float
-        Probability, in [0, 1), that a delivery is lost; the receiver's connection broke,
-        and it reconnects after `Faults.reconnect_s`.
-    duplicate : float
-        Probability, in [0, 1), that a delivery arrives twice (independent delays).
-    ordered : bool
-        Deliver to each receiver in the order sent (MQTT's order of one publisher's
-        messages on one topic); False lets the delays reorder them.
-    """
-
-    latency_s: float = 0.02
-    jitter: float = 1.0
-    max_factor: float = 10.0
-    drop: float = 0.0
-    duplicate: float = 0.0
-    ordered: bool = False
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.latency_s) and self.latency_s > 0):
-            raise ValueError(f"latency_s must be a finite number > 0, got {self.latency_s!r}")
-        if not (math.isfinite(self.jitter) and self.jitter >= 0):
-            raise ValueError(f"jitter must be a finite number >= 0, got {self.jitter!r}")
-        if not self.max_factor >= 1:
-            raise ValueError(f"max_factor must be >= 1, got {self.max_factor!r}")
-        for name in ("drop", "duplicate"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-
-
-@dataclass(frozen=True)
-class Feed:
-    """How the replay feeds the leaves.
-
-    Parameters
-    ----------
-    batch_size : int
-        Readings per message (>= 1).
-    interval_s : float
-        Seconds between two batches to one leaf (> 0).
-    start_spread_s : float
-        Each leaf starts at a uniform random time in ``[0, start_spread_s]`` seconds.
-    stragglers : float
-        Fraction of the leaves, in [0, 1], that are slow.
-    straggler_slowdown : float
-        A straggler's batches come this many times less often, over links this many times
-        slower (>= 1).
-    window : int
-        Most readings per leaf awaiting confirmation (the replay's ``window``).
-    probe_s : float
-        Seconds without any confirmation after which the replay re-sends every unconfirmed
-        tail once (half its ``confirm_timeout_s``); it gives up after twice as long.
-    """
-
-    batch_size: int = 50
-    interval_s: float = 0.05
-    start_spread_s: float = 5.0
-    stragglers: float = 0.1
-    straggler_slowdown: float = 10.0
-    window: int = 100_000
-    probe_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.window < 1:
-            raise ValueError(
-                f"batch_size and window must be >= 1, got {self.batch_size} and {self.window}"
-            )
-        for name in ("interval_s", "probe_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        if not self.start_spread_s >= 0:
-            raise ValueError(f"start_spread_s must be >= 0, got {self.start_spread_s!r}")
-        if not 0 <= self.stragglers <= 1:
-            raise ValueError(f"stragglers must be in [0, 1], got {self.stragglers!r}")
-        if not self.straggler_slowdown >= 1:
-            raise ValueError(f"straggler_slowdown must be >= 1, got {self.straggler_slowdown!r}")
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Crashes and reconnections.
-
-    Parameters
-    ----------
-    leaf_crashes : float
-        Fraction of the leaves, in [0, 1], that crash once while their readings arrive.
-    aggregator_crashes : int
-        Aggregators below the root that crash once while readings arrive (at most all).
-    root_crash : bool
-        Whether the root crashes once too.
-    downtime_s : (float, float)
-        A crashed node restarts after a uniform random time in this range, seconds.
-    reconnect_s : (float, float)
-        A node whose delivery was lost reconnects after a uniform random time in this range.
-    """
-
-    leaf_crashes: float = 0.0
-    aggregator_crashes: int = 0
-    root_crash: bool = False
-    downtime_s: tuple[float, float] = (0.5, 3.0)
-    reconnect_s: tuple[float, float] = (0.2, 1.0)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.leaf_crashes <= 1:
-            raise ValueError(f"leaf_crashes must be in [0, 1], got {self.leaf_crashes!r}")
-        if self.aggregator_crashes < 0:
-            raise ValueError(f"aggregator_crashes must be >= 0, got {self.aggregator_crashes}")
-        for name in ("downtime_s", "reconnect_s"):
-            low, high = getattr(self, name)
-            if not 0 <= low <= high:
-                raise ValueError(f"{name} must be (low, high) with 0 <= low <= high")
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """Everything a simulation run depends on (with the topology and the data).
-
-    Parameters
-    ----------
-    seed : int
-        Seed of the one random generator (delays, faults, stragglers, start times).
-    feed : Feed
-    snapshots : Link
-        Child snapshots to the parent (and every node's echo of its own snapshot).
-    readings : Link
-        Sensor batches from the replay to a leaf (ordered by default, as MQTT delivers one
-        publisher's messages on a topic).
-    confirms : Link
-        A leaf's confirmations to the replay (ordered by default; ``drop`` and
-        ``duplicate`` are not used: a replay reconnect is not modelled).
-    faults : Faults
-    settings : AgentSettings
-        Status heartbeat, confirmation interval and echo timeout of every core.
-    restore : {"snapshot", "checkpoint"}
-        What a crashed leaf restarts from: its retained snapshot (a leaf without a state
-        folder) or its last checkpoint (written as `LeafCore.checkpoint_due` says).
-    persistent_session : bool
-        Readings sent to a crashed leaf wait at the broker (True, the agents' default) or
-        are lost.
-    wire_sample : float
-        Fraction, in [0, 1], of the snapshots that pass through `encode_subspace` /
-        `decode_subspace` (with ``settings.wire_dtype``) before they are delivered and
-        retained; the others are passed as objects.
-    max_virtual_s : float
-        Give up (``SimulationResult.finished`` False) past this virtual time, seconds.
-    max_events : int
-        Give up after this many events.
-    """
-
-    seed: int = 0
-    feed: Feed = field(default_factory=Feed)
-    snapshots: Link = field(default_factory=Link)
-    readings: Link = field(default_factory=lambda: Link(ordered=True))
-    confirms: Link = field(default_factory=lambda: Link(ordered=True))
-    faults: Faults = field(default_factory=Faults)
-    settings: AgentSettings = field(default_factory=AgentSettings)
-    restore: Literal["snapshot", "checkpoint"] = "snapshot"
-    persistent_session: bool = True
-    wire_sample: float = 0.0
-    max_virtual_s: float = 3600.0
-    max_events: int = 50_000_000
-
-    def __post_init__(self) -> None:
-        if self.restore not in ("snapshot", "checkpoint"):
-            raise ValueError(f"restore must be 'snapshot' or 'checkpoint', got {self.restore!r}")
-        if not 0 <= self.wire_sample <= 1:
-            raise ValueError(f"wire_sample must be in [0, 1], got {self.wire_sample!r}")
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    """What a run did and how close the root got to the offline answer.
-
-    Attributes
-    ----------
-    finished : bool
-        The run settled (False: it hit ``max_virtual_s`` or ``max_events``).
-    readings : int
-        Rows of data fed to the leaves (each counted once).
-    messages : Mapping[str, int]
-        Agent publishes by kind: ``leaf_snapshot``, ``aggregator_snapshot``, ``model``,
-        ``confirm``, ``status``, ``online``.
-    agent_messages, messages_per_reading : int, float
-        Their sum, and the sum per reading.
-    sensor_messages, resent_readings : int
-        Reading batches the replay published (re-sends included), readings re-sent.
-    error_ratio : float
-        `error_ratio` of the root's model (truncated to the root's rank) on ``data``;
-        1.0 is the offline rank-r SVD.
-    coverage_exact : bool
-        The root's provenance maps every leaf to exactly its row count.
-    coverage_missing : int
-        Sum over leaves of ``|expected - covered|``.
-    root_n_samples : int
-    model_basis : ndarray of shape (n_features, rank)
-    virtual_s : float
-        Virtual time at the end, seconds.
-    converged_at_s : float or None
-        Virtual time at which the root first published a snapshot of every reading.
-    events : int
-    faults : Mapping[str, int]
-        ``leaf_crashes``, ``aggregator_crashes``, ``reconnects``, ``dropped``,
-        ``duplicated`` (deliveries), ``lost_to_crash`` (deliveries to a node that was down).
-    counters : Mapping[str, int]
-        ``duplicate_snapshots`` (ignored by aggregators), ``duplicate_readings``,
-        ``gap_rows`` (readings given up by leaves), ``undelivered`` and ``late``
-        (echo check), ``unconfirmed`` (readings never confirmed durable), ``spins`` (steps
-        scheduled less than ``MIN_STEP_S`` after the previous), ``merges``,
-        ``wire_messages`` and ``wire_bytes`` (the sample through the wire).
-    decisions : Mapping[str, int]
-        Publish decisions of all cores by reason (and ``suppressed``).
-    """
-
-    finished: bool
-    leaves: int
-    aggregators: int
-    readings: int
-    messages: Mapping[str, int]
-    agent_messages: int
-    messages_per_reading: float
-    sensor_messages: int
-    resent_readings: int
-    error_ratio: float
-    coverage_exact: bool
-    coverage_missing: int
-    root_n_samples: int
-    model_basis: np.ndarray = field(repr=False)
-    virtual_s: float
-    converged_at_s: float | None
-    events: int
-    faults: Mapping[str, int]
-    counters: Mapping[str, int]
-    decisions: Mapping[str, int]
-
-    def summary(self) -> dict[str, Any]:
-        """The result as JSON-ready data (without the model basis)."""
-        out = asdict(self)
-        del out["model_basis"]
-        for key in ("messages", "faults", "counters", "decisions"):
-            out[key] = dict(getattr(self, key))
-        return out
-
-
-# ------------------------------------------------------------------------ helpers
-def balanced_topology(
-    k: int,
-    fanout: int,
-    *,
-    rank: int,
-    block_size: int = 50,
-    name: str = "simulation",
-    **node_options: Any,
-) -> Topology:
-    """A tree of ``k`` leaves, all at the same depth, under aggregators of <= ``fanout`` children.
-
-    Aggregator levels are added until one node (``root``) remains; children are dealt to
-    their parents in order, as evenly as possible. ``k = 10_000, fanout = 100`` gives a root
-    over 100 aggregators of 100 leaves; ``fanout = 22`` gives three aggregator levels.
-
-    Parameters
-    ----------
-    k : int
-        Number of leaves (``leaf-00000`` ...), >= 1.
-    fanout : int
-        Most children per aggregator, >= 2.
-    rank, block_size : int
-        Every node's ``rank`` and ``block_size``.
-    name : str
-    **node_options
-        Further `NodeConfig` fields for every node (e.g. ``publish_max_interval_s``).
-
-    Returns
-    -------
-    Topology
-        Leaves read ``sensors/<id>``; aggregators are ``agg-<level>-<i>`` (level 1 above the
-        leaves).
-
-    Raises
-    ------
-    ValueError
-        If ``k < 1`` or ``fanout < 2`` (and `TopologyError` for invalid node options).
-    """
-    if k < 1:
-        raise ValueError(f"k must be >= 1 leaf, got {k}")
-    if fanout < 2:
-        raise ValueError(f"fanout must be >= 2, got {fanout}")
-    width = len(str(k - 1))
-    level_ids = [f"leaf-{i:0{width}d}" for i in range(k)]
-    parent_of: dict[str, str] = {}
-    upper: list[list[str]] = []
-    level = 1
-    while True:
-        groups = math.ceil(len(level_ids) / fanout)
-        ids = ["root"] if groups == 1 else [f"agg-{level}-{i}" for i in range(groups)]
-        for group, members in enumerate(np.array_split(np.arange(len(level_ids)), groups)):
-            for member in members:
-                parent_of[level_ids[member]] = ids[group]
-        upper.append(ids)
-        if groups == 1:
-            break
-        level_ids, level = ids, level + 1
-    nodes: dict[str, NodeConfig] = {}
-    leaves = [f"leaf-{i:0{width}d}" for i in range(k)]
-    for ids in reversed(upper):  # root first, then each level down
-        for node_id in ids:
-            nodes[node_id] = NodeConfig(
-                node_id, parent_of.get(node_id), rank, block_size, **node_options
-            )
-    for leaf in leaves:
-        nodes[leaf] = NodeConfig(
-            leaf, parent_of[leaf], rank, block_size, sensor_topic=f"sensors/{leaf}", **node_options
-        )
-    return Topology(name=name, prefix="fpca", nodes=nodes, root="root")
-
-
-def low_rank_data(
-    n_samples: int,
-    n_features: int,
-    rank: int,
-    *,
-    noise: float = 0.1,
-    seed: int = 0,
-) -> np.ndarray:
-    """Rank-``rank`` Gaussian signal plus isotropic Gaussian noise, rows as samples.
-
-    ``X = (G * s) @ W^T + noise * E`` with ``W`` a random orthonormal ``(n_features, rank)``
-    basis, ``s`` linearly spaced from 5 down to 2, ``G`` and ``E`` standard normal.
-
-    Returns
-    -------
-    ndarray of shape (n_samples, n_features), float64
-    """
-    if not 1 <= rank <= n_features:
-        raise ValueError(f"rank must be in [1, n_features={n_features}], got {rank}")
-    rng = np.random.default_rng(seed)
-    w, _ = np.linalg.qr(rng.standard_normal((n_features, rank)))
-    scales = np.linspace(5.0, 2.0, rank)
-    x = (rng.standard_normal((n_samples, rank)) * scales) @ w.T
-    x += noise * rng.standard_normal((n_samples, n_features))
-    return x
 
 
 class _Draws:
@@ -515,19 +145,13 @@ class _Node:
         self.reconnecting = False
 
 
-@dataclass
-class _Stream:
+@dataclass(kw_only=True)
+class _Stream(LeafDelivery):
     """The replay's view of one leaf (as ``edge_runtime.replay._Stream``)."""
 
     rows: np.ndarray
     start: float
     interval: float
-    sent: int = 0
-    ingested: int = -1
-    durable: int = -1
-    session: tuple[str, str, int] | None = None
-    gap: int | None = None
-    resend_from: int | None = None
 
 
 # --------------------------------------------------------------------- simulation
@@ -840,37 +464,16 @@ class Simulation:
             self._send(self.config.readings, leaf.slow, _READ, leaf.index, readings)
 
     def _resend_due(self, leaf: _Node, stream: _Stream) -> None:
-        if stream.resend_from is None:
-            return
-        first, stream.resend_from = stream.resend_from, None
-        if first < stream.sent:
-            self.resent += stream.sent - first
-            self._put(leaf, first, stream.sent)
-
-    def _want_resend(self, stream: _Stream, start: int) -> None:
-        start = max(start, stream.durable + 1, 0)
-        if start < stream.sent:
-            stream.resend_from = (
-                start if stream.resend_from is None else min(stream.resend_from, start)
-            )
+        todo = stream.take_resend()
+        if todo is not None:
+            first, end = todo
+            self.resent += end - first
+            self._put(leaf, first, end)
 
     def _on_confirm(self, leaf: _Node, confirm: ConfirmMessage) -> None:
         """``Replayer._on_confirm``: drop durable readings, notice what was lost."""
         stream = self._streams[leaf.index]
-        src = self._source(leaf)
-        session = (confirm.epoch, confirm.session, confirm.connection)
-        ingested = int(confirm.ingested.get(src, -1))
-        if stream.session is not None and session != stream.session:
-            self._want_resend(stream, ingested + 1)  # the leaf reconnected or restarted
-        stream.session = session
-        gap = confirm.gaps.get(src)
-        if gap is not None and gap != stream.gap:
-            stream.gap = gap
-            self._want_resend(stream, gap)
-        stream.ingested = ingested
-        durable = int(confirm.durable.get(src, -1))
-        if durable > stream.durable or ingested < stream.durable:
-            stream.durable = min(durable, stream.sent - 1) if stream.sent else durable
+        stream.on_confirm(confirm, self._source(leaf))
         self._last_progress = self.now
         self._resend_due(leaf, stream)
 
@@ -890,7 +493,7 @@ class Simulation:
             self._schedule_probe()
 
     def _unconfirmed(self) -> int:
-        return sum(s.sent - 1 - s.durable for s in self._streams.values() if s.sent - 1 > s.durable)
+        return sum(max(0, s.unconfirmed()) for s in self._streams.values())
 
     def _schedule_probe(self) -> None:
         if not self._probe_scheduled:
@@ -915,8 +518,8 @@ class Simulation:
             return  # gave up
         self._probed = True
         for index, stream in self._streams.items():
-            if stream.sent - 1 > stream.durable:
-                self._want_resend(stream, stream.ingested + 1)
+            if stream.unconfirmed() > 0:
+                stream.want_resend(stream.ingested + 1)
                 self._resend_due(self.nodes[index], stream)
         self._schedule_probe()
 
@@ -933,7 +536,9 @@ class Simulation:
             node = self.nodes[index]
             node.slow = feed.straggler_slowdown if index in stragglers else 1.0
             start = draws.uniform() * feed.start_spread_s
-            self._streams[index] = _Stream(split[node.id], start, feed.interval_s * node.slow)
+            self._streams[index] = _Stream(
+                rows=split[node.id], start=start, interval=feed.interval_s * node.slow
+            )
         for node in self.nodes:  # every agent connects at 0, as in `run`
             node.core = self._new_core(node)
             self._connect(node)
@@ -1157,80 +762,3 @@ class Simulation:
             counters=dict(sorted(self.counters.items())),
             decisions=dict(sorted(self.decisions.items())),
         )
-
-
-# ---------------------------------------------------------------------------- CLI
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m edge_runtime.simulation``: one run, a JSON summary on stdout.
-
-    Returns the exit status: 0 if the run settled with exact coverage, 1 if not, 2 for a
-    bad argument.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m edge_runtime.simulation",
-        description=(
-            "Simulate a federation of agent cores with drops, duplicates, reordering, crashes "
-            "and stragglers; print the result as JSON."
-        ),
-    )
-    parser.add_argument("--leaves", type=int, default=10_000)
-    parser.add_argument("--fanout", type=int, default=100)
-    parser.add_argument("--features", type=int, default=16)
-    parser.add_argument("--rank", type=int, default=4)
-    parser.add_argument("--block-size", type=int, default=50)
-    parser.add_argument("--readings-per-leaf", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=50)
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between batches")
-    parser.add_argument("--stragglers", type=float, default=0.1)
-    parser.add_argument("--drop", type=float, default=0.01)
-    parser.add_argument("--duplicate", type=float, default=0.02)
-    parser.add_argument("--leaf-crashes", type=float, default=0.01)
-    parser.add_argument("--aggregator-crashes", type=int, default=3)
-    parser.add_argument("--root-crash", action="store_true")
-    parser.add_argument("--restore", choices=("snapshot", "checkpoint"), default="snapshot")
-    parser.add_argument(
-        "--unordered-readings",
-        action="store_true",
-        help="let the delays reorder the readings to a leaf (MQTT keeps them in order)",
-    )
-    parser.add_argument("--wire-sample", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    try:
-        topology = balanced_topology(
-            args.leaves, args.fanout, rank=args.rank, block_size=args.block_size
-        )
-        data = low_rank_data(
-            args.leaves * args.readings_per_leaf, args.features, args.rank, seed=args.seed
-        )
-        link = Link(drop=args.drop, duplicate=args.duplicate)
-        readings = Link(
-            drop=args.drop, duplicate=args.duplicate, ordered=not args.unordered_readings
-        )
-        config = SimulationConfig(
-            seed=args.seed,
-            feed=Feed(
-                batch_size=args.batch_size, interval_s=args.interval, stragglers=args.stragglers
-            ),
-            snapshots=link,
-            readings=readings,
-            faults=Faults(
-                leaf_crashes=args.leaf_crashes,
-                aggregator_crashes=args.aggregator_crashes,
-                root_crash=args.root_crash,
-            ),
-            restore=args.restore,
-            wire_sample=args.wire_sample,
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    start = time.perf_counter()
-    result = Simulation(topology, data, config).run()
-    summary = {"wall_s": round(time.perf_counter() - start, 2), **result.summary()}
-    print(json.dumps(summary, indent=2))
-    return 0 if result.finished and result.coverage_exact else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

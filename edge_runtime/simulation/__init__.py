@@ -1,0 +1,28 @@
+"""A deterministic in-memory simulation of a whole federation of agent cores (no I/O).
+
+`Simulation` (`edge_runtime.simulation.engine`, whose docstring says what is modelled) wires
+one core per node of a `Topology` over a simulated broker in virtual time; `config` holds its
+settings and result, `fleet` builds synthetic trees and readings. Run one with
+``python -m edge_runtime.simulation --leaves 10000 --fanout 100 --root-crash``.
+"""
+
+from edge_runtime.simulation.config import (
+    Faults,
+    Feed,
+    Link,
+    SimulationConfig,
+    SimulationResult,
+)
+from edge_runtime.simulation.engine import Simulation
+from edge_runtime.simulation.fleet import balanced_topology, low_rank_data
+
+__all__ = [
+    "Faults",
+    "Feed",
+    "Link",
+    "Simulation",
+    "SimulationConfig",
+    "SimulationResult",
+    "balanced_topology",
+    "low_rank_data",
+]
