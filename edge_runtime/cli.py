@@ -34,7 +34,7 @@ from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.datasets import DatasetError, load_dataset
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
-from edge_runtime.monitor import ModelWatcher, privacy_of
+from edge_runtime.monitor import STALE_AFTER_S, ModelWatcher, privacy_of
 from edge_runtime.replay import DEFAULT_BATCH_SIZE, Replayer, wait_online
 from edge_runtime.runner import Progress, RunSummary, run_topology
 from edge_runtime.topology import Topology, TopologyError, load_topology
@@ -244,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument(
         "--stale-after",
         type=_positive_float,
-        default=10.0,
-        help="an online node silent for this many seconds is shown as stale (default 10)",
+        default=STALE_AFTER_S,
+        help="an online node silent for this many seconds is shown as stale "
+        f"(default {STALE_AFTER_S:g}: 2.5 status heartbeats)",
     )
     return parser
 

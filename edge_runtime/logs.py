@@ -10,6 +10,18 @@ import structlog
 __all__ = ["configure_logging"]
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing, not at set-up: a
+    caller (a test runner's capture, a daemon manager) may replace and close the stream it
+    had when logging was configured."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "warning", *, json_logs: bool | None = None) -> None:
     """Send structured logs to stderr at ``level`` (debug, info, warning, error).
 
@@ -39,7 +51,7 @@ def configure_logging(level: str = "warning", *, json_logs: bool | None = None) 
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

@@ -14,7 +14,10 @@ from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import SubspaceMessage, WireError, decode_subspace
 
-__all__ = ["ModelWatcher", "covers", "leaves_reporting", "privacy_of"]
+__all__ = ["STALE_AFTER_S", "ModelWatcher", "covers", "leaves_reporting", "privacy_of"]
+
+STALE_AFTER_S = 75.0
+"""Seconds of silence after which an online node is shown as stale (2.5 status heartbeats)."""
 
 log = structlog.get_logger("edge_runtime.monitor")
 
@@ -60,8 +63,11 @@ class ModelWatcher:
     watch_nodes : bool, default False
         Also follow every node's ``status`` and ``status/detail`` topics; see
         `node_states`.
-    stale_after_s : float, default 10
-        An online node whose last status document is older than this is "stale".
+    stale_after_s : float, default `STALE_AFTER_S`
+        An online node heard from (its ``online`` status or a status document) no later
+        than this many seconds ago is "online"; after that, "stale". Nodes send a status
+        document at least every ``AgentSettings.status_heartbeat_s`` (30 s), so the default
+        is 2.5 heartbeats.
 
     Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`; `privacy`
     gives the current model's differential-privacy guarantee.
@@ -74,12 +80,12 @@ class ModelWatcher:
         on_update: Callable[[SubspaceMessage], None] | None = None,
         *,
         watch_nodes: bool = False,
-        stale_after_s: float = 10.0,
+        stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self.watch_nodes = watch_nodes
         self.stale_after_s = stale_after_s
         self.online: dict[str, bool] = {}
-        self.last_detail: dict[str, float] = {}
+        self.last_heard: dict[str, float] = {}
         self._topics: dict[str, tuple[str, str]] = {}
         for node in topology.nodes:
             self._topics[topology.status_topic(node)] = (node, "status")
@@ -123,8 +129,7 @@ class ModelWatcher:
                 node, kind = node_topic
                 if kind == "status":
                     self.online[node] = bytes(payload) == b"online"
-                else:
-                    self.last_detail[node] = time.monotonic()
+                self.last_heard[node] = time.monotonic()
                 continue
             try:
                 model = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
@@ -145,7 +150,7 @@ class ModelWatcher:
         return privacy_of(self.model)
 
     def node_states(self) -> dict[str, str]:
-        """Each node's liveness: "online", "stale" (online, but no status document for
+        """Each node's liveness: "online", "stale" (online, but silent for
         ``stale_after_s`` seconds), "offline" (said so, or its Last Will did) or
         "unknown" (nothing retained yet)."""
         now = time.monotonic()
@@ -155,7 +160,7 @@ class ModelWatcher:
                 states[node] = "unknown"
             elif not self.online[node]:
                 states[node] = "offline"
-            elif now - self.last_detail.get(node, -float("inf")) > self.stale_after_s:
+            elif now - self.last_heard.get(node, -float("inf")) > self.stale_after_s:
                 states[node] = "stale"
             else:
                 states[node] = "online"
