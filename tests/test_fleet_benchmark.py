@@ -29,8 +29,19 @@ TINY = dataclasses.replace(QUICK, name="tiny", fleet=fleet.TINY)
 MINIMAL = Path(__file__).resolve().parents[1] / "topologies" / "minimal.toml"
 
 
+_CHILDREN_BEFORE: set[tuple[int, str]] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before() -> None:
+    """Processes the test session already runs (e.g. a session-wide Mosquitto) are not
+    the benchmark's: only processes started during the test count as left behind."""
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(_descendants(os.getpid()))
+
+
 def _no_children_left() -> bool:
-    return not _descendants(os.getpid())
+    return not set(_descendants(os.getpid())) - _CHILDREN_BEFORE
 
 
 @pytest.mark.mqtt
