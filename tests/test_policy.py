@@ -255,3 +255,34 @@ def test_a_timely_echo_is_neither_undelivered_nor_late() -> None:
     assert echo.echoed("a", 1, 0.05) == []
     assert echo.expired(100.0) == []
     assert (echo.undelivered, echo.late, echo.awaiting) == (0, 0, 0)
+
+
+def test_a_leaf_is_not_idle_between_the_bursts_of_a_regular_stream() -> None:
+    """Readings every 0.5 s: the trailing publish waits for a pause of about two such gaps,
+    not for the policy's 0.05 s, so a paced stream is not published burst by burst."""
+    from edge_runtime.agents.core import publish_policy_for
+    from edge_runtime.agents.leaf_core import IDLE_GAPS, LeafCore
+    from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+    from edge_runtime.topology import NodeConfig
+    from edge_runtime.wire import SensorReadings
+
+    config = NodeConfig(id="leaf", parent="root", rank=2, block_size=10)
+    policy = publish_policy_for(config, leaf=True)
+    core = LeafCore(
+        config,
+        policy=policy,
+        status_policy=StatusPolicy(),
+        confirm_policy=ConfirmPolicy(),
+        now=0.0,
+        n_features=4,
+    )
+    rng = np.random.default_rng(0)
+    for i in range(20):
+        t = 0.5 * i
+        for block in core.accept(SensorReadings(rng.normal(size=(3, 4)), "s", 3 * i), t):
+            core.apply(block, t)
+        if i >= 5:  # the average gap has settled near 0.5 s
+            assert not core.idle(t + 0.5 * 1.5), core.idle_s
+    assert core.idle_s == pytest.approx(IDLE_GAPS * 0.5, rel=0.05)
+    assert core.idle(9.5 + core.idle_s)
+    assert policy.idle_s < core.idle_s

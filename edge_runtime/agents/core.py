@@ -102,10 +102,16 @@ class NodeCore:
             unpublished_since=self.unpublished_since,
             moved=moved,
             first=first,
+            idle_s=self.idle_s,
         )
         if reason is None:
             self.decisions["suppressed"] += 1
         return reason
+
+    @property
+    def idle_s(self) -> float:
+        """How long the input must pause before the trailing publish, seconds."""
+        return self.policy.idle_s
 
     def _publish_pending(self) -> tuple[bool, bool]:
         """``(moved, first)`` as the next `_decide` would see them without new input."""
@@ -125,6 +131,7 @@ class NodeCore:
             unpublished_since=self.unpublished_since,
             moved=moved,
             first=first,
+            idle_s=self.idle_s,
         )
         return min(publish, self.status_next(now), self.echo_next(), *self._other_wakeups(now))
 

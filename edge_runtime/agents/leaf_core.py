@@ -24,7 +24,13 @@ from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import ConfirmMessage, PrivacyParams, SensorReadings, SubspaceMessage
 
-__all__ = ["LeafCore", "snapshot_privacy"]
+__all__ = ["GAP_WEIGHT", "IDLE_GAPS", "LeafCore", "snapshot_privacy"]
+
+GAP_WEIGHT = 0.2
+"""Weight of the newest gap in the average gap between a leaf's readings."""
+
+IDLE_GAPS = 2.0
+"""A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
 def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
@@ -110,6 +116,7 @@ class LeafCore(NodeCore):
         self._candidate_version = -1
         self._candidate_moved = False
         self._input_version = 0
+        self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
         self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
         if n_features is not None:
@@ -151,6 +158,13 @@ class LeafCore(NodeCore):
         if self.privacy is not None:  # fail now, not at the first block
             noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
         return FPCAEdge(n_features, **options)
+
+    @property
+    def idle_s(self) -> float:
+        """The policy's ``idle_s``, stretched to twice the usual gap between this leaf's
+        readings (an exponential average), so a stream that arrives in bursts is not
+        "idle" between two bursts: the trailing publish waits for a real pause."""
+        return max(self.policy.idle_s, IDLE_GAPS * self._gap_s)
 
     @property
     def n_samples(self) -> int:
@@ -275,6 +289,10 @@ class LeafCore(NodeCore):
             self.estimator = self.new_estimator(values.shape[1])
             self.n_features = values.shape[1]
         self.estimator.partial_fit(values)
+        gap = now - self.last_input
+        if 0 < gap < self.policy.max_interval_s:  # a longer pause is no "usual gap"
+            weight = GAP_WEIGHT if self._gap_s else 1.0  # the first gap starts the average
+            self._gap_s += weight * (gap - self._gap_s)
         self.last_input = now
         self._input_version += 1
         if math.isinf(self.unpublished_since):
@@ -292,7 +310,7 @@ class LeafCore(NodeCore):
     def idle(self, now: float) -> bool:
         """No reading for the policy's ``idle_s`` while something is unpublished."""
         return (
-            not math.isinf(self.unpublished_since) and now - self.last_input >= self.policy.idle_s
+            not math.isinf(self.unpublished_since) and now >= self.last_input + self.idle_s
         )
 
     def flush_due(self, now: float) -> bool:

@@ -159,6 +159,7 @@ class PublishPolicy:
         unpublished_since: float,
         moved: bool,
         first: bool = False,
+        idle_s: float | None = None,
     ) -> str | None:
         """The reason to publish now, or None.
 
@@ -172,6 +173,9 @@ class PublishPolicy:
             The candidate is outside the deadband (`moved`).
         first : bool
             Nothing has been published yet.
+        idle_s : float, optional
+            The idle time to apply, seconds (default ``self.idle_s``; a leaf stretches it to
+            its readings' usual gap, `LeafCore.idle_s`).
         """
         if math.isinf(unpublished_since) or not self.may_publish(now, last_publish):
             return None
@@ -181,7 +185,7 @@ class PublishPolicy:
             return "moved"
         if now >= unpublished_since + self.max_interval_s:
             return "max_interval"
-        if now >= last_input + self.idle_s:
+        if now >= last_input + (self.idle_s if idle_s is None else idle_s):
             return "idle"
         return None
 
@@ -194,6 +198,7 @@ class PublishPolicy:
         unpublished_since: float,
         moved: bool = False,
         first: bool = False,
+        idle_s: float | None = None,
     ) -> float:
         """The next time at which `decide` may answer differently without new input."""
         if math.isinf(unpublished_since):
@@ -201,11 +206,12 @@ class PublishPolicy:
         earliest = last_publish + self.min_interval_s
         if first or moved:
             return max(earliest, now)
-        later = min(unpublished_since + self.max_interval_s, last_input + self.idle_s)
+        idle = self.idle_s if idle_s is None else idle_s
+        later = min(unpublished_since + self.max_interval_s, last_input + idle)
         return max(earliest, later, now)
 
 
-LEAF_PUBLISH = PublishPolicy(min_interval_s=0.2, max_interval_s=5.0, idle_s=0.1)
+LEAF_PUBLISH = PublishPolicy(min_interval_s=0.1, max_interval_s=5.0, idle_s=0.05)
 """Default publish policy of a leaf (see benchmarks/fleet.py for the measurement)."""
 
 AGGREGATOR_PUBLISH = PublishPolicy(min_interval_s=0.05, max_interval_s=0.5, idle_s=0.05)
