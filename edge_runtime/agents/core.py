@@ -95,18 +95,19 @@ class NodeCore:
     def _decide(self, now: float, *, moved: bool, first: bool) -> str | None:
         """`PublishPolicy.decide` on this node's times; a candidate held back is counted
         as ``suppressed``."""
-        reason = self.policy.decide(
-            now,
-            last_publish=self.last_publish,
-            last_input=self.last_input,
-            unpublished_since=self.unpublished_since,
-            moved=moved,
-            first=first,
-            idle_s=self.idle_s,
-        )
+        reason = self.policy.decide(now, moved=moved, first=first, **self._times())
         if reason is None:
             self.decisions["suppressed"] += 1
         return reason
+
+    def _times(self) -> dict[str, float]:
+        """This node's times as `PublishPolicy.decide` / ``next_check`` take them."""
+        return {
+            "last_publish": self.last_publish,
+            "last_input": self.last_input,
+            "unpublished_since": self.unpublished_since,
+            "idle_s": self.idle_s,
+        }
 
     @property
     def idle_s(self) -> float:
@@ -124,15 +125,7 @@ class NodeCore:
     def next_wakeup(self, now: float) -> float:
         """The next time a decision may change without new input, seconds."""
         moved, first = self._publish_pending()
-        publish = self.policy.next_check(
-            now,
-            last_publish=self.last_publish,
-            last_input=self.last_input,
-            unpublished_since=self.unpublished_since,
-            moved=moved,
-            first=first,
-            idle_s=self.idle_s,
-        )
+        publish = self.policy.next_check(now, moved=moved, first=first, **self._times())
         return min(publish, self.status_next(now), self.echo_next(), *self._other_wakeups(now))
 
     # ----------------------------------------------------------------- status
