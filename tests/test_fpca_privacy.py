@@ -1,4 +1,5 @@
-"""Streaming MOD-SuLQ in FPCAEdge: noise scales, masks, the raw path and memory (issue 5)."""
+"""Streaming MOD-SuLQ (``mechanism="fpca-eq8"``) in FPCAEdge: noise scales, masks, the raw
+path and memory (issue 5); the tests not tied to eq. (8) run the default mechanism."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ EPSILONS = (0.01, 0.1, 0.5, 1.0, 2.0, 4.0, 100.0)
 DELTAS = (1e-9, 1e-5, 0.01, 0.05, 0.2)
 DIMS = (1, 2, 5, 20, 48, 1000)
 SAMPLES = (1, 7, 50, 5000, 10**6)
+EQ8 = {"mechanism": "fpca-eq8"}
 
 
 def omega_eq8(eps: float, delta: float, d: int, n: int) -> float:
@@ -89,7 +91,10 @@ def test_default_block_size_targets_a_tenth_of_the_unit_ball_spectrum() -> None:
     size = default_block_size(1.0, 0.05, 48)
     omega = noise_std(1.0, 0.05, 48, size)
     assert 2 * omega * math.sqrt(48) <= 0.1 < 2 * noise_std(1.0, 0.05, 48, size - 1) * math.sqrt(48)
-    assert FPCAEdge(48, 10, privacy=(1.0, 0.05), clip_norm=1.0).block_size == size
+    assert (
+        FPCAEdge(48, 10, privacy=(1.0, 0.05), clip_norm=1.0, mechanism="fpca-eq8").block_size
+        == size
+    )
     with pytest.raises(ValueError, match="pass block_size"):
         default_block_size(1.0, 0.05, 400)
 
@@ -110,12 +115,27 @@ def test_default_block_size_targets_a_tenth_of_the_unit_ball_spectrum() -> None:
         (lambda: clip_to_unit_ball(np.ones((2, 2)), -1.0), "clip_norm"),
         (lambda: FPCAEdge(4, 2, 10, privacy=(1.0, 0.05)), "clip_norm"),
         (lambda: FPCAEdge(4, 2, 10, clip_norm=1.0), "only used with privacy"),
-        (lambda: FPCAEdge(4, 2, 10, chunk_size=2), "only used with privacy"),
+        (lambda: FPCAEdge(4, 2, 10, chunk_size=2), "only used with mechanism 'fpca-eq8'"),
+        (lambda: FPCAEdge(4, 2, 10, horizon=4), "only used with privacy"),
+        (lambda: FPCAEdge(4, 2, 10, privacy=(1, 0.1), clip_norm=1, mechanism="x"), "mechanism"),
+        (lambda: FPCAEdge(4, 2, 10, privacy=(1, 0.1), clip_norm=1, horizon=0), "horizon"),
+        (
+            lambda: FPCAEdge(
+                4, 2, 10, privacy=(1, 0.1), clip_norm=1, mechanism="fpca-eq8", horizon=2
+            ),
+            "horizon",
+        ),
+        (lambda: FPCAEdge(4, 2, 10, privacy=(1, 0.1), clip_norm=1, chunk_size=2), "fpca-eq8"),
         (lambda: FPCAEdge(4, 2, 10, privacy=1.0, clip_norm=1.0), r"\(epsilon, delta\)"),
         (lambda: FPCAEdge(4, 2, 10, privacy=(1.0, 2.0), clip_norm=1.0), "delta"),
         (lambda: FPCAEdge(4, 2, 10, privacy=(1.0, 0.1), clip_norm=0.0), "clip_norm"),
         (lambda: FPCAEdge(4, 2, 10, privacy=(1.0, 0.1), clip_norm=1, center=True), "mean"),
-        (lambda: FPCAEdge(4, 2, 10, privacy=(1.0, 0.1), clip_norm=1, chunk_size=0), "chunk"),
+        (
+            lambda: FPCAEdge(
+                4, 2, 10, privacy=(1.0, 0.1), clip_norm=1, chunk_size=0, mechanism="fpca-eq8"
+            ),
+            "chunk",
+        ),
         (lambda: FPCAEdge(4, 2, 10, privacy=(1, 0.1), clip_norm=1, random_state="x"), "random"),
     ],
 )
@@ -168,7 +188,9 @@ def test_masks_are_non_symmetric_and_fresh_for_every_block() -> None:
 
     # The estimator draws exactly these masks, one after the other (zero samples: the
     # masked covariance is the mask itself, and all d directions are tracked).
-    edge = FPCAEdge(d, d // 2, 30, privacy=(1.0, 0.05), clip_norm=1.0, chunk_size=c, random_state=5)
+    edge = FPCAEdge(
+        d, d // 2, 30, privacy=(1.0, 0.05), clip_norm=1.0, chunk_size=c, random_state=5, **EQ8
+    )
     omega = noise_std(1.0, 0.05, d, 30)
     zeros = np.zeros((30, d))
     edge.partial_fit(zeros)
@@ -201,7 +223,7 @@ def test_mask_standard_deviation_is_omega() -> None:
     d, k = 120, 25
     lo, hi = stats.chi2.ppf([FALSE_FAILURE / 6, 1 - FALSE_FAILURE / 6], d * d)
     edge = FPCAEdge(
-        d, d // 2, k, privacy=(0.5, 0.01), clip_norm=3.0, chunk_size=9, random_state=123
+        d, d // 2, k, privacy=(0.5, 0.01), clip_norm=3.0, chunk_size=9, random_state=123, **EQ8
     )
     omega = noise_std(0.5, 0.01, d, k)
     previous = np.zeros(0)
@@ -271,7 +293,7 @@ def test_pending_rows_never_reach_a_snapshot_until_masked() -> None:
 
 def test_restored_private_estimator_draws_fresh_masks_not_the_saved_ones() -> None:
     x = np.random.default_rng(8).normal(size=(250, 5))
-    edge = FPCAEdge(5, 2, 100, privacy=(1.0, 0.05), clip_norm=2.0, random_state=1)
+    edge = FPCAEdge(5, 2, 100, privacy=(1.0, 0.05), clip_norm=2.0, random_state=1, **EQ8)
     edge.partial_fit(x[:150])
     state = edge.get_state()
     assert state["privacy"].tolist() == [1.0, 0.05] and state["clip_norm"] == 2.0
@@ -311,7 +333,14 @@ def test_private_memory_stays_flat_and_within_d_b_plus_c_plus_r() -> None:
         try:
             before = tracemalloc.get_traced_memory()[0]
             edge = FPCAEdge(
-                d, rank, b, privacy=(1.0, 0.05), clip_norm=10.0, chunk_size=c, random_state=0
+                d,
+                rank,
+                b,
+                privacy=(1.0, 0.05),
+                clip_norm=10.0,
+                chunk_size=c,
+                random_state=0,
+                **EQ8,
             )
             state = tracemalloc.get_traced_memory()[0] - before
             first = highest = peak = 0

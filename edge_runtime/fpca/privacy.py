@@ -1,16 +1,28 @@
-"""Differential privacy for FPCA-Edge: streaming MOD-SuLQ (Grammenos et al. 2020, Sec. 3.3).
+"""Differential privacy for FPCA-Edge: the mechanisms, their noise scales and block sizes.
 
-A private estimator perturbs each block's covariance before anything is derived from
-it. For a block of ``n`` samples scaled to the unit ball (``||x|| <= 1``), the
-``(d, d)`` covariance ``A = (1/n) X^T X`` (rows are samples) is released as ``A + N``
-with ``N`` a non-symmetric Gaussian mask of i.i.d. ``N(0, omega**2)`` entries, built
-``c`` columns at a time (eq. (7)): chunk ``j`` is ``(1/n) X^T X[:, J] + N[:, J]``, so the
-extra memory is ``O(d c)`` and the whole ``d x d`` matrix never exists. The chunks are
-reduced to a rank-``t`` summary by the streaming block update (eq. (3)) and only that
-summary enters the estimate, so everything published afterwards is post-processing
-of masked blocks. Each sample lies in exactly one block, so the stream as a whole is
-``(epsilon, delta)``-differentially private with respect to replacing one sample
-(parallel composition over disjoint blocks).
+Two mechanisms (`MECHANISMS`), chosen by ``FPCAEdge(mechanism=...)`` and the topology key
+``mechanism``:
+
+- ``"gaussian"`` (the default): the Gaussian mechanism on each block's Gram matrix with the
+  analytic calibration (`analytic_gaussian_sigma`, re-exported from `gaussian_mechanism`),
+  kept as a running noisy sum (`private_gram`) with optional continual release
+  (`continual`). Its noise does not grow with ``d`` beyond the Gaussian mechanism's own.
+- ``"fpca-eq8"``: streaming MOD-SuLQ as printed in the paper, described below; kept to
+  reproduce the paper. Its noise carries a factor ``d`` (172-268x the Gaussian
+  mechanism's at ``d = 48``), which leaves nothing of the signal at sensor-sized data.
+
+Streaming MOD-SuLQ (Grammenos et al. 2020, Sec. 3.3). A private estimator perturbs each
+block's covariance before anything is derived from it. For a block of ``n`` samples
+scaled to the unit ball (``||x|| <= 1``), the ``(d, d)`` covariance ``A = (1/n) X^T X``
+(rows are samples) is released as ``A + N`` with ``N`` a non-symmetric Gaussian mask of
+i.i.d. ``N(0, omega**2)`` entries, built ``c`` columns at a time (eq. (7)): chunk ``j``
+is ``(1/n) X^T X[:, J] + N[:, J]``, so the extra memory is ``O(d c)`` and the whole ``d
+x d`` matrix never exists. The chunks are reduced to a rank-``t`` summary by the
+streaming block update (eq. (3)) and only that summary enters the estimate, so
+everything published afterwards is post-processing of masked blocks. Each sample lies in
+exactly one block, so the stream as a whole is ``(epsilon, delta)``-differentially
+private with respect to replacing one sample (parallel composition over disjoint
+blocks).
 
 This module holds the noise scales (eq. (6), eq. (8)), the minimum block size
 (Lemma 2.2), the clipping to the unit ball and the masked block summary; `FPCAEdge`
@@ -32,13 +44,19 @@ import numpy as np
 
 from edge_runtime.fpca._linalg import svd_update
 from edge_runtime.fpca._validation import check_int, check_positive
+from edge_runtime.fpca.gaussian_mechanism import NEIGHBOURS, analytic_gaussian_sigma
+from edge_runtime.fpca.private_gram import release_noise_std
 
 __all__ = [
     "DEFAULT_TARGET_SPECTRAL",
     "MAX_DEFAULT_BLOCK_BYTES",
+    "MECHANISMS",
+    "NEIGHBOURS",
+    "analytic_gaussian_sigma",
     "check_budget",
     "clip_to_unit_ball",
     "default_block_size",
+    "gaussian_default_block_size",
     "min_block_size",
     "mod_sulq_noise_std",
     "noise_std",
@@ -54,6 +72,9 @@ DEFAULT_TARGET_SPECTRAL = 0.1
 MAX_DEFAULT_BLOCK_BYTES = 64 * 2**20
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+#: The private mechanisms, the default first.
+MECHANISMS = ("gaussian", "fpca-eq8")
 
 
 def check_budget(epsilon: object, delta: object) -> tuple[float, float]:
@@ -235,6 +256,48 @@ def default_block_size(epsilon: float, delta: float, n_features: int) -> int:
             f"privacy=({epsilon}, {delta}) at n_features={d} needs blocks of T={size} samples "
             f"({size * d * 8 / 2**20:.0f} MiB) for noise std {target:.3g}; pass block_size "
             "(smaller blocks are noisier)"
+        )
+    return size
+
+
+def gaussian_default_block_size(
+    epsilon: float, delta: float, n_features: int, horizon: int = 1
+) -> int:
+    """The block size `FPCAEdge` uses with ``mechanism="gaussian"`` when none is given.
+
+    The smallest ``T`` whose release noise has an expected spectral norm (``sqrt(2)
+    sigma sqrt(d)`` for the symmetrised ``d x d`` noise of `release_noise_std` ``sigma``,
+    Wigner's semicircle law) of at most `DEFAULT_TARGET_SPECTRAL` times ``T``, the
+    largest eigenvalue the Gram matrix of ``T`` unit-ball rows can have. 517 at
+    ``epsilon = 1, delta = 1e-5, d = 48`` (``H = 1``).
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The budget.
+    n_features : int
+        ``d``.
+    horizon : int, default=1
+        ``H`` of the continual release.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        If a value is out of range, or the block buffer (``T * d * 8`` bytes) would exceed
+        `MAX_DEFAULT_BLOCK_BYTES`.
+    """
+    eps, dlt = check_budget(epsilon, delta)
+    d = check_int(n_features, "n_features", 1)
+    spectral = math.sqrt(2.0) * release_noise_std(eps, dlt, horizon) * math.sqrt(d)
+    size = max(1, math.ceil(spectral / DEFAULT_TARGET_SPECTRAL))
+    if size * d * 8 > MAX_DEFAULT_BLOCK_BYTES:
+        raise ValueError(
+            f"privacy=({epsilon}, {delta}) at n_features={d} needs blocks of T={size} samples "
+            f"({size * d * 8 / 2**20:.0f} MiB); pass block_size (smaller blocks are noisier)"
         )
     return size
 

@@ -15,6 +15,8 @@ from edge_runtime.fpca._validation import (
     check_int,
     check_positive,
 )
+from edge_runtime.fpca.privacy import MECHANISMS
+from edge_runtime.fpca.private_gram import PrivateGram, check_horizon
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["FPCAEdge"]
@@ -88,21 +90,35 @@ class FPCAEdge:
         ``IncrementalPCA``); `subspace` then carries ``mean``, and merges of centred
         summaries combine the means (`merge_subspaces`). Not with ``privacy``.
     privacy : tuple of (float, float) or None, default=None
-        ``(epsilon, delta)``, ``epsilon > 0``, ``0 < delta < 1``: make every block
-        summary ``(epsilon, delta)``-differentially private by streaming MOD-SuLQ
-        (eq. (7)-(8), see Notes). None (the default) adds no noise.
+        ``(epsilon, delta)``, ``epsilon > 0``, ``0 < delta < 1``: make everything the
+        estimator returns ``(epsilon, delta)``-differentially private per sample
+        (replace-one neighbours) by ``mechanism`` (see Notes). None (the default) adds
+        no noise.
     clip_norm : float or None, default=None
         Required with ``privacy``: samples are clipped to this Euclidean norm ``C`` (in
         the data's units) and divided by it, so they lie in the unit ball the guarantee
         assumes. A ``C`` near the typical sample norm keeps most samples intact; a
         larger one clips fewer samples but scales the noise up relative to the data.
     chunk_size : int or None, default=None
-        With ``privacy``: columns ``c`` of the masked covariance built at a time (eq.
-        (7)), >= 1; None means ``min(n_features, block_size)``. Extra memory
+        With ``mechanism="fpca-eq8"``: columns ``c`` of the masked covariance built at a
+        time (eq. (7)), >= 1; None means ``min(n_features, block_size)``. Extra memory
         ``2 n_features c`` floats.
     random_state : int, numpy Generator or None, default=None
         With ``privacy``: the source of the masks (None: fresh OS entropy). Seed it
         for reproducible runs; never reuse a seed across restarts of one stream.
+    mechanism : {"gaussian", "fpca-eq8"}, default="gaussian"
+        With ``privacy``: ``"gaussian"``, the analytic Gaussian mechanism on each
+        block's Gram matrix kept as a running noisy sum (`edge_runtime.fpca.private_gram`);
+        ``"fpca-eq8"``, streaming MOD-SuLQ as printed in the paper (eq. (7)-(8)), kept
+        for reproduction (its noise carries a factor ``d``). Without ``block_size``,
+        the default block size is `privacy.gaussian_default_block_size` (gaussian) or
+        `privacy.default_block_size` (Lemma 2.2, fpca-eq8).
+    horizon : int, default=1
+        With ``mechanism="gaussian"``: releases per segment of the square-root
+        factorisation of continual release (`edge_runtime.fpca.continual`), 1-4096. 1
+        noises every block independently; ``H`` blocks published as prefix sums cost
+        ``multiplier(H)**2`` (1.49 at H = 4, 2.34 at 64) times one release's noise instead
+        of ``sqrt(H)``. ``forget < 1`` needs ``horizon=1``.
 
     Attributes
     ----------
@@ -137,7 +153,17 @@ class FPCAEdge:
     chunk_size : int or None
         ``c`` with privacy, else None.
     last_noise_std_ : float or None
-        ``omega`` of the last masked block (None before one, or without privacy).
+        ``gaussian``: ``sigma``, the std of the entries of each release's ``W`` (unit-ball
+        Gram units); ``fpca-eq8``: ``omega`` of the last masked block. None before the
+        first release, or without privacy.
+    mechanism : str or None
+        The mechanism with privacy, else None.
+    horizon : int
+        As the parameter.
+    n_releases_ : int
+        Private blocks released (full and flushed).
+    n_clipped_ : int
+        Samples whose norm exceeded ``clip_norm`` (scaled down to it).
 
     Raises
     ------
@@ -213,7 +239,20 @@ class FPCAEdge:
     ``threadpoolctl.threadpool_limits(limits=1, user_api="blas")`` (or set it once per
     process) where other work competes for the cores.
 
-    Differential privacy (``privacy=(epsilon, delta)``), streaming MOD-SuLQ of
+    Differential privacy, ``mechanism="gaussian"`` (the default): each block of ``k``
+    samples (``block_size``, fewer for a `flush`) is clipped to the unit ball (``x ->
+    x / max(C, ||x||)``) and released once as its Gram matrix plus symmetric Gaussian
+    noise calibrated by the analytic Gaussian mechanism at sensitivity ``sqrt(2)``
+    (`edge_runtime.fpca.gaussian_mechanism`); the raw block is zeroed. The state's
+    basis and singular values are the leading eigenpairs ``(u_i, lambda_i)`` of the
+    released running sum, ``sigma_i = C sqrt(max(lambda_i, 0))``. Each sample lies in
+    one block, so all releases together are one Gaussian mechanism and everything
+    returned is post-processing (the argument is written out in
+    `edge_runtime.fpca.private_gram`). Memory with privacy: ``16 n_features**2`` bytes
+    more (two ``(d, d)`` matrices), ``O(n_features**2)`` temporaries per release, and
+    ``O(horizon n_features**2)`` time per release.
+
+    Differential privacy, ``mechanism="fpca-eq8"``: streaming MOD-SuLQ of
     Grammenos et al. (2020), eq. (5)-(8): each block of ``k`` samples (``k =
     block_size``, fewer for a `flush`) is clipped to the unit ball (``x ->
     x / max(C, ||x||)``); its covariance ``A = (1/k) X^T X`` is built ``c`` columns at a
@@ -278,20 +317,28 @@ class FPCAEdge:
         clip_norm: float | None = None,
         chunk_size: int | None = None,
         random_state: int | np.random.Generator | None = None,
+        mechanism: str = "gaussian",
+        horizon: int = 1,
     ) -> None:
         self.n_features = check_int(n_features, "n_features", 1)
         self.rank = check_int(rank, "rank", 1)
         self.center = bool(center)
-        self._init_privacy(privacy, clip_norm, random_state)
+        self._init_privacy(privacy, clip_norm, random_state, mechanism, horizon)
         if block_size is None:
             if self.privacy is None:
                 block_size = 50
+            elif self.mechanism == "gaussian":
+                block_size = _privacy.gaussian_default_block_size(
+                    *self.privacy, self.n_features, self.horizon
+                )
             else:
                 block_size = _privacy.default_block_size(*self.privacy, self.n_features)
         self.block_size = check_int(block_size, "block_size", 1)
-        if self.privacy is None:
+        if self.mechanism != "fpca-eq8":
             if chunk_size is not None:
-                raise ValueError(f"chunk_size {chunk_size!r} is only used with privacy")
+                raise ValueError(
+                    f"chunk_size {chunk_size!r} is only used with mechanism 'fpca-eq8'"
+                )
             self.chunk_size = None
         else:
             self.chunk_size = check_int(
@@ -350,6 +397,12 @@ class FPCAEdge:
             width = min(self.chunk_size, d)
             self._chunk = np.empty((d, width), order="F")
             self._noise = np.empty((d, width))
+        self._gram: PrivateGram | None = None
+        if self.privacy is not None and self.mechanism == "gaussian":
+            assert self._rng is not None
+            self._gram = PrivateGram(
+                d, *self.privacy, horizon=self.horizon, forget=self.forget, rng=self._rng
+            )
         self.reset()
 
     def _init_privacy(
@@ -357,16 +410,31 @@ class FPCAEdge:
         privacy: tuple[float, float] | None,
         clip_norm: float | None,
         random_state: int | np.random.Generator | None,
+        mechanism: str,
+        horizon: int,
     ) -> None:
-        """Check and set ``privacy``, ``clip_norm`` and the mask's generator."""
+        """Check and set the privacy settings and the noise's generator."""
         self.privacy: tuple[float, float] | None = None
         self.clip_norm: float | None = None
         self.last_noise_std_: float | None = None
+        self.n_releases_ = 0
+        self.n_clipped_ = 0
+        if mechanism not in MECHANISMS:
+            raise ValueError(
+                f"mechanism must be one of {', '.join(map(repr, MECHANISMS))}, got {mechanism!r}"
+            )
+        self.horizon = check_horizon(horizon)
+        if self.horizon != 1 and mechanism != "gaussian":
+            raise ValueError(f"horizon {horizon!r} is only used with mechanism 'gaussian'")
         if privacy is None:
             if clip_norm is not None:
                 raise ValueError(f"clip_norm {clip_norm!r} is only used with privacy")
+            if self.horizon != 1:
+                raise ValueError(f"horizon {horizon!r} is only used with privacy")
+            self.mechanism: str | None = None
             self._rng = None
             return
+        self.mechanism = mechanism
         try:
             epsilon, delta = privacy
         except (TypeError, ValueError):
@@ -562,6 +630,36 @@ class FPCAEdge:
             self._adapt_rank()
 
     def _apply_private(self, k: int) -> None:
+        """Release the first ``k`` buffered rows as one block of the private mechanism."""
+        assert self.clip_norm is not None
+        rows = self._buffer[:k]
+        self.n_clipped_ += int(np.count_nonzero(np.linalg.norm(rows, axis=1) > self.clip_norm))
+        self.n_releases_ += 1
+        if self._gram is None:
+            self._apply_eq8(k)
+            return
+        _privacy.clip_to_unit_ball(rows, self.clip_norm, out=rows)
+        self._gram.release(rows)
+        rows.fill(0.0)  # the raw (clipped) block is not kept past its release
+        self._set_from_gram()
+        self._n_pending = 0
+        self._count_block(k)
+        self.last_noise_std_ = self._gram.noise_std
+        if self.adaptive:
+            self._adapt_rank()
+
+    def _set_from_gram(self) -> None:
+        """State <- the leading ``t`` eigenpairs of the released Gram sum, in the data's units."""
+        assert self._gram is not None and self.clip_norm is not None
+        t = self._n_target()
+        basis, eigenvalues = self._gram.top(t)
+        out = self._basis_buffers[1 - self._current]
+        out[:, :t] = basis
+        self._basis = out[:, :t]
+        self._singular_values = self.clip_norm * np.sqrt(np.maximum(eigenvalues, 0.0))
+        self._current = 1 - self._current
+
+    def _apply_eq8(self, k: int) -> None:
         """Fold the first ``k`` buffered rows in through a masked block summary (eq. (7)).
 
         The rows are clipped to the unit ball in place, the block's masked covariance is
@@ -788,7 +886,13 @@ class FPCAEdge:
             - ``"last_rank_change"`` : int or None, the block count at the last
               adaptive rank change (the ``holdoff`` counter); None if there was none.
             - ``"privacy"`` : ndarray ``[epsilon, delta]`` of shape (2,) or None;
-              ``"clip_norm"`` : float or None; ``"chunk_size"`` : int or None.
+              ``"clip_norm"`` : float or None; ``"chunk_size"`` : int or None;
+              ``"mechanism"`` : str or None; ``"horizon"`` : int; ``"n_releases_"``,
+              ``"n_clipped_"`` : int (a state without them is ``"fpca-eq8"`` with
+              privacy, and counts 0).
+            - With ``mechanism="gaussian"``, the `PrivateGram` keys ``"gram_*"``: the
+              released running sum, the open segment's exact sum and its noise key
+              (secret: a checkpoint is as sensitive as the raw readings it holds).
 
             The mask's random generator is not part of the state: an estimator
             restored by `from_state` draws fresh noise (masks are never replayed, so
@@ -821,6 +925,11 @@ class FPCAEdge:
             "privacy": None if self.privacy is None else np.array(self.privacy, dtype=np.float64),
             "clip_norm": self.clip_norm,
             "chunk_size": self.chunk_size,
+            "mechanism": self.mechanism,
+            "horizon": self.horizon,
+            "n_releases_": self.n_releases_,
+            "n_clipped_": self.n_clipped_,
+            **({} if self._gram is None else self._gram.get_state()),
         }
 
     @classmethod
@@ -884,6 +993,8 @@ class FPCAEdge:
                 f"got {state['state_format']!r}"
             )
         privacy, clip_norm, chunk_size = _state_privacy(state)
+        mechanism = state.get("mechanism") or ("fpca-eq8" if privacy is not None else "gaussian")
+        horizon = state.get("horizon", 1)
         bounds = _state_array(state, "rank_bounds", 1)
         if bounds.shape != (2,):
             raise ValueError(
@@ -905,9 +1016,18 @@ class FPCAEdge:
                 clip_norm=clip_norm,
                 chunk_size=chunk_size,
                 random_state=random_state,
+                mechanism=mechanism,  # type: ignore[arg-type]
+                horizon=horizon,  # type: ignore[arg-type]
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"FPCAEdge state: {exc}") from None
+        if edge._gram is not None:
+            edge._gram.set_state(state)
+        for key in ("n_releases_", "n_clipped_"):
+            count = state.get(key, 0)
+            if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
+                raise ValueError(f"FPCAEdge state: {key} must be an integer >= 0, got {count!r}")
+            setattr(edge, key, int(count))
         d, b = edge.n_features, edge.block_size
 
         oversample_ = _state_int(state, "oversample_")
@@ -1020,6 +1140,8 @@ class FPCAEdge:
         clip_norm: float | None = None,
         chunk_size: int | None = None,
         random_state: int | np.random.Generator | None = None,
+        mechanism: str = "gaussian",
+        horizon: int = 1,
     ) -> FPCAEdge:
         """A new estimator continuing from a published (tracked) snapshot, without a checkpoint.
 
@@ -1062,9 +1184,11 @@ class FPCAEdge:
             As for the constructor: the configuration of the run that published the
             snapshot (``rank`` is the initial rank, which also sets the default
             ``oversample``).
-        privacy, clip_norm, chunk_size, random_state
+        privacy, clip_norm, chunk_size, random_state, mechanism, horizon
             As for the constructor. A private snapshot is already masked; continuing
-            from it with fresh masks keeps the guarantee (post-processing).
+            from it with fresh masks keeps the guarantee (post-processing). With
+            ``mechanism="gaussian"`` the released Gram sum restarts as the snapshot's
+            ``U diag(s**2) U^T / clip_norm**2`` and a new segment of releases begins.
         current_rank : int or None, default=None
             The reported rank to resume at, ``rank_`` of the estimator that published the
             snapshot (e.g. the rank in its status document). None means ``rank``. Must
@@ -1114,6 +1238,8 @@ class FPCAEdge:
             clip_norm=clip_norm,
             chunk_size=chunk_size,
             random_state=random_state,
+            mechanism=mechanism,
+            horizon=horizon,
         )
         if current_rank is not None:
             current_rank = check_int(current_rank, "current_rank", 1)
@@ -1150,6 +1276,9 @@ class FPCAEdge:
             raise ValueError("subspace: has a mean (a centred summary) but center=False")
         edge._restore(basis, sv, n, n // edge.block_size, mean, weight, None)
         edge.n_flushed_ = n % edge.block_size
+        if edge._gram is not None and edge.clip_norm is not None:
+            scaled = basis * (sv / edge.clip_norm)
+            edge._gram.set_released(scaled @ scaled.T)
         return edge
 
     def _restore(
@@ -1181,7 +1310,7 @@ class FPCAEdge:
             f"FPCAEdge(n_features={self.n_features}, rank={self.rank}, "
             f"block_size={self.block_size}, oversample={self.oversample_}, "
             f"adaptive={self.adaptive}, center={self.center}, privacy={self.privacy}, "
-            f"clip_norm={self.clip_norm}, rank_={self.rank_}, "
+            f"clip_norm={self.clip_norm}, mechanism={self.mechanism!r}, rank_={self.rank_}, "
             f"n_samples_seen_={self.n_samples_seen_})"
         )
 
@@ -1235,7 +1364,7 @@ def _state_privacy(
     return (
         (float(budget[0]), float(budget[1])),
         _state_float(state, "clip_norm"),
-        _state_int(state, "chunk_size"),
+        _state_optional_int(state, "chunk_size"),
     )
 
 
