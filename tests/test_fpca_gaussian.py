@@ -48,6 +48,18 @@ def test_snapshot_is_the_psd_part_of_the_released_gram_with_calibrated_noise() -
     assert np.var(off) / (sigma**2 / 2) == pytest.approx(1.0, rel=0.1)
 
 
+def test_reset_and_fit_start_a_fresh_released_sum() -> None:
+    x = np.zeros((20, 4))
+    x[:, 0] = 1.0
+    y = np.zeros((20, 4))
+    y[:, 3] = 1.0
+    edge = FPCAEdge(4, 1, 10, privacy=(1e6, 0.1), clip_norm=1.0, random_state=0).partial_fit(x)
+    edge.fit(y)
+    assert abs(edge.subspace.basis[3, 0]) > 0.999
+    assert edge._gram.releases == 2  # type: ignore[union-attr]
+    assert edge.n_releases_ == 4  # the ledger counts every release ever made
+
+
 def test_clipped_samples_and_releases_are_counted_and_raw_rows_not_kept() -> None:
     x = np.ones((25, 4))  # norm 2
     x[::5] *= 10.0  # 5 rows of norm 20

@@ -119,10 +119,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     """
     eps = _finite_positive(epsilon, "epsilon")
     scale = _finite_positive(sensitivity, "sensitivity")
-    try:
-        dlt = float(delta)
-    except (TypeError, ValueError):
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}") from None
+    if not _is_number(delta):
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    dlt = float(delta)  # type: ignore[arg-type]
     if not 0.0 < dlt < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     target = math.log(dlt)
@@ -165,11 +164,15 @@ def symmetric_noise(n_features: int, sigma: float, rng: np.random.Generator) -> 
     return noise
 
 
+def _is_number(value: object) -> bool:
+    """A real number (Python or numpy), not a bool or a string."""
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
 def _finite_positive(value: object, name: str) -> float:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
+    number = float(value) if _is_number(value) else math.nan  # type: ignore[arg-type]
     if not (math.isfinite(number) and number > 0.0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return number

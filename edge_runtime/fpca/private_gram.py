@@ -16,9 +16,10 @@ segments cover disjoint readings (parallel composition). Everything after the re
 block, merges at aggregators, restarts from a published snapshot) is post-processing.
 Sample counts are published, hence replace-one neighbours (see `gaussian_mechanism`).
 
-Memory: two ``(d, d)`` float64 matrices (the released sum of closed segments and the exact
-sum of the open one: ``16 d**2`` bytes, 36 KiB at ``d = 48``) and, during a release, two
-``(d, d)`` temporaries; nothing grows with the number of readings or releases.
+Memory: three ``(d, d)`` float64 matrices (the released sum of the closed segments, the
+exact sum of the open one, the latest release) and ``H`` coefficients: ``8 (3 d**2 + H)``
+bytes, 55 KiB at ``d = 48``; during a release three ``(d, d)`` temporaries (``24 d**2``
+bytes); nothing grows with the number of readings or releases (tests/test_private_memory.py).
 """
 
 from __future__ import annotations

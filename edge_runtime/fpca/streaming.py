@@ -117,7 +117,7 @@ class FPCAEdge:
         With ``mechanism="gaussian"``: releases per segment of the square-root
         factorisation of continual release (`edge_runtime.fpca.continual`), 1-4096. 1
         noises every block independently; ``H`` blocks published as prefix sums cost
-        ``multiplier(H)**2`` (1.49 at H = 4, 2.34 at 64) times one release's noise instead
+        ``multiplier(H)**2`` (1.49 at H = 4, 2.39 at 64) times one release's noise instead
         of ``sqrt(H)``. ``forget < 1`` needs ``horizon=1``.
 
     Attributes
@@ -248,9 +248,10 @@ class FPCAEdge:
     released running sum, ``sigma_i = C sqrt(max(lambda_i, 0))``. Each sample lies in
     one block, so all releases together are one Gaussian mechanism and everything
     returned is post-processing (the argument is written out in
-    `edge_runtime.fpca.private_gram`). Memory with privacy: ``16 n_features**2`` bytes
-    more (two ``(d, d)`` matrices), ``O(n_features**2)`` temporaries per release, and
-    ``O(horizon n_features**2)`` time per release.
+    `edge_runtime.fpca.private_gram`). Memory with privacy: ``8 (3 d**2 + horizon)``
+    bytes more (three ``(d, d)`` matrices, 55 KiB at d = 48), at most ``8 max(b d, 3
+    d**2)`` bytes of temporaries per block (tested under tracemalloc), and ``O(horizon
+    d**2)`` time per release.
 
     Differential privacy, ``mechanism="fpca-eq8"``: streaming MOD-SuLQ of
     Grammenos et al. (2020), eq. (5)-(8): each block of ``k`` samples (``k =
@@ -399,10 +400,7 @@ class FPCAEdge:
             self._noise = np.empty((d, width))
         self._gram: PrivateGram | None = None
         if self.privacy is not None and self.mechanism == "gaussian":
-            assert self._rng is not None
-            self._gram = PrivateGram(
-                d, *self.privacy, horizon=self.horizon, forget=self.forget, rng=self._rng
-            )
+            self._gram = self._new_gram()
         self.reset()
 
     def _init_privacy(
@@ -477,7 +475,15 @@ class FPCAEdge:
         self._mean_buffer.fill(0.0)
         self._weight = 0.0  # effective number of samples behind the mean (center=True)
         self._last_rank_change: int | None = None
+        if self._gram is not None:  # a fresh released sum: the old one described old samples
+            self._gram = self._new_gram()
         return self
+
+    def _new_gram(self) -> PrivateGram:
+        assert self.privacy is not None and self._rng is not None
+        return PrivateGram(
+            self.n_features, *self.privacy, horizon=self.horizon, forget=self.forget, rng=self._rng
+        )
 
     @property
     def n_tracked_(self) -> int:
@@ -633,12 +639,13 @@ class FPCAEdge:
         """Release the first ``k`` buffered rows as one block of the private mechanism."""
         assert self.clip_norm is not None
         rows = self._buffer[:k]
-        self.n_clipped_ += int(np.count_nonzero(np.linalg.norm(rows, axis=1) > self.clip_norm))
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        self.n_clipped_ += int(np.count_nonzero(norms > self.clip_norm))
         self.n_releases_ += 1
         if self._gram is None:
             self._apply_eq8(k)
             return
-        _privacy.clip_to_unit_ball(rows, self.clip_norm, out=rows)
+        rows *= (1.0 / np.maximum(norms, self.clip_norm))[:, None]  # x / max(||x||, C)
         self._gram.release(rows)
         rows.fill(0.0)  # the raw (clipped) block is not kept past its release
         self._set_from_gram()
