@@ -1,0 +1,99 @@
+"""Local sensor sources: readings from a command, a file or named pipe, or a serial port,
+so raw readings need not leave the device (issue 11).
+
+A leaf reads its readings from its sensor topic over MQTT (kind ``mqtt``, the default) or,
+configured per leaf in the topology (``source = { kind = "command", ... }``, see
+`SourceSpec`), from a local source opened with `open_source`::
+
+    spec = SourceSpec.from_mapping(table, "node 'pi-07'", base_dir=topology_dir)
+    source = open_source(spec, node_id="pi-07",
+                         start_seq=lambda sid: leaf.ingested.get(sid, -1) + 1,
+                         n_features=48, on_reject=count_reject, state_dir=state_dir)
+    async with source:
+        async for readings in source.readings():  # SensorReadings(values, source, seq)
+            leaf.accept(readings, now)
+
+Every source has a stable id (``command:<node id>``, ``file:<absolute path>``,
+``serial:<port>``) and numbers its accepted readings consecutively from ``start_seq``, so
+the leaf's `SourceSequencer` delivers them exactly once and in order, and its checkpoint
+(``ingested[source id]``) says where a restarted agent continues: a file source skips what
+was read before (module `edge_runtime.sources.file`), a command or serial source numbers its
+new readings on from there.
+
+Modules (one concept each; the cores do no I/O):
+
+=============  ==============================================================================
+`spec`         `SourceSpec` (TOML inline table -> validated spec), `SourceSettings`,
+               `source_id`
+`lines`        `LineSplitter` (bytes -> lines, bounded), `LineParser` (line -> reading or
+               a reject reason, counted); the CSV and JSON line formats
+`backoff`      `Backoff`: capped exponential restart delays with jitter
+`ratelimit`    `LogRateLimiter`: the first few log lines per interval, then a count
+`cursor`       `FileCursor`, `CursorLog`: where a file source resumes
+`base`         `Source` (lifecycle, bounded queue, numbering), `SourceError`
+`command`      `CommandSource`
+`file`         `FileSource` (regular files followed like ``tail -F``, named pipes)
+`serialport`   `SerialSource` (pyserial, optional extra ``serial``)
+`factory`      `open_source`
+=============  ==============================================================================
+
+Exception tree
+--------------
+::
+
+    ValueError        a bad spec, table or argument (one line naming the key and the value)
+    RuntimeError
+     +-- SourceError  a source that cannot run (command not found, path is a directory,
+                      pyserial missing); transient failures (a command exiting, a port
+                      unplugged, a file rotated) are handled and logged, never raised
+"""
+
+from edge_runtime.sources.backoff import Backoff
+from edge_runtime.sources.base import RejectCallback, Source, SourceError, SourceState
+from edge_runtime.sources.command import CommandSource
+from edge_runtime.sources.cursor import CursorLog, FileCursor
+from edge_runtime.sources.factory import open_source
+from edge_runtime.sources.file import FileSource
+from edge_runtime.sources.lines import (
+    DEFAULT_MAX_LINE_BYTES,
+    FORMATS,
+    REJECT_REASONS,
+    LineParser,
+    LineSplitter,
+)
+from edge_runtime.sources.ratelimit import LogRateLimiter
+from edge_runtime.sources.serialport import SerialSource
+from edge_runtime.sources.spec import (
+    KINDS,
+    MAX_SOURCE_ID_CHARS,
+    RESTART_POLICIES,
+    SourceSettings,
+    SourceSpec,
+    source_id,
+)
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "FORMATS",
+    "KINDS",
+    "MAX_SOURCE_ID_CHARS",
+    "REJECT_REASONS",
+    "RESTART_POLICIES",
+    "Backoff",
+    "CommandSource",
+    "CursorLog",
+    "FileCursor",
+    "FileSource",
+    "LineParser",
+    "LineSplitter",
+    "LogRateLimiter",
+    "RejectCallback",
+    "SerialSource",
+    "Source",
+    "SourceError",
+    "SourceSettings",
+    "SourceSpec",
+    "SourceState",
+    "open_source",
+    "source_id",
+]
