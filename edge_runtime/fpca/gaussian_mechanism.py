@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 __all__ = [
@@ -125,6 +124,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     if not 0.0 < dlt < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     target = math.log(dlt)
+    from scipy.optimize import brentq  # lazily: 0.2 s of an agent's start-up on its own
 
     def gap(log_s: float) -> float:
         return _log_delta(math.exp(log_s), eps) - target
