@@ -17,7 +17,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -302,12 +302,15 @@ def _model_line(model: SubspaceMessage) -> dict[str, object]:
     }
 
 
-def _privacy_text(privacy: dict[str, float] | None) -> str:
+def _privacy_text(privacy: Mapping[str, float | str] | None) -> str:
+    """The guarantee line of `run`: budget per reading, neighbouring relation, mechanism,
+    clip norm (`privacy_of`)."""
     if privacy is None:
         return "none (some leaf publishes without noise)"
     return (
         f"({privacy['epsilon']:g}, {privacy['delta']:g})-DP per reading, "
-        f"readings clipped to norm {privacy['clip_norm']:g}"
+        f"{privacy['neighbours']} neighbours, mechanism {privacy['mechanism']}, "
+        f"clip norm {privacy['clip_norm']:g}"
     )
 
 
@@ -507,6 +510,7 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
                 ""
                 if model.privacy is None
                 else f" privacy=({model.privacy.epsilon:g}, {model.privacy.delta:g})-DP"
+                f" mechanism={model.privacy.mechanism} neighbours={model.privacy.neighbours}"
             )
             + f" | nodes online {len(states) - len(down)}/{len(states)}"
             + (f" ({', '.join(down)})" if down else ""),

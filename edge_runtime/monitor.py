@@ -31,18 +31,27 @@ def leaves_reporting(model: SubspaceMessage | None, expected: Mapping[str, int])
     return sum(1 for leaf, n in expected.items() if prov.get(leaf, 0) == n)
 
 
-def privacy_of(model: SubspaceMessage | None) -> dict[str, float] | None:
+def privacy_of(model: SubspaceMessage | None) -> dict[str, float | str] | None:
     """The differential-privacy guarantee a model reports, as JSON-ready data.
 
-    ``{"epsilon", "delta", "clip_norm"}``: each reading the model covers is
-    ``(epsilon, delta)``-DP with respect to everything published (the weakest guarantee
-    over the leaves, see `edge_runtime.agents.aggregator.weakest_privacy`); None when
-    there is no model or some covered leaf publishes without noise.
+    ``{"epsilon", "delta", "clip_norm", "mechanism", "neighbours"}``: each reading the
+    model covers is ``(epsilon, delta)``-DP with respect to everything published, for
+    neighbouring datasets under ``neighbours`` (``"replace-one"``), by ``mechanism``
+    (``"gaussian"``, ``"fpca-eq8"``, or ``"fpca-eq8+gaussian"`` over leaves of both); the
+    weakest guarantee over the leaves, see
+    `edge_runtime.agents.aggregator.weakest_privacy`. None when there is no model or some
+    covered leaf publishes without noise.
     """
     if model is None or model.privacy is None:
         return None
     p = model.privacy
-    return {"epsilon": p.epsilon, "delta": p.delta, "clip_norm": p.clip_norm}
+    return {
+        "epsilon": p.epsilon,
+        "delta": p.delta,
+        "clip_norm": p.clip_norm,
+        "mechanism": p.mechanism,
+        "neighbours": p.neighbours,
+    }
 
 
 def covers(model: SubspaceMessage | None, expected: Mapping[str, int]) -> bool:
@@ -145,7 +154,7 @@ class ModelWatcher:
                 self.on_update(model)
 
     @property
-    def privacy(self) -> dict[str, float] | None:
+    def privacy(self) -> dict[str, float | str] | None:
         """The latest model's guarantee (`privacy_of`): None without one."""
         return privacy_of(self.model)
 

@@ -57,8 +57,9 @@ class RunSummary:
     float64 would take (``samples * n_features * 8``); ``sensor_*`` count the replay.
     ``error_ratio`` compares the root's basis with the offline rank-r SVD of all the
     replayed rows, r being the root's rank (1.0 is optimal). ``privacy`` is the root
-    model's differential-privacy guarantee, ``{"epsilon", "delta", "clip_norm"}`` (the
-    weakest over the leaves), or None when some leaf publishes without noise.
+    model's differential-privacy guarantee, ``{"epsilon", "delta", "clip_norm",
+    "mechanism", "neighbours"}`` (the weakest over the leaves, `privacy_of`), or None when
+    some leaf publishes without noise.
 
     Throughput and latency are measured here, on one clock (``time.monotonic``), as the
     model watcher receives the root's models: ``readings_per_s`` is ``samples`` over the
@@ -90,7 +91,7 @@ class RunSummary:
     rejects: int
     wall_s: float
     covered: bool
-    privacy: dict[str, float] | None = None
+    privacy: dict[str, float | str] | None = None
     readings_per_s: float | None = None
     latency_p50_s: float | None = None
     latency_p95_s: float | None = None

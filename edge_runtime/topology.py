@@ -20,10 +20,12 @@ estimate (Alg. 1). The format is documented in ``topologies/README.md``; in shor
     id = "pi-01"
     parent = "root"
 
-A leaf may run with differential privacy (streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2):
-the keys ``epsilon``, ``delta`` and ``clip_norm`` (all three or none; leaves only, an
-aggregator reports the weakest guarantee of its children), optionally ``chunk_size`` and
-``noise_seed``.
+A leaf may run with differential privacy: the keys ``epsilon``, ``delta`` and ``clip_norm``
+(all three or none; leaves only, an aggregator reports the weakest guarantee of its
+children), optionally ``mechanism`` (``"gaussian"``, the default: the Gaussian mechanism on
+block Gram matrices with continual release over ``release_horizon`` blocks; or
+``"fpca-eq8"``: streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2, with its ``chunk_size``) and
+``noise_seed``. The mechanisms are described in `edge_runtime.fpca.privacy`.
 
 Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
 ``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
@@ -53,9 +55,13 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+from edge_runtime.fpca.continual import MAX_HORIZON
+from edge_runtime.fpca.privacy import MECHANISMS, gaussian_default_block_size
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "DEFAULT_PREFIX",
+    "DEFAULT_RELEASE_HORIZON",
     "MAX_ID_LENGTH",
     "RESERVED_IDS",
     "SPLITS",
@@ -69,6 +75,19 @@ __all__ = [
 
 DEFAULT_PREFIX = "fpca"
 """Topic prefix when the file sets none."""
+
+DEFAULT_BLOCK_SIZE = 50
+"""``block_size`` of a node that sets none, except a private leaf of mechanism "gaussian"
+(which uses `edge_runtime.fpca.privacy.gaussian_default_block_size`, see `NodeConfig`)."""
+
+DEFAULT_RELEASE_HORIZON = 64
+"""``release_horizon`` of a private "gaussian" leaf that sets none (1 when ``forget < 1``).
+
+Chosen by measurement: the noise std of a leaf's k-th release, relative to one release,
+is ``sqrt(k)`` with horizon 1 (independent noise per block, summed) but
+``continual_multiplier(H) * continual_multiplier(k)`` with horizon ``H``
+(`edge_runtime.fpca.continual`); ``continual_multiplier(64)`` is about 1.5, so the first
+release pays 1.5x and the 64th 2.4x instead of 8x."""
 
 MAX_ID_LENGTH = 64
 """Longest node id, in characters."""
@@ -86,7 +105,7 @@ _DEFAULT_SENSOR_TOPIC = "sensors/{id}"
 
 # Per-node settings that [defaults] may set, with their built-in defaults (rank has none).
 _BUILTIN_DEFAULTS: dict[str, Any] = {
-    "block_size": 50,
+    "block_size": None,  # DEFAULT_BLOCK_SIZE, or the gaussian mechanism's (NodeConfig)
     "adaptive": False,
     "rank_bounds": (0.01, 0.10),
     "holdoff": 1,
@@ -107,11 +126,21 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "delta": None,
     "clip_norm": None,
     "chunk_size": None,
+    "mechanism": None,
+    "release_horizon": None,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
 _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed")
 # Differential-privacy keys: a leaf's settings only ([defaults] values skip aggregators).
-_PRIVACY_KEYS = ("epsilon", "delta", "clip_norm", "chunk_size", "noise_seed")
+_PRIVACY_KEYS = (
+    "epsilon",
+    "delta",
+    "clip_norm",
+    "chunk_size",
+    "noise_seed",
+    "mechanism",
+    "release_horizon",
+)
 _BUDGET_KEYS = ("epsilon", "delta", "clip_norm")
 _PUBLISH_KEYS = (
     "idle_flush_s",
@@ -151,6 +180,8 @@ _KINDS: dict[str, str] = {
     "clip_norm": "float",
     "chunk_size": "int",
     "noise_seed": "int",
+    "mechanism": "str",
+    "release_horizon": "int",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -338,8 +369,16 @@ class NodeConfig:
     rank : int
         Initial rank ``r`` of the node's subspace, >= 1 (for an aggregator, the rank Merge_r
         truncates to, Alg. 2).
-    block_size : int, default 50
-        Block size ``b`` of the streaming update, eq. (3); >= ``rank``.
+    block_size : int or None, default None
+        Block size ``b`` of the streaming update, eq. (3) (a private leaf releases one
+        block at a time); >= ``rank``. None gives `DEFAULT_BLOCK_SIZE` (50), except on a
+        private leaf of mechanism ``"gaussian"``, where it stays None and the leaf uses
+        `edge_runtime.fpca.privacy.gaussian_default_block_size` ``(epsilon, delta,
+        n_features, release_horizon)`` once the width of a reading is known (see
+        `block_size_for`): the smallest block whose release noise has an expected spectral
+        norm of at most a tenth of the block's largest possible eigenvalue (517 readings at
+        epsilon 1, delta 1e-5, d 48, horizon 1; 799 at horizon 64). A mechanism
+        ``"fpca-eq8"`` leaf keeps 50, as before.
     adaptive : bool, default False
         Adapt the rank after each block, eq. (4).
     rank_bounds : tuple of float (lower, upper), default (0.01, 0.10)
@@ -381,10 +420,10 @@ class NodeConfig:
     stale_weight : float, default 0.5
         Factor in (0, 1) on a stale child's singular values under ``"downweight"``.
     epsilon : float or None, default None
-        Differential privacy of a leaf (streaming MOD-SuLQ, Grammenos et al. 2020,
-        eq. (5)-(8)): the budget epsilon, finite and > 0. ``epsilon``, ``delta`` and
-        ``clip_norm`` are given together or not at all; None (all three) publishes without
-        noise. Leaves only: an aggregator reports the weakest guarantee of its children.
+        Differential privacy of a leaf: the budget epsilon per reading, finite and > 0,
+        for replace-one neighbours. ``epsilon``, ``delta`` and ``clip_norm`` are given
+        together or not at all; None (all three) publishes without noise. Leaves only: an
+        aggregator reports the weakest guarantee of its children.
     delta : float or None, default None
         The privacy failure probability, ``0 < delta < 1`` (keep it below 1 / the number of
         readings for a meaningful guarantee).
@@ -392,14 +431,28 @@ class NodeConfig:
         Euclidean norm, in the readings' units, > 0, each reading is clipped to before it
         enters a block (the sensitivity bound behind eq. (8)).
     chunk_size : int or None, default None
-        Columns ``c >= 1`` of a block's masked covariance built at a time (eq. (7)); needs
-        privacy. None uses `FPCAEdge`'s default, ``min(n_features, block_size)``.
+        Columns ``c >= 1`` of a block's masked covariance built at a time (eq. (7)); only
+        with mechanism ``"fpca-eq8"``. None uses `FPCAEdge`'s default,
+        ``min(n_features, block_size)``.
     noise_seed : int or None, default None
         Seed ``>= 0`` of the leaf's noise generator, for reproducible experiments; needs
         privacy. None draws from the operating system's entropy. Anyone who knows the seed
         can regenerate the noise and remove it, so leave it unset in deployments; two
         leaves of one topology may not share a seed (their noise would cancel in the
         difference of their snapshots). It cannot be set in ``[defaults]``.
+    mechanism : str or None, default None
+        The private mechanism of a leaf, one of `edge_runtime.fpca.privacy.MECHANISMS`:
+        ``"gaussian"`` (the default with privacy: the Gaussian mechanism on each block's
+        Gram matrix, analytic calibration, continual release) or ``"fpca-eq8"`` (streaming
+        MOD-SuLQ, eq. (8) of Grammenos et al. 2020, to reproduce the paper). Needs privacy;
+        None without it.
+    release_horizon : int or None, default None
+        Releases per segment of the square-root factorisation of a ``"gaussian"`` leaf
+        (`edge_runtime.fpca.continual`), 1 to `edge_runtime.fpca.continual.MAX_HORIZON`;
+        1 noises each block independently. Defaults to `DEFAULT_RELEASE_HORIZON` (64), or
+        to 1 when ``forget < 1`` (the factorisation releases plain prefix sums, which a
+        forgetting factor would not be; an explicit value > 1 with ``forget < 1`` is an
+        error). None for ``"fpca-eq8"`` and without privacy.
 
     Raises
     ------
@@ -410,7 +463,7 @@ class NodeConfig:
     id: str
     parent: str | None
     rank: int
-    block_size: int = 50
+    block_size: int | None = None
     adaptive: bool = False
     rank_bounds: tuple[float, float] = (0.01, 0.10)
     holdoff: int = 1
@@ -433,6 +486,8 @@ class NodeConfig:
     clip_norm: float | None = None
     chunk_size: int | None = None
     noise_seed: int | None = None
+    mechanism: str | None = None
+    release_horizon: int | None = None
 
     @property
     def privacy(self) -> tuple[float, float] | None:
@@ -440,6 +495,29 @@ class NodeConfig:
         if self.epsilon is None or self.delta is None:
             return None
         return (self.epsilon, self.delta)
+
+    def block_size_for(self, n_features: int) -> int:
+        """The block size this node's estimator uses for readings of ``n_features`` values.
+
+        ``block_size`` when set; for a private ``"gaussian"`` leaf without one,
+        `edge_runtime.fpca.privacy.gaussian_default_block_size` ``(epsilon, delta,
+        n_features, release_horizon)``. At least ``min(rank, n_features)``.
+
+        Raises
+        ------
+        ValueError
+            If ``n_features < 1``, or the default block would exceed the memory bound of
+            `gaussian_default_block_size` (set ``block_size`` then).
+        """
+        if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+            raise ValueError(f"n_features must be an integer >= 1, got {n_features!r}")
+        rank = min(self.rank, n_features)
+        if self.block_size is not None:
+            return max(self.block_size, rank)
+        assert self.epsilon is not None and self.delta is not None  # by __post_init__
+        horizon = 1 if self.release_horizon is None else self.release_horizon
+        size = gaussian_default_block_size(self.epsilon, self.delta, n_features, horizon)
+        return max(size, rank)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -450,8 +528,10 @@ class NodeConfig:
         where = f"node {self.id!r}"
         if self.parent is not None:
             _check_kind(where, "parent", self.parent)
-        for key in ("rank", "block_size", "adaptive", "holdoff", "center"):
+        for key in ("rank", "adaptive", "holdoff", "center"):
             _check_kind(where, key, getattr(self, key))
+        if self.block_size is not None:
+            _check_kind(where, "block_size", self.block_size)
         if self.oversample is not None:
             _check_kind(where, "oversample", self.oversample)
             if self.oversample < 0:
@@ -466,7 +546,7 @@ class NodeConfig:
             object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
         if self.rank < 1:
             raise TopologyError(f"{where}: rank must be >= 1, got {self.rank}")
-        if self.block_size < self.rank:
+        if self.block_size is not None and self.block_size < self.rank:
             raise TopologyError(
                 f"{where}: block_size must be >= rank ({self.rank}), got {self.block_size}"
             )
@@ -500,6 +580,8 @@ class NodeConfig:
                     f"filter: it {problem}"
                 )
         self._check_privacy(where)
+        if self.block_size is None and self.mechanism != "gaussian":
+            object.__setattr__(self, "block_size", DEFAULT_BLOCK_SIZE)
 
     def _check_publish_policy(self, where: str) -> None:
         """Types and ranges of the flow-control keys (None: the role's default)."""
@@ -536,7 +618,7 @@ class NodeConfig:
                 f"together (got only {' and '.join(given)})"
             )
         if not given:
-            for key in ("chunk_size", "noise_seed"):
+            for key in ("chunk_size", "noise_seed", "mechanism", "release_horizon"):
                 if getattr(self, key) is not None:
                     raise TopologyError(
                         f"{where}: {key} is only used with privacy "
@@ -562,6 +644,42 @@ class NodeConfig:
                 f"{where}: center = true cannot be combined with privacy (epsilon, delta, "
                 "clip_norm): the mean would be published without noise"
             )
+        self._check_mechanism(where)
+
+    def _check_mechanism(self, where: str) -> None:
+        """``mechanism`` (default "gaussian") and the keys that only one mechanism uses."""
+        mechanism = MECHANISMS[0] if self.mechanism is None else self.mechanism
+        if mechanism not in MECHANISMS:
+            raise TopologyError(
+                f"{where}: mechanism must be one of {', '.join(map(repr, MECHANISMS))}, "
+                f"got {mechanism!r}"
+            )
+        object.__setattr__(self, "mechanism", mechanism)
+        if mechanism != "gaussian":
+            if self.release_horizon is not None:
+                raise TopologyError(
+                    f"{where}: release_horizon is only used with mechanism 'gaussian', got "
+                    f"release_horizon = {self.release_horizon} with mechanism {mechanism!r}"
+                )
+            return
+        if self.chunk_size is not None:
+            raise TopologyError(
+                f"{where}: chunk_size is only used with mechanism 'fpca-eq8', got "
+                f"chunk_size = {self.chunk_size} with mechanism 'gaussian'"
+            )
+        horizon = self.release_horizon
+        if horizon is None:
+            horizon = 1 if self.forget < 1.0 else DEFAULT_RELEASE_HORIZON
+        if not 1 <= horizon <= MAX_HORIZON:
+            raise TopologyError(
+                f"{where}: release_horizon must be in [1, {MAX_HORIZON}], got {horizon}"
+            )
+        if horizon != 1 and self.forget < 1.0:
+            raise TopologyError(
+                f"{where}: release_horizon = {horizon} needs forget = 1, got forget = "
+                f"{self.forget} (use release_horizon = 1 with a forgetting factor)"
+            )
+        object.__setattr__(self, "release_horizon", horizon)
 
 
 @dataclass(frozen=True)
@@ -976,8 +1094,10 @@ def parse_topology(text: str, source_path: str | os.PathLike[str] | None = None)
         column), unknown keys, wrong TOML types, out-of-range values, invalid ids, duplicate
         ids, unknown parents, zero or several roots, cycles, a root without children, an
         aggregator with a ``sensor_topic`` or a privacy key, privacy keys without all of
-        ``epsilon``, ``delta`` and ``clip_norm``, two leaves sharing a ``noise_seed``, an
-        unknown split.
+        ``epsilon``, ``delta`` and ``clip_norm``, an unknown ``mechanism``, ``chunk_size``
+        without mechanism ``"fpca-eq8"``, ``release_horizon`` without mechanism
+        ``"gaussian"``, outside ``[1, 4096]`` or above 1 with ``forget < 1``, two leaves
+        sharing a ``noise_seed``, an unknown split.
     """
     source = Path(source_path) if source_path is not None else None
     try:

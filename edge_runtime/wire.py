@@ -72,8 +72,10 @@ Reason codes (``WireError.reason``)
 ``singular_values`` a singular value is negative, or they increase (beyond a relative slack of
                     `SINGULAR_VALUE_SLACK` times the largest)
 ``privacy``         privacy parameters out of range: need ``epsilon > 0``, ``0 < delta < 1``,
-                    ``clip_norm > 0``; in a status document also ``noise_std >= 0``,
-                    ``block_size >= 1`` and ``chunk_size >= 1``
+                    ``clip_norm > 0``, ``mechanism`` and ``neighbours`` names of 1 to
+                    `MAX_PRIVACY_NAME_CHARS` characters from ``[a-z0-9+-]``; in a status
+                    document also ``noise_std >= 0``, ``block_size``, ``chunk_size`` and
+                    ``horizon >= 1``, ``releases`` and ``clipped >= 0``
 ``provenance``      provenance entry with an invalid leaf id or a count outside
                     ``0 .. 2**63 - 1``, or more than `MAX_PROVENANCE_ENTRIES` entries
 ``width``           readings width differs from ``n_features``: "reading has 46 values,
@@ -100,6 +102,15 @@ costs ~``2 * 6e-8`` per entry of ``U^T U``, but a device that computes its SVD i
 arithmetic is only orthonormal to ~``d * 1.2e-7``, about 1e-4 at d = 1000. Both are options
 (``tol=``, ``tol_float32=``) of `decode_subspace` and `encode_subspace`.
 
+Privacy parameters of older peers
+---------------------------------
+Peers from before issue 10 had one mechanism, streaming MOD-SuLQ (eq. (8) of Grammenos et
+al. 2020), and wrote only ``epsilon``, ``delta`` and ``clip_norm``. A ``privacy`` map (of a
+subspace message or a status document) without ``mechanism`` therefore decodes as
+``mechanism = "fpca-eq8"``, and without ``neighbours`` as ``neighbours = "replace-one"``
+(the relation eq. (8) is calibrated for); the encoders always write both keys. A status
+``privacy`` map without ``horizon``, ``releases`` or ``clipped`` decodes them as None.
+
 Memory
 ------
 A decoder allocates O(``max_bytes``) memory: the parsed object tree, then one float64 copy
@@ -125,9 +136,12 @@ from edge_runtime.fpca.subspace import Subspace
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "FLOAT32_ORTHONORMALITY_TOL",
+    "LEGACY_MECHANISM",
+    "LEGACY_NEIGHBOURS",
     "MAX_CONFIRM_SOURCES",
     "MAX_JSON_DEPTH",
     "MAX_N_FEATURES",
+    "MAX_PRIVACY_NAME_CHARS",
     "MAX_PROVENANCE_ENTRIES",
     "MAX_READING_ROWS",
     "ORTHONORMALITY_TOL",
@@ -177,6 +191,15 @@ MAX_READING_ROWS = 100_000
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of a status document's ``extra`` (levels below the ``extra`` map)."""
+
+MAX_PRIVACY_NAME_CHARS = 32
+"""Longest ``mechanism`` / ``neighbours`` name of a privacy map, in characters."""
+
+LEGACY_MECHANISM = "fpca-eq8"
+"""``mechanism`` of a privacy map that has none (peers before issue 10 only had eq. (8))."""
+
+LEGACY_NEIGHBOURS = "replace-one"
+"""``neighbours`` of a privacy map that has none (the relation eq. (8) is calibrated for)."""
 
 MAX_ID_CHARS = 128
 MAX_EPOCH_CHARS = 64
@@ -241,7 +264,9 @@ _SUBSPACE_KEYS = (
     "prov",
 )
 _PRIVACY_KEYS = ("epsilon", "delta", "clip_norm")
-_PRIVACY_STATUS_KEYS = ("noise_std", "block_size", "chunk_size")
+_PRIVACY_NAME_KEYS = ("mechanism", "neighbours")
+_PRIVACY_STATUS_KEYS = ("noise_std", "block_size", "chunk_size", "horizon", "releases", "clipped")
+_PRIVACY_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789+-")
 _CONFIRM_KEYS = (
     "v",
     "node_id",
@@ -541,34 +566,64 @@ def _require(obj: object, keys: tuple[str, ...], what: str) -> dict[str, object]
 # --------------------------------------------------------------------------- subspace
 @dataclass(frozen=True)
 class PrivacyParams:
-    """Differential-privacy parameters of a published subspace (streaming MOD-SuLQ).
+    """The differential-privacy guarantee of a published subspace.
+
+    Every reading the subspace covers is ``(epsilon, delta)``-differentially private with
+    respect to everything published, for neighbouring datasets under the relation
+    ``neighbours``, by the mechanism ``mechanism`` (`edge_runtime.fpca.privacy`).
 
     Parameters
     ----------
     epsilon : float
-        Privacy budget epsilon, > 0 (Grammenos et al. 2020, eq. (5)-(8), Lemma 2).
+        Privacy budget epsilon, > 0.
     delta : float
         Failure probability delta, 0 < delta < 1.
     clip_norm : float
-        Bound on the L2 norm of each sample (row) before the noise is calibrated, > 0.
+        Bound on the L2 norm of each sample (row) before the noise is calibrated, > 0, in
+        the readings' units.
+    mechanism : str, default "gaussian"
+        The mechanism: ``"gaussian"`` (Gaussian mechanism on block Gram matrices, analytic
+        calibration) or ``"fpca-eq8"`` (streaming MOD-SuLQ, eq. (8) of Grammenos et al.
+        2020); an aggregator over several reports their sorted names joined by ``+``
+        (``"fpca-eq8+gaussian"``). Any name of 1 to `MAX_PRIVACY_NAME_CHARS` characters
+        from ``[a-z0-9+-]`` is carried (names of later versions included).
+    neighbours : str, default "replace-one"
+        The neighbouring relation the guarantee holds for (same rules as ``mechanism``).
+        Sample counts are published, so only replace-one is claimed, never add/remove.
 
     Raises
     ------
     WireError
-        reason ``field_type`` for a non-number (bools are refused), ``non_finite`` for NaN or
-        inf, ``privacy`` for a value out of range.
+        reason ``field_type`` for a non-number (bools are refused) or a non-str name,
+        ``non_finite`` for NaN or inf, ``privacy`` for a value out of range or a bad name.
     """
 
     epsilon: float
     delta: float
     clip_norm: float
+    mechanism: str = "gaussian"
+    neighbours: str = LEGACY_NEIGHBOURS
 
     def __post_init__(self) -> None:
         _set_budget(self)
 
 
+def _privacy_name(label: str, value: object) -> str:
+    """A mechanism or neighbours name: 1-32 characters from ``[a-z0-9+-]``."""
+    if not isinstance(value, str):
+        _fail_type(label, value, "a str")
+    if not 1 <= len(value) <= MAX_PRIVACY_NAME_CHARS or not set(value) <= _PRIVACY_NAME_CHARS:
+        raise WireError(
+            "privacy",
+            f"{label} is {_show(value)}, expected 1 to {MAX_PRIVACY_NAME_CHARS} characters "
+            "from [a-z0-9+-]",
+        )
+    return str(value)
+
+
 def _set_budget(obj: PrivacyParams | PrivacyStatus) -> None:
-    """Check and normalise ``epsilon``, ``delta`` and ``clip_norm`` of a frozen ``obj``."""
+    """Check and normalise ``epsilon``, ``delta``, ``clip_norm``, ``mechanism`` and
+    ``neighbours`` of a frozen ``obj``."""
     epsilon = _float("privacy.epsilon", obj.epsilon)
     delta = _float("privacy.delta", obj.delta)
     clip_norm = _float("privacy.clip_norm", obj.clip_norm)
@@ -581,29 +636,44 @@ def _set_budget(obj: PrivacyParams | PrivacyStatus) -> None:
     object.__setattr__(obj, "epsilon", epsilon)
     object.__setattr__(obj, "delta", delta)
     object.__setattr__(obj, "clip_norm", clip_norm)
+    for key in _PRIVACY_NAME_KEYS:
+        object.__setattr__(obj, key, _privacy_name(f"privacy.{key}", getattr(obj, key)))
 
 
 @dataclass(frozen=True)
 class PrivacyStatus:
-    """The differential-privacy guarantee a node reports in its status document.
+    """The differential-privacy ledger a node reports in its status document.
 
-    A private leaf reports its own settings; an aggregator (block fields None) the weakest
-    guarantee over the leaves its snapshot covers, as in its subspace message's `PrivacyParams`.
-    In the JSON document it is the object ``privacy`` with these field names as keys (null
-    for None), or null when the node publishes without noise.
+    A private leaf reports its own settings and counts; an aggregator (the leaf-only fields
+    None) the weakest guarantee over the leaves its snapshot covers, as in its subspace
+    message's `PrivacyParams`. In the JSON document it is the object ``privacy`` with these
+    field names as keys (null for None; written in the order mechanism, epsilon, delta,
+    neighbours, clip_norm, noise_std, block_size, chunk_size, horizon, releases, clipped),
+    or null when the node publishes without noise. Unknown keys are ignored on read; see
+    the module docstring for documents of older peers.
 
     Parameters
     ----------
-    epsilon, delta, clip_norm : float
+    epsilon, delta, clip_norm, mechanism, neighbours
         As `PrivacyParams`.
     noise_std : float or None
-        Standard deviation omega of the mask of one full block (streaming MOD-SuLQ,
-        eq. (8) of Grammenos et al. 2020), in units of the covariance of readings scaled to
-        the unit ball (``reading / clip_norm``); finite and >= 0.
+        The noise scale of one release, in units of the readings scaled to the unit ball
+        (``reading / clip_norm``); finite and >= 0. ``"gaussian"``: sigma, the std of the
+        entries of each release's noise matrix ``W`` (unit-ball Gram units,
+        `edge_runtime.fpca.private_gram.release_noise_std`); ``"fpca-eq8"``: omega of
+        eq. (8) of the last masked block (covariance units; a full block's before the
+        first).
     block_size : int or None
-        Readings per block, >= 1 (omega falls as 1 / block_size).
+        Readings per block (one release each), >= 1.
     chunk_size : int or None
-        Columns of the masked covariance built at a time (eq. (7)), >= 1.
+        Columns of the masked covariance built at a time (eq. (7), ``"fpca-eq8"`` only),
+        >= 1.
+    horizon : int or None
+        Releases per segment of the continual release (``"gaussian"`` only), >= 1.
+    releases : int or None
+        Blocks released so far, >= 0.
+    clipped : int or None
+        Readings so far whose norm exceeded ``clip_norm`` (scaled down to it), >= 0.
 
     Raises
     ------
@@ -618,6 +688,11 @@ class PrivacyStatus:
     noise_std: float | None = None
     block_size: int | None = None
     chunk_size: int | None = None
+    mechanism: str = "gaussian"
+    neighbours: str = LEGACY_NEIGHBOURS
+    horizon: int | None = None
+    releases: int | None = None
+    clipped: int | None = None
 
     def __post_init__(self) -> None:
         _set_budget(self)
@@ -626,25 +701,39 @@ class PrivacyStatus:
             if not omega >= 0:
                 raise WireError("privacy", f"privacy.noise_std is {omega!r}, expected >= 0")
             object.__setattr__(self, "noise_std", omega)
-        for key in ("block_size", "chunk_size"):
+        for key, low in (
+            ("block_size", 1),
+            ("chunk_size", 1),
+            ("horizon", 1),
+            ("releases", 0),
+            ("clipped", 0),
+        ):
             value = getattr(self, key)
             if value is not None:
-                object.__setattr__(self, key, _int(f"privacy.{key}", value, "privacy", low=1))
+                object.__setattr__(self, key, _int(f"privacy.{key}", value, "privacy", low=low))
 
     @property
     def params(self) -> PrivacyParams:
-        """The guarantee as carried by subspace messages (epsilon, delta, clip_norm)."""
-        return PrivacyParams(self.epsilon, self.delta, self.clip_norm)
+        """The guarantee as carried by subspace messages (budget, clip norm, mechanism,
+        neighbours)."""
+        return PrivacyParams(
+            self.epsilon, self.delta, self.clip_norm, self.mechanism, self.neighbours
+        )
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, str | float | int | None]:
         """The JSON object of a status document (every key present, None as null)."""
         return {
+            "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "delta": self.delta,
+            "neighbours": self.neighbours,
             "clip_norm": self.clip_norm,
             "noise_std": self.noise_std,
             "block_size": self.block_size,
             "chunk_size": self.chunk_size,
+            "horizon": self.horizon,
+            "releases": self.releases,
+            "clipped": self.clipped,
         }
 
 
@@ -797,10 +886,11 @@ def encode_subspace(
         Map with keys ``v, node, epoch, seq, n, d, r, dtype, basis, sv, ts, privacy, prov``;
         ``basis`` is ``d * r`` little-endian values of ``dtype`` in C order of shape
         ``(d, r)``, ``sv`` is ``r`` values; ``privacy`` is a map
-        ``{epsilon, delta, clip_norm}`` or nil; ``prov`` a map of str to int. A centred
-        summary (``subspace.mean`` not None) adds ``mean``: ``d`` values of ``dtype``; the
-        key is absent for uncentred summaries, so older decoders still read them. A leaf's
-        snapshot adds ``src``, the map of `SubspaceMessage.sources`.
+        ``{epsilon, delta, clip_norm, mechanism, neighbours}`` or nil; ``prov`` a map of
+        str to int. A centred summary (``subspace.mean`` not None) adds ``mean``: ``d``
+        values of ``dtype``; the key is absent for uncentred summaries, so older decoders
+        still read them. A leaf's snapshot adds ``src``, the map of
+        `SubspaceMessage.sources`.
 
     Raises
     ------
@@ -838,7 +928,13 @@ def encode_subspace(
         "ts": msg.timestamp,
         "privacy": None
         if privacy is None
-        else {"epsilon": privacy.epsilon, "delta": privacy.delta, "clip_norm": privacy.clip_norm},
+        else {
+            "epsilon": privacy.epsilon,
+            "delta": privacy.delta,
+            "clip_norm": privacy.clip_norm,
+            "mechanism": privacy.mechanism,
+            "neighbours": privacy.neighbours,
+        },
         "prov": dict(msg.provenance),
     }
     if msg.sources:
@@ -967,6 +1063,7 @@ def decode_subspace(
 
 
 def _privacy_from_wire(value: object) -> PrivacyParams | None:
+    """The ``privacy`` map of a subspace message (unknown keys ignored), or None for nil."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -974,7 +1071,13 @@ def _privacy_from_wire(value: object) -> PrivacyParams | None:
     missing = [key for key in _PRIVACY_KEYS if key not in value]
     if missing:
         raise WireError("missing_field", f"privacy lacks field(s) {', '.join(map(repr, missing))}")
-    return PrivacyParams(value["epsilon"], value["delta"], value["clip_norm"])
+    return PrivacyParams(
+        value["epsilon"],
+        value["delta"],
+        value["clip_norm"],
+        mechanism=value.get("mechanism", LEGACY_MECHANISM),
+        neighbours=value.get("neighbours", LEGACY_NEIGHBOURS),
+    )
 
 
 # --------------------------------------------------------------------------- readings
@@ -1348,7 +1451,8 @@ def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
 
 
 def _privacy_status_from_json(value: object) -> PrivacyStatus | None:
-    """The ``privacy`` map of a status document (unknown keys ignored), or None for null."""
+    """The ``privacy`` map of a status document (unknown keys ignored), or None for null;
+    the keys of older peers are defaulted (module docstring)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -1357,7 +1461,11 @@ def _privacy_status_from_json(value: object) -> PrivacyStatus | None:
     if missing:
         raise WireError("missing_field", f"privacy lacks field(s) {', '.join(map(repr, missing))}")
     keys = _PRIVACY_KEYS + _PRIVACY_STATUS_KEYS
-    return PrivacyStatus(**{key: value.get(key) for key in keys})
+    return PrivacyStatus(
+        **{key: value.get(key) for key in keys},
+        mechanism=value.get("mechanism", LEGACY_MECHANISM),
+        neighbours=value.get("neighbours", LEGACY_NEIGHBOURS),
+    )
 
 
 # --------------------------------------------------------------------------- confirmations

@@ -97,6 +97,19 @@ def test_run_prints_readings_per_second_in_its_summary():
     assert re.search(r"^latency to root\s+p50 [\d.]+ s, p95 [\d.]+ s", proc.stdout, re.MULTILINE)
 
 
+@pytest.mark.mqtt
+def test_run_of_a_private_topology_prints_the_guarantee_with_mechanism_and_neighbours():
+    proc = cli("run", str(ROOT / "topologies" / "motes-light-dpdispca.toml"))
+    assert proc.returncode == 0, proc.stderr
+    line = (
+        r"^privacy\s+\(1, 1e-05\)-DP per reading, replace-one neighbours, "
+        r"mechanism gaussian, clip norm 8230$"
+    )
+    assert re.search(line, proc.stdout, re.MULTILINE), proc.stdout
+    ratio = re.search(r"^error ratio\s+([\d.]+)", proc.stdout, re.MULTILINE)
+    assert ratio is not None and 1.0 <= float(ratio.group(1)) <= 6.0  # DPdisPCA: about 3
+
+
 def test_run_needs_at_least_one_worker():
     proc = cli("run", str(MINIMAL), "--workers", "0")
     assert proc.returncode == 2

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from edge_runtime import topology as topology_module
 from edge_runtime.datasets import builtin_dataset_path
+from edge_runtime.fpca.privacy import gaussian_default_block_size
 from edge_runtime.topology import (
     NodeConfig,
     Topology,
@@ -248,7 +249,9 @@ def test_topology_and_nodes_are_frozen() -> None:
 
 def test_the_module_exports_exactly_its_public_names() -> None:
     assert set(topology_module.__all__) == {
+        "DEFAULT_BLOCK_SIZE",
         "DEFAULT_PREFIX",
+        "DEFAULT_RELEASE_HORIZON",
         "MAX_ID_LENGTH",
         "RESERVED_IDS",
         "SPLITS",
@@ -421,6 +424,72 @@ ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
         "[defaults]\nrank = 2\nepsilon = 1.0\ndelta = 1e-5\n" + ROOT + LEAF,
         ("'leaf'", "clip_norm is missing"),
     ),
+    # the private mechanism
+    (
+        "unknown mechanism",
+        D + ROOT + node("leaf", "root", **priv(mechanism='"laplace"')),
+        ("'leaf'", "mechanism must be one of 'gaussian', 'fpca-eq8'", "'laplace'"),
+    ),
+    (
+        "mechanism not a string",
+        D + ROOT + node("leaf", "root", **priv(mechanism=1)),
+        ("'leaf'", "mechanism must be a string", "integer 1"),
+    ),
+    (
+        "mechanism without privacy",
+        D + ROOT + node("leaf", "root", mechanism='"gaussian"'),
+        ("'leaf'", "mechanism is only used with privacy"),
+    ),
+    (
+        "horizon without privacy",
+        D + ROOT + node("leaf", "root", release_horizon=4),
+        ("'leaf'", "release_horizon is only used with privacy"),
+    ),
+    (
+        "chunk with gaussian",
+        D + ROOT + node("leaf", "root", **priv(chunk_size=8)),
+        ("'leaf'", "chunk_size is only used with mechanism 'fpca-eq8'", "chunk_size = 8"),
+    ),
+    (
+        "chunk with gaussian from defaults",
+        D + "epsilon = 1.0\ndelta = 1e-5\nclip_norm = 2.0\nchunk_size = 8\n" + ROOT + LEAF,
+        ("'leaf'", "chunk_size is only used with mechanism 'fpca-eq8'"),
+    ),
+    (
+        "horizon with eq8",
+        D + ROOT + node("leaf", "root", **priv(mechanism='"fpca-eq8"', release_horizon=4)),
+        ("'leaf'", "release_horizon is only used with mechanism 'gaussian'", "= 4", "'fpca-eq8'"),
+    ),
+    (
+        "horizon 0",
+        D + ROOT + node("leaf", "root", **priv(release_horizon=0)),
+        ("'leaf'", "release_horizon must be in [1, 4096]", "got 0"),
+    ),
+    (
+        "horizon 4097",
+        D + ROOT + node("leaf", "root", **priv(release_horizon=4097)),
+        ("'leaf'", "release_horizon must be in [1, 4096]", "got 4097"),
+    ),
+    (
+        "horizon float",
+        D + ROOT + node("leaf", "root", **priv(release_horizon=4.0)),
+        ("'leaf'", "release_horizon must be an integer", "float 4.0"),
+    ),
+    (
+        "horizon with forget",
+        D + ROOT + node("leaf", "root", **priv(release_horizon=4, forget=0.9)),
+        ("'leaf'", "release_horizon = 4 needs forget = 1", "forget = 0.9"),
+    ),
+    (
+        "mechanism on an aggregator",
+        D + node("root", None, mechanism='"gaussian"') + LEAF,
+        ("'root'", "aggregator", "mechanism", "leaves only"),
+    ),
+    (
+        "horizon on an aggregator",
+        D + node("root", None, release_horizon=2) + LEAF,
+        ("'root'", "aggregator", "release_horizon", "leaves only"),
+    ),
 ]
 
 
@@ -487,6 +556,7 @@ def test_a_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
 def test_privacy_defaults_apply_to_leaves_and_aggregators_only_report() -> None:
     text = (
         "[defaults]\nrank = 3\nepsilon = 1.0\ndelta = 1e-5\nclip_norm = 10\nchunk_size = 4\n"
+        'mechanism = "fpca-eq8"\n'
         '[[nodes]]\nid = "root"\n'
         '[[nodes]]\nid = "site"\nparent = "root"\n'
         '[[nodes]]\nid = "a"\nparent = "site"\nnoise_seed = 7\nepsilon = 0.5\n'
@@ -504,12 +574,75 @@ def test_privacy_defaults_apply_to_leaves_and_aggregators_only_report() -> None:
         config = topology.nodes[aggregator]
         assert config.privacy is None
         assert (config.epsilon, config.delta, config.clip_norm, config.chunk_size) == (None,) * 4
+        assert (config.mechanism, config.release_horizon) == (None, None)
+    assert (a.mechanism, b.mechanism) == ("fpca-eq8", "fpca-eq8")
+    assert a.release_horizon is None  # a gaussian-only key
 
 
 def test_without_privacy_keys_a_node_has_no_privacy() -> None:
     topology = parse_topology(VALID)
     assert topology.nodes["leaf"].privacy is None
     assert topology.nodes["leaf"].noise_seed is None
+    assert topology.nodes["leaf"].mechanism is None
+    assert topology.nodes["leaf"].release_horizon is None
+    assert topology.nodes["leaf"].block_size == 50
+
+
+def private_leaf(**keys: object) -> NodeConfig:
+    """The leaf of a root -> leaf topology with privacy `P` and ``keys`` (TOML values)."""
+    return parse_topology(D + ROOT + node("leaf", "root", **priv(**keys))).nodes["leaf"]
+
+
+def test_a_private_leaf_defaults_to_the_gaussian_mechanism_with_horizon_64() -> None:
+    leaf = private_leaf()
+    assert leaf.mechanism == "gaussian" == topology_module.MECHANISMS[0]
+    assert leaf.release_horizon == topology_module.DEFAULT_RELEASE_HORIZON == 64
+    assert leaf.chunk_size is None
+
+
+def test_the_mechanism_and_horizon_can_be_chosen_per_leaf_or_in_defaults() -> None:
+    text = D + ROOT + node("a", "root", **priv(release_horizon=8))
+    text += node("b", "root", **priv(release_horizon=1))
+    text += node("c", "root", **priv(mechanism='"fpca-eq8"', chunk_size=4))
+    nodes = parse_topology(text).nodes
+    assert (nodes["a"].mechanism, nodes["a"].release_horizon) == ("gaussian", 8)
+    assert (nodes["b"].mechanism, nodes["b"].release_horizon) == ("gaussian", 1)
+    assert (nodes["c"].mechanism, nodes["c"].release_horizon, nodes["c"].chunk_size) == (
+        "fpca-eq8",
+        None,
+        4,
+    )
+    defaults = D + 'mechanism = "fpca-eq8"\n' + ROOT + node("a", "root", **P)
+    defaults += node("b", "root", **priv(mechanism='"gaussian"', release_horizon=2))
+    nodes = parse_topology(defaults).nodes
+    assert (nodes["a"].mechanism, nodes["b"].mechanism) == ("fpca-eq8", "gaussian")
+    assert nodes["b"].release_horizon == 2
+    # a [defaults] release_horizon reaches every leaf, the eq. (8) ones too: refused there
+    mixed = D + "release_horizon = 8\n" + ROOT + node("a", "root", **P)
+    mixed += node("c", "root", **priv(mechanism='"fpca-eq8"'))
+    with pytest.raises(TopologyError, match="'c': release_horizon is only used with mechanism"):
+        parse_topology(mixed)
+
+
+def test_a_forgetting_gaussian_leaf_defaults_to_horizon_one() -> None:
+    assert private_leaf(forget=0.9).release_horizon == 1
+    assert private_leaf(forget=0.9, release_horizon=1).release_horizon == 1
+
+
+def test_a_private_gaussian_leaf_without_block_size_uses_the_mechanisms_default() -> None:
+    gaussian = private_leaf()
+    assert gaussian.block_size is None  # resolved once the width of a reading is known
+    # gaussian_default_block_size(1, 1e-5, 48, 64): release noise spectral norm <= T / 10
+    assert gaussian.block_size_for(48) == gaussian_default_block_size(1.0, 1e-5, 48, 64) == 799
+    assert private_leaf(release_horizon=1).block_size_for(48) == 517
+    assert private_leaf(block_size=241).block_size_for(48) == 241
+    # never below the rank (D sets rank 2): tiny widths, explicit blocks
+    assert private_leaf(epsilon=1e4).block_size_for(1) >= 1
+    eq8 = private_leaf(mechanism='"fpca-eq8"')
+    assert eq8.block_size == 50 == topology_module.DEFAULT_BLOCK_SIZE  # the rule of before
+    assert eq8.block_size_for(48) == 50
+    with pytest.raises(ValueError, match="n_features must be an integer >= 1"):
+        gaussian.block_size_for(0)
 
 
 def test_motes_light_private_is_motes_light_with_privacy_on_every_leaf() -> None:
@@ -521,10 +654,29 @@ def test_motes_light_private_is_motes_light_with_privacy_on_every_leaf() -> None
     assert private.split_rows(7712).keys() == plain.split_rows(7712).keys()
     for leaf in private.leaves():
         config = private.nodes[leaf]
-        assert (config.epsilon, config.delta, config.clip_norm) == (1.0, 1e-5, 8630.0)
+        assert (config.epsilon, config.delta, config.clip_norm) == (1.0, 1e-5, 8230.0)
+        assert (config.mechanism, config.block_size, config.release_horizon) == (
+            "gaussian",
+            241,
+            4,
+        )
         assert config.noise_seed is None  # a deployment draws from OS entropy
-        assert 7712 // 8 % config.block_size == 0  # no short (flushed) block in `run`
+        # no short (flushed) block in `run`, and each leaf's blocks are one segment
+        assert config.block_size * config.release_horizon == 7712 // 8
     assert all(private.nodes[n].privacy is None for n in private.aggregators())
+
+
+def test_motes_light_dpdispca_releases_each_leafs_share_once() -> None:
+    dpdispca = load_topology(TOPOLOGIES / "motes-light-dpdispca.toml")
+    plain = load_topology(TOPOLOGIES / "motes-light.toml")
+    assert dpdispca.leaves() == plain.leaves()
+    assert all(dpdispca.path(n) == plain.path(n) for n in plain.nodes)
+    shares = dpdispca.split_rows(7712)
+    for leaf in dpdispca.leaves():
+        config = dpdispca.nodes[leaf]
+        assert (config.epsilon, config.delta, config.clip_norm) == (1.0, 1e-5, 8230.0)
+        assert (config.mechanism, config.release_horizon) == ("gaussian", 1)
+        assert config.block_size == len(shares[leaf]) == 964
 
 
 def test_direct_construction_is_validated_too() -> None:

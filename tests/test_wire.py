@@ -114,7 +114,18 @@ def status_doc(**overrides: object) -> dict[str, object]:
     return doc
 
 
-PRIVATE_LEAF = PrivacyStatus(1.0, 1e-5, 8600.0, noise_std=4.2, block_size=241, chunk_size=48)
+PRIVATE_LEAF = PrivacyStatus(
+    1.0,
+    1e-5,
+    8230.0,
+    noise_std=6.44,
+    block_size=241,
+    mechanism="gaussian",
+    neighbours="replace-one",
+    horizon=4,
+    releases=3,
+    clipped=17,
+)
 
 
 def private_status_doc(**privacy: object) -> dict[str, object]:
@@ -204,7 +215,13 @@ def test_encoded_subspace_map_has_exactly_the_documented_keys_and_values() -> No
         10,
         "float64",
     )
-    assert obj["privacy"] == {"epsilon": 1.0, "delta": 1e-5, "clip_norm": 2.5}
+    assert obj["privacy"] == {
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "clip_norm": 2.5,
+        "mechanism": "gaussian",
+        "neighbours": "replace-one",
+    }
     assert obj["prov"] == {"pi-01": 300, "pi-02": 200}
 
 
@@ -240,10 +257,77 @@ def test_unknown_keys_are_ignored_for_forward_compatibility() -> None:
 def test_an_int_timestamp_and_int_privacy_values_are_accepted_as_floats() -> None:
     obj = valid_map()
     obj["ts"] = 1_700_000_000
-    obj["privacy"] = {"epsilon": 2, "delta": 0.5, "clip_norm": 1}
+    obj["privacy"] = {"epsilon": 2, "delta": 0.5, "clip_norm": 1, "mechanism": "gaussian"}
     got = decode_subspace(pack(obj))
     assert isinstance(got.timestamp, float)
     assert got.privacy == PrivacyParams(2.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "fpca-eq8", "fpca-eq8+gaussian"])
+def test_the_mechanism_and_neighbours_round_trip(mechanism: str) -> None:
+    privacy = PrivacyParams(1.0, 1e-5, 2.5, mechanism=mechanism, neighbours="replace-one")
+    msg = make_message(privacy=privacy)
+    got = decode_subspace(encode_subspace(msg))
+    assert got.privacy == privacy
+    assert (got.privacy.mechanism, got.privacy.neighbours) == (mechanism, "replace-one")
+    assert got.privacy != PrivacyParams(1.0, 1e-5, 2.5, mechanism="other-mechanism")
+
+
+def test_a_privacy_map_of_an_older_peer_decodes_as_fpca_eq8_with_replace_one_neighbours() -> None:
+    obj = valid_map()
+    obj["privacy"] = {"epsilon": 1.0, "delta": 1e-5, "clip_norm": 2.5}  # before issue 10
+    got = decode_subspace(pack(obj))
+    assert got.privacy == PrivacyParams(
+        1.0, 1e-5, 2.5, mechanism="fpca-eq8", neighbours="replace-one"
+    )
+    assert (wire.LEGACY_MECHANISM, wire.LEGACY_NEIGHBOURS) == ("fpca-eq8", "replace-one")
+    obj["privacy"] = {"epsilon": 1.0, "delta": 1e-5, "clip_norm": 2.5, "mechanism": "gaussian"}
+    assert decode_subspace(pack(obj)).privacy == PrivacyParams(1.0, 1e-5, 2.5)
+
+
+BAD_PRIVACY_NAMES = [
+    pytest.param("", id="empty"),
+    pytest.param("Gaussian", id="upper-case"),
+    pytest.param("gauss ian", id="space"),
+    pytest.param("gauss_ian", id="underscore"),
+    pytest.param("x" * 33, id="33-characters"),
+    pytest.param("gaussian\x00", id="nul"),
+    pytest.param("gaußian", id="non-ascii"),
+]
+
+
+@pytest.mark.parametrize("key", ["mechanism", "neighbours"])
+@pytest.mark.parametrize("name", BAD_PRIVACY_NAMES)
+def test_bad_mechanism_or_neighbours_names_are_rejected_with_reason_privacy(
+    key: str, name: str
+) -> None:
+    obj = valid_map()
+    obj["privacy"][key] = name  # type: ignore[index]
+    with pytest.raises(WireError) as info:
+        decode_subspace(pack(obj))
+    assert info.value.reason == "privacy"
+    assert f"privacy.{key}" in str(info.value)
+    with pytest.raises(WireError) as info:
+        PrivacyParams(1.0, 1e-5, 2.5, **{key: name})
+    assert info.value.reason == "privacy"
+    with pytest.raises(WireError) as info:
+        PrivacyStatus(1.0, 1e-5, 2.5, **{key: name})
+    assert info.value.reason == "privacy"
+
+
+def test_names_of_32_characters_from_the_allowed_set_are_accepted() -> None:
+    name = "abcdefghijklmnopqrstuvwxyz0123+-"
+    assert len(name) == wire.MAX_PRIVACY_NAME_CHARS == 32
+    privacy = PrivacyParams(1.0, 1e-5, 2.5, mechanism=name, neighbours=name)
+    assert decode_subspace(encode_subspace(make_message(privacy=privacy))).privacy == privacy
+
+
+def test_a_mechanism_that_is_not_a_string_is_a_field_type_error() -> None:
+    obj = valid_map()
+    obj["privacy"]["mechanism"] = 8  # type: ignore[index]
+    with pytest.raises(WireError) as info:
+        decode_subspace(pack(obj))
+    assert info.value.reason == "field_type"
 
 
 def test_singular_values_equal_within_relative_slack_are_accepted() -> None:
@@ -419,6 +503,18 @@ SUBSPACE_REJECTIONS = [
     ),
     pytest.param(
         set_key("privacy", {"epsilon": 1.0, "delta": 0.1}), "missing_field", id="privacy-partial"
+    ),
+    pytest.param(
+        set_key("privacy", {"epsilon": 1.0, "delta": 0.1, "clip_norm": 1.0, "mechanism": "a b"}),
+        "privacy",
+        id="privacy-mechanism-space",
+    ),
+    pytest.param(
+        set_key(
+            "privacy", {"epsilon": 1.0, "delta": 0.1, "clip_norm": 1.0, "neighbours": "n" * 33}
+        ),
+        "privacy",
+        id="privacy-neighbours-too-long",
     ),
     pytest.param(set_key("prov", {"pi-01": -1}), "provenance", id="prov-negative"),
     pytest.param(set_key("prov", {"a/b": 1}), "provenance", id="prov-bad-leaf-id"),
@@ -765,24 +861,46 @@ def test_status_detail_is_plain_json_with_readable_keys() -> None:
     assert doc["extra"]["children"]["pi-01"]["seq"] == 3
 
 
-def test_status_detail_carries_the_privacy_guarantee_as_a_json_map() -> None:
+def test_status_detail_carries_the_privacy_ledger_as_a_json_map() -> None:
     status = make_status(role="leaf", privacy=PRIVATE_LEAF)
     doc = json.loads(encode_status(status))
     assert doc["privacy"] == {
+        "mechanism": "gaussian",
         "epsilon": 1.0,
         "delta": 1e-5,
-        "clip_norm": 8600.0,
-        "noise_std": 4.2,
+        "neighbours": "replace-one",
+        "clip_norm": 8230.0,
+        "noise_std": 6.44,
         "block_size": 241,
-        "chunk_size": 48,
+        "chunk_size": None,
+        "horizon": 4,
+        "releases": 3,
+        "clipped": 17,
     }
+    assert list(doc["privacy"]) == [
+        "mechanism",
+        "epsilon",
+        "delta",
+        "neighbours",
+        "clip_norm",
+        "noise_std",
+        "block_size",
+        "chunk_size",
+        "horizon",
+        "releases",
+        "clipped",
+    ]
     assert decode_status(encode_status(status)) == status
-    aggregator = make_status(privacy=PrivacyStatus(2.0, 1e-4, 10.0))
+    aggregator = make_status(privacy=PrivacyStatus(2.0, 1e-4, 10.0, mechanism="fpca-eq8+gaussian"))
     doc = json.loads(encode_status(aggregator))
     assert doc["privacy"]["noise_std"] is None
+    assert doc["privacy"]["releases"] is None
+    assert doc["privacy"]["mechanism"] == "fpca-eq8+gaussian"
     assert decode_status(encode_status(aggregator)) == aggregator
     assert aggregator.privacy is not None
-    assert aggregator.privacy.params == PrivacyParams(2.0, 1e-4, 10.0)
+    assert aggregator.privacy.params == PrivacyParams(
+        2.0, 1e-4, 10.0, mechanism="fpca-eq8+gaussian"
+    )
     assert json.loads(encode_status(make_status()))["privacy"] is None
 
 
@@ -790,8 +908,33 @@ def test_a_status_document_without_privacy_or_with_unknown_privacy_keys_decodes(
     assert decode_status(json.dumps(without(status_doc(), "privacy")).encode()).privacy is None
     doc = private_status_doc(future_key=[1, 2])
     assert decode_status(json.dumps(doc).encode()).privacy == PRIVATE_LEAF
-    doc = private_status_doc(noise_std=None, block_size=None, chunk_size=None)
-    assert decode_status(json.dumps(doc).encode()).privacy == PrivacyStatus(1.0, 1e-5, 8600.0)
+    doc = private_status_doc(
+        noise_std=None, block_size=None, horizon=None, releases=None, clipped=None
+    )
+    assert decode_status(json.dumps(doc).encode()).privacy == PrivacyStatus(1.0, 1e-5, 8230.0)
+
+
+def test_a_status_privacy_map_of_an_older_peer_decodes_as_fpca_eq8() -> None:
+    old = {  # the map before issue 10: no mechanism, neighbours, horizon, releases, clipped
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "clip_norm": 8630.0,
+        "noise_std": 4.8,
+        "block_size": 241,
+        "chunk_size": 48,
+    }
+    got = decode_status(json.dumps({**status_doc(), "privacy": old}).encode()).privacy
+    assert got == PrivacyStatus(
+        1.0,
+        1e-5,
+        8630.0,
+        noise_std=4.8,
+        block_size=241,
+        chunk_size=48,
+        mechanism="fpca-eq8",
+        neighbours="replace-one",
+    )
+    assert (got.horizon, got.releases, got.clipped) == (None, None, None)
 
 
 def test_status_detail_refuses_privacy_of_another_type() -> None:
@@ -838,6 +981,13 @@ STATUS_REJECTIONS = [
     pytest.param(private_status_doc(noise_std=-0.1), "privacy", id="privacy-noise-negative"),
     pytest.param(private_status_doc(block_size=0), "privacy", id="privacy-block-0"),
     pytest.param(private_status_doc(chunk_size=0), "privacy", id="privacy-chunk-0"),
+    pytest.param(private_status_doc(horizon=0), "privacy", id="privacy-horizon-0"),
+    pytest.param(private_status_doc(releases=-1), "privacy", id="privacy-releases-negative"),
+    pytest.param(private_status_doc(clipped=-1), "privacy", id="privacy-clipped-negative"),
+    pytest.param(private_status_doc(clipped=1.0), "field_type", id="privacy-clipped-float"),
+    pytest.param(private_status_doc(mechanism="Gauss"), "privacy", id="privacy-mechanism-case"),
+    pytest.param(private_status_doc(neighbours=""), "privacy", id="privacy-neighbours-empty"),
+    pytest.param(private_status_doc(mechanism=None), "field_type", id="privacy-mechanism-null"),
     pytest.param(private_status_doc(block_size=2.5), "field_type", id="privacy-block-float"),
     pytest.param(private_status_doc(epsilon=True), "field_type", id="privacy-epsilon-bool"),
     pytest.param(private_status_doc(noise_std="1"), "field_type", id="privacy-noise-str"),

@@ -84,6 +84,12 @@ json_objects = st.recursive(
 )
 
 
+# mechanism / neighbours names: 1-32 characters from [a-z0-9+-] (known ones and any other)
+privacy_names = st.sampled_from(["gaussian", "fpca-eq8", "fpca-eq8+gaussian", "replace-one"]) | (
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789+-", min_size=1, max_size=32)
+)
+
+
 @st.composite
 def subspace_messages(draw: st.DrawFn) -> SubspaceMessage:
     n_features = draw(st.integers(min_value=1, max_value=12))
@@ -101,6 +107,8 @@ def subspace_messages(draw: st.DrawFn) -> SubspaceMessage:
             epsilon=st.floats(min_value=1e-3, max_value=100.0),
             delta=st.floats(min_value=1e-12, max_value=0.5),
             clip_norm=st.floats(min_value=1e-3, max_value=1e3),
+            mechanism=privacy_names,
+            neighbours=privacy_names,
         )
     )
     return SubspaceMessage(
@@ -161,6 +169,11 @@ status_details = st.builds(
         noise_std=st.none() | st.floats(min_value=0.0, max_value=1e6),
         block_size=st.none() | st.integers(min_value=1, max_value=2**62),
         chunk_size=st.none() | st.integers(min_value=1, max_value=2**62),
+        mechanism=privacy_names,
+        neighbours=privacy_names,
+        horizon=st.none() | st.integers(min_value=1, max_value=4096),
+        releases=st.none() | st.integers(min_value=0, max_value=2**62),
+        clipped=st.none() | st.integers(min_value=0, max_value=2**62),
     ),
 )
 

@@ -199,5 +199,11 @@ class AggregatorAgent(Agent):
             extra=self._core.status_extra(time.monotonic()),
             privacy=None
             if privacy is None
-            else PrivacyStatus(privacy.epsilon, privacy.delta, privacy.clip_norm),
+            else PrivacyStatus(
+                privacy.epsilon,
+                privacy.delta,
+                privacy.clip_norm,
+                mechanism=privacy.mechanism,
+                neighbours=privacy.neighbours,
+            ),
         )

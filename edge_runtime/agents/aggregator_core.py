@@ -21,9 +21,9 @@ from edge_runtime.agents.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import PrivacyParams, SubspaceMessage
+from edge_runtime.wire import MAX_PRIVACY_NAME_CHARS, PrivacyParams, SubspaceMessage
 
-__all__ = ["AggregatorCore", "ChildRecord", "is_newer", "weakest_privacy"]
+__all__ = ["AggregatorCore", "ChildRecord", "combined_name", "is_newer", "weakest_privacy"]
 
 
 def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
@@ -38,11 +38,25 @@ def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
     return new.timestamp > current.timestamp
 
 
+def combined_name(names: Iterable[str]) -> str:
+    """One mechanism (or neighbours) name for several: the name if they all share it, else
+    the sorted distinct names joined by ``+`` (a name that is already a join is split
+    first, so ``"gaussian"`` and ``"fpca-eq8+gaussian"`` give ``"fpca-eq8+gaussian"``).
+    ``"mixed"`` if the join would exceed `edge_runtime.wire.MAX_PRIVACY_NAME_CHARS`.
+    """
+    parts = sorted({part for name in names for part in name.split("+") if part})
+    joined = "+".join(parts)
+    return joined if len(joined) <= MAX_PRIVACY_NAME_CHARS else "mixed"
+
+
 def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | None:
     """The guarantee of a merge of ``snapshots``: the weakest of theirs.
 
     None (no guarantee) if any snapshot has none, or if there are none; else
-    ``PrivacyParams(max epsilon, max delta, max clip_norm)``. Why this bounds every
+    ``PrivacyParams(max epsilon, max delta, max clip_norm, mechanism, neighbours)``, where
+    ``mechanism`` and ``neighbours`` are the snapshots' shared name, or their distinct
+    names sorted and joined by ``+`` (`combined_name`: ``"fpca-eq8+gaussian"``) when they
+    differ. Why this bounds every
     reading: each reading is in exactly one leaf's data, and that leaf's snapshots are
     post-processing of its masked blocks, so by parallel composition over the disjoint
     leaves (and post-processing for the merges above them) a reading of leaf ``i`` enjoys
@@ -57,10 +71,13 @@ def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | Non
     params = [snapshot.privacy for snapshot in snapshots]
     if not params or any(p is None for p in params):
         return None
+    known = [p for p in params if p is not None]
     return PrivacyParams(
-        max(p.epsilon for p in params if p is not None),
-        max(p.delta for p in params if p is not None),
-        max(p.clip_norm for p in params if p is not None),
+        max(p.epsilon for p in known),
+        max(p.delta for p in known),
+        max(p.clip_norm for p in known),
+        mechanism=combined_name(p.mechanism for p in known),
+        neighbours=combined_name(p.neighbours for p in known),
     )
 
 
@@ -312,6 +329,9 @@ class AggregatorCore(NodeCore):
                     "seq": r.snapshot.seq,
                     "n_samples": r.snapshot.n_samples,
                     "epsilon": None if r.snapshot.privacy is None else r.snapshot.privacy.epsilon,
+                    "mechanism": None
+                    if r.snapshot.privacy is None
+                    else r.snapshot.privacy.mechanism,
                 }
                 for c, r in self.children.items()
             },

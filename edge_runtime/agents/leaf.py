@@ -19,6 +19,7 @@ from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import noise_std
+from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     PrivacyParams,
@@ -55,18 +56,23 @@ class LeafAgent(Agent):
     ``sequencer.duplicates``), and the last sequence ingested per source is reported in the
     status document. Bare arrays carry no sequence and are taken as they come.
 
-    Differential privacy (the node's ``epsilon``, ``delta``, ``clip_norm``; streaming
-    MOD-SuLQ, eq. (5)-(8) of Grammenos et al. 2020): the estimator masks every block
-    (`FPCAEdge` with ``privacy``), and nothing raw leaves the device. A snapshot is then
-    built from masked block summaries only — pending rows are *not* folded in — so every
-    published subspace is post-processing of private blocks, and its message carries
-    ``privacy = PrivacyParams(epsilon, delta, clip_norm)``. When idle the leaf calls
-    `FPCAEdge.flush`, which masks the pending rows as one short block (noise calibrated to
-    their count), then checkpoints and publishes; it does the same on shutdown. Each flush
-    costs as much noise as a full block, so keep ``idle_flush_s`` above the usual gap
+    Differential privacy (the node's ``epsilon``, ``delta``, ``clip_norm`` and
+    ``mechanism``): the estimator releases every block through the private mechanism
+    (`FPCAEdge` with ``privacy``, ``mechanism`` and, for ``"gaussian"``, ``horizon =
+    release_horizon``: the Gaussian mechanism on the block's Gram matrix with continual
+    release; ``"fpca-eq8"``: streaming MOD-SuLQ, eq. (5)-(8) of Grammenos et al. 2020), and
+    nothing raw leaves the device. A snapshot is then built from released blocks only —
+    pending rows are *not* folded in — so every published subspace is post-processing of
+    private releases, and its message carries ``privacy = PrivacyParams(epsilon, delta,
+    clip_norm, mechanism, neighbours="replace-one")``. When idle the leaf calls
+    `FPCAEdge.flush`, which releases the pending rows as one short block, then checkpoints
+    and publishes; it does the same on shutdown. Each flush costs as much noise as a full
+    block (and one release of the horizon), so keep ``idle_flush_s`` above the usual gap
     between readings. A snapshot is published only if the estimator's own privacy
     settings are the configured ones (it is never published otherwise, see
-    `snapshot_privacy`). The status document reports the guarantee (`PrivacyStatus`).
+    `snapshot_privacy`). The status document reports the guarantee and its ledger
+    (`PrivacyStatus`: mechanism, budget, neighbours, noise scale, releases, clipped
+    readings).
 
     Noise generator: the node's ``noise_seed`` seeds a fresh start (reproducible runs;
     the same seed and readings give the same snapshots as ``FPCAEdge(...,
@@ -74,13 +80,17 @@ class LeafAgent(Agent):
     leaf never replays a stream it may already have used: after a restore from its
     checkpoint it draws from ``SeedSequence([noise_seed, restarts])``, where ``restarts``
     counts the restores and is written back to the checkpoint before any reading is
-    masked. A leaf that finds any other trace of an earlier incarnation — its own retained
-    snapshot (restored or not: there is no local record of earlier restarts), an
-    unreadable or refused checkpoint — draws from the operating system's entropy. A
+    masked; a ``"gaussian"`` leaf also closes the checkpoint's open segment of the
+    continual release and starts the next with a fresh key (`FPCAEdge.from_state`), since the
+    segment's noise is regenerated from a key stored in the checkpoint. A leaf that finds
+    any other trace of an earlier incarnation — its own retained snapshot (restored or
+    not: there is no local record of earlier restarts), an unreadable or refused
+    checkpoint — draws from the operating system's entropy. A
     checkpoint or retained snapshot whose privacy settings (``epsilon``, ``delta``,
-    ``clip_norm``; or their absence) differ from the configured ones is not restored: it
-    is logged and counted in ``rejects["privacy_mismatch"]``, and the leaf starts afresh,
-    so a summary is never published under a guarantee it was not computed with.
+    ``clip_norm``, ``mechanism``; for a checkpoint also the release horizon; or their
+    absence) differ from the configured ones is not restored: it is logged and counted in
+    ``rejects["privacy_mismatch"]``, and the leaf starts afresh, so a summary is never
+    published under a guarantee it was not computed with.
 
     Parameters
     ----------
@@ -191,11 +201,12 @@ class LeafAgent(Agent):
             self.log.error("checkpoint_invalid", error=str(exc))
             self._forget_seed()
             return False
-        if estimator is not None and snapshot_privacy(estimator) != self.privacy:
+        mismatch = None if estimator is None else self._core.privacy_mismatch(estimator)
+        if mismatch is not None:
             self._core.rejects["privacy_mismatch"] += 1
             self.log.error(
                 "checkpoint_privacy_mismatch",
-                checkpoint=str(snapshot_privacy(estimator)),
+                checkpoint=mismatch,
                 configured=str(self.privacy),
                 action="starting afresh",
             )
@@ -211,7 +222,7 @@ class LeafAgent(Agent):
                 self.log.error("checkpoint_unwritable", error=str(exc), noise="OS entropy")
                 noise = None
                 if estimator is not None:
-                    estimator = FPCAEdge.from_state(state, random_state=None)
+                    estimator = FPCAEdge.from_state(state)
         core = self._core
         core.noise_restarts = restarts
         core.noise = noise
@@ -404,32 +415,52 @@ class LeafAgent(Agent):
         await self._publish_confirm(client, time.monotonic(), force=True)
 
     def privacy_status(self) -> PrivacyStatus | None:
-        """This leaf's guarantee for the status document, or None without privacy.
+        """This leaf's privacy ledger for the status document, or None without privacy.
 
-        ``noise_std`` is omega of eq. (8) for one full block of ``block_size`` readings
-        (None before the width of a reading is known).
+        The guarantee (`PrivacyParams`) and, from the estimator: ``noise_std`` — for
+        ``"gaussian"`` sigma, the std of the entries of each release's noise ``W``
+        (`release_noise_std`, known before the first reading); for ``"fpca-eq8"`` omega
+        of eq. (8) of the last masked block, or of one full block before the first (None
+        before the width of a reading is known) — ``block_size`` (None for a
+        ``"gaussian"`` leaf without one before the width is known), ``chunk_size``
+        (``"fpca-eq8"``), ``horizon`` (``"gaussian"``), ``releases`` (blocks released,
+        `FPCAEdge.n_releases_`) and ``clipped`` (readings scaled down to ``clip_norm``,
+        `FPCAEdge.n_clipped_`).
         """
-        if self.privacy is None:
+        privacy = self.privacy
+        if privacy is None:
             return None
         est = self._core.estimator
-        block_size = max(self.config.block_size, self.config.rank)
+        gaussian = privacy.mechanism == "gaussian"
+        horizon = self._core.horizon if gaussian else None
+        block_size = self.config.block_size
+        if block_size is not None:
+            block_size = max(block_size, self.config.rank)
         chunk_size = self.config.chunk_size
-        omega = None
+        releases = clipped = 0
+        sigma = release_noise_std(privacy.epsilon, privacy.delta, horizon) if gaussian else None
         if est is not None:
             block_size, chunk_size = est.block_size, est.chunk_size
-            try:
-                omega = noise_std(
-                    self.privacy.epsilon, self.privacy.delta, est.n_features_, block_size
-                )
-            except ValueError:
-                omega = None
+            releases, clipped = est.n_releases_, est.n_clipped_
+            if est.last_noise_std_ is not None:
+                sigma = est.last_noise_std_
+            elif not gaussian:
+                try:
+                    sigma = noise_std(privacy.epsilon, privacy.delta, est.n_features_, block_size)
+                except ValueError:
+                    sigma = None
         return PrivacyStatus(
-            self.privacy.epsilon,
-            self.privacy.delta,
-            self.privacy.clip_norm,
-            noise_std=omega,
+            privacy.epsilon,
+            privacy.delta,
+            privacy.clip_norm,
+            noise_std=sigma,
             block_size=block_size,
             chunk_size=chunk_size,
+            mechanism=privacy.mechanism,
+            neighbours=privacy.neighbours,
+            horizon=horizon,
+            releases=releases,
+            clipped=clipped,
         )
 
     def status_detail(self) -> StatusDetail:

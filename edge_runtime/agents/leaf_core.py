@@ -20,11 +20,17 @@ from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
 from edge_runtime.agents.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge, Subspace
-from edge_runtime.fpca.privacy import noise_std
+from edge_runtime.fpca.privacy import NEIGHBOURS, noise_std
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import ConfirmMessage, PrivacyParams, SensorReadings, SubspaceMessage
 
-__all__ = ["GAP_WEIGHT", "IDLE_GAPS", "LeafCore", "snapshot_privacy"]
+__all__ = [
+    "GAP_WEIGHT",
+    "IDLE_GAPS",
+    "LeafCore",
+    "configured_privacy",
+    "snapshot_privacy",
+]
 
 GAP_WEIGHT = 0.2
 """Weight of the newest gap in the average gap between a leaf's readings."""
@@ -34,10 +40,28 @@ IDLE_GAPS = 2.0
 
 
 def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
-    """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
-    if est.privacy is None or est.clip_norm is None:
+    """The guarantee of ``est``'s snapshots: its own privacy settings (budget, clip norm,
+    mechanism; replace-one neighbours, `edge_runtime.fpca.privacy.NEIGHBOURS`), or None."""
+    if est.privacy is None or est.clip_norm is None or est.mechanism is None:
         return None
-    return PrivacyParams(est.privacy[0], est.privacy[1], est.clip_norm)
+    epsilon, delta = est.privacy
+    return PrivacyParams(
+        epsilon, delta, est.clip_norm, mechanism=est.mechanism, neighbours=NEIGHBOURS
+    )
+
+
+def configured_privacy(config: NodeConfig) -> PrivacyParams | None:
+    """The guarantee a leaf configured with ``config`` publishes under, or None."""
+    if config.epsilon is None or config.delta is None or config.clip_norm is None:
+        return None
+    assert config.mechanism is not None  # NodeConfig sets it with privacy
+    return PrivacyParams(
+        config.epsilon,
+        config.delta,
+        config.clip_norm,
+        mechanism=config.mechanism,
+        neighbours=NEIGHBOURS,
+    )
 
 
 class LeafCore(NodeCore):
@@ -105,11 +129,7 @@ class LeafCore(NodeCore):
         self.checkpointed_blocks = 0
         self.checkpointed_n = -1
         self.restored_from: str | None = None
-        self.privacy: PrivacyParams | None = (
-            None
-            if config.epsilon is None or config.delta is None or config.clip_norm is None
-            else PrivacyParams(config.epsilon, config.delta, config.clip_norm)
-        )
+        self.privacy: PrivacyParams | None = configured_privacy(config)
         self.noise: int | np.random.Generator | None = config.noise_seed
         self.noise_restarts = 0
         self._now = now
@@ -126,8 +146,22 @@ class LeafCore(NodeCore):
         self._confirm_sent: tuple[object, ...] = self._confirm_key()
 
     # ------------------------------------------------------------------ estimator
+    @property
+    def horizon(self) -> int:
+        """The continual-release horizon this leaf's estimator runs with (1 unless the
+        mechanism is "gaussian", `NodeConfig.release_horizon`)."""
+        horizon = self.config.release_horizon
+        return 1 if self.privacy is None or horizon is None else horizon
+
     def estimator_options(self, n_features: int) -> dict[str, Any]:
-        """FPCAEdge settings of this leaf for readings of ``n_features`` values."""
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values.
+
+        Raises
+        ------
+        ValueError
+            If the default block of a private "gaussian" leaf is too large
+            (`NodeConfig.block_size_for`).
+        """
         cfg = self.config
         rank = min(cfg.rank, n_features)
         privacy: dict[str, Any] = {}
@@ -135,12 +169,14 @@ class LeafCore(NodeCore):
             privacy = {
                 "privacy": (self.privacy.epsilon, self.privacy.delta),
                 "clip_norm": self.privacy.clip_norm,
+                "mechanism": self.privacy.mechanism,
+                "horizon": self.horizon,
                 "chunk_size": cfg.chunk_size,
                 "random_state": self.noise,
             }
         return {
             "rank": rank,
-            "block_size": max(cfg.block_size, rank),
+            "block_size": cfg.block_size_for(n_features),
             "oversample": None
             if cfg.oversample is None
             else min(cfg.oversample, n_features - rank),
@@ -153,11 +189,23 @@ class LeafCore(NodeCore):
         }
 
     def new_estimator(self, n_features: int) -> FPCAEdge:
-        """A fresh estimator; with privacy, raises ValueError for settings eq. (8) rejects."""
+        """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
+        delta bound, a default block too large), here rather than at the first block."""
         options = self.estimator_options(n_features)
-        if self.privacy is not None:  # fail now, not at the first block
+        if self.privacy is not None and self.privacy.mechanism == "fpca-eq8":
             noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
         return FPCAEdge(n_features, **options)
+
+    def privacy_mismatch(self, est: FPCAEdge) -> str | None:
+        """Why a restored estimator ``est`` may not continue under this leaf's configuration,
+        or None: another guarantee (`snapshot_privacy`: budget, clip norm, mechanism, or
+        privacy at all) or another continual-release horizon."""
+        privacy = snapshot_privacy(est)
+        if privacy != self.privacy:
+            return f"privacy {privacy}, configured {self.privacy}"
+        if self.privacy is not None and est.horizon != self.horizon:
+            return f"release horizon {est.horizon}, configured {self.horizon}"
+        return None
 
     @property
     def idle_s(self) -> float:
@@ -240,13 +288,16 @@ class LeafCore(NodeCore):
         Returns
         -------
         str or None
-            Why the snapshot was not used (``"privacy_mismatch"``, ``"unusable: ..."``), or
+            Why the snapshot was not used (``"privacy_mismatch"``: its `PrivacyParams`,
+            mechanism included, differ from the configured ones; ``"unusable: ..."``), or
             None once restored. A snapshot of another node or of no samples is ignored
-            (``"empty"``).
+            (``"empty"``). A snapshot carries no release horizon and needs none: a
+            ``"gaussian"`` estimator restored from it starts a new segment of releases
+            (`FPCAEdge.from_subspace`), and the snapshot itself is post-processing.
         """
         if msg.node_id != self.node_id or msg.n_samples == 0:
             return "empty"
-        if msg.privacy != self.privacy:
+        if msg.privacy != self.privacy:  # budget, clip norm, mechanism, neighbours
             return "privacy_mismatch"
         d = msg.n_features
         try:
@@ -309,9 +360,7 @@ class LeafCore(NodeCore):
 
     def idle(self, now: float) -> bool:
         """No reading for the policy's ``idle_s`` while something is unpublished."""
-        return (
-            not math.isinf(self.unpublished_since) and now >= self.last_input + self.idle_s
-        )
+        return not math.isinf(self.unpublished_since) and now >= self.last_input + self.idle_s
 
     def flush_due(self, now: float) -> bool:
         """A private leaf with pending rows is idle: mask them as one block (`flush`)."""

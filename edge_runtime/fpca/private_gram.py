@@ -170,6 +170,17 @@ class PrivateGram:
         self._step = 0
         self._key = self._new_key()
 
+    def close_segment(self) -> None:
+        """End the open segment at its latest release; the next block starts a new one.
+
+        The released sum becomes the constant of the closed segments (post-processing) and
+        a fresh key is drawn, so no noise of the old key is ever used again. What a restore
+        from a checkpoint does: the process that wrote it may have released further blocks
+        with the old key afterwards, and releasing other readings with that key's noise
+        would let the noise cancel in the difference of two published snapshots.
+        """
+        self.set_released(self._released)
+
     def get_state(self) -> dict[str, np.ndarray | int]:
         """The state as arrays and ints (keys ``gram_*``; the open sum and key are secret)."""
         return {

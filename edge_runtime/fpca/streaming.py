@@ -903,7 +903,9 @@ class FPCAEdge:
 
             The mask's random generator is not part of the state: an estimator
             restored by `from_state` draws fresh noise (masks are never replayed, so
-            re-sent samples never get a mask that was already published).
+            re-sent samples never get a mask that was already published); with
+            ``"gaussian"`` it closes the open segment of the continual release and starts
+            a new one with a fresh key (`PrivateGram.close_segment`).
         """
         k = self._n_pending
         return {
@@ -1030,6 +1032,7 @@ class FPCAEdge:
             raise ValueError(f"FPCAEdge state: {exc}") from None
         if edge._gram is not None:
             edge._gram.set_state(state)
+            edge._gram.close_segment()  # never reuse the saved key (see close_segment)
         for key in ("n_releases_", "n_clipped_"):
             count = state.get(key, 0)
             if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:

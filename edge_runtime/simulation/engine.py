@@ -302,15 +302,22 @@ class Simulation:
         return f"replay:{node.id}"
 
     def _restore_leaf(self, node: _Node, core: LeafCore) -> None:
-        """What ``LeafAgent`` does before connecting (without privacy): its checkpoint
+        """What ``LeafAgent`` does before connecting: its checkpoint
         (`LeafCore.restore_checkpoint`, then `LeafCore.continue_after` its retained
-        snapshot), else its retained snapshot (`LeafCore.restore_snapshot`)."""
+        snapshot), else its retained snapshot (`LeafCore.restore_snapshot`). Of the privacy
+        handling only the re-keying of `FPCAEdge.from_state` is modelled (a ``"gaussian"``
+        leaf's open segment is closed and re-keyed from a generator seeded by the run's seed,
+        the node and its incarnation, so runs stay reproducible); no privacy-mismatch
+        check, no restart count.
+        """
         retained = self.retained.get(node.index)
         if self.config.restore == "checkpoint":
             state = self.checkpoints.get(node.index)
             if state is None:
                 return
-            core.restore_checkpoint(state, FPCAEdge.from_state(state), self.now)
+            keys = np.random.SeedSequence([self.config.seed, node.index, node.incarnation])
+            estimator = FPCAEdge.from_state(state, random_state=np.random.default_rng(keys))
+            core.restore_checkpoint(state, estimator, self.now)
             if retained is not None:
                 core.continue_after(retained)
             return
