@@ -1,10 +1,11 @@
 """Turn benchmark results into ``REPORT.md`` (Markdown tables) and PNG plots.
 
 `done_when` evaluates the Done-when criteria of issue 3 on one run's results,
-`privacy_done_when` those of issue 5 (differential privacy) and `fleet_done_when` those
-of issue 9 that the fleet benchmark measures; the report opens with those tables, then
-one section per benchmark (a)-(g) with its table and plot (section (g) and its plot come
-from `benchmarks.fleet_report`). Plots
+`privacy_done_when` those of issues 5 and 10 (differential privacy) and `fleet_done_when`
+those of issue 9 that the fleet benchmark measures; the report opens with those tables,
+then one section per benchmark (a)-(g) with its table and plot (section (f) and its plot
+come from `benchmarks.privacy.report_section`, section (g) and its plot from
+`benchmarks.fleet_report`). Plots
 use matplotlib's Agg backend (no display needed). `load_results` reads a
 ``results.json`` back (for ``benchmarks.run --only ... --update``).
 """
@@ -34,7 +35,8 @@ from benchmarks.fleet import MotesResult, SweepResult
 from benchmarks.fleet_live import AgentCostResult, LatencyResult
 from benchmarks.fleet_wire import DtypeResult
 from benchmarks.memory import MemoryRow
-from benchmarks.privacy import utility as pu
+from benchmarks.privacy import report_section as privacy_report
+from benchmarks.privacy import section as privacy_section
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
@@ -95,7 +97,7 @@ class Results:
     aggregator: list[AggregatorRow] = field(default_factory=list)
     growth: tuple[float, float] = (math.nan, math.nan)
     memory: list[MemoryRow] = field(default_factory=list)
-    privacy: pu.PrivacyResults | None = None
+    private_mode: privacy_section.PrivacyResults | None = None
     fleet_sweep: SweepResult | None = None
     fleet_motes: MotesResult | None = None
     fleet_latency: LatencyResult | None = None
@@ -111,7 +113,7 @@ BENCHMARK_FIELDS: dict[str, tuple[str, ...]] = {
     "merge": ("merge", "merge_sweep_d", "merge_sweep_r"),
     "aggregator": ("aggregator", "growth"),
     "memory": ("memory",),
-    "privacy": ("privacy",),
+    "privacy": ("private_mode",),
     "fleet-sweep": ("fleet_sweep",),
     "fleet-motes": ("fleet_motes",),
     "fleet-latency": ("fleet_latency",),
@@ -193,10 +195,11 @@ def _fmt_ratio(x: float | None) -> str:
 
 
 def privacy_done_when(res: Results) -> list[Check]:
-    """The Done-when items of issue 5 (differential privacy), empty without that benchmark."""
-    if res.privacy is None:
+    """The Done-when items of issues 5 and 10 (differential privacy), empty without (f)."""
+    if res.private_mode is None:
         return []
-    return [Check(c.item, c.measured, c.target, c.passed) for c in pu.checks(res.privacy)]
+    found = privacy_section.checks(res.private_mode)
+    return [Check(c.item, c.measured, c.target, c.passed) for c in found]
 
 
 def fleet_done_when(res: Results) -> list[Check]:
@@ -585,256 +588,6 @@ def _memory_section(res: Results) -> list[str]:
     return out
 
 
-def _q_cell(c: pu.Curve, i: int, trials: int) -> str:
-    if c.trials[i] == 0:
-        return "not run"
-    if c.method == pu.CLIPPED:
-        return f"{c.mean[i]:.5f}"
-    cell = f"{c.mean[i]:.3f} ± {c.std[i]:.3f}"
-    return cell if c.trials[i] == trials else f"{cell} ({c.trials[i]} trials)"
-
-
-def _privacy_table(p: pu.PrivacyResults, panel: str, trials: int) -> str:
-    curves = p.panels[panel]
-    rows = []
-    for i, eps in enumerate(p.epsilons):
-        rows.append([f"{eps:g}", *[_q_cell(c, i, trials) for c in curves]])
-    return _table(["epsilon", *[c.method for c in curves]], rows)
-
-
-def _eps_pair(p: pu.PrivacyResults) -> list[float]:
-    """epsilon = 4 (the paper's largest) and the largest of the grid, as present."""
-    return sorted({e for e in (pu.PAPER_EPSILON_MAX, max(p.epsilons)) if e in p.epsilons})
-
-
-def _at_each(c: pu.Curve | None, eps: Sequence[float]) -> str:
-    return " / ".join(f"{_at(c, e):.3f}" for e in eps)
-
-
-def _at(c: pu.Curve | None, eps: float) -> float:
-    if c is None or float(eps) not in c.epsilons:
-        return math.nan
-    return c.mean[c.at(eps)]
-
-
-def _privacy_findings(p: pu.PrivacyResults) -> list[str]:
-    out: list[str] = []
-    s1 = pu.synth_panel(1.0)
-    one, stream = p.curve(s1, pu.FPCA_ONE), p.curve(s1, pu.FPCA_STREAM)
-    ms, dis = p.curve(s1, pu.MODSULQ), p.curve(s1, pu.DPDIS)
-    n, d = p.n_samples, p.n_features
-    omega = p.noise.get(f"omega, n = {n}", [])
-    beta = p.noise.get(f"beta, n = {n}", [])
-    tau = p.noise.get(f"tau, n = {n}", [])
-    if one is not None and ms is not None and omega and beta:
-        ratios = [o / b for o, b in zip(omega, beta, strict=True)]
-        diff = next(
-            (c for c in p.differences.get(s1, []) if c.method.startswith(pu.FPCA_ONE)), None
-        )
-        below, level = [], []
-        for i, eps in enumerate(p.epsilons):
-            if diff is None or eps > pu.PAPER_EPSILON_MAX + 1e-12:
-                continue
-            se = diff.std[i] / math.sqrt(max(diff.trials[i], 1))
-            text = (
-                f"eps={eps:g}: {one.mean[i]:.3f} vs {ms.mean[i]:.3f} "
-                f"({diff.mean[i]:+.3f} ± {se:.3f} SE)"
-            )
-            (below if diff.mean[i] < -2 * se else level).append(text)
-        factor = max(1, round(sum(ratios) / len(ratios)))
-        pairs = [
-            f"MOD-SuLQ at eps={e:g} {_at(ms, e):.3f} vs FPCA-DP at eps={factor * e:g} "
-            f"{_at(one, factor * e):.3f}"
-            for e in p.epsilons
-            if float(factor * e) in one.epsilons
-        ]
-        n_paper = len(below) + len(level)
-        claim = len(level) * 2 > n_paper
-        mean_ratio = sum(ratios) / len(ratios)
-        out += [
-            f"**FPCA-DP against symmetric MOD-SuLQ ({s1}).** FPCA-DP with one block is "
-            f"below MOD-SuLQ (paired difference more than 2 standard errors below zero) at "
-            f"{len(below)} of {n_paper} epsilons in the paper's range"
-            + (": " + "; ".join(below) if below else "")
-            + (
-                ". Level with it or above (within 2 SE or higher) at: " + "; ".join(level)
-                if level
-                else ""
-            )
-            + f". For reference, a random direction scores {pu.random_level(d):.3f} at d = {d}. "
-            + (
-                "The paper's claim (FPCA-DP at or above MOD-SuLQ for most epsilon) holds here."
-                if claim
-                else "So the paper's claim (FPCA-DP at or above MOD-SuLQ for most epsilon) "
-                "is **not reproduced** here."
-            ),
-            "",
-            f"Why: at equal epsilon and equal n, eq. (8)'s omega is {min(ratios):.2f}-"
-            f"{max(ratios):.2f} times MOD-SuLQ's beta at d = {d} (table below). Both masks "
-            "are Gaussian with a spectral norm of about 2 sqrt(d) times their entry std "
-            "(MOD-SuLQ's symmetric, FPCA-DP's non-symmetric), so FPCA-DP's mask is about "
-            f"{mean_ratio:.1f} times larger and, since both scale as 1/epsilon, FPCA-DP "
-            f"needs about {mean_ratio:.0f} times the epsilon for the same q_A: "
-            + "; ".join(pairs)
-            + ". The streaming construction buys O(d c) memory per chunk and one pass, not "
-            "less noise. The paper's Fig. 3 shows the opposite order. A likely reason (we "
-            "did not run the MATLAB code): the authors' code (andylamp/federated_pca: "
-            "`test_utility_loss.m` runs `fpca_edge` with blocks of 50 of the 5000 samples; "
-            "`fpca_edge.m` passes the total sample count `params.Ti` to "
-            "`fpca_stream_mod_sulq`, which sizes every block's mask with it through "
-            "`stream_mod_sulq_mask` / `stream_mod_sulq_variance`) calibrates each block's "
-            "mask for n = 5000 while it protects only that block's 50 samples: a mask 100 "
-            "times smaller than the guarantee needs. This implementation calibrates each "
-            "mask to the samples it protects (`noise_std(eps, delta, d, block rows)`).",
-            "",
-        ]
-    if one is not None and stream is not None:
-        eps2 = _eps_pair(p)
-        k = p.n_samples / p.stream_block_size
-        out += [
-            f"**Cost of streaming under DP.** With blocks of b = {p.stream_block_size} "
-            f"(n / {k:.0f}) every block's mask is calibrated to its b samples, {k:.0f} times "
-            f"the one-block mask (omega is proportional to 1/n). On {s1}, q_A at eps = "
-            f"{' / '.join(f'{e:g}' for e in eps2)}: {_at_each(stream, eps2)} with b = "
-            f"{p.stream_block_size}, {_at_each(one, eps2)} with one block. Under DP a "
-            "stream is best summarised in as few, as large blocks as memory allows.",
-            "",
-        ]
-    if dis is not None and ms is not None and tau and beta:
-        paper = [i for i, e in enumerate(p.epsilons) if e <= pu.PAPER_EPSILON_MAX + 1e-12]
-        others = [c for c in (one, stream, ms) if c is not None]
-        best = sum(all(dis.mean[i] >= c.mean[i] for c in others) for i in paper)
-        out += [
-            f"**DPdisPCA.** Its Gaussian-mechanism mask has std tau = sqrt(2 ln(1.25/delta)) "
-            f"/ (n eps), {beta[0] / tau[0]:.0f} times smaller than MOD-SuLQ's beta at d = "
-            f"{d} (beta grows with d + 1, tau does not). It has the highest mean q_A of the "
-            f"single-site methods at {best} of {len(paper)} epsilons in the paper's range on "
-            f"{s1} ({_at(dis, p.epsilons[0]):.3f} at eps={p.epsilons[0]:g}, "
-            f"{_at(dis, 1.0):.3f} at eps=1). Caveats in its favour: the constant is the "
-            "published one (sensitivity 1/n of the upper triangle), but replacing one "
-            "sample e1 by e2 moves that triangle by sqrt(2)/n, so under the replace-one "
-            "relation of MOD-SuLQ and FPCA-DP its mask would be up to sqrt(2) larger; and "
-            "the classical Gaussian-mechanism bound is proven only for epsilon < 1.",
-            "",
-        ]
-    fed = p.panels.get(pu.FEDERATED)
-    if fed:
-        f_fpca, f_dis, f_ms = (
-            p.curve(pu.FEDERATED, m) for m in (pu.FED_FPCA, pu.FED_DPDIS, pu.FED_MODSULQ)
-        )
-        leaf = p.n_samples // p.leaves
-        eps2 = _eps_pair(p)
-        out += [
-            f"**Federated ({p.leaves} leaves of {leaf} samples).** Each leaf's mask is "
-            f"calibrated to its own {leaf} samples, {p.leaves} times the centralised mask, "
-            "for FPCA-DP and DPdisPCA alike. q_A at eps = "
-            f"{' / '.join(f'{e:g}' for e in eps2)}: FPCA-DP with merge_many (Alg. 1) "
-            f"{_at_each(f_fpca, eps2)}; DPdisPCA (S = {p.leaves}) {_at_each(f_dis, eps2)}; "
-            f"the centralised reference, MOD-SuLQ on all {p.n_samples} samples, "
-            f"{_at_each(f_ms, eps2)} (random direction: {pu.random_level(d):.3f}).",
-            "",
-        ]
-    mo = p.panels.get(pu.MOTES)
-    if mo:
-        m_one, m_ms, m_dis = (p.curve(pu.MOTES, m) for m in (pu.FPCA_ONE, pu.MODSULQ, pu.DPDIS))
-        n_m, d_m = p.motes_shape
-        out += [
-            f"**Motes light ({n_m} x {d_m}, uncentred).** Clipping norm C = "
-            f"{p.motes_clip_norm:.4g} lux, the {p.motes_clip_percentile:g}th percentile of "
-            f"the row norms: {p.motes_clipped_rows} rows ({p.motes_clipped_rows / n_m:.1%}) "
-            "are scaled down to norm C, the rest only divided by C. The clipped data without "
-            f"noise give q_A = {p.motes_clip_q:.5f}, the clip's own cost (the top direction "
-            "of these uncentred readings is close to their mean direction, "
-            f"|cos| = {p.motes_mean_cos:.4f}, which clipping a few rows barely moves). With "
-            "noise, at eps=1 / 4: FPCA-DP one block "
-            f"{_at(m_one, 1.0):.3f} / {_at(m_one, 4.0):.3f}, MOD-SuLQ {_at(m_ms, 1.0):.3f} / "
-            f"{_at(m_ms, 4.0):.3f}, DPdisPCA {_at(m_dis, 1.0):.3f} / {_at(m_dis, 4.0):.3f} "
-            f"({p.motes_trials} noise draws on the fixed data). C is taken from the data here "
-            "for the benchmark; a deployment must fix it without looking at the data "
-            "(e.g. from the sensor's range), or the choice itself leaks.",
-            "",
-        ]
-    out += [f"**OpenDP.** {p.opendp_status[:1].upper()}{p.opendp_status[1:]}.", ""]
-    if p.curve(s1, pu.OPENDP) is not None:
-        out += [
-            "Its numbers are not comparable at equal epsilon: OpenDP's PCA is pure "
-            "epsilon-DP (delta = 0) under OpenDP's neighbouring relation (symmetric distance "
-            "on a dataset of declared size, a changed row counting as distance 2), spends "
-            "part of epsilon on a private mean (it centres) and on the eigenvalues, and "
-            "splits the rest over the released eigenvectors; its guarantee also assumes "
-            "idealised floating point (the `idealized-numerics` feature).",
-            "",
-        ]
-    return out
-
-
-def _privacy_section(res: Results) -> list[str]:
-    p = res.privacy
-    assert p is not None
-    n, d = p.n_samples, p.n_features
-    out = ["## (f) Differential privacy: utility q_A against epsilon", ""]
-    out.append(
-        f"The paper's Fig. 3 setting: Synth(alpha) with d = {d}, n = {n} (the generator of "
-        "(a), `benchmarks/synth.py`, so the largest row has norm 1: every method gets the "
-        "same unit-ball data, clipping norm 1, nothing clipped), delta = "
-        f"{p.delta:g}, epsilon in {{{', '.join(f'{e:g}' for e in p.epsilons)}}} (the "
-        "paper's range is 0.1 .. 4"
-        + (
-            "; the larger values show where FPCA-DP catches up). "
-            if max(p.epsilons) > pu.PAPER_EPSILON_MAX
-            else "). "
-        )
-        + "q_A = |<v1, v1_hat>|, v1 the top eigenvector of the data's (1/n) X^T X (no "
-        "privacy), v1_hat the method's first direction: 1 is perfect, a random direction "
-        f"gives {pu.random_level(d):.3f} on average at d = {d}. Cells are mean ± standard "
-        f"deviation over {p.trials} trials (fresh data and noise per trial, all methods "
-        "on the same data); the plot shows the means and the 25-75 % band. Methods: "
-        f"FPCA-DP = `FPCAEdge(d, rank={p.rank}, block_size=b, privacy=(eps, delta), "
-        "clip_norm=C)` (default oversample), one pass, `flush()`, first column of "
-        f"`.subspace.basis`; with b = n (one block: streaming MOD-SuLQ over column chunks, "
-        f"the like-for-like comparison with MOD-SuLQ at equal n) and b = "
-        f"{p.stream_block_size} (streaming, every mask calibrated to its block). Symmetric "
-        "MOD-SuLQ (Chaudhuri et al. 2013; `benchmarks/privacy/mod_sulq.py`, beta of "
-        "`edge_runtime.fpca.privacy.mod_sulq_noise_std`) and DPdisPCA (Imtiaz & Sarwate "
-        "2018, one site; `benchmarks/privacy/dpdispca.py`) are written from their papers. "
-        "MOD-SuLQ and FPCA-DP are (epsilon, delta)-DP with respect to replacing one "
-        "sample; for DPdisPCA's calibration and OpenDP's guarantee see below.",
-    )
-    out.append("")
-    out += _privacy_findings(p)
-    out += [
-        "### Noise std per entry of the masked d x d matrix",
-        "",
-        "omega: FPCA-DP's non-symmetric mask (eq. (8)), for a block of the stated size; "
-        "beta: symmetric MOD-SuLQ (eq. (6)); tau: DPdisPCA's symmetric Gaussian mechanism.",
-        "",
-    ]
-    keys = list(p.noise)
-    rows = []
-    for i, eps in enumerate(p.epsilons):
-        row = [f"{eps:g}", *[f"{p.noise[k][i]:.3g}" for k in keys]]
-        rows.append(row)
-    out.append(_table(["epsilon", *keys], rows))
-    out.append("")
-    panels = [pu.synth_panel(1.0)] + [k for k in p.panels if k != pu.synth_panel(1.0)]
-    for panel in panels:
-        if panel not in p.panels:
-            continue
-        trials = p.motes_trials if panel == pu.MOTES else p.trials
-        title = f"### {panel}: q_A, mean ± std over {trials} trials"
-        if panel == pu.MOTES:
-            n_m, d_m = p.motes_shape
-            title = (
-                f"### {panel} ({n_m} x {d_m}), clipped at C = {p.motes_clip_norm:.4g}: q_A, "
-                f"mean ± std over {trials} noise draws (b = n/5 is {p.motes_stream_block_size})"
-            )
-        elif panel == pu.FEDERATED:
-            title += f" ({p.leaves} leaves of {n // p.leaves} samples)"
-        out += [title, "", _privacy_table(p, panel, trials), ""]
-    out += ["![Privacy utility](privacy_utility.png)", ""]
-    return out
-
-
 def write_report(res: Results, out_dir: Path) -> Path:
     """Write ``out_dir/REPORT.md`` for ``res``; returns its path."""
     checks = done_when(res)
@@ -856,7 +609,7 @@ def write_report(res: Results, out_dir: Path) -> Path:
     privacy_checks = privacy_done_when(res)
     if privacy_checks:
         lines += [
-            "## Done-when check (issue 5: differential privacy)",
+            "## Done-when check (issues 5 and 10: differential privacy)",
             "",
             _table(
                 ["item", "measured", "target", "result"],
@@ -899,8 +652,8 @@ def write_report(res: Results, out_dir: Path) -> Path:
         lines += _aggregator_section(res)
     if res.memory:
         lines += _memory_section(res)
-    if res.privacy is not None:
-        lines += _privacy_section(res)
+    if res.private_mode is not None:
+        lines += privacy_report.section(res.private_mode)
     lines += fleet_report.section(
         res.fleet_sweep, res.fleet_motes, res.fleet_latency, res.fleet_agent, res.fleet_dtype
     )
@@ -1073,123 +826,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         ax.legend()
         save(fig, "memory.png")
-    if res.privacy is not None and res.privacy.panels:
-        save(_privacy_figure(res.privacy), "privacy_utility.png")
+    if res.private_mode is not None:
+        plot = privacy_report.write_plot(res.private_mode, out_dir)
+        paths += [] if plot is None else [plot]
     paths += fleet_report.write_plot(res.fleet_sweep, out_dir)
     return paths
-
-
-#: Colour and style of each method in the privacy plot.
-_PRIVACY_STYLE: dict[str, tuple[str, str]] = {
-    pu.FPCA_ONE: ("tab:blue", "o-"),
-    pu.FPCA_STREAM: ("tab:cyan", "v--"),
-    pu.MODSULQ: ("tab:orange", "s-"),
-    pu.DPDIS: ("tab:green", "^-"),
-    pu.OPENDP: ("tab:purple", "D:"),
-    pu.FED_FPCA: ("tab:blue", "o-"),
-    pu.FED_DPDIS: ("tab:green", "^-"),
-    pu.FED_MODSULQ: ("tab:orange", "s:"),
-    pu.CLIPPED: ("k", "-"),
-}
-
-
-def _privacy_figure(p: pu.PrivacyResults) -> Any:
-    """q_A against epsilon, one panel per data set, plus the noise scales."""
-    panels = list(p.panels)
-    ncol = 3
-    nrow = math.ceil((len(panels) + 1) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(15, 4.6 * nrow), squeeze=False)
-    flat = list(axes.flat)
-    for ax, panel in zip(flat, panels, strict=False):
-        d = p.motes_shape[1] if panel == pu.MOTES else p.n_features
-        for c in p.panels[panel]:
-            colour, style = _PRIVACY_STYLE.get(c.method, ("tab:gray", "-"))
-            pts = [i for i, t in enumerate(c.trials) if t > 0]
-            if not pts:
-                continue
-            x = [c.epsilons[i] for i in pts]
-            if c.method == pu.CLIPPED:
-                ax.plot(
-                    x, [c.mean[i] for i in pts], style, color=colour, linewidth=1.0, label=c.method
-                )
-                continue
-            ax.plot(
-                x,
-                [c.mean[i] for i in pts],
-                style,
-                color=colour,
-                label=c.method,
-                markersize=4,
-                linewidth=1.6,
-            )
-            ax.fill_between(
-                x,
-                [c.p25[i] for i in pts],
-                [c.p75[i] for i in pts],
-                color=colour,
-                alpha=0.12,
-                linewidth=0,
-            )
-        ax.axhline(
-            pu.random_level(d),
-            color="gray",
-            linestyle=":",
-            linewidth=1.0,
-            label="random direction (E|<v1, u>| at the panel's d)",
-        )
-        if max(p.epsilons) > pu.PAPER_EPSILON_MAX:
-            ax.axvspan(
-                pu.PAPER_EPSILON_MAX, max(p.epsilons) * 1.2, color="gray", alpha=0.07, linewidth=0
-            )
-        ax.set_xscale("log")
-        ax.set_xticks(p.epsilons, [f"{e:g}" for e in p.epsilons], fontsize=7)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlim(min(p.epsilons) * 0.85, max(p.epsilons) * 1.2)
-        ax.set_ylim(0, 1.03)
-        ax.set_xlabel(
-            f"epsilon (delta = {p.delta:g}; shaded: beyond the paper's range)", fontsize=8
-        )
-        ax.set_ylabel("q_A = |<v1, v1_hat>|")
-        title = panel
-        if panel == pu.MOTES:
-            title += f", clipped at C = {p.motes_clip_norm:.4g} ({p.motes_trials} draws)"
-        else:
-            title += f", d = {p.n_features}, n = {p.n_samples} ({p.trials} trials)"
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-    ax = flat[len(panels)]
-    styles = {"omega": "-", "beta": "--", "tau": ":"}
-    for i, (key, values) in enumerate(p.noise.items()):
-        kind = key.split(",")[0]
-        ax.plot(
-            p.epsilons,
-            values,
-            styles.get(kind, "-"),
-            marker="o",
-            markersize=3,
-            color=plt.get_cmap("tab10").colors[i % 10],
-            label=key,
-        )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(p.epsilons, [f"{e:g}" for e in p.epsilons], fontsize=7)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("epsilon")
-    ax.set_ylabel("noise std per matrix entry")
-    ax.set_title(
-        f"Mask std per entry, d = {p.n_features}\n(omega: FPCA-DP, beta: MOD-SuLQ, tau: DPdisPCA)",
-        fontsize=10,
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    for ax in flat[len(panels) + 1 :]:
-        ax.set_visible(False)
-    legend: dict[str, Any] = {}
-    for ax in flat[: len(panels)]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=8)
-    fig.suptitle("Utility of private PCA: q_A against epsilon (mean, 25-75 % band)")
-    legend_inches = 0.15 + 0.17 * math.ceil(len(legend) / 3)
-    fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
-    return fig

@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks import accuracy, fleet, fleet_live, fleet_wire, memory, report, timing
 from benchmarks.measure import single_thread
-from benchmarks.privacy import utility as privacy_utility
+from benchmarks.privacy import section as privacy_section
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -84,7 +84,7 @@ class Sizes:
     merge_many_repeats: int = 3
     memory_lengths: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
     memory_ipca_max: int = 10**6
-    privacy: privacy_utility.PrivacySizes = privacy_utility.FULL
+    privacy: privacy_section.PrivacySizes = privacy_section.FULL
     fleet: fleet.FleetSizes = fleet.FULL
 
 
@@ -107,7 +107,7 @@ QUICK = Sizes(
     merge_many_repeats=1,
     memory_lengths=(10**3, 10**4),
     memory_ipca_max=10**4,
-    privacy=privacy_utility.QUICK,
+    privacy=privacy_section.QUICK,
     fleet=fleet.QUICK,
 )
 
@@ -212,7 +212,7 @@ def _bench_memory(res: report.Results, sizes: Sizes, log: Callable[[str], None])
 
 
 def _bench_privacy(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.privacy = privacy_utility.run_utility(sizes.privacy, log)
+    res.private_mode = privacy_section.run_privacy(sizes.privacy, log)
 
 
 def _bench_fleet_sweep(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:

@@ -20,7 +20,7 @@ pytest.importorskip("matplotlib")
 from benchmarks import report
 from benchmarks.accuracy import checkpoints
 from benchmarks.measure import GramTracker, time_side_by_side
-from benchmarks.privacy import utility as privacy_utility
+from benchmarks.privacy import section as privacy_section
 from benchmarks.run import QUICK, run_suite
 from benchmarks.synth import low_rank, synth
 from benchmarks.timing import MergeRow, throughput
@@ -47,7 +47,7 @@ TINY = dataclasses.replace(
     child_updates=3,
     memory_lengths=(500, 1000),
     memory_ipca_max=500,
-    privacy=privacy_utility.TINY,
+    privacy=privacy_section.TINY,
 )
 
 
@@ -57,7 +57,7 @@ def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
 
     text = (tmp_path / "REPORT.md").read_text()
     assert text.index("## Done-when check") < text.index("## (a)")
-    assert text.index("## Done-when check (issue 5") < text.index("## (a)")
+    assert text.index("## Done-when check (issues 5 and 10") < text.index("## (a)")
     for section in ("## (a)", "## (b)", "## (c)", "## (d)", "## (e)", "## (f)"):
         assert section in text
     pngs = ("accuracy_motes", "accuracy_synth", "throughput", "merge", "aggregator", "memory")
@@ -77,7 +77,8 @@ def test_update_reruns_one_benchmark_and_keeps_the_others_from_results_json(tmp_
 
     after = json.loads((tmp_path / "results.json").read_text())
     assert after["merge"] == before["merge"]  # kept, not re-timed
-    assert after["privacy"]["panels"] == before["privacy"]["panels"]  # seeded: same numbers
+    for key in ("motes", "curves", "synth"):  # seeded: the same numbers
+        assert after["private_mode"][key] == before["private_mode"][key]
     text = (tmp_path / "REPORT.md").read_text()
     assert "## (c)" in text and "## (f)" in text
     assert res.environment["run"].count("re-ran privacy") == 1
@@ -92,12 +93,45 @@ def test_results_json_reads_back_into_equal_results(tmp_path):
     res = run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
     back = report.load_results(tmp_path / "results.json")
     assert back.merge == res.merge
-    assert back.privacy is not None and res.privacy is not None
-    assert back.privacy.panels.keys() == res.privacy.panels.keys()
-    assert back.privacy.curve("Synth(1)", privacy_utility.MODSULQ) == res.privacy.curve(
-        "Synth(1)", privacy_utility.MODSULQ
-    )
-    assert back.privacy.motes_shape == res.privacy.motes_shape == (600, 48)
+    assert back.private_mode is not None and res.private_mode is not None
+    # rows compare field by field (noise_std is NaN for the rows without noise)
+    for got, want in zip(back.private_mode.motes, res.private_mode.motes, strict=True):
+        assert (got.label, got.block_size, got.releases, got.error) == (
+            want.label,
+            want.block_size,
+            want.releases,
+            want.error,
+        )
+        assert got.noise_std == pytest.approx(want.noise_std, nan_ok=True)
+    assert back.private_mode.synth == res.private_mode.synth
+    assert back.private_mode.state_choice == res.private_mode.state_choice
+    assert back.private_mode.motes_shape == res.private_mode.motes_shape == (7712, 48)
+
+
+def test_the_private_mode_beats_its_comparators_on_a_tiny_run():
+    res = privacy_section.run_privacy(privacy_section.TINY, log=lambda _: None)
+
+    def median(method):
+        return res.row(method.label).error.median
+
+    one = median(privacy_section.ONE_RELEASE)
+    # the Gaussian mechanism is far better than eq. (8) and a random subspace, the
+    # central release (same noise, 8 times the signal) better still, no privacy best
+    assert median(privacy_section.CENTRAL) < one < median(privacy_section.BLOCKS_241)
+    assert one < median(privacy_section.EQ8_241) / 3
+    assert one < median(privacy_section.RANDOM) / 3
+    assert res.row("no privacy (FPCA-Edge leaves, same tree)").error.median < 1.01
+    # continual release: less noise than summing independent releases of the same blocks
+    assert median(privacy_section.CONTINUAL_241) < median(privacy_section.BLOCKS_241)
+    gaussian, eq8 = res.synth_curve("gaussian, one block"), res.synth_curve("eq. (8), one block")
+    assert all(g.mean > e.mean for g, e in zip(gaussian.q, eq8.q, strict=True))
+    found = privacy_section.checks(res)  # at tiny sizes the numbers, not the verdicts, count
+    assert [c.item.split(" ")[0] for c in found] == ["q_A", "Motes", "Synth(1)"]
+    assert all(isinstance(c.passed, bool) for c in found)
+    (a, a4, b) = res.state_choice
+    assert (a.state, a4.state, b.state) == ("a", "a", "b") and a4.horizon == 4
+    assert b.retained_bytes < a.retained_bytes < a4.retained_bytes
+    assert res.noise_factors[0] == pytest.approx([1.0, 2.0, 4.0])  # H = 1: sqrt(k)
 
 
 def test_the_throughput_grid_marks_cells_that_cannot_run():

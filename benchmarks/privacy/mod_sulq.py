@@ -10,7 +10,7 @@ included, i.i.d. ``N(0, beta**2)``, mirrored below the diagonal, with
 (`edge_runtime.fpca.privacy.mod_sulq_noise_std`; eq. (6) of Grammenos et al. 2020).
 The output is the top-``k`` eigenvectors of the masked matrix; the release is
 ``(epsilon, delta)``-differentially private with respect to replacing one sample.
-FPCA-Edge's streaming MOD-SuLQ masks each block with a *non-symmetric* mask of
+FPCA-Edge's ``mechanism="fpca-eq8"`` masks each block with a *non-symmetric* mask of
 standard deviation ``omega`` (eq. (8)) instead, about four times ``beta`` at d = 20.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.privacy._common import check_rank, top_eigenvectors, unit_rows
+from benchmarks.privacy._common import check_rank, unit_rows
 from edge_runtime.fpca.privacy import mod_sulq_noise_std
 
-__all__ = ["mod_sulq", "symmetric_gaussian"]
+__all__ = ["mod_sulq", "mod_sulq_eigenpairs", "symmetric_gaussian"]
 
 
 def symmetric_gaussian(n_features: int, std: float, rng: np.random.Generator) -> np.ndarray:
@@ -46,6 +46,47 @@ def symmetric_gaussian(n_features: int, std: float, rng: np.random.Generator) ->
     return upper + np.triu(upper, 1).T
 
 
+def mod_sulq_eigenpairs(
+    x: np.ndarray,
+    rank: int,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rank`` largest eigenpairs of ``(1/n) X^T X + E``, E the symmetric MOD-SuLQ mask.
+
+    Parameters
+    ----------
+    x : ndarray of shape (n_samples, n_features)
+        Samples as rows, every row of norm <= 1.
+    rank : int
+        Eigenpairs returned, ``1 <= rank <= n_features``.
+    epsilon, delta : float
+        Privacy budget, ``epsilon > 0``, ``0 < delta < 1``.
+    rng : numpy.random.Generator
+        Source of the mask (one `symmetric_gaussian` draw).
+
+    Returns
+    -------
+    basis : ndarray of shape (n_features, rank)
+        Orthonormal eigenvectors, in decreasing order of eigenvalue.
+    eigenvalues : ndarray of shape (rank,)
+        The masked second moment's eigenvalues (unit-ball units; may be negative).
+
+    Raises
+    ------
+    ValueError
+        If a row has norm > 1, or a budget or size is out of range.
+    """
+    arr = unit_rows(x)
+    n, d = arr.shape
+    k = check_rank(rank, d)
+    beta = mod_sulq_noise_std(epsilon, delta, d, n)
+    masked = (arr.T @ arr) / n + symmetric_gaussian(d, beta, rng)
+    values, vectors = np.linalg.eigh(masked)
+    return np.ascontiguousarray(vectors[:, ::-1][:, :k]), values[::-1][:k].copy()
+
+
 def mod_sulq(
     x: np.ndarray,
     rank: int,
@@ -54,6 +95,8 @@ def mod_sulq(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Top-``rank`` eigenvectors of ``(1/n) X^T X + E``, E the symmetric MOD-SuLQ mask.
+
+    `mod_sulq_eigenpairs` without the eigenvalues.
 
     Parameters
     ----------
@@ -84,9 +127,4 @@ def mod_sulq(
     >>> round(abs(float(basis[0, 0])), 6)
     1.0
     """
-    arr = unit_rows(x)
-    n, d = arr.shape
-    k = check_rank(rank, d)
-    beta = mod_sulq_noise_std(epsilon, delta, d, n)
-    masked = (arr.T @ arr) / n + symmetric_gaussian(d, beta, rng)
-    return top_eigenvectors(masked, k)
+    return mod_sulq_eigenpairs(x, rank, epsilon, delta, rng)[0]

@@ -45,12 +45,16 @@ NEIGHBOURS = "replace-one"
 #: L2 (Frobenius) sensitivity of the Gram matrix of unit-ball rows under replace-one.
 REPLACE_ONE_SENSITIVITY = math.sqrt(2.0)
 
+_LOG_TINY = -1e6  # log(delta) floor: far below any delta a float can hold (log 5e-324 = -744)
+
 
 def _log_delta(s: float, epsilon: float) -> float:
     """``log(Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s))``, in the log domain."""
-    upper = log_ndtr(0.5 / s - epsilon * s)
-    lower = epsilon + log_ndtr(-0.5 / s - epsilon * s)
-    return float(upper + math.log(-math.expm1(lower - upper)))
+    upper = float(log_ndtr(0.5 / s - epsilon * s))
+    lower = epsilon + float(log_ndtr(-0.5 / s - epsilon * s))
+    if lower >= upper:  # far in both tails the difference is below rounding: delta ~ 0
+        return _LOG_TINY
+    return max(upper + math.log(-math.expm1(lower - upper)), _LOG_TINY)
 
 
 def gaussian_delta(s: float, epsilon: float) -> float:

@@ -66,7 +66,12 @@ class FPCAEdge:
     oversample : int or None, default=None
         Extra directions ``p >= 0`` tracked beyond the reported rank (capped so that
         at most ``n_features`` are tracked). None means ``min(rank, n_features -
-        rank)``, i.e. twice the rank is tracked; see Notes for the trade-off.
+        rank)``, i.e. twice the rank is tracked; see Notes for the trade-off. With
+        ``mechanism="gaussian"`` None means ``n_features - rank``: every direction of
+        the released ``(d, d)`` sum is kept and published, so merges upstream add the
+        leaves' whole releases (Motes light, 8 leaves, eps 1, one release per leaf:
+        median root error ratio over 100 seeds 2.940, against 3.019 over 200 seeds with
+        ``min(rank, d - rank)``; `benchmarks` section (f)).
     adaptive : bool, default=False
         If True, adjust the rank after each block by eq. (4) (see Notes).
     rank_bounds : tuple of (float, float), default=(0.01, 0.10)
@@ -325,6 +330,7 @@ class FPCAEdge:
         self.rank = check_int(rank, "rank", 1)
         self.center = bool(center)
         self._init_privacy(privacy, clip_norm, random_state, mechanism, horizon)
+        self._gram_state = self.privacy is not None and self.mechanism == "gaussian"
         if block_size is None:
             if self.privacy is None:
                 block_size = 50
@@ -372,7 +378,9 @@ class FPCAEdge:
             raise ValueError(f"rank {self.rank} exceeds max_rank {self.max_rank}")
         d = self.n_features
         self.n_features_ = d
-        if self.oversample is None:
+        if self.oversample is None and self._gram_state:
+            self.oversample_ = d - self.rank  # all of the released sum's directions
+        elif self.oversample is None:
             self.oversample_ = min(self.rank, d - self.rank)
         else:
             self.oversample_ = self.oversample
@@ -398,9 +406,7 @@ class FPCAEdge:
             width = min(self.chunk_size, d)
             self._chunk = np.empty((d, width), order="F")
             self._noise = np.empty((d, width))
-        self._gram: PrivateGram | None = None
-        if self.privacy is not None and self.mechanism == "gaussian":
-            self._gram = self._new_gram()
+        self._gram: PrivateGram | None = None  # set by reset() with mechanism "gaussian"
         self.reset()
 
     def _init_privacy(
@@ -475,8 +481,8 @@ class FPCAEdge:
         self._mean_buffer.fill(0.0)
         self._weight = 0.0  # effective number of samples behind the mean (center=True)
         self._last_rank_change: int | None = None
-        if self._gram is not None:  # a fresh released sum: the old one described old samples
-            self._gram = self._new_gram()
+        if self.privacy is not None and self.mechanism == "gaussian":
+            self._gram = self._new_gram()  # a fresh released sum: the old one is of old samples
         return self
 
     def _new_gram(self) -> PrivateGram:
