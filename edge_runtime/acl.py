@@ -210,6 +210,11 @@ def generate_acl(
                 topology.confirm_topic(leaf),
                 f"which readings {leaf} has made durable (only lost ones are re-sent)",
             )
+            section.topic(
+                "read",
+                topology.status_detail_topic(leaf),
+                f"which readings {leaf} rejected (the replay's summary and exit code)",
+            )
         sections.append(section)
 
     for node_id in bridges:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NoReturn
 
 import aiomqtt
 import numpy as np
@@ -28,7 +29,12 @@ from threadpoolctl import threadpool_limits
 from edge_runtime import __version__
 from edge_runtime.acl import AclError, generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
-from edge_runtime.agents.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
+from edge_runtime.agents.settings import (
+    ENV_PASSWORD,
+    ENV_PASSWORD_FILE,
+    ENV_USERNAME,
+    read_password_file,
+)
 from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.datasets import DatasetError, load_dataset
@@ -57,6 +63,23 @@ class CliError(Exception):
 
 
 # ---------------------------------------------------------------------------- parsing
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit 2 (argparse
+    prints the whole usage first); subparsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _broker_url(text: str) -> str:
+    """``--broker``: a non-empty URL (checked in full by `parse_broker_url` later)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT], got {text!r}"
+        )
+    return text
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -79,7 +102,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``edge-runtime``."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="edge-runtime",
         description="Federated streaming PCA (FPCA-Edge) over MQTT.",
     )
@@ -108,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("topology", type=Path, help="topology TOML file")
     run.add_argument("--data", type=Path, help="matrix file (rows are samples); default: topology")
-    run.add_argument("--broker", help="mqtt://HOST:PORT; default: start a local Mosquitto")
+    run.add_argument(
+        "--broker", type=_broker_url, help="mqtt://HOST:PORT; default: start a local Mosquitto"
+    )
     run.add_argument(
         "--rate", type=_positive_float, help="samples/s (default: as fast as possible)"
     )
@@ -117,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=_positive_float,
         default=60.0,
-        help="seconds to wait after the replay for the root to cover every leaf (default 60)",
+        help="seconds to wait, once every reading is sent, for the root to cover every "
+        "reading (default 60; the replay itself is not bounded: see --rate)",
     )
     run.add_argument(
         "--workers",
@@ -134,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("--topology", type=Path, required=True)
     agent.add_argument("--node", required=True, help="node id in the topology")
-    agent.add_argument("--broker", default="mqtt://127.0.0.1:1883")
+    agent.add_argument("--broker", type=_broker_url, default="mqtt://127.0.0.1:1883")
     agent.add_argument("--n-features", type=_positive_int, help="reading width (default: learnt)")
     agent.add_argument(
         "--state-dir",
@@ -187,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="send each reading once; do not keep or re-send unconfirmed readings",
     )
     replay.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the earlier run RUN (its id from the summary) after what the leaves "
+        "confirmed; default: a new run",
+    )
+    replay.add_argument(
         "--wait-online",
         type=float,
         default=30.0,
@@ -237,10 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common, connection], name="watch", help="follow the root's global model"
     )
     watch.add_argument("--topology", type=Path, required=True)
-    watch.add_argument("--broker", required=True)
+    watch.add_argument("--broker", type=_broker_url, required=True)
     watch.add_argument("--json", action="store_true", help="one JSON object per root update")
     watch.add_argument("--until-samples", type=_positive_int, help="exit 0 once covered")
-    watch.add_argument("--timeout", type=_positive_float, help="exit 1 after this many seconds")
+    watch.add_argument(
+        "--timeout",
+        type=_positive_float,
+        help="exit 1 after this many seconds unless --until-samples was reached first "
+        "(also without --until-samples)",
+    )
     watch.add_argument(
         "--stale-after",
         type=_positive_float,
@@ -265,6 +302,21 @@ def _data(topology: Topology, path: Path | None) -> np.ndarray:
     return load_dataset(source)
 
 
+def _warn_narrow_data(topology: Topology, data: np.ndarray) -> None:
+    """One line on stderr when the data has fewer columns than a node's configured rank:
+    the subspaces then have at most that many directions."""
+    if data.ndim != 2:
+        return
+    width = int(data.shape[1])
+    rank = max(node.rank for node in topology.nodes.values())
+    if width < rank:
+        print(
+            f"edge-runtime: warning: the data has {width} columns, fewer than the rank {rank} "
+            f"of topology {topology.name!r}: the model will have rank at most {width}",
+            file=sys.stderr,
+        )
+
+
 def _settings(url: str, args: argparse.Namespace) -> AgentSettings:
     """Broker address, credentials (flags, else the environment) and TLS files."""
     address = parse_broker_url(url)
@@ -276,16 +328,24 @@ def _settings(url: str, args: argparse.Namespace) -> AgentSettings:
             raise CliError(f"--{flag.replace('_', '-')} {str(path)!r}: no such file")
     password = None
     if args.password_file is not None:
-        password = args.password_file.read_text(encoding="utf-8").splitlines()[0].strip()
-    settings = AgentSettings(
-        host=address.host,
-        port=address.port,
-        username=args.username,
-        password=password,
-        ca_file=args.ca_file,
-        cert_file=args.cert_file,
-        key_file=args.key_file,
-    ).with_credentials_from_env()
+        try:
+            password = read_password_file(args.password_file)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    try:
+        settings = AgentSettings(
+            host=address.host,
+            port=address.port,
+            username=args.username,
+            password=password,
+            ca_file=args.ca_file,
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+        ).with_credentials_from_env()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"{ENV_PASSWORD_FILE}: {exc.strerror}: {exc.filename!r}") from None
     settings.tls_context()  # fail now, in one line, on unreadable certificates
     return settings
 
@@ -383,6 +443,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     except LimitError as exc:
         raise CliError(str(exc)) from None
     data = _data(topology, args.data)
+    _warn_narrow_data(topology, data)
     with ExitStack() as stack:
         if args.broker:
             settings = _settings(args.broker, args)
@@ -412,7 +473,8 @@ async def _cmd_run(args: argparse.Namespace) -> int:
     if not summary.covered:
         print(
             f"edge-runtime: error: the root covers {summary.leaves_reporting} of "
-            f"{summary.leaves_total} leaves after {args.timeout:g} s",
+            f"{summary.leaves_total} leaves {args.timeout:g} s after the last reading was sent "
+            "(--timeout)",
             file=sys.stderr,
         )
         return EXIT_FAILED
@@ -439,8 +501,11 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
             await agent.wait_connected(args.startup_timeout)
         except TimeoutError:
             agent.stop()
+            tries = agent.failed_attempts
             raise CliError(
-                f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} s",
+                f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} s "
+                f"({tries} attempt{'s' if tries != 1 else ''}, last error: "
+                f"{agent.last_connect_error})",
                 EXIT_FAILED,
             ) from None
         await agent._stop.wait()
@@ -458,19 +523,31 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
                 f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
                 EXIT_FAILED,
             )
-    replayer = Replayer(
-        topology,
-        data,
-        settings,
-        rate=args.rate,
-        resend=not args.no_resend,
-        window=args.window,
-        confirm_timeout_s=args.confirm_timeout,
-        batch_size=args.batch_size,
-    )
+    try:
+        replayer = Replayer(
+            topology,
+            data,
+            settings,
+            rate=args.rate,
+            resend=not args.no_resend,
+            window=args.window,
+            confirm_timeout_s=args.confirm_timeout,
+            batch_size=args.batch_size,
+            run_id=args.resume,
+            resume=args.resume is not None,
+        )
+    except ValueError as exc:
+        raise CliError(f"--resume: {exc}") from None
     stats = await replayer.run()
+    unconfirmed = sum(stats.unconfirmed.values())
     summary = {
+        "run": stats.run_id,
         "samples": stats.rows,
+        "sent": stats.rows,
+        "confirmed": stats.confirmed,
+        "rejected": stats.rejected,
+        "unconfirmed_total": unconfirmed,
+        "skipped": stats.skipped,
         "messages": stats.messages,
         "payload_bytes": stats.payload_bytes,
         "resent": stats.resent,
@@ -478,11 +555,19 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
         "unconfirmed": dict(stats.unconfirmed),
         "wall_s": round(stats.wall_s, 3),
     }
-    print(json.dumps(summary))
-    if stats.unconfirmed:
-        leaves = ", ".join(f"{k} ({v})" for k, v in stats.unconfirmed.items())
+    print(json.dumps(summary), flush=True)
+    if unconfirmed or (args.no_resend and stats.rejected) or stats.error:
+        why = (
+            f"broker unreachable ({stats.error})"
+            if stats.error
+            else f"nothing more confirmed within {args.confirm_timeout:g} s"
+        )
+        leaves = ", ".join(f"{k} {v}" for k, v in stats.unconfirmed.items())
         raise CliError(
-            f"readings not confirmed durable after {args.confirm_timeout:g} s: {leaves}",
+            f"replay run {stats.run_id} incomplete: sent {stats.rows}, confirmed "
+            f"{stats.confirmed}, rejected {stats.rejected}, unconfirmed {unconfirmed}"
+            + (f" ({leaves})" if leaves else "")
+            + f"; {why}",
             EXIT_FAILED,
         )
     return EXIT_OK
@@ -526,11 +611,11 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
                 lambda m: target is not None and m is not None and m.n_samples >= target, timeout
             )
         except TimeoutError:
-            if target is None:
-                return EXIT_OK
             have = 0 if watcher.model is None else watcher.model.n_samples
+            goal = "" if target is None else f" of {target}"
             raise CliError(
-                f"timed out after {args.timeout:g} s: the root covers {have} of {target} samples",
+                f"watch timed out after {args.timeout:g} s (--timeout): "
+                f"the root covers {have}{goal} samples",
                 EXIT_FAILED,
             ) from None
     return EXIT_OK

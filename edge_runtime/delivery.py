@@ -7,7 +7,9 @@ The replay (`edge_runtime.replay.Replayer`) and the in-memory simulation
 readings it may forget (``durable``) and which it must send again (`want_resend`). It re-sends
 only what may have been lost — above ``ingested`` after the leaf reconnected or restarted
 (a new ``(epoch, session, connection)``), from the first missing sequence of a gap the leaf
-reports — never on a timer.
+reports — never on a timer. `on_confirm` tells whether a confirmation confirmed readings
+never confirmed before (progress: re-sends and repeated confirmations are not), and `resume`
+continues an earlier publisher's source after what the leaf already ingested.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ __all__ = ["LeafDelivery"]
 
 @dataclass
 class LeafDelivery:
-    """A publisher's record of one leaf's readings (memory O(1): six integers).
+    """A publisher's record of one leaf's readings (memory O(1): nine integers).
 
     Attributes
     ----------
@@ -36,6 +38,11 @@ class LeafDelivery:
         First missing sequence of the last gap re-sent for.
     resend_from : int or None
         Re-send ``resend_from .. sent-1`` when set (`take_resend`).
+    confirmed, safe : int
+        Highest sequence ever reported ingested, and durable (-1: none); only a
+        confirmation that raises one of them is progress.
+    skipped : int
+        Readings ``0 .. skipped-1`` were confirmed before this publisher started (`resume`).
     """
 
     sent: int = 0
@@ -44,6 +51,9 @@ class LeafDelivery:
     session: tuple[str, str, int] | None = None
     gap: int | None = None
     resend_from: int | None = None
+    confirmed: int = -1
+    safe: int = -1
+    skipped: int = 0
 
     def unconfirmed(self) -> int:
         """Readings sent and not yet durable."""
@@ -55,6 +65,16 @@ class LeafDelivery:
         if start < self.sent:
             self.resend_from = start if self.resend_from is None else min(self.resend_from, start)
 
+    def reconnected(self) -> None:
+        """The publisher's own connection was re-opened: what was in flight may be lost.
+
+        Re-send above ``ingested`` now; and if no confirmation was seen yet, take the next
+        one as news of a (re)connected leaf (re-send again above what it reports), since
+        the leaf may subscribe again only after this re-send (a restarted broker)."""
+        self.want_resend(self.ingested + 1)
+        if self.session is None:
+            self.session = ("", "", -1)  # no real confirmation has this session
+
     def take_resend(self) -> tuple[int, int] | None:
         """The range ``(first, end)`` to publish again now, or None; clears the request."""
         first, self.resend_from = self.resend_from, None
@@ -62,8 +82,22 @@ class LeafDelivery:
             return None
         return first, self.sent
 
-    def on_confirm(self, confirm: ConfirmMessage, source: str) -> None:
-        """Take the leaf's confirmation of the readings of ``source``."""
+    def resume(self, limit: int) -> None:
+        """Continue an earlier publisher of this source: readings up to what the leaf
+        reported ingested count as sent (at most ``limit``), the next one sent is the one
+        after. Call after the leaf's (retained) confirmation was taken, before sending."""
+        self.sent = max(self.sent, min(limit, self.ingested + 1))
+        self.skipped = self.sent
+        self.durable = min(self.durable, self.sent - 1)
+
+    def on_confirm(self, confirm: ConfirmMessage, source: str) -> bool:
+        """Take the leaf's confirmation of the readings of ``source``.
+
+        Returns
+        -------
+        bool
+            True when it confirms a reading no earlier confirmation did (progress).
+        """
         session = (confirm.epoch, confirm.session, confirm.connection)
         ingested = int(confirm.ingested.get(source, -1))
         if self.session is not None and session != self.session:
@@ -77,3 +111,7 @@ class LeafDelivery:
         durable = int(confirm.durable.get(source, -1))
         if durable > self.durable or ingested < self.durable:
             self.durable = min(durable, self.sent - 1) if self.sent else durable
+        progress = ingested > self.confirmed or self.durable > self.safe
+        self.confirmed = max(self.confirmed, ingested, self.durable)
+        self.safe = max(self.safe, self.durable)
+        return progress

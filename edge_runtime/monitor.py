@@ -146,6 +146,15 @@ class ModelWatcher:
                 self.rejects += 1
                 log.warning("model_rejected", reason=exc.reason, detail=str(exc))
                 continue
+            if model.deployment not in (None, self.topology.name):
+                self.rejects += 1
+                log.warning(
+                    "model_rejected",
+                    reason="foreign_deployment",
+                    detail=f"model of deployment {model.deployment!r}, not "
+                    f"{self.topology.name!r}: give each deployment its own prefix",
+                )
+                continue
             async with self._changed:
                 self.model = model
                 self.updates += 1

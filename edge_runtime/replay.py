@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import math
+import json
 import random
+import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,10 +20,20 @@ from edge_runtime.delivery import LeafDelivery
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_confirm, encode_readings
 
-__all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "wait_online"]
+__all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "new_run_id", "wait_online"]
 
 DEFAULT_BATCH_SIZE = 64
 """Readings per message when replaying as fast as possible (benchmarks/fleet.py)."""
+
+RESUME_WAIT_S = 5.0
+"""Most seconds `Replayer.run` waits for the leaves' retained confirmations when resuming."""
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def new_run_id() -> str:
+    """A fresh replay run id: 8 random hex digits."""
+    return secrets.token_hex(4)
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,12 @@ class ReplayStats:
     ``resent`` counts readings published again (after a reconnect, a leaf restart, a gap a
     leaf reported, or a lost tail); ``unconfirmed`` maps each leaf to the readings it had
     not reported durable when the replay gave up waiting (empty when every reading is safe).
+    ``run_id`` names the run (its sources are ``replay:<run_id>:<leaf>``); ``confirmed``
+    counts the readings of ``rows`` the leaves reported durable, ``rejected`` the readings
+    of this run's sources the leaves reported rejecting in their status documents
+    (``extra["rejected_by_source"]``; re-sent readings rejected again count again);
+    ``skipped`` the readings a resumed run found already confirmed and did not send; ``error``
+    is the broker error the replay gave up on (None when it did not).
     """
 
     rows: int
@@ -40,6 +58,11 @@ class ReplayStats:
     resent: int = 0
     reconnects: int = 0
     unconfirmed: Mapping[str, int] = field(default_factory=dict)
+    run_id: str = ""
+    confirmed: int = 0
+    rejected: int = 0
+    skipped: int = 0
+    error: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -54,8 +77,8 @@ class Replayer:
     """Publishes the rows of ``data`` to the leaves' sensor topics as a live stream.
 
     Rows are split across leaves by `Topology.split_rows`; leaf ``j`` gets its rows in order
-    as sequenced readings in the map form ``{"src": "replay:<leaf>", "seq": first, "x":
-    rows}`` (QoS 1), up to ``batch_size`` readings per message (1: one reading per message,
+    as sequenced readings in the map form ``{"src": "replay:<run>:<leaf>", "seq": first,
+    "x": rows}`` (QoS 1), up to ``batch_size`` readings per message (1: one reading per message,
     what a simple sensor script does). Without a ``rate`` each leaf's next batch is sent in
     turn as fast as the broker acknowledges (at most ``max_in_flight`` unacknowledged);
     with a ``rate`` (readings/s over all leaves, in the schedule "step t sends each leaf its
@@ -73,7 +96,17 @@ class Replayer:
     does it re-send a leaf's unconfirmed tail once (a lost last message reveals no gap).
     Leaves drop duplicates and re-order by sequence number, so nothing is lost or counted
     twice. `run` returns once every reading is durable, or after ``confirm_timeout_s``
-    seconds without progress.
+    seconds without progress (progress: a reading sent for the first time, or confirmed for
+    the first time — never a re-send), or, with ``resend`` off, once the leaves' status
+    documents report as rejected every reading not confirmed. A lost broker connection is
+    re-opened with jittered exponential backoff in every phase, until ``confirm_timeout_s``
+    seconds pass without progress.
+
+    Each run is a new source per leaf, ``replay:<run_id>:<leaf>`` (a fresh random run id
+    unless given), so a second replay into running agents adds its readings instead of
+    being dropped as duplicates of the first. With ``resume`` the run continues the
+    sources of run ``run_id``: each leaf's readings continue after the last one its
+    (retained) confirmation reports ingested.
 
     Parameters
     ----------
@@ -96,6 +129,10 @@ class Replayer:
         Most readings per message.
     batch_interval_s : float, default 0.1
         With a ``rate``: seconds between two sends to the same leaf (the latency a batch adds).
+    run_id : str, optional
+        The run's id (1-32 letters, digits, ``_`` or ``-``); default `new_run_id`.
+    resume : bool, default False
+        Continue the earlier run ``run_id`` (required then) where its leaves stopped.
 
     Attributes
     ----------
@@ -107,7 +144,8 @@ class Replayer:
     ------
     ValueError
         If ``data`` is not 2-D, or ``rate``, ``max_in_flight``, ``window``, ``batch_size`` or
-        ``batch_interval_s`` is not positive.
+        ``batch_interval_s`` is not positive, ``run_id`` is malformed, or ``resume`` is
+        given without a ``run_id``.
     """
 
     def __init__(
@@ -123,6 +161,8 @@ class Replayer:
         confirm_timeout_s: float = 60.0,
         batch_size: int = DEFAULT_BATCH_SIZE,
         batch_interval_s: float = 0.1,
+        run_id: str | None = None,
+        resume: bool = False,
     ) -> None:
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 2:
@@ -138,6 +178,12 @@ class Replayer:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if not batch_interval_s > 0:
             raise ValueError(f"batch_interval_s must be > 0 seconds, got {batch_interval_s}")
+        if resume and run_id is None:
+            raise ValueError("resume needs the run id of the run to continue")
+        if run_id is not None and not _RUN_ID.fullmatch(run_id):
+            raise ValueError(f"run id must be 1-32 letters, digits, '_' or '-', got {run_id!r}")
+        self.run_id = run_id if run_id is not None else new_run_id()
+        self.resume = resume
         self.topology = topology
         self.data = data
         self.settings = settings
@@ -160,6 +206,12 @@ class Replayer:
         self._resent = 0
         self._reconnects = 0
         self._confirm_topics = {topology.confirm_topic(leaf): leaf for leaf in self.assignment}
+        self._detail_topics = {topology.status_detail_topic(leaf): leaf for leaf in self.assignment}
+        self._rejected: dict[str, int] = {}
+        self._last_progress = time.monotonic()
+        self._resumed = not resume
+        self._connected = False
+        self._error: str | None = None
 
     def _make_streams(self) -> dict[str, _Stream]:
         """One stream per leaf, with each row's position in the global schedule (step t
@@ -182,31 +234,71 @@ class Replayer:
         """Rows each leaf receives."""
         return {leaf: len(rows) for leaf, rows in self.assignment.items()}
 
-    @staticmethod
-    def source(leaf: str) -> str:
-        """The source id of the readings replayed to ``leaf``."""
-        return f"replay:{leaf}"
+    def source(self, leaf: str) -> str:
+        """The source id of the readings replayed to ``leaf`` in this run."""
+        return f"replay:{self.run_id}:{leaf}"
 
     # --------------------------------------------------------------- confirmations
+    def _moved(self) -> None:
+        """Progress: a reading sent or confirmed for the first time."""
+        self._last_progress = time.monotonic()
+        self._progress.set()
+
     def _on_confirm(self, leaf: str, payload: bytes) -> None:
         """Take a leaf's confirmation: drop durable readings, notice what was lost."""
         try:
             confirm = decode_confirm(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
-        self._streams[leaf].on_confirm(confirm, self.source(leaf))
-        self._progress.set()
+        if self._streams[leaf].on_confirm(confirm, self.source(leaf)):
+            self._moved()
+
+    def _on_detail(self, leaf: str, payload: bytes) -> None:
+        """Take the readings of this run a leaf reports rejected (its status document's
+        ``extra["rejected_by_source"]``; absent: none)."""
+        if len(payload) > self.settings.max_payload_bytes:
+            return
+        try:
+            doc = json.loads(payload)
+        except ValueError:
+            return
+        extra = doc.get("extra") if isinstance(doc, dict) else None
+        counts = extra.get("rejected_by_source") if isinstance(extra, dict) else None
+        count = counts.get(self.source(leaf)) if isinstance(counts, dict) else None
+        valid = isinstance(count, int) and not isinstance(count, bool) and count >= 0
+        if valid and count != self._rejected.get(leaf, 0):
+            self._rejected[leaf] = count
+            self._progress.set()  # wake the wait: it may be over (not progress)
 
     async def _listen(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
-            leaf = self._confirm_topics.get(str(message.topic))
+            topic = str(message.topic)
             payload = message.payload
-            if leaf is not None and isinstance(payload, bytes | bytearray) and payload:
+            if not isinstance(payload, bytes | bytearray) or not payload:
+                continue
+            if (leaf := self._confirm_topics.get(topic)) is not None:
                 self._on_confirm(leaf, bytes(payload))
+            elif (leaf := self._detail_topics.get(topic)) is not None:
+                self._on_detail(leaf, bytes(payload))
+
+    def _all_rejected(self) -> bool:
+        """Whether the leaves reported rejecting every reading not confirmed (then nothing
+        more can be confirmed without a re-send)."""
+        return all(
+            self._rejected.get(leaf, 0) >= s.sent - 1 - s.confirmed
+            for leaf, s in self._streams.items()
+            if s.unconfirmed() > 0
+        )
+
+    def _quiet_s(self) -> float:
+        return time.monotonic() - self._last_progress
 
     # ------------------------------------------------------------------- sending
     async def run(self, progress: Callable[[int], None] | None = None) -> ReplayStats:
         """Publish every row (and re-send until durable); ``progress(rows_sent)`` as rows go.
+
+        A lost connection is re-opened with jittered exponential backoff until
+        ``confirm_timeout_s`` seconds pass without progress; then the stats name the error.
 
         Raises
         ------
@@ -214,32 +306,54 @@ class Replayer:
             If the broker cannot be reached at the first attempt.
         """
         start = time.monotonic()
+        self._last_progress = start
         attempt = 0
-        while True:
+        unconfirmed: dict[str, int] | None = None
+        error: BaseException | None = None
+        # bounded: each round either ends the replay, or waits >= reconnect_min_s, and the
+        # rounds stop once confirm_timeout_s pass without progress
+        while unconfirmed is None:
+            connected_before = self._connected
+            self._connected = False
             try:
                 unconfirmed = await self._serve(start, progress)
-                break
             except* aiomqtt.MqttError as group:
-                if self._messages == 0 and attempt == 0:
-                    raise group.exceptions[0] from None
-                self._reconnects += 1
-                delay = min(
-                    self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt
-                )
-                attempt += 1
-                self.log.warning("replay_reconnecting", error=str(group.exceptions[0]))
+                error = group.exceptions[0]
+            if unconfirmed is not None:
+                break
+            if not self._connected and not connected_before and attempt == 0:
+                assert error is not None
+                raise error
+            if self._connected:
+                attempt = 0  # it was up: back off from the start
+            if self._quiet_s() >= self.confirm_timeout_s:
+                self._error = str(error)
+                self.log.error("replay_gave_up", run=self.run_id, error=str(error))
+                unconfirmed = self._unconfirmed()
+                break
+            self._reconnects += 1
+            delay = min(self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt)
+            attempt += 1
+            self.log.warning("replay_reconnecting", run=self.run_id, error=str(error))
             await asyncio.sleep(random.uniform(self.settings.reconnect_min_s, delay))
         sent = self._rows_sent()
         if progress is not None:
             progress(sent)
+        skipped = sum(s.skipped for s in self._streams.values())
+        confirmed = sum(max(0, s.durable + 1 - s.skipped) for s in self._streams.values())
         return ReplayStats(
-            rows=sent,
+            rows=sent - skipped,
             messages=self._messages,
             payload_bytes=self._bytes,
             wall_s=time.monotonic() - start,
             resent=self._resent,
             reconnects=self._reconnects,
             unconfirmed=unconfirmed,
+            run_id=self.run_id,
+            confirmed=min(confirmed, sent - skipped),
+            rejected=sum(self._rejected.values()),
+            skipped=skipped,
+            error=self._error,
         )
 
     def _rows_sent(self) -> int:
@@ -254,6 +368,29 @@ class Replayer:
 
     def _done_sending(self) -> bool:
         return all(s.sent == len(s.rows) for s in self._streams.values())
+
+    async def _resume(self) -> None:
+        """Wait (at most `RESUME_WAIT_S`) for every leaf's retained confirmation, then
+        continue each leaf's readings after the last one it ingested."""
+        deadline = time.monotonic() + min(RESUME_WAIT_S, self.confirm_timeout_s)
+        while time.monotonic() < deadline:  # bounded by the deadline
+            if all(s.session is not None for s in self._streams.values()):
+                break
+            self._progress.clear()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._progress.wait()
+            except TimeoutError:
+                break
+        for leaf, stream in self._streams.items():
+            stream.resume(len(stream.rows))
+            self.first_sent[leaf][: stream.skipped] = np.nan
+        self.log.info(
+            "replay_resumed",
+            run=self.run_id,
+            skipped={leaf: s.skipped for leaf, s in self._streams.items()},
+        )
+        self._resumed = True
 
     async def _serve(self, start: float, progress: Callable[[int], None] | None) -> dict[str, int]:
         slots = asyncio.Semaphore(self.max_in_flight)
@@ -297,17 +434,20 @@ class Replayer:
             ) as client,
             asyncio.TaskGroup() as group,
         ):
+            self._connected = True
             # the semaphore bounds unacknowledged publishes; aiomqtt warns above its threshold
             client.pending_calls_threshold = self.max_in_flight + 1
-            listener = None
-            if self.resend:
-                await client.subscribe([(topic, 1) for topic in self._confirm_topics])
-                listener = group.create_task(self._listen(client), name="replay:confirm")
-                if self._messages:  # a reconnect: what was in flight may be lost
-                    for stream in self._streams.values():
-                        stream.want_resend(stream.ingested + 1)
+            await client.subscribe([(topic, 1) for topic in self._confirm_topics])
+            await client.subscribe([(topic, 0) for topic in self._detail_topics])
+            listener = group.create_task(self._listen(client), name="replay:confirm")
+            if not self._resumed:
+                await self._resume()
+            if self.resend and self._messages:  # a reconnect: what was in flight may be lost
+                for stream in self._streams.values():
+                    stream.reconnected()
             while not self._done_sending():
-                await resend_due(client, group)
+                if self.resend:
+                    await resend_due(client, group)
                 sent_any = False
                 for leaf, stream in self._streams.items():
                     due = self._due(stream, start)
@@ -318,22 +458,25 @@ class Replayer:
                         self.first_sent[leaf][first:due] = time.monotonic()
                         await put(client, group, leaf, first, due)
                         sent_any = True
+                        self._moved()
                 if progress is not None:
                     progress(self._rows_sent())
                 if sent_any and self.rate is None:
                     continue
+                if not sent_any and self._quiet_s() >= self.confirm_timeout_s:
+                    break  # every window full, nothing confirmed for confirm_timeout_s
+                self._progress.clear()
                 if self.rate is not None:
                     await asyncio.sleep(self.batch_interval_s)
                     continue
-                self._progress.clear()  # every window is full: wait for confirmations
+                # every window is full: wait for confirmations
                 try:
                     async with asyncio.timeout(self.confirm_timeout_s):
                         await self._progress.wait()
                 except TimeoutError:
                     break
             unconfirmed = await self._confirm(client, group, resend_due)
-            if listener is not None:
-                listener.cancel()
+            listener.cancel()
         return unconfirmed
 
     def _unconfirmed(self) -> dict[str, int]:
@@ -345,30 +488,34 @@ class Replayer:
         group: asyncio.TaskGroup,
         resend_due: Callable[[aiomqtt.Client, asyncio.TaskGroup], Awaitable[None]],
     ) -> dict[str, int]:
-        """Wait until every sent reading is durable, re-sending what was lost."""
-        if not self.resend:
-            return {}
+        """Wait until every sent reading is durable, re-sending what was lost; stop after
+        ``confirm_timeout_s`` without progress (re-sends are none), or, without re-sends,
+        once the leaves reported rejecting every reading not confirmed."""
         probe_s = self.confirm_timeout_s / 2
-        quiet_since = time.monotonic()
+        probed = False
+        # bounded: it ends at the latest confirm_timeout_s after the last progress, and
+        # progress (a reading confirmed for the first time) happens at most once per reading
         while self._unconfirmed():
-            await resend_due(client, group)
+            if not self.resend and self._all_rejected():
+                break
+            if self.resend:
+                await resend_due(client, group)
             self._progress.clear()
             try:
                 async with asyncio.timeout(min(probe_s, 1.0)):
                     await self._progress.wait()
-                quiet_since = time.monotonic()
                 continue
             except TimeoutError:
                 pass
-            quiet = time.monotonic() - quiet_since
+            quiet = self._quiet_s()
             if quiet >= self.confirm_timeout_s:
                 break
-            if quiet >= probe_s and not math.isinf(probe_s):
+            if self.resend and quiet >= probe_s and not probed:
                 # nothing moves: the last message to a leaf may have been lost (no gap shows)
                 for stream in self._streams.values():
                     if stream.unconfirmed() > 0:
                         stream.want_resend(stream.ingested + 1)
-                probe_s = math.inf  # once
+                probed = True
         return self._unconfirmed()
 
 
@@ -377,28 +524,50 @@ async def wait_online(
 ) -> list[str]:
     """Wait until every node in ``nodes`` has a retained ``online`` status.
 
+    A lost connection is re-opened (jittered exponential backoff) until ``timeout_s``.
+
     Returns
     -------
     list of str
         The nodes still not online after ``timeout_s`` seconds (empty when all are).
+
+    Raises
+    ------
+    aiomqtt.MqttError
+        If the broker cannot be reached at the first attempt.
     """
     missing = set(nodes)
     topics = {topology.status_topic(n): n for n in nodes}
-    async with aiomqtt.Client(**settings.client_kwargs()) as client:
-        if topics:
-            await client.subscribe([(topic, 1) for topic in topics])
+    deadline = time.monotonic() + timeout_s
+    connected = False
+    attempt = 0
+    # bounded: every round ends by the deadline or waits >= reconnect_min_s before the next
+    while missing and time.monotonic() < deadline:
         try:
-            async with asyncio.timeout(timeout_s):
-                async for message in client.messages:
-                    node = topics.get(str(message.topic))
-                    if node is None:
-                        continue
-                    if message.payload == b"online":
-                        missing.discard(node)
-                    else:
-                        missing.add(node)
-                    if not missing:
-                        break
+            async with aiomqtt.Client(**settings.client_kwargs()) as client:
+                connected = True
+                attempt = 0
+                if topics:
+                    await client.subscribe([(topic, 1) for topic in topics])
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    async for message in client.messages:
+                        node = topics.get(str(message.topic))
+                        if node is None:
+                            continue
+                        if message.payload == b"online":
+                            missing.discard(node)
+                        else:
+                            missing.add(node)
+                        if not missing:
+                            break
         except TimeoutError:
-            pass
+            break
+        except aiomqtt.MqttError:
+            if not connected:
+                raise
+            delay = min(settings.reconnect_max_s, settings.reconnect_min_s * 2**attempt)
+            attempt += 1
+            await asyncio.sleep(
+                min(random.uniform(settings.reconnect_min_s, delay), deadline - time.monotonic())
+            )
     return sorted(missing)

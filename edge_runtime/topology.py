@@ -27,6 +27,13 @@ block Gram matrices with continual release over ``release_horizon`` blocks; or
 ``"fpca-eq8"``: streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2, with its ``chunk_size``) and
 ``noise_seed``. The mechanisms are described in `edge_runtime.fpca.privacy`.
 
+A leaf may read its readings from a local source instead of its sensor topic (issue 11):
+``source = { kind = "command", command = ["sh", "motes.sh"], format = "csv" }`` (kinds
+``command``, ``file``, ``serial``; ``mqtt`` is the default and may name the ``topic``), see
+`edge_runtime.sources.SourceSpec`. Leaves only, and not in ``[defaults]`` (two leaves reading
+one file or port would count its readings twice); a relative ``path`` is relative to the
+TOML file's folder.
+
 Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
 ``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
 ``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<path>/confirm`` (a leaf's reading
@@ -57,6 +64,7 @@ import numpy as np
 from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
 from edge_runtime.fpca.continual import MAX_HORIZON
 from edge_runtime.fpca.privacy import MECHANISMS, gaussian_default_block_size
+from edge_runtime.sources.spec import SourceSpec
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -130,7 +138,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "release_horizon": None,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
-_NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed")
+_NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed", "source")
 # Differential-privacy keys: a leaf's settings only ([defaults] values skip aggregators).
 _PRIVACY_KEYS = (
     "epsilon",
@@ -453,6 +461,12 @@ class NodeConfig:
         to 1 when ``forget < 1`` (the factorisation releases plain prefix sums, which a
         forgetting factor would not be; an explicit value > 1 with ``forget < 1`` is an
         error). None for ``"fpca-eq8"`` and without privacy.
+    source : SourceSpec or None, default None
+        A leaf's local sensor source (`edge_runtime.sources.SourceSpec` of kind
+        ``"command"``, ``"file"`` or ``"serial"``): the leaf reads its readings from it and
+        does not subscribe to ``sensor_topic`` (which keeps its default value). None: the
+        leaf reads ``sensor_topic`` over MQTT (a TOML ``source = { kind = "mqtt", topic =
+        "..." }`` sets ``sensor_topic``). Leaves only; not in ``[defaults]``.
 
     Raises
     ------
@@ -488,6 +502,7 @@ class NodeConfig:
     noise_seed: int | None = None
     mechanism: str | None = None
     release_horizon: int | None = None
+    source: SourceSpec | None = None
 
     @property
     def privacy(self) -> tuple[float, float] | None:
@@ -579,6 +594,13 @@ class NodeConfig:
                     f"{where}: sensor_topic {self.sensor_topic!r} is not a valid MQTT topic "
                     f"filter: it {problem}"
                 )
+        if self.source is not None and (
+            not isinstance(self.source, SourceSpec) or not self.source.is_local
+        ):
+            raise TopologyError(
+                f"{where}: source must be a local SourceSpec (kind 'command', 'file' or "
+                f"'serial'; an mqtt source is sensor_topic), got {self.source!r}"
+            )
         self._check_privacy(where)
         if self.block_size is None and self.mechanism != "gaussian":
             object.__setattr__(self, "block_size", DEFAULT_BLOCK_SIZE)
@@ -755,6 +777,8 @@ class Topology:
                 )
             if not children[node_id] and node.sensor_topic is None:
                 raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
+            if children[node_id] and node.source is not None:
+                raise TopologyError(_aggregator_source_message(node_id))
             if children[node_id]:
                 for key in _PRIVACY_KEYS:
                     if getattr(node, key) is not None:
@@ -1168,6 +1192,8 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
         if "rank" not in settings:
             raise TopologyError(f"node {node_id!r}: no rank; set rank in [defaults] or on the node")
         if node_id in has_children:
+            if "source" in raw:
+                raise TopologyError(_aggregator_source_message(node_id))
             if "sensor_topic" in raw:
                 raise TopologyError(
                     f"node {node_id!r} has children, so it is an aggregator and must not have "
@@ -1179,6 +1205,8 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
                     raise TopologyError(_aggregator_privacy_message(node_id, key))
                 settings[key] = None
         else:
+            if "source" in raw:
+                _leaf_source(node_id, raw, settings, source)
             settings.setdefault("sensor_topic", _DEFAULT_SENSOR_TOPIC.format(id=node_id))
         settings["parent"] = raw.get("parent")
         nodes[node_id] = NodeConfig(**settings)
@@ -1194,6 +1222,43 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
     )
 
 
+def _aggregator_source_message(node_id: str) -> str:
+    return (
+        f"node {node_id!r} has children, so it is an aggregator and must not have a source "
+        "(only leaves read sensor readings)"
+    )
+
+
+def _leaf_source(
+    node_id: str, raw: Mapping[str, Any], settings: dict[str, Any], file: Path | None
+) -> None:
+    """Validate leaf ``node_id``'s ``source`` table into ``settings``: a local spec goes to
+    ``settings["source"]``; an mqtt spec sets ``sensor_topic`` (when it names a topic)."""
+    where = f"node {node_id!r}"
+    base_dir = None if file is None else file.parent
+    try:
+        spec = SourceSpec.from_mapping(raw["source"], where, base_dir=base_dir)
+    except ValueError as exc:
+        raise TopologyError(str(exc)) from None
+    given_topic = raw.get("sensor_topic")
+    if spec.is_local:
+        if given_topic is not None:
+            raise TopologyError(
+                f"{where}: a source of kind {spec.kind!r} replaces sensor_topic "
+                f"(got {given_topic!r}); remove one of them"
+            )
+        settings["source"] = spec
+        return
+    settings["source"] = None
+    if spec.topic is not None:
+        if given_topic is not None and given_topic != spec.topic:
+            raise TopologyError(
+                f"{where}: sensor_topic {given_topic!r} and source topic {spec.topic!r} "
+                "differ; set one of them"
+            )
+        settings["sensor_topic"] = spec.topic
+
+
 def _table(document: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = document.get(key, {})
     if not isinstance(value, dict):
@@ -1205,6 +1270,11 @@ def _check_defaults_keys(defaults: Mapping[str, Any]) -> None:
     for key in defaults:
         if key in ("id", "parent", "sensor_topic"):
             raise TopologyError(f"[defaults]: {key} cannot have a default; set it on each node")
+        if key == "source":
+            raise TopologyError(
+                "[defaults]: source cannot have a default (leaves sharing a file, port or "
+                "command would count the same readings twice); set it on each leaf"
+            )
         if key == "noise_seed":
             raise TopologyError(
                 "[defaults]: noise_seed cannot have a default (leaves sharing a seed draw the "
@@ -1243,7 +1313,9 @@ def _raw_nodes(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 f"duplicate node id {node_id!r} (nodes[{index_of[node_id]}] and nodes[{index}])"
             )
         _check_keys(where, table, _NODE_KEYS)
-        by_id[node_id] = {k: _check_kind(where, k, v) for k, v in table.items()}
+        by_id[node_id] = {
+            k: v if k == "source" else _check_kind(where, k, v) for k, v in table.items()
+        }
         index_of[node_id] = index
     if not by_id:
         raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")

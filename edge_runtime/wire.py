@@ -163,6 +163,7 @@ __all__ = [
     "encode_readings",
     "encode_status",
     "encode_subspace",
+    "with_deployment",
 ]
 
 SCHEMA_VERSION = 1
@@ -766,6 +767,10 @@ class SubspaceMessage:
         `MAX_CONFIRM_SOURCES` entries), so a leaf restored from its own retained snapshot
         continues each source exactly where the snapshot ends. Empty for aggregators; the
         wire key ``src`` is left out when empty, so older decoders still read the message.
+    deployment : str or None
+        Name of the topology (deployment) the publisher belongs to, 1-128 characters, or
+        None (older publishers). An aggregator refuses a snapshot of another deployment;
+        None is accepted. The wire key ``dep`` is left out when None.
 
     Raises
     ------
@@ -784,9 +789,13 @@ class SubspaceMessage:
     privacy: PrivacyParams | None = None
     provenance: Mapping[str, int] = field(default_factory=dict)
     sources: Mapping[str, int] = field(default_factory=dict)
+    deployment: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
+        if self.deployment is not None:
+            dep = _text("deployment", self.deployment, "field_type", MAX_ID_CHARS)
+            object.__setattr__(self, "deployment", dep)
         object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
         object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
         object.__setattr__(self, "sources", _seq_map("sources", self.sources))
@@ -890,7 +899,8 @@ def encode_subspace(
         str to int. A centred summary (``subspace.mean`` not None) adds ``mean``: ``d``
         values of ``dtype``; the key is absent for uncentred summaries, so older decoders
         still read them. A leaf's snapshot adds ``src``, the map of
-        `SubspaceMessage.sources`.
+        `SubspaceMessage.sources`; a message with a `SubspaceMessage.deployment` adds
+        ``dep`` (a str).
 
     Raises
     ------
@@ -939,6 +949,8 @@ def encode_subspace(
     }
     if msg.sources:
         obj["src"] = dict(msg.sources)
+    if msg.deployment is not None:
+        obj["dep"] = msg.deployment
     mean = msg.subspace.mean
     if mean is not None:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -1050,6 +1062,9 @@ def decode_subspace(
     sv = np.frombuffer(raw["sv"], dtype=wire_dtype).astype(np.float64)
     _check_arrays(basis, sv, tol if dtype == "float64" else tol_float32)
     mean = _mean_from_wire(obj.get("mean"), d, wire_dtype)
+    deployment = obj.get("dep")
+    if deployment is not None:
+        deployment = _text("dep", deployment, "field_type", MAX_ID_CHARS)
     return SubspaceMessage(
         node_id=node_id,
         epoch=epoch,
@@ -1059,7 +1074,29 @@ def decode_subspace(
         privacy=privacy,
         provenance=provenance,
         sources=obj.get("src", {}),
+        deployment=deployment,
     )
+
+
+def with_deployment(payload: bytes, deployment: str) -> bytes:
+    """``payload``, a subspace message from `encode_subspace`, with its ``dep`` key set to
+    ``deployment`` (returned unchanged when it already is): how an agent stamps its
+    topology's name on every snapshot it publishes.
+
+    Raises
+    ------
+    WireError
+        ``field_type`` for a ``deployment`` that is not 1-128 characters of text; the
+        decoder's reasons for a ``payload`` that is not a msgpack map.
+    """
+    deployment = _text("deployment", deployment, "field_type", MAX_ID_CHARS)
+    obj = _unpack(_check_payload(payload, "subspace", len(payload) + 1), "subspace")
+    if not isinstance(obj, dict):
+        raise WireError("not_map", f"subspace message is a {type(obj).__name__}, expected a map")
+    if obj.get("dep") == deployment:
+        return payload
+    obj["dep"] = deployment
+    return msgpack.packb(obj, use_bin_type=True)
 
 
 def _privacy_from_wire(value: object) -> PrivacyParams | None:

@@ -332,7 +332,6 @@ async def test_leaf_restarted_loses_at_most_the_checkpoint_cadence(
     lost unless the replay re-sends them."""
     sc = scenario
     victim = "leaf-0-0"
-    src = f"replay:{victim}"
     topic = sc.topology.nodes[victim].sensor_topic
     state_dir = sc.work / "state"
     state_dir.mkdir()
@@ -382,7 +381,9 @@ async def test_leaf_restarted_loses_at_most_the_checkpoint_cadence(
                 proc.tail()
             )
             restored = mon.details(victim, since=proc.started)[0][1]
-            durable = restored["extra"]["durable"].get(src, -1)
+            sources = [s for s in restored["extra"]["durable"] if s.endswith(f":{victim}")]
+            assert len(sources) <= 1, sources  # one replay run: replay:<run>:<leaf>
+            durable = restored["extra"]["durable"].get(sources[0], -1) if sources else -1
             lost = last_acked - durable if not resend else 0
             rcode, summary = await replay_result(cluster, replay, 60)
             expected = dict(sc.expected)

@@ -437,12 +437,13 @@ def test_generated_acl_for_motes_light_has_one_section_per_node_with_its_own_top
         ("write", "fpca/root/status/detail"),
         ("readwrite", "fpca/root/model"),
     ]
-    assert grants[REPLAY][:3] == [
+    assert grants[REPLAY][:4] == [
         ("write", "sensors/pi-01"),
         ("read", "fpca/root/site-a/pi-01/status"),
         ("read", "fpca/root/site-a/pi-01/confirm"),
+        ("read", "fpca/root/site-a/pi-01/status/detail"),
     ]
-    assert len(grants[REPLAY]) == 3 * len(topology.leaves())
+    assert len(grants[REPLAY]) == 4 * len(topology.leaves())
     assert grants[READER] == [("read", "fpca/#")]
     # Every "topic" line is preceded by a comment saying why.
     lines = text.splitlines()

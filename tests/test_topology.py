@@ -844,3 +844,94 @@ def test_publish_policy_keys_override_the_role_defaults() -> None:
     assert (leaf.max_interval_s, leaf.idle_s) == (7.0, 0.3)
     assert leaf.min_interval_s == LEAF_PUBLISH.min_interval_s
     assert (root.max_interval_s, root.idle_s) == (7.0, AGGREGATOR_PUBLISH.idle_s)
+
+
+# ------------------------------------------------------------ local sensor sources
+_SOURCE_TREE = """
+[defaults]
+rank = 2
+[[nodes]]
+id = "root"
+[[nodes]]
+id = "site"
+parent = "root"
+{site}
+[[nodes]]
+id = "pi-07"
+parent = "site"
+{leaf}
+"""
+
+
+def _source_tree(leaf: str = "", site: str = "", defaults: str = "") -> str:
+    text = _SOURCE_TREE.format(leaf=leaf, site=site)
+    return text.replace("rank = 2", f"rank = 2\n{defaults}") if defaults else text
+
+
+def test_a_leaf_source_is_parsed_and_a_relative_path_resolves_against_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(_source_tree(leaf='source = { kind = "file", path = "data/pi.csv" }'))
+    node = load_topology(path).nodes["pi-07"]
+    assert node.source is not None and node.source.kind == "file" and node.source.is_local
+    assert node.source.path == tmp_path / "data" / "pi.csv"
+    assert node.sensor_topic == "sensors/pi-07"  # kept, not subscribed
+    command = 'source = { kind = "command", command = ["sh", "m.sh"], restart = "never" }'
+    spec = parse_topology(_source_tree(leaf=command)).nodes["pi-07"].source
+    assert spec is not None and spec.command == ("sh", "m.sh") and spec.restart == "never"
+
+
+def test_without_a_source_or_with_an_mqtt_one_the_leaf_reads_its_sensor_topic() -> None:
+    assert parse_topology(_source_tree()).nodes["pi-07"].source is None
+    mqtt = parse_topology(_source_tree(leaf='source = { kind = "mqtt", topic = "bench/3" }'))
+    assert mqtt.nodes["pi-07"].source is None
+    assert mqtt.nodes["pi-07"].sensor_topic == "bench/3"
+    plain = parse_topology(_source_tree(leaf='source = { kind = "mqtt" }'))
+    assert plain.nodes["pi-07"].sensor_topic == "sensors/pi-07"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"site": 'source = { kind = "file", path = "x.csv" }'},
+            r"^node 'site' has children, so it is an aggregator and must not have a source",
+        ),
+        (
+            {"defaults": 'source = { kind = "file", path = "x.csv" }'},
+            r"^\[defaults\]: source cannot have a default",
+        ),
+        ({"leaf": 'source = { kind = "usb" }'}, r"^node 'pi-07': source key 'kind' is 'usb'"),
+        (
+            {"leaf": 'source = { kind = "file" }'},
+            r"^node 'pi-07': source of kind \"file\" needs key 'path'",
+        ),
+        ({"leaf": 'source = "x.csv"'}, r"^node 'pi-07': source must be a table"),
+        (
+            {"leaf": 'source = { kind = "file", path = "x", baudrate = 9600 }'},
+            r"^node 'pi-07': unknown source key 'baudrate'",
+        ),
+        (
+            {"leaf": 'sensor_topic = "s/x"\nsource = { kind = "file", path = "x" }'},
+            r"^node 'pi-07': a source of kind 'file' replaces sensor_topic",
+        ),
+        (
+            {"leaf": 'sensor_topic = "s/x"\nsource = { kind = "mqtt", topic = "s/y" }'},
+            r"^node 'pi-07': sensor_topic 's/x' and source topic 's/y' differ",
+        ),
+    ],
+)
+def test_a_bad_source_is_a_one_line_error_naming_the_node(
+    kwargs: dict[str, str], message: str
+) -> None:
+    with pytest.raises(TopologyError, match=message) as info:
+        parse_topology(_source_tree(**kwargs))
+    assert "\n" not in str(info.value)
+
+
+def test_a_node_config_refuses_an_mqtt_spec_as_source() -> None:
+    from edge_runtime.sources import SourceSpec
+
+    with pytest.raises(TopologyError, match="node 'a': source must be a local SourceSpec"):
+        NodeConfig("a", None, rank=1, source=SourceSpec(kind="mqtt"))

@@ -88,6 +88,7 @@ class AggregatorAgent(Agent):
             status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
             now=time.monotonic(),
             echo_timeout_s=s.echo_timeout_s,
+            deployment=topology.name,
         )
         self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
 
@@ -116,7 +117,13 @@ class AggregatorAgent(Agent):
         levels = topic.split("/")
         child = levels[self._prefix_depth] if len(levels) > self._prefix_depth else ""
         if child not in self._core.child_ids:
-            self.reject("unknown_child", topic, f"{child!r} is not a child of {self.node_id!r}")
+            self.reject(
+                "unknown_child",
+                topic,
+                f"snapshot from {child!r} which is not a child of {self.node_id!r} in "
+                f"topology {self.topology.name!r}: another deployment on this broker? "
+                "give each deployment its own prefix",
+            )
             return
         if not isinstance(payload, bytes | bytearray):
             self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
@@ -133,6 +140,9 @@ class AggregatorAgent(Agent):
             detail = {
                 "node_mismatch": f"snapshot of {msg.node_id!r} on {child!r}'s topic",
                 "n_features": f"{msg.n_features} features differ from the siblings'",
+                "foreign_deployment": f"snapshot from {child!r} of deployment "
+                f"{msg.deployment!r}, not {self.topology.name!r}: two deployments share "
+                f"the prefix {self.topology.prefix!r} on this broker; give each its own prefix",
             }.get(reason, reason)
             self.reject(reason, topic, detail)
         else:

@@ -117,6 +117,9 @@ class AggregatorCore(NodeCore):
     now : float
         Current time, seconds.
     echo_timeout_s : float, default 5
+    deployment : str or None, default None
+        The topology's name: stamped on this node's snapshots; a child's snapshot naming
+        another deployment is refused (``foreign_deployment``). None checks nothing.
 
     Notes
     -----
@@ -134,9 +137,11 @@ class AggregatorCore(NodeCore):
         status_policy: StatusPolicy,
         now: float,
         echo_timeout_s: float = 5.0,
+        deployment: str | None = None,
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
         self.config = config
+        self.deployment = deployment  # topology name: stamped out, checked in
         self.child_ids = list(children)
         self.children: dict[str, ChildRecord] = {}
         self.n_features: int | None = None  # the children's reading width, once known
@@ -159,11 +164,19 @@ class AggregatorCore(NodeCore):
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
         """Take a child's snapshot; returns a rejection reason, ``"duplicate"`` or None.
 
-        Reasons: ``unknown_child``, ``node_mismatch``, ``n_features`` (differs from the
-        siblings'); ``duplicate`` for a snapshot that is not newer (`is_newer`).
+        Reasons: ``unknown_child``, ``foreign_deployment`` (the snapshot names another
+        deployment than ``deployment``; a snapshot naming none is accepted),
+        ``node_mismatch``, ``n_features`` (differs from the siblings'); ``duplicate`` for a
+        snapshot that is not newer (`is_newer`).
         """
         if child not in self.child_ids:
             return "unknown_child"
+        if (
+            self.deployment is not None
+            and msg.deployment is not None
+            and msg.deployment != self.deployment
+        ):
+            return "foreign_deployment"
         if msg.node_id != child:
             return "node_mismatch"
         width = self.n_features
@@ -279,6 +292,7 @@ class AggregatorCore(NodeCore):
             timestamp=timestamp,
             privacy=weakest_privacy(covered),
             provenance=provenance,
+            deployment=self.deployment,
         )
 
     def snapshot_published(self, msg: SubspaceMessage, now: float) -> None:

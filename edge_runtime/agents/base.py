@@ -21,6 +21,7 @@ import contextlib
 import enum
 import math
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -32,13 +33,20 @@ import structlog
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import StatusDetail, WireError, decode_subspace, encode_status
+from edge_runtime.wire import (
+    StatusDetail,
+    WireError,
+    decode_subspace,
+    encode_status,
+    with_deployment,
+)
 
 __all__ = ["Agent", "AgentState", "AgentStats"]
 
 MIN_SLEEP_S = 0.002  # least pause of the work loop, seconds (no busy loop on a due decision)
 MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked this often)
 REJECT_LOG_INTERVAL_S = 10.0  # one log line per rejection reason per this many seconds
+RECONNECT_LOG_INTERVAL_S = 300.0  # during an outage, a line at least this often (seconds)
 ONLINE = b"online"
 OFFLINE = b"offline"
 
@@ -99,6 +107,9 @@ class Agent(abc.ABC):
         self._own_topic = topology.subspace_topic(node_id)
         self._wake = asyncio.Event()
         self._reject_logged: dict[str, float] = {}
+        self.failed_attempts = 0  # failed connection attempts since the last connection
+        self.last_connect_error: str | None = None
+        self._served = False  # the current connection attempt got connected
 
     @property
     @abc.abstractmethod
@@ -192,8 +203,12 @@ class Agent(abc.ABC):
 
     # ------------------------------------------------------------------ internals
     def client_id(self) -> str:
-        """Fixed MQTT client id of this node, ``edge-<prefix>-<node id>``."""
-        return f"edge-{self.topology.prefix.replace('/', '-')}-{self.node_id}"
+        """Fixed MQTT client id of this node, ``edge-<name>-<prefix>-<node id>``: the
+        topology's name (characters other than letters, digits, ``_`` and ``-`` replaced by
+        ``-``) keeps two deployments on one broker from taking over each other's sessions
+        even when they share the prefix and node ids."""
+        name = re.sub(r"[^A-Za-z0-9_-]", "-", self.topology.name)
+        return f"edge-{name}-{self.topology.prefix.replace('/', '-')}-{self.node_id}"
 
     def _make_client(self) -> aiomqtt.Client:
         will = aiomqtt.Will(
@@ -250,7 +265,10 @@ class Agent(abc.ABC):
         back within a bound derived from the observed echo latency (at least
         ``echo_timeout_s``) as ``undelivered``, logged as ``publish_not_delivered`` —
         reported, never retried in a loop (the next snapshot is published when it is due).
+        The payload is stamped with the topology's name (`with_deployment`), so aggregators
+        of another deployment on the same broker and prefix refuse it.
         """
+        payload = with_deployment(payload, self.topology.name)
         if self.core.echo is not None:  # before publishing: the echo may beat the PUBACK
             self.core.echo.sent(epoch, seq, time.monotonic())
         await self.publish(client, self._own_topic, payload)
@@ -335,27 +353,49 @@ class Agent(abc.ABC):
         return None
 
     async def run(self) -> None:
-        """Connect, serve and reconnect until `stop` is called."""
+        """Connect, serve and reconnect until `stop` is called.
+
+        Logging stays journal-friendly during an outage: at most one line per failed
+        attempt, and fewer: the first failure, then failures number 2, 4, 8, ... (or when
+        the error changes, or `RECONNECT_LOG_INTERVAL_S` after the last line), each with
+        the count ``attempts``; the others at debug level. The backoff starts again from
+        its minimum after every successful connection.
+        """
         await self.prepare()
-        attempt = 0
+        logged_error: str | None = None
+        logged_at = -math.inf
         while not self._stop.is_set():
+            self._served = False
             try:
                 await self._serve_once()
                 return
             except* aiomqtt.MqttError as group:
                 self.connected.clear()
                 self.stats.reconnects += 1
-                delay = self._backoff_s(attempt)
-                attempt += 1
-                self.log.warning(
-                    "connection_lost", error=str(group.exceptions[0]), retry_in_s=round(delay, 2)
+                if self._served:  # lost after being connected: a new outage
+                    self.failed_attempts = 0
+                    logged_error = None
+                delay = self._backoff_s(self.failed_attempts)
+                self.failed_attempts += 1
+                error = str(group.exceptions[0])
+                self.last_connect_error = error
+                n = self.failed_attempts
+                now = time.monotonic()
+                loud = (
+                    n & (n - 1) == 0
+                    or error != logged_error
+                    or now - logged_at >= RECONNECT_LOG_INTERVAL_S
                 )
+                log = self.log.warning if loud else self.log.debug
+                log("connection_lost", error=error, attempts=n, retry_in_s=round(delay, 2))
+                if loud:
+                    logged_error, logged_at = error, now
             try:
                 async with asyncio.timeout(delay):
                     await self._stop.wait()
             except TimeoutError:
                 pass
-        self.log.info("stopped_while_disconnected")
+        self.log.debug("stopped_while_disconnected", attempts=self.failed_attempts)
 
     async def _serve_once(self) -> None:
         async with self._make_client() as client:
@@ -366,7 +406,14 @@ class Agent(abc.ABC):
             await self.on_connected(client)
             await self.publish_status(client)  # a restore or a reconnect is news
             self.connected.set()
-            self.log.info("connected", host=self.settings.host, port=self.settings.port)
+            self._served = True
+            self.log.info(
+                "connected",
+                host=self.settings.host,
+                port=self.settings.port,
+                **({"after_attempts": self.failed_attempts} if self.failed_attempts else {}),
+            )
+            self.failed_attempts = 0
             async with asyncio.TaskGroup() as group:
                 receiver = group.create_task(self._receive(client), name=f"{self.node_id}:receive")
                 worker = group.create_task(self.work(client), name=f"{self.node_id}:work")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import aiomqtt
+import msgpack
 import numpy as np
 
 from edge_runtime.agents.base import Agent
@@ -20,6 +23,7 @@ from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_check
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.fpca.private_gram import release_noise_std
+from edge_runtime.sources import LogRateLimiter, Source, SourceError, open_source
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     PrivacyParams,
@@ -32,9 +36,80 @@ from edge_runtime.wire import (
     encode_subspace,
 )
 
-__all__ = ["LeafAgent"]
+__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 
 T = TypeVar("T")
+
+REJECT_LOG_BURST = 3
+"""Rejections of one reason logged individually per interval (then summarised)."""
+
+REJECT_LOG_INTERVAL_S = 10.0
+"""Seconds of one reject-log interval: ``REJECT_LOG_BURST`` lines per reason, then one
+``messages_rejected_suppressed`` summary line with the count of the others."""
+
+_MAX_SOURCE_CHARS = 128  # longest source id counted under its own name (the wire's limit)
+
+
+class _RejectLog:
+    """Journal-friendly reject logging (issue 11, item 4), time as an argument, no I/O.
+
+    Per reason, the first ``burst`` rejections of an interval are logged individually; the
+    rest are only counted and reported as one summary line per reason once the interval
+    that suppressed them ended (`due`), so a sensor sending 50 bad readings per second
+    costs ``burst + 1`` lines per reason per interval.
+    """
+
+    def __init__(self, burst: int, interval_s: float) -> None:
+        self.burst = burst
+        self.interval_s = interval_s
+        self._limits: dict[str, LogRateLimiter] = {}
+        self._due: dict[str, float] = {}
+
+    def allow(self, reason: str, now: float) -> tuple[bool, int]:
+        """Whether to log this rejection individually, and how many earlier ones were
+        suppressed and not reported yet (to report with it)."""
+        limit = self._limits.get(reason)
+        if limit is None:
+            limit = self._limits[reason] = LogRateLimiter(self.burst, self.interval_s)
+        log_it, suppressed = limit.allow(now)
+        if log_it and suppressed:  # reported with this line: no summary due for them
+            self._due.pop(reason, None)
+        elif not log_it:
+            self._due.setdefault(reason, now + self.interval_s)
+        return log_it, suppressed
+
+    def due(self, now: float) -> dict[str, int]:
+        """Reasons whose suppressed rejections are due for a summary line, with counts."""
+        ready = [reason for reason, at in self._due.items() if now >= at]
+        out = {}
+        for reason in ready:
+            del self._due[reason]
+            count = self._limits[reason].flush()
+            if count:
+                out[reason] = count
+        return out
+
+    def flush(self) -> dict[str, int]:
+        """Every suppressed count not reported yet (on shutdown)."""
+        self._due.clear()
+        out = {reason: limit.flush() for reason, limit in self._limits.items()}
+        return {reason: count for reason, count in out.items() if count}
+
+
+def _peek_source(payload: bytes) -> str | None:
+    """The ``src`` of a readings payload that failed validation, if it has a usable one
+    (JSON or msgpack map with a short string ``src``); None otherwise. Best effort: the
+    payload is already known to be at most the size limit."""
+    try:
+        text = payload.lstrip()
+        obj = json.loads(text) if text[:1] == b"{" else msgpack.unpackb(payload, raw=False)
+    except Exception:  # any undecodable payload simply has no source
+        return None
+    if isinstance(obj, dict):
+        src = obj.get("src")
+        if isinstance(src, str) and 0 < len(src) <= _MAX_SOURCE_CHARS:
+            return src
+    return None
 
 
 class LeafAgent(Agent):
@@ -50,6 +125,29 @@ class LeafAgent(Agent):
     included, with all ``rank + oversample`` tracked directions so that merges upstream
     keep their accuracy — retained, QoS 1, on ``<prefix>/<path>/subspace``; it re-publishes the
     latest snapshot after every reconnect and publishes a final one on shutdown.
+
+    Local sensor source (the node's ``source``, `edge_runtime.sources`): a leaf configured
+    with a ``command``, ``file`` or ``serial`` source does not subscribe to its sensor topic;
+    it opens the source once its state is restored (checkpoint or retained snapshot), so the
+    source continues after the last reading ingested (``start_seq = ingested[source id] +
+    1``: a file source skips what a checkpoint already covers), and runs it in the task
+    ``<node>:source`` — independent of the MQTT connection — feeding each batch through the
+    same sequencer and estimator path as an MQTT reading (exactly once, in order,
+    confirmed and checkpointed alike). When the source ends (``restart = "never"``,
+    ``follow = false``) the leaf keeps running and publishes through its idle policy. A
+    source that cannot run (`SourceError`: command not found, path a directory, pyserial
+    missing) is logged as one ``source_failed`` line and stops the agent: its task ends
+    with the `SourceError`, re-raised by `aclose`. The status document's ``extra`` holds
+    ``source`` (`Source.status`) and ``source_state`` (``"running"``, ``"finished"``,
+    ``"failed"``, ``"closed"``).
+
+    Rejections: every rejected reading is counted by reason (``rejects``) and by source
+    (``extra["rejected_by_source"]``: a local source's id; for an MQTT payload its ``src``,
+    else the sensor topic). Logging is journal-friendly: per reason the first
+    `REJECT_LOG_BURST` rejections of a `REJECT_LOG_INTERVAL_S` interval are logged as
+    ``message_rejected`` lines, the rest as one ``messages_rejected_suppressed`` line per
+    reason and interval with their count (a local source logs its bad lines itself, just
+    as rate-limited).
 
     Readings in the map form carry a source id and a per-source sequence number; a
     reading whose sequence was already ingested is dropped as a duplicate (counted in
@@ -134,6 +232,13 @@ class LeafAgent(Agent):
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         s = self.settings
         self.checkpoint_path = None if state_dir is None else Path(state_dir) / f"{node_id}.ckpt"
+        self._state_dir = None if state_dir is None else Path(state_dir)
+        self._source_spec = self.config.source
+        self._source: Source | None = None
+        self._source_task: asyncio.Task[None] | None = None
+        self._source_state = "none" if self._source_spec is None else "unopened"
+        self.source_error: SourceError | None = None
+        self._reject_log = _RejectLog(REJECT_LOG_BURST, REJECT_LOG_INTERVAL_S)
         self._core = LeafCore(
             self.config,
             policy=publish_policy_for(self.config, leaf=True),
@@ -235,7 +340,133 @@ class LeafAgent(Agent):
         self.log.info("restored", source="checkpoint", n_samples=self.n_samples, seq=self.seq)
         return True
 
+    @property
+    def source(self) -> Source | None:
+        """The local sensor source once opened (None for an MQTT leaf or before `run`)."""
+        return self._source
+
     async def prepare(self) -> None:
+        """Restore from the retained snapshot (`_restore_retained`), then open and start
+        the local source, if any: after every restore, so it continues after the last
+        reading ingested.
+
+        Raises
+        ------
+        SourceError
+            If the local source cannot run (logged as ``source_failed``).
+        """
+        await self._restore_retained()
+        self._open_source()
+
+    async def run(self) -> None:
+        """`Agent.run`, then close the local source; re-raise a `SourceError` that ended
+        the agent."""
+        try:
+            await super().run()
+        finally:
+            await self._close_source()
+        if self.source_error is not None:
+            raise self.source_error
+
+    async def aclose(self) -> None:
+        """`Agent.aclose`; then raise the `SourceError` that stopped the agent, if one did
+        (also when the agent's task had already ended with it).
+
+        Raises
+        ------
+        SourceError
+            If the local source could not run.
+        """
+        with contextlib.suppress(SourceError):  # raised below, once the agent is closed
+            await super().aclose()
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()  # retrieved: reported here, not as "never retrieved"
+        if self.source_error is not None:
+            raise self.source_error
+
+    # ------------------------------------------------------------- local source
+    def _open_source(self) -> None:
+        spec = self._source_spec
+        if spec is None:
+            return
+        core = self._core
+        try:
+            if self._state_dir is not None and spec.kind == "file":
+                try:  # the file source keeps its resume cursors there
+                    self._state_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise SourceError(
+                        f"cannot create state_dir {str(self._state_dir)!r}: {exc.strerror}"
+                    ) from None
+            self._source = open_source(
+                spec,
+                node_id=self.node_id,
+                start_seq=lambda sid: core.ingested.get(sid, -1) + 1,
+                n_features=core.n_features,
+                on_reject=self._on_source_reject,
+                state_dir=self._state_dir,
+            )
+        except SourceError as exc:
+            self._source_failed(exc)
+            raise
+        self._source_state = "running"
+        self._source_task = asyncio.create_task(
+            self._read_source(self._source), name=f"{self.node_id}:source"
+        )
+        self.log.info("source_opened", source=self._source.source_id, kind=spec.kind)
+
+    def _source_failed(self, exc: SourceError) -> None:
+        self._source_state = "failed"
+        self.source_error = exc
+        self.log.error("source_failed", error=str(exc), action="stopping the agent")
+        self.stop()
+
+    async def _read_source(self, source: Source) -> None:
+        """Feed the source's readings through the same path as an MQTT reading."""
+        core = self._core
+        try:
+            async for readings in source.readings():
+                for block in core.accept(readings, time.monotonic()):
+                    await self._apply(block, source.source_id)
+                self.wake()
+        except SourceError as exc:
+            self._source_failed(exc)
+            return
+        except Exception as exc:  # a bug or an unexpected OS error: keep the agent running
+            self._source_state = "failed"
+            core.rejects["internal_error"] += 1
+            self.log.error("source_failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        if self._source_state == "running":
+            self._source_state = "closed" if self._stop.is_set() else "finished"
+            self.log.info("source_finished", source=source.source_id, readings=source.rows)
+        self.wake()
+
+    def _on_source_reject(self, source_id: str, reason: str) -> None:
+        # the source logs its bad lines itself (rate-limited): only count here
+        self._core.count_reject(reason, source_id)
+
+    async def _close_source(self) -> None:
+        """Stop reading the local source (idempotent); queued readings are dropped and read
+        again (file) or lost (command, serial) by the next incarnation."""
+        source, task = self._source, self._source_task
+        if source is None:
+            return
+        if self._source_state == "running":
+            self._source_state = "closed"
+        await source.aclose()
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+
+    async def _restore_retained(self) -> None:
         """Read this leaf's own retained snapshot: resume from it without a checkpoint;
         after a checkpoint restore, continue its ``seq`` after the last one published."""
         if not self._restore_from_broker:
@@ -316,6 +547,8 @@ class LeafAgent(Agent):
         self._core.checkpointed(ingested, n_samples, blocks)
 
     def subscriptions(self) -> list[str]:
+        if self._source_spec is not None:
+            return []  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
         return [self.config.sensor_topic]
 
@@ -340,23 +573,60 @@ class LeafAgent(Agent):
                 max_bytes=self.settings.max_payload_bytes,
             )
         except WireError as exc:
-            self.reject(exc.reason, topic, str(exc))
+            source = None
+            if len(payload) <= self.settings.max_payload_bytes:
+                source = _peek_source(bytes(payload))
+            self.reject(exc.reason, topic, str(exc), source=source)
             return
         now = time.monotonic()
         for block in self._core.accept(readings, now):
-            await self._apply(block)
+            await self._apply(block, readings.source)
         self.wake()
 
-    async def _apply(self, values: np.ndarray) -> None:
+    def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
+        """Count one rejected reading or message by reason and by source (``source``, else
+        ``topic``), and log it journal-friendly (`_RejectLog`: the first
+        `REJECT_LOG_BURST` per reason and interval, then one summary line)."""
+        count_as = source or topic or "?"
+        self._core.count_reject(reason, count_as)
+        log_it, suppressed = self._reject_log.allow(reason, time.monotonic())
+        if not log_it:
+            return
+        extra = {"suppressed": suppressed} if suppressed else {}
+        self.log.warning(
+            "message_rejected",
+            reason=reason,
+            topic=topic,
+            source=count_as,
+            detail=detail,
+            count=self._core.rejects[reason],
+            **extra,
+        )
+
+    def _log_suppressed(self, counts: dict[str, int]) -> None:
+        for reason, suppressed in counts.items():
+            self.log.warning(
+                "messages_rejected_suppressed",
+                reason=reason,
+                suppressed=suppressed,
+                interval_s=REJECT_LOG_INTERVAL_S,
+                count=self._core.rejects[reason],
+            )
+
+    async def _apply(self, values: np.ndarray, source: str | None = None) -> None:
         core = self._core
         try:
             await self._numerics(lambda: core.apply(values, time.monotonic()))
         except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
-            self.reject("estimator", self.config.sensor_topic or "", str(exc))
+            topic = self.config.sensor_topic or ""
+            if self._source is not None and source == self._source.source_id:
+                topic = ""
+            self.reject("estimator", topic, str(exc), source=source)
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
         core = self._core
+        self._log_suppressed(self._reject_log.due(now))
         for block in core.expire(now):
             await self._apply(block)
         if core.flush_due(now):
@@ -407,6 +677,8 @@ class LeafAgent(Agent):
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         core = self._core
+        await self._close_source()  # no reading after the final checkpoint
+        self._log_suppressed(self._reject_log.flush())
         await self._numerics(core.flush)  # a private leaf's final snapshot covers every reading
         if core.checkpoint_due(time.monotonic(), force=True):
             await self.checkpoint()  # local and durable first
@@ -475,6 +747,13 @@ class LeafAgent(Agent):
             epoch=core.epoch,
             rejects=dict(core.rejects),
             uptime_s=round(self.uptime_s(), 3),
-            extra=core.status_extra(time.monotonic()),
+            extra=self._status_extra(),
             privacy=self.privacy_status(),
         )
+
+    def _status_extra(self) -> dict[str, object]:
+        extra = self._core.status_extra(time.monotonic())
+        if self._source_spec is not None:
+            extra["source_state"] = self._source_state
+            extra["source"] = None if self._source is None else self._source.status()
+        return extra

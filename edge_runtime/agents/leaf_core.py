@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,6 +140,7 @@ class LeafCore(NodeCore):
         self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
         self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
+        self.rejected_by_source: Counter[str] = Counter()
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
         self.settle_status()
@@ -315,6 +317,13 @@ class LeafCore(NodeCore):
         return None
 
     # ------------------------------------------------------------------ inbound
+    def count_reject(self, reason: str, source: str) -> None:
+        """Count one rejected reading (or message) by ``reason`` (``rejects``) and by the
+        ``source`` it came from (``rejected_by_source``: a local source's id, the ``src``
+        of an MQTT payload, else the sensor topic)."""
+        self.rejects[reason] += 1
+        self.rejected_by_source[source] += 1
+
     def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
         """Sequence ``readings``: the row blocks ready to apply, in order (`apply` them)."""
         self._now = now
@@ -571,4 +580,5 @@ class LeafCore(NodeCore):
             else round(now - self.last_input, 3),
             "pending_rows": 0 if self.estimator is None else self.estimator.n_pending_,
             "publish": dict(self.decisions),
+            "rejected_by_source": dict(self.rejected_by_source),
         }

@@ -166,5 +166,22 @@ def credentials_from_env(environ: dict[str, str] | None = None) -> tuple[str | N
     password = env.get(ENV_PASSWORD) or None
     path = env.get(ENV_PASSWORD_FILE)
     if password is None and path:
-        password = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
+        password = read_password_file(Path(path))
     return username, password
+
+
+def read_password_file(path: Path) -> str:
+    """The password on the first line of ``path`` (surrounding whitespace stripped).
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read.
+    ValueError
+        One line naming the file, if its first line is empty.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    password = lines[0].strip() if lines else ""
+    if not password:
+        raise ValueError(f"password file {str(path)!r} is empty: the password is its first line")
+    return password

@@ -1,0 +1,208 @@
+"""Every bad-input case of the command line ends in one line on stderr and the documented
+exit code (2: bad input; 1: the goal was not reached), through the installed entry point."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ENTRY = str(Path(sys.executable).parent / "edge-runtime")
+MINIMAL = str(Path(__file__).resolve().parents[1] / "topologies" / "minimal.toml")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ENTRY, *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def closed_port() -> int:
+    """A loopback port above 20000 nothing listens on (bound, then released)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 20000:
+            return port
+    raise RuntimeError("no free loopback port above 20000")
+
+
+def small_topology(tmp_path: Path, *, rank: int) -> Path:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    lines = [
+        'name = "narrow"',
+        f'prefix = "{prefix}"',
+        "[defaults]",
+        f"rank = {rank}",
+        f"block_size = {max(rank, 10)}",
+        "idle_flush_s = 0.2",
+        "[[nodes]]",
+        'id = "root"',
+    ]
+    for leaf in ("leaf-1", "leaf-2"):
+        lines += ["[[nodes]]", f'id = "{leaf}"', 'parent = "root"']
+        lines += [f'sensor_topic = "{prefix}-sensors/{leaf}"']
+    path = tmp_path / "narrow.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((), "the following arguments are required: COMMAND"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+        (("agent", "--topology", MINIMAL), "the following arguments are required: --node"),
+        (("agent", "--topology", MINIMAL, "--node"), "argument --node: expected one argument"),
+        (("run", MINIMAL, "--rate", "fast"), "argument --rate: expected a number, got 'fast'"),
+        (("run", MINIMAL, "--workers", "0"), "argument --workers: expected a whole number >= 1"),
+        (("run", MINIMAL, "--broker", ""), "argument --broker: expected mqtt://HOST[:PORT]"),
+        (("run", MINIMAL, "--broker", "  "), "argument --broker: expected mqtt://HOST[:PORT]"),
+        (("agent", "--topology", MINIMAL, "--node", "leaf-1", "--broker", ""), "--broker"),
+        (("watch", "--topology", MINIMAL, "--broker", ""), "argument --broker"),
+        (("watch", "--topology", MINIMAL, "--broker", "mqtt://x", "--timeout", "-1"), "-1"),
+        (("run", MINIMAL, "--no-such-flag"), "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], needle: str) -> None:
+    result = cli(*args, timeout_s=30)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert re.match(r"^edge-runtime( \w+)?: error: ", line), line
+    assert needle in line
+    assert line.endswith("--help)")
+    assert result.stdout == ""
+
+
+def test_help_and_version_still_exit_0() -> None:
+    assert cli("--version", timeout_s=30).returncode == 0
+    result = cli("run", "--help", timeout_s=30)
+    assert result.returncode == 0 and "--timeout" in result.stdout
+
+
+def test_an_agent_that_cannot_reach_its_broker_prints_at_most_a_line_per_attempt() -> None:
+    port = closed_port()
+    result = cli(
+        "agent",
+        "--topology",
+        MINIMAL,
+        "--node",
+        "leaf-1",
+        "--broker",
+        f"mqtt://127.0.0.1:{port}",
+        "--startup-timeout",
+        "6",
+        timeout_s=40,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    error = lines[-1]
+    match = re.fullmatch(
+        rf"edge-runtime: error: cannot reach the broker at mqtt://127\.0\.0\.1:{port} within "
+        r"6 s \((\d+) attempts?, last error: .*refused.*\)",
+        error,
+    )
+    assert match, error
+    attempts = int(match.group(1))
+    assert attempts >= 4  # backoff from 0.2 s: several attempts in 6 s
+    logged = lines[:-1]
+    assert all("connection_lost" in line for line in logged), logged
+    assert 1 <= len(logged) <= attempts
+    # the first failure, then failures 2, 4, 8, ...: about log2(attempts) lines
+    assert len(logged) <= attempts.bit_length() + 1
+
+
+def test_watch_timeout_without_until_samples_exits_1_in_one_line(mosquitto) -> None:
+    result = cli(
+        "watch",
+        "--topology",
+        MINIMAL,
+        "--broker",
+        f"mqtt://{mosquitto.host}:{mosquitto.port}",
+        "--timeout",
+        "1.5",
+        timeout_s=30,
+    )
+    assert result.returncode == 1, result.stderr
+    line = one_line(result)
+    assert line.startswith("edge-runtime: error: watch timed out after 1.5 s (--timeout)")
+
+
+def test_watch_timeout_with_until_samples_names_the_coverage(mosquitto) -> None:
+    result = cli(
+        "watch",
+        "--topology",
+        MINIMAL,
+        "--broker",
+        f"mqtt://{mosquitto.host}:{mosquitto.port}",
+        "--until-samples",
+        "10",
+        "--timeout",
+        "1",
+        timeout_s=30,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the root covers 0 of 10 samples" in one_line(result)
+
+
+def test_run_warns_once_when_the_data_is_narrower_than_the_rank(tmp_path, mosquitto) -> None:
+    topology = small_topology(tmp_path, rank=10)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "narrow.csv"
+    np.savetxt(data, rng.standard_normal((200, 3)), delimiter=",")
+    result = cli(
+        "run",
+        str(topology),
+        "--data",
+        str(data),
+        "--broker",
+        f"mqtt://{mosquitto.host}:{mosquitto.port}",
+        "--workers",
+        "1",
+        "--timeout",
+        "20",
+        "--json",
+        timeout_s=90,
+    )
+    assert result.returncode == 0, result.stderr
+    line = one_line(result)
+    assert line == (
+        "edge-runtime: warning: the data has 3 columns, fewer than the rank 10 of topology "
+        "'narrow': the model will have rank at most 3"
+    )
+
+
+def test_run_within_the_rank_prints_nothing_on_stderr(tmp_path, mosquitto) -> None:
+    topology = small_topology(tmp_path, rank=2)
+    rng = np.random.default_rng(1)
+    data = tmp_path / "wide.csv"
+    np.savetxt(data, rng.standard_normal((200, 4)), delimiter=",")
+    result = cli(
+        "run",
+        str(topology),
+        "--data",
+        str(data),
+        "--broker",
+        f"mqtt://{mosquitto.host}:{mosquitto.port}",
+        "--workers",
+        "1",
+        "--json",
+        timeout_s=90,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
