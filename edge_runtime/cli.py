@@ -43,6 +43,7 @@ from edge_runtime.logs import configure_logging
 from edge_runtime.monitor import STALE_AFTER_S, ModelWatcher, privacy_of
 from edge_runtime.replay import DEFAULT_BATCH_SIZE, Replayer, wait_online
 from edge_runtime.runner import Progress, RunSummary, run_topology
+from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology, TopologyError, load_topology
 from edge_runtime.wire import SubspaceMessage
 from edge_runtime.workers import WorkerError
@@ -496,19 +497,22 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, agent.stop)
-    async with agent:
-        try:
-            await agent.wait_connected(args.startup_timeout)
-        except TimeoutError:
-            agent.stop()
-            tries = agent.failed_attempts
-            raise CliError(
-                f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} s "
-                f"({tries} attempt{'s' if tries != 1 else ''}, last error: "
-                f"{agent.last_connect_error})",
-                EXIT_FAILED,
-            ) from None
-        await agent._stop.wait()
+    try:
+        async with agent:
+            try:
+                await agent.wait_connected(args.startup_timeout)
+            except TimeoutError:
+                agent.stop()
+                tries = agent.failed_attempts
+                raise CliError(
+                    f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} "
+                    f"s ({tries} attempt{'s' if tries != 1 else ''}, last error: "
+                    f"{agent.last_connect_error})",
+                    EXIT_FAILED,
+                ) from None
+            await agent._stop.wait()
+    except SourceError as exc:  # the leaf's local source cannot run at all
+        raise CliError(f"node {args.node!r}: {exc}", EXIT_FAILED) from None
     return EXIT_OK
 
 
@@ -516,13 +520,6 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
     topology = _topology(args.topology)
     data = _data(topology, args.data)
     settings = _settings(args.broker, args)
-    if args.wait_online > 0:
-        missing = await wait_online(topology, topology.leaves(), settings, args.wait_online)
-        if missing:
-            raise CliError(
-                f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
-                EXIT_FAILED,
-            )
     try:
         replayer = Replayer(
             topology,
@@ -537,7 +534,15 @@ async def _cmd_replay(args: argparse.Namespace) -> int:
             resume=args.resume is not None,
         )
     except ValueError as exc:
-        raise CliError(f"--resume: {exc}") from None
+        prefix = "--resume: " if args.resume is not None else ""
+        raise CliError(f"{prefix}{exc}") from None
+    if args.wait_online > 0:
+        missing = await wait_online(topology, topology.leaves(), settings, args.wait_online)
+        if missing:
+            raise CliError(
+                f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
+                EXIT_FAILED,
+            )
     stats = await replayer.run()
     unconfirmed = sum(stats.unconfirmed.values())
     summary = {

@@ -144,8 +144,8 @@ class Replayer:
     ------
     ValueError
         If ``data`` is not 2-D, or ``rate``, ``max_in_flight``, ``window``, ``batch_size`` or
-        ``batch_interval_s`` is not positive, ``run_id`` is malformed, or ``resume`` is
-        given without a ``run_id``.
+        ``batch_interval_s`` is not positive, ``run_id`` is malformed, ``resume`` is
+        given without a ``run_id``, or a leaf reads a local source (topology ``source``).
     """
 
     def __init__(
@@ -194,6 +194,12 @@ class Replayer:
         self.confirm_timeout_s = confirm_timeout_s
         self.batch_size = batch_size
         self.batch_interval_s = batch_interval_s
+        local = [leaf for leaf in topology.leaves() if topology.nodes[leaf].source is not None]
+        if local:
+            raise ValueError(
+                f"leaves {', '.join(map(repr, local))} read a local source (topology key "
+                "`source`), not their sensor topic: nothing to replay into them"
+            )
         self.assignment = topology.split_rows(data.shape[0])
         self.log = structlog.get_logger("edge_runtime.replay")
         self._streams = self._make_streams()

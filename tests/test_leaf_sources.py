@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from edge_runtime.monitor import ModelWatcher, covers
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import encode_readings
+
+EDGE_RUNTIME = str(Path(sys.executable).parent / "edge-runtime")
 
 RANK = 4
 BLOCK = 50
@@ -221,3 +225,21 @@ def test_reject_log_lets_the_first_few_through_then_one_summary_per_interval() -
     for t in range(5):
         log.allow("width", 12.0 + t * 0.01)
     assert log.flush() == {"width": 3}
+
+
+def test_replay_refuses_a_tree_whose_leaves_read_local_sources(tmp_path: Path) -> None:
+    topo = tmp_path / "local.toml"
+    topo.write_text(
+        'name = "local"\nprefix = "local"\n[defaults]\nrank = 2\nblock_size = 10\n'
+        '[[nodes]]\nid = "root"\n[[nodes]]\nid = "leaf"\nparent = "root"\n'
+        'source = { kind = "file", path = "readings.csv" }\n'
+    )
+    data = tmp_path / "data.csv"
+    data.write_text("1,2,3\n4,5,6\n")
+    done = subprocess.run(
+        [EDGE_RUNTIME, "replay", "--topology", str(topo), "--data", str(data),
+         "--broker", "mqtt://127.0.0.1:29997"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert done.stderr.count("\n") == 1 and "local source" in done.stderr

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The suite's Python-version-sensitive part on Python 3.13 (Raspberry Pi OS Trixie's Python),
+# in its own virtual environment (.venv-py313). Skipped, with a message, when no python3.13
+# is on PATH. The full suite runs on 3.11 (scripts/test.sh); this run covers the numerics,
+# the wire format, topologies, sources, the CLI's argument handling and one agent on a real
+# broker. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v python3.13 >/dev/null 2>&1; then
+  echo "test-py313: no python3.13 on PATH, skipped" >&2
+  exit 0
+fi
+if [ ! -x .venv-py313/bin/python ]; then
+  python3.13 -m venv .venv-py313
+fi
+.venv-py313/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+.venv-py313/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+  tests/test_fpca_streaming.py tests/test_fpca_merge.py tests/test_fpca_gaussian.py \
+  tests/test_fpca_privacy.py tests/test_analytic_gaussian.py tests/test_privacy_audit.py \
+  tests/test_wire.py tests/test_topology.py tests/test_sources_core.py tests/test_sources.py \
+  tests/test_cli_errors.py tests/test_leaf_sources.py "$@"
