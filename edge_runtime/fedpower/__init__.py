@@ -1,0 +1,52 @@
+"""FedPower numerics: federated power iterations with periodic synchronisation.
+
+numpy/scipy only (no asyncio, MQTT or logging setup), beside `edge_runtime.fpca`::
+
+    from edge_runtime.fedpower import FedPowerServer, LocalGram, local_iterations
+
+Samples are rows, ``(n_samples, n_features)``; a basis is ``(n_features, rank)``. The
+method is FedPower (Guo, Li, Chang, Wang, Zhang, "FedPower: Privacy-Preserving
+Distributed Eigenspace Estimation", arXiv:2103.00704, Machine Learning 2024), built on
+LocalPower (Li, Wang, Chen, Zhang, "Communication-Efficient Distributed SVD via Local Power
+Iterations", ICML 2021): every device keeps its second-moment matrix (`LocalGram`), runs
+``p`` power iterations on it from the global basis (`local_iterations`), and the server
+aligns the replies by Orthogonal Procrustes Transformation, averages them weighted by
+sample counts and orthonormalises (`aggregate`), on the schedule ``I_T^p`` (`Schedule`,
+optionally decaying ``p``). The server loop with partial participation (Algorithm 3) is
+`FedPowerServer`, time passed in; `run_fedpower` drives it in one process. Differential
+privacy: Gaussian noise on every local product, accounted with Renyi DP
+(`edge_runtime.fedpower.accounting`).
+"""
+
+from edge_runtime.fedpower.accounting import (
+    MECHANISM,
+    FedPowerBudget,
+    fedpower_noise_std,
+    power_step_sensitivity,
+    rdp_epsilon,
+)
+from edge_runtime.fedpower.aggregation import aggregate, procrustes_rotation
+from edge_runtime.fedpower.local_gram import LocalGram
+from edge_runtime.fedpower.power import local_iterations, orthonormalise
+from edge_runtime.fedpower.schedule import Schedule
+from edge_runtime.fedpower.server import FedPowerServer, RoundRecord, RoundStart
+from edge_runtime.fedpower.simulation import FedPowerResult, run_fedpower
+
+__all__ = [
+    "MECHANISM",
+    "FedPowerBudget",
+    "FedPowerResult",
+    "FedPowerServer",
+    "LocalGram",
+    "RoundRecord",
+    "RoundStart",
+    "Schedule",
+    "aggregate",
+    "fedpower_noise_std",
+    "local_iterations",
+    "orthonormalise",
+    "power_step_sensitivity",
+    "procrustes_rotation",
+    "rdp_epsilon",
+    "run_fedpower",
+]
