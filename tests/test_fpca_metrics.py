@@ -144,3 +144,12 @@ def test_metrics_reject_bad_input_with_a_message_naming_it(
 ) -> None:
     with pytest.raises(error, match=message):
         call()  # type: ignore[operator]
+
+
+def test_a_float32_basis_of_full_rank_data_scores_one_and_a_wrong_basis_inf() -> None:
+    """Rank-3 data at r = 3: the offline error is zero; a basis rounded to float32 (the wire's
+    dtype) still spans the data to rounding and scores 1.0, a basis missing a direction inf."""
+    x = np.c_[np.random.default_rng(0).normal(size=(400, 3)), np.zeros(400)]
+    exact = np.linalg.svd(x, full_matrices=False)[2][:3].T
+    assert error_ratio(x, exact.astype(np.float32).astype(np.float64)) == 1.0
+    assert error_ratio(x, np.eye(4)[:, [0, 1, 3]]) == float("inf")
