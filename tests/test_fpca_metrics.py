@@ -36,6 +36,10 @@ def test_public_names_are_exactly_the_contract_list() -> None:
             "projection_error",
             "error_ratio",
             "principal_angles",
+            "AnomalyScorer",
+            "q_limit",
+            "t2_limit",
+            "total_energy",
         ]
     )
     for name in edge_runtime.fpca.__all__:

@@ -10,9 +10,11 @@ Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal
 "Federated Principal Component Analysis", NeurIPS 2020: the block update, eq. (3),
 and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`;
 the federation of Alg. 1 as a balanced tree of merges in `merge_many` and, updated one
-child at a time in O(log k) merges, `MergeTree`. Differential privacy (streaming
-MOD-SuLQ, eq. (5)-(8), Lemma 2) is ``FPCAEdge(..., privacy=(epsilon, delta),
-clip_norm=C)``; its noise scales and block sizes are in `edge_runtime.fpca.privacy`.
+child at a time in O(log k) merges, `MergeTree`. Differential privacy is ``FPCAEdge(..., privacy=(epsilon, delta), clip_norm=C)``: the
+analytic Gaussian mechanism by default, streaming MOD-SuLQ (eq. (5)-(8)) as
+``mechanism="fpca-eq8"``; `edge_runtime.fpca.privacy` has the noise scales. Anomaly
+scores of readings against a model (Q/SPE, Hotelling's T^2 and their control limits)
+are `AnomalyScorer`.
 """
 
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
@@ -22,11 +24,13 @@ from edge_runtime.fpca.metrics import (
     principal_angles,
     projection_error,
 )
+from edge_runtime.fpca.scoring import AnomalyScorer, q_limit, t2_limit, total_energy
 from edge_runtime.fpca.streaming import FPCAEdge
 from edge_runtime.fpca.subspace import Subspace
 from edge_runtime.fpca.tree import MergeTree
 
 __all__ = [
+    "AnomalyScorer",
     "FPCAEdge",
     "MergeTree",
     "Subspace",
@@ -36,4 +40,7 @@ __all__ = [
     "offline_subspace",
     "principal_angles",
     "projection_error",
+    "q_limit",
+    "t2_limit",
+    "total_energy",
 ]

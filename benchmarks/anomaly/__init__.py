@@ -1,0 +1,1 @@
+"""Anomaly-detection benchmark: seeded faults injected into Motes light, scored by Q and T^2."""
