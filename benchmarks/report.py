@@ -3,9 +3,10 @@
 `done_when` evaluates the Done-when criteria of issue 3 on one run's results,
 `privacy_done_when` those of issues 5 and 10 (differential privacy) and `fleet_done_when`
 those of issue 9 that the fleet benchmark measures; the report opens with those tables,
-then one section per benchmark (a)-(g) with its table and plot (section (f) and its plot
+then one section per benchmark (a)-(h) with its table and plot (section (f) and its plot
 come from `benchmarks.privacy.report_section`, section (g) and its plot from
-`benchmarks.fleet_report`). Plots
+`benchmarks.fleet_report`, section (h) and its plot from
+`benchmarks.fedpower.report_section`; `fedpower_done_when` is issue 12's item). Plots
 use matplotlib's Agg backend (no display needed). `load_results` reads a
 ``results.json`` back (for ``benchmarks.run --only ... --update``).
 """
@@ -31,6 +32,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from benchmarks import fleet_report
 from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE, Trajectory
 from benchmarks.baselines import FrequentDirections
+from benchmarks.fedpower import report_section as fedpower_report
+from benchmarks.fedpower.section import FedPowerBenchResults
 from benchmarks.fleet import MotesResult, SweepResult
 from benchmarks.fleet_live import AgentCostResult, LatencyResult
 from benchmarks.fleet_wire import DtypeResult
@@ -45,6 +48,7 @@ __all__ = [
     "Results",
     "clear_results",
     "done_when",
+    "fedpower_done_when",
     "fleet_done_when",
     "load_results",
     "privacy_done_when",
@@ -103,6 +107,7 @@ class Results:
     fleet_latency: LatencyResult | None = None
     fleet_agent: AgentCostResult | None = None
     fleet_dtype: DtypeResult | None = None
+    fedpower: FedPowerBenchResults | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -119,6 +124,7 @@ BENCHMARK_FIELDS: dict[str, tuple[str, ...]] = {
     "fleet-latency": ("fleet_latency",),
     "fleet-agent": ("fleet_agent",),
     "fleet-dtype": ("fleet_dtype",),
+    "fedpower": ("fedpower",),
 }
 
 
@@ -206,6 +212,19 @@ def fleet_done_when(res: Results) -> list[Check]:
     """The Done-when items of issue 9 the fleet benchmark measured (empty without it)."""
     found = fleet_report.checks(res.fleet_sweep, res.fleet_motes, res.fleet_latency)
     return [Check(c.item, c.measured, c.target, c.passed) for c in found]
+
+
+def fedpower_done_when(res: Results) -> list[Check]:
+    """The Done-when item of issue 12 that benchmark (h) meets, empty without (h)."""
+    fp = res.fedpower
+    if fp is None:
+        return []
+    measured = (
+        f"section (h): {len(fp.curves)} FedPower runs and {len(fp.fpca)} FPCA runs on "
+        f"{len(fp.shapes)} datasets (no fault, straggler, dead leaf; private at "
+        f"({fp.epsilon:g}, {fp.delta:g}))"
+    )
+    return [Check("The benchmark table is in REPORT.md", measured, "present", bool(fp.curves))]
 
 
 def _mark(passed: bool | None) -> str:
@@ -632,6 +651,19 @@ def write_report(res: Results, out_dir: Path) -> Path:
             "Details and every number in section (g).",
             "",
         ]
+    fedpower_checks = fedpower_done_when(res)
+    if fedpower_checks:
+        lines += [
+            "## Done-when check (issue 12: FedPower beside FPCA, measured by benchmark (h))",
+            "",
+            _table(
+                ["item", "measured", "target", "result"],
+                [[c.item, c.measured, c.target, _mark(c.passed)] for c in fedpower_checks],
+            ),
+            "",
+            "Details and every number in section (h).",
+            "",
+        ]
     lines += [
         "## Environment",
         "",
@@ -657,6 +689,8 @@ def write_report(res: Results, out_dir: Path) -> Path:
     lines += fleet_report.section(
         res.fleet_sweep, res.fleet_motes, res.fleet_latency, res.fleet_agent, res.fleet_dtype
     )
+    if res.fedpower is not None:
+        lines += fedpower_report.section(res.fedpower)
     path = out_dir / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
@@ -830,4 +864,5 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         plot = privacy_report.write_plot(res.private_mode, out_dir)
         paths += [] if plot is None else [plot]
     paths += fleet_report.write_plot(res.fleet_sweep, out_dir)
+    paths += fedpower_report.write_plot(res.fedpower, out_dir)
     return paths

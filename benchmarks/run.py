@@ -12,7 +12,9 @@ numbers); the full run takes a few minutes on a 2-core machine. The output direc
 the directory's ``results.json``, so one section of a full report can be re-run
 without re-timing the rest. The fleet benchmark (g) (``fleet-sweep``, ``fleet-motes``,
 ``fleet-latency``, ``fleet-agent``, ``fleet-dtype``; ``fleet`` names all five) runs the
-runtime in subprocesses against Mosquitto and only when named in ``--only``. See
+runtime in subprocesses against Mosquitto and only when named in ``--only``; so does
+the FPCA vs FedPower benchmark (h) (``--only fedpower``, about a minute, numerics in one
+process). See
 ``benchmarks/README.md`` for what each benchmark measures.
 """
 
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import accuracy, fleet, fleet_live, fleet_wire, memory, report, timing
+from benchmarks.fedpower import section as fedpower_section
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
 from benchmarks.synth import SYNTH_ALPHAS, synth
@@ -47,6 +50,7 @@ __all__ = [
     "FLEET",
     "FULL",
     "GROUPS",
+    "ON_REQUEST",
     "QUICK",
     "Sizes",
     "expand_names",
@@ -86,6 +90,7 @@ class Sizes:
     memory_ipca_max: int = 10**6
     privacy: privacy_section.PrivacySizes = privacy_section.FULL
     fleet: fleet.FleetSizes = fleet.FULL
+    fedpower: fedpower_section.FedPowerSizes = fedpower_section.FULL
 
 
 FULL = Sizes("full")
@@ -109,6 +114,7 @@ QUICK = Sizes(
     memory_ipca_max=10**4,
     privacy=privacy_section.QUICK,
     fleet=fleet.QUICK,
+    fedpower=fedpower_section.QUICK,
 )
 
 
@@ -235,6 +241,10 @@ def _bench_fleet_dtype(res: report.Results, sizes: Sizes, log: Callable[[str], N
     res.fleet_dtype = fleet_wire.measure_dtypes(log)
 
 
+def _bench_fedpower(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.fedpower = fedpower_section.run_fedpower_benchmark(sizes.fedpower, log)
+
+
 BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], None]] = {
     "accuracy": _bench_accuracy,
     "throughput": _bench_throughput,
@@ -247,12 +257,15 @@ BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], N
     "fleet-latency": _bench_fleet_latency,
     "fleet-agent": _bench_fleet_agent,
     "fleet-dtype": _bench_fleet_dtype,
+    "fedpower": _bench_fedpower,
 }
 #: The fleet benchmark (g): subprocesses and a broker, minutes at full size; run only on
 #: request (``--only fleet`` or some of its parts).
 FLEET: tuple[str, ...] = tuple(name for name in BENCHMARKS if name.startswith("fleet-"))
+#: FPCA vs FedPower (h): run only on request (``--only fedpower``), like the fleet.
+ON_REQUEST: tuple[str, ...] = (*FLEET, "fedpower")
 #: What a run without ``only`` runs: the library benchmarks (a)-(f).
-DEFAULT_BENCHMARKS: tuple[str, ...] = tuple(name for name in BENCHMARKS if name not in FLEET)
+DEFAULT_BENCHMARKS: tuple[str, ...] = tuple(n for n in BENCHMARKS if n not in ON_REQUEST)
 #: Names that stand for several benchmarks in ``only``.
 GROUPS: dict[str, tuple[str, ...]] = {"fleet": FLEET}
 
@@ -293,7 +306,7 @@ def run_suite(
         Created if missing; receives ``REPORT.md``, ``results.json`` and PNGs.
     only : sequence of str or None
         Names from `BENCHMARKS` or `GROUPS`; None runs `DEFAULT_BENCHMARKS` (all but
-        the fleet benchmark).
+        the fleet benchmark and fedpower).
     update : bool, default=False
         Start from ``out_dir/results.json`` (a run of the same mode): the benchmarks not
         in ``only`` keep their results there, those in ``only`` are replaced, and the
@@ -409,8 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only",
         nargs="+",
         choices=[*BENCHMARKS, *GROUPS],
-        help="run only these benchmarks (default: all but the fleet benchmark; 'fleet' "
-        "names its five parts)",
+        help="run only these benchmarks (default: all but the fleet benchmark and fedpower; "
+        "'fleet' names its five parts)",
     )
     parser.add_argument(
         "--update",
@@ -457,7 +470,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--run-timeout must be > 0 seconds, got {args.run_timeout:g}")
         sizes = dataclasses.replace(sizes, fleet=dataclasses.replace(sizes.fleet, **fleet_options))
     res = run_suite(sizes, args.out, only=args.only, update=args.update)
-    found = report.done_when(res) + report.privacy_done_when(res) + report.fleet_done_when(res)
+    found = (
+        report.done_when(res)
+        + report.privacy_done_when(res)
+        + report.fleet_done_when(res)
+        + report.fedpower_done_when(res)
+    )
     failed = [c for c in found if c.passed is False]
     for c in failed:
         print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")

@@ -16,6 +16,7 @@ import numpy as np
 import structlog
 
 from edge_runtime.agents import AgentSettings
+from edge_runtime.agents.fedpower_core import largest_angle
 from edge_runtime.fpca import error_ratio
 from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy_of
 from edge_runtime.replay import Replayer, ReplayStats
@@ -30,7 +31,14 @@ from edge_runtime.workers import (
     peak_rss_bytes,
 )
 
-__all__ = ["Arrivals", "Progress", "RunSummary", "clear_retained", "run_topology"]
+__all__ = [
+    "Arrivals",
+    "Progress",
+    "RunSummary",
+    "clear_retained",
+    "fedpower_settled",
+    "run_topology",
+]
 
 log = structlog.get_logger("edge_runtime.runner")
 
@@ -72,7 +80,14 @@ class RunSummary:
     ``peak_rss_bytes`` is the sum of the peak resident set sizes of this process and of
     every worker process (an upper bound of the run's simultaneous peak; the broker is
     not counted). ``workers`` is the number of processes that hosted the agents (1:
-    this one).
+    this one). ``algorithm`` is the topology's; for ``"fedpower"`` ``rounds`` is the round
+    of the final model (its ``seq``), None for FPCA.
+
+    When a FedPower run stops (`fedpower_settled`): after the replay (every reading
+    durable, or its timeout), at the first model that covers every reading and whose basis
+    is within ``fedpower_tolerance_rad`` (largest principal angle) of the previous model
+    that also covered every reading; or at the first covering model of round
+    ``fedpower_rounds`` when that is set; else after ``settle_timeout_s``.
     """
 
     samples: int
@@ -99,6 +114,8 @@ class RunSummary:
     undelivered: int = 0
     peak_rss_bytes: int = 0
     workers: int = 1
+    algorithm: str = "fpca"
+    rounds: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The summary as a JSON-ready mapping."""
@@ -111,7 +128,7 @@ async def clear_retained(topology: Topology, settings: AgentSettings) -> None:
     A zero-length retained publish removes the retained message (MQTT 3.1.1 §3.3.1.3),
     so a new run never merges a previous run's snapshots.
     """
-    topics = [topology.model_topic()]
+    topics = [topology.model_topic(), topology.round_topic()]
     for node in topology.nodes:
         topics += [
             topology.subspace_topic(node),
@@ -175,6 +192,30 @@ class Arrivals:
         parts = [self.at[leaf] - np.asarray(first_sent[leaf]) for leaf in self.at]
         flat = np.concatenate(parts) if parts else np.empty(0)
         return flat[np.isfinite(flat)]
+
+
+def fedpower_settled(
+    topology: Topology, expected: Mapping[str, int]
+) -> Callable[[SubspaceMessage | None], bool]:
+    """The stop rule of a FedPower run (see `RunSummary`), as a predicate over the models
+    in arrival order (a model seen twice gives the same answer)."""
+    config = topology.fedpower
+    state: dict[str, object] = {"previous": None, "last": None, "answer": False}
+
+    def settled(model: SubspaceMessage | None) -> bool:
+        if model is None or not covers(model, expected):
+            return False
+        if model is state["last"]:
+            return bool(state["answer"])
+        previous = state["previous"]
+        answer = config.rounds > 0 and model.seq >= config.rounds
+        if isinstance(previous, SubspaceMessage) and previous.seq < model.seq:
+            angle = largest_angle(previous.subspace.basis, model.subspace.basis)
+            answer = answer or angle <= config.tolerance_rad
+        state.update(previous=model, last=model, answer=answer)
+        return answer
+
+    return settled
 
 
 def _percentile(values: np.ndarray, q: float) -> float | None:
@@ -271,7 +312,12 @@ async def run_topology(
             stats = await replayer.run(on_sent)
             log.info("replay_done", elapsed_s=round(time.monotonic() - start, 3))
             try:
-                model = await watcher.wait_until(lambda m: covers(m, expected), settle_timeout_s)
+                done: Callable[[SubspaceMessage | None], bool] = (
+                    fedpower_settled(topology, expected)
+                    if topology.algorithm == "fedpower"
+                    else (lambda m: covers(m, expected))
+                )
+                model = await watcher.wait_until(done, settle_timeout_s)
             except TimeoutError:
                 model = watcher.model
             log.info("settled", elapsed_s=round(time.monotonic() - start, 3))
@@ -335,6 +381,8 @@ async def run_topology(
         undelivered=sum(a.undelivered for a in agents),
         peak_rss_bytes=sum(rss.values()),
         workers=host.workers,
+        algorithm=topology.algorithm,
+        rounds=None if topology.algorithm != "fedpower" or model is None else model.seq,
     )
 
 

@@ -67,6 +67,7 @@ from edge_runtime.fpca.privacy import MECHANISMS, gaussian_default_block_size
 from edge_runtime.sources.spec import SourceSpec
 
 __all__ = [
+    "ALGORITHMS",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_PREFIX",
     "DEFAULT_RELEASE_HORIZON",
@@ -74,6 +75,7 @@ __all__ = [
     "RESERVED_IDS",
     "SPLITS",
     "STALE_POLICIES",
+    "FedPowerConfig",
     "NodeConfig",
     "Topology",
     "TopologyError",
@@ -100,7 +102,9 @@ release pays 1.5x and the 64th 2.4x instead of 8x."""
 MAX_ID_LENGTH = 64
 """Longest node id, in characters."""
 
-RESERVED_IDS: frozenset[str] = frozenset({"subspace", "status", "model", "confirm"})
+RESERVED_IDS: frozenset[str] = frozenset(
+    {"subspace", "status", "model", "confirm", "round", "reply"}
+)
 """Ids that would collide with the topic names a node publishes under its path."""
 
 SPLITS: tuple[str, ...] = ("contiguous", "round-robin")
@@ -158,7 +162,22 @@ _PUBLISH_KEYS = (
     "publish_spectrum_change",
     "publish_growth",
 )
-_TOP_LEVEL_KEYS = ("name", "prefix", "defaults", "data", "nodes")
+ALGORITHMS: tuple[str, ...] = ("fpca", "fedpower")
+"""The federated algorithms a topology may run (top-level ``algorithm``)."""
+
+_FEDPOWER_KEYS = (
+    "fedpower_local_steps",
+    "fedpower_decay",
+    "fedpower_rounds",
+    "fedpower_quorum",
+    "fedpower_round_timeout_s",
+    "fedpower_round_interval_s",
+    "fedpower_idle_interval_s",
+    "fedpower_opt",
+    "fedpower_tolerance_rad",
+    "fedpower_seed",
+)
+_TOP_LEVEL_KEYS = ("name", "prefix", "algorithm", *_FEDPOWER_KEYS, "defaults", "data", "nodes")
 _DATA_KEYS = ("dataset", "split")
 
 # Expected kind of each key: "int", "float" (an integer is accepted), "bool", "str", "bounds".
@@ -193,6 +212,16 @@ _KINDS: dict[str, str] = {
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
+    "algorithm": "str",
+    "fedpower_local_steps": "int",
+    "fedpower_decay": "str",
+    "fedpower_rounds": "int",
+    "fedpower_round_timeout_s": "float",
+    "fedpower_round_interval_s": "float",
+    "fedpower_idle_interval_s": "float",
+    "fedpower_opt": "bool",
+    "fedpower_tolerance_rad": "float",
+    "fedpower_seed": "int",
     "dataset": "str",
     "split": "str",
 }
@@ -705,6 +734,102 @@ class NodeConfig:
 
 
 @dataclass(frozen=True)
+class FedPowerConfig:
+    """The round settings of a FedPower deployment (top-level ``fedpower_*`` keys).
+
+    Defaults are chosen for a streaming deployment of a few to a few hundred leaves and
+    measured on Motes light (topologies/README.md gives the reasons).
+
+    Parameters
+    ----------
+    local_steps : int, default 4
+        ``p``: local power iterations of the first round (`edge_runtime.fedpower.Schedule`).
+    decay : {"exponential", "linear", "none"}, default "exponential"
+        How ``p`` shrinks after each round; ``"exponential"`` halves it down to 1, so the
+        estimate ends in the exact (centralised) power method, with no heterogeneity floor.
+    rounds : int, default 0
+        Rounds after which the root stops starting new ones; 0: open-ended (streaming).
+    quorum : int or float, default 0
+        ``K``: replies that close a round early. An integer ``K >= 1`` (at most the number
+        of leaves), a fraction in (0, 1) of the leaves (rounded up), or 0: all leaves.
+    round_timeout_s : float, default 5
+        A round closes at the latest this long after it started, with the replies it has.
+    round_interval_s : float, default 0.1
+        Least time between the close of a round and the start of the next.
+    idle_interval_s : float, default 5
+        Time between rounds once the estimate settled (the last round moved the basis by
+        less than ``tolerance_rad`` and no participant saw new readings).
+    opt : bool, default True
+        Align the replies by Orthogonal Procrustes (OPT) before averaging.
+    tolerance_rad : float, default 1e-3
+        Largest principal angle between two consecutive global bases below which the
+        estimate counts as settled (the idle cadence above; ``edge-runtime run`` stops).
+    seed : int, default 0
+        Seed of the initial basis ``Z_0`` (a QR of a Gaussian ``(d, r)`` matrix), which
+        every leaf derives identically before the root knows ``d``.
+
+    Raises
+    ------
+    TopologyError
+        One line naming a bad value.
+    """
+
+    local_steps: int = 4
+    decay: str = "exponential"
+    rounds: int = 0
+    quorum: int | float = 0
+    round_timeout_s: float = 5.0
+    round_interval_s: float = 0.1
+    idle_interval_s: float = 5.0
+    opt: bool = True
+    tolerance_rad: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        where = "topology"
+        for key in ("local_steps", "rounds", "seed"):
+            value = _check_kind(where, f"fedpower_{key}", getattr(self, key))
+            low = 1 if key == "local_steps" else 0
+            if value < low:  # type: ignore[operator]
+                raise TopologyError(f"{where}: fedpower_{key} must be >= {low}, got {value}")
+        for key in ("round_timeout_s", "round_interval_s", "idle_interval_s", "tolerance_rad"):
+            value = _check_kind(where, f"fedpower_{key}", getattr(self, key))
+            positive = key == "round_timeout_s"
+            if not math.isfinite(value) or value < 0 or (positive and value == 0):  # type: ignore[arg-type]
+                bound = "> 0" if positive else ">= 0"
+                raise TopologyError(
+                    f"{where}: fedpower_{key} must be a finite number {bound}, got {value}"
+                )
+            object.__setattr__(self, key, value)
+        _check_kind(where, "fedpower_opt", self.opt)
+        _check_kind(where, "fedpower_decay", self.decay)
+        if self.decay not in ("exponential", "linear", "none"):
+            raise TopologyError(
+                f"{where}: fedpower_decay must be 'exponential', 'linear' or 'none', "
+                f"got {self.decay!r}"
+            )
+        q = self.quorum
+        if isinstance(q, bool) or not _is_number(q):
+            raise TopologyError(
+                f"{where}: fedpower_quorum must be an integer >= 0 or a fraction in (0, 1), "
+                f"got {_toml_type(q)} {_toml_repr(q)}"
+            )
+        if isinstance(q, float) and not (0.0 < q < 1.0):
+            raise TopologyError(
+                f"{where}: fedpower_quorum must be an integer >= 0 or a fraction in (0, 1), got {q}"
+            )
+        if isinstance(q, int) and q < 0:
+            raise TopologyError(f"{where}: fedpower_quorum must be >= 0, got {q}")
+
+    def quorum_of(self, n_leaves: int) -> int:
+        """``K`` for ``n_leaves`` leaves: 0 means all, a fraction is rounded up."""
+        q = self.quorum
+        if isinstance(q, float):
+            return max(1, math.ceil(q * n_leaves))
+        return n_leaves if q == 0 else int(q)
+
+
+@dataclass(frozen=True)
 class Topology:
     """A validated aggregation tree with its topic names and dataset split.
 
@@ -725,6 +850,11 @@ class Topology:
         One of `SPLITS`, see `split_rows`.
     source_path : Path or None, default None
         The TOML file this came from, if any.
+    algorithm : {"fpca", "fedpower"}, default "fpca"
+        The federated algorithm (`ALGORITHMS`): FPCA's asynchronous merges, or FedPower's
+        rounds of local power iterations (the root is the server).
+    fedpower : FedPowerConfig, default FedPowerConfig()
+        The round settings when ``algorithm = "fedpower"`` (ignored otherwise).
 
     Raises
     ------
@@ -741,6 +871,8 @@ class Topology:
     dataset: str | None = None
     split: str = "contiguous"
     source_path: Path | None = None
+    algorithm: str = "fpca"
+    fedpower: FedPowerConfig = field(default_factory=FedPowerConfig)
     _children: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _paths: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
@@ -755,6 +887,13 @@ class Topology:
             raise TopologyError(
                 f"split must be one of {', '.join(map(repr, SPLITS))}, got {self.split!r}"
             )
+        if self.algorithm not in ALGORITHMS:
+            raise TopologyError(
+                f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+                f"got {self.algorithm!r}"
+            )
+        if not isinstance(self.fedpower, FedPowerConfig):
+            raise TopologyError(f"fedpower must be a FedPowerConfig, got {self.fedpower!r}")
         if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
             raise TopologyError(f"dataset must be a non-empty string, got {self.dataset!r}")
         nodes = dict(self.nodes)
@@ -783,6 +922,20 @@ class Topology:
                 for key in _PRIVACY_KEYS:
                     if getattr(node, key) is not None:
                         raise TopologyError(_aggregator_privacy_message(node_id, key))
+        n_leaves = sum(1 for node_id in nodes if not children[node_id])
+        if self.algorithm == "fedpower":
+            for node_id, node in nodes.items():
+                if node.epsilon is not None:
+                    raise TopologyError(
+                        f"leaf {node_id!r}: differential privacy is not supported with "
+                        'algorithm = "fedpower" on the runtime yet (edge_runtime.fedpower has '
+                        "the numerics); remove epsilon, delta and clip_norm"
+                    )
+            q = self.fedpower.quorum
+            if isinstance(q, int) and q > n_leaves:
+                raise TopologyError(
+                    f"topology: fedpower_quorum {q} exceeds the number of leaves {n_leaves}"
+                )
         seeds: dict[int, str] = {}
         for node_id, node in nodes.items():
             if node.noise_seed is None:
@@ -821,6 +974,8 @@ class Topology:
                 self.dataset,
                 self.split,
                 self.source_path,
+                self.algorithm,
+                self.fedpower,
             )
         )
 
@@ -893,6 +1048,14 @@ class Topology:
     def model_topic(self) -> str:
         """``<prefix>/<root>/model``: the global estimate (retained)."""
         return f"{self.prefix}/{self.path(self.root)}/model"
+
+    def round_topic(self) -> str:
+        """``<prefix>/<root>/round``: FedPower's round message from the root (retained)."""
+        return f"{self.prefix}/{self.path(self.root)}/round"
+
+    def reply_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/reply``: a FedPower leaf's reply to a round (not retained)."""
+        return f"{self.prefix}/{self.path(node_id)}/reply"
 
     def children_filter(self, node_id: str) -> str:
         """``<prefix>/<path>/+/subspace``: the filter matching the snapshots of the children.
@@ -1163,6 +1326,17 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
     if name == "":
         raise TopologyError('topology: name must be a non-empty string (set name = "...")')
     prefix = _check_kind("topology", "prefix", document.get("prefix", DEFAULT_PREFIX))
+    algorithm = _check_kind("topology", "algorithm", document.get("algorithm", "fpca"))
+    if algorithm not in ALGORITHMS:
+        raise TopologyError(
+            f"topology: unknown algorithm {algorithm!r}, expected one of: "
+            f"{', '.join(map(repr, ALGORITHMS))}"
+        )
+    fedpower_keys = {k: document[k] for k in _FEDPOWER_KEYS if k in document}
+    if fedpower_keys and algorithm != "fedpower":
+        key = next(iter(fedpower_keys))
+        raise TopologyError(f'topology: {key} needs algorithm = "fedpower"')
+    fedpower = FedPowerConfig(**{k.removeprefix("fedpower_"): v for k, v in fedpower_keys.items()})
 
     defaults = _table(document, "defaults")
     _check_defaults_keys(defaults)
@@ -1219,6 +1393,8 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
         dataset=dataset,
         split=split,
         source_path=source,
+        algorithm=algorithm,
+        fedpower=fedpower,
     )
 
 

@@ -246,6 +246,7 @@ REASONS: tuple[str, ...] = (
     "rejects",
     "uptime",
     "extra",
+    "round",
 )
 """Every value `WireError.reason` can take (each is described in the module docstring)."""
 

@@ -27,7 +27,9 @@ def create_agent(
     n_features: int | None = None,
     **leaf_options: Any,
 ) -> Agent:
-    """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`.
+    """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`
+    (with ``algorithm = "fedpower"``: `FedPowerLeafAgent`, `FedPowerRootAgent`,
+    `FedPowerAggregatorAgent`, `edge_runtime.agents.fedpower_agents`).
 
     ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``) go to
     `LeafAgent` and are ignored for aggregators.
@@ -39,6 +41,20 @@ def create_agent(
     """
     if node_id not in topology.nodes:
         raise KeyError(f"node {node_id!r} is not in topology {topology.name!r}")
+    if topology.algorithm == "fedpower":
+        from edge_runtime.agents.fedpower_agents import (
+            FedPowerAggregatorAgent,
+            FedPowerLeafAgent,
+            FedPowerRootAgent,
+        )
+
+        if topology.is_leaf(node_id):
+            return FedPowerLeafAgent(
+                topology, node_id, settings, n_features=n_features, **leaf_options
+            )
+        if node_id == topology.root:
+            return FedPowerRootAgent(topology, node_id, settings)
+        return FedPowerAggregatorAgent(topology, node_id, settings)
     if topology.is_leaf(node_id):
         return LeafAgent(topology, node_id, settings, n_features=n_features, **leaf_options)
     return AggregatorAgent(topology, node_id, settings)

@@ -213,6 +213,8 @@ class LeafAgent(Agent):
     """
 
     role = "leaf"
+    core_class: type[LeafCore] = LeafCore
+    """The core's class (a FedPower leaf swaps in `FedPowerLeafCore`)."""
 
     def __init__(
         self,
@@ -239,7 +241,7 @@ class LeafAgent(Agent):
         self._source_state = "none" if self._source_spec is None else "unopened"
         self.source_error: SourceError | None = None
         self._reject_log = _RejectLog(REJECT_LOG_BURST, REJECT_LOG_INTERVAL_S)
-        self._core = LeafCore(
+        self._core = self.core_class(
             self.config,
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
@@ -300,7 +302,7 @@ class LeafAgent(Agent):
             estimator = (
                 None
                 if state.get("n_features") is None
-                else FPCAEdge.from_state(state, random_state=noise)
+                else self.core_class.estimator_from_state(state, random_state=noise)
             )
         except (ValueError, TypeError) as exc:
             self.log.error("checkpoint_invalid", error=str(exc))
@@ -327,7 +329,7 @@ class LeafAgent(Agent):
                 self.log.error("checkpoint_unwritable", error=str(exc), noise="OS entropy")
                 noise = None
                 if estimator is not None:
-                    estimator = FPCAEdge.from_state(state)
+                    estimator = self.core_class.estimator_from_state(state)
         core = self._core
         core.noise_restarts = restarts
         core.noise = noise

@@ -190,6 +190,11 @@ class LeafCore(NodeCore):
             **privacy,
         }
 
+    @staticmethod
+    def estimator_from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
+        """The estimator of a checkpoint's ``state`` (`FPCAEdge.from_state`)."""
+        return FPCAEdge.from_state(state, random_state=random_state)
+
     def new_estimator(self, n_features: int) -> FPCAEdge:
         """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
         delta bound, a default block too large), here rather than at the first block."""

@@ -4,17 +4,17 @@ numpy/scipy only (no asyncio, MQTT or logging setup), usable alone as a library:
 
     from edge_runtime.fpca import FPCAEdge, merge_subspaces
 
-Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal
-``basis`` ``(n_features, rank)``, its ``singular_values`` ``(rank,)`` and
-``n_samples``. Algorithms are from Grammenos, Mendoza-Smith, Crowcroft, Mascolo,
-"Federated Principal Component Analysis", NeurIPS 2020: the block update, eq. (3),
-and adaptive rank, eq. (4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`;
-the federation of Alg. 1 as a balanced tree of merges in `merge_many` and, updated one
-child at a time in O(log k) merges, `MergeTree`. Differential privacy is ``FPCAEdge(..., privacy=(epsilon, delta), clip_norm=C)``: the
-analytic Gaussian mechanism by default, streaming MOD-SuLQ (eq. (5)-(8)) as
-``mechanism="fpca-eq8"``; `edge_runtime.fpca.privacy` has the noise scales. Anomaly
-scores of readings against a model (Q/SPE, Hotelling's T^2 and their control limits)
-are `AnomalyScorer`.
+Samples are rows, ``(n_samples, n_features)``; a `Subspace` is an orthonormal ``basis``
+``(n_features, rank)``, its ``singular_values`` ``(rank,)`` and ``n_samples``.
+Algorithms are from Grammenos, Mendoza-Smith, Crowcroft, Mascolo, "Federated Principal
+Component Analysis", NeurIPS 2020: the block update, eq. (3), and adaptive rank, eq.
+(4), in `FPCAEdge`; Merge_r, Alg. 2, in `merge_subspaces`; the federation of Alg. 1 as a
+balanced tree of merges in `merge_many` and, updated one child at a time in O(log k)
+merges, `MergeTree`. Differential privacy is ``FPCAEdge(..., privacy=(epsilon, delta),
+clip_norm=C)``: the analytic Gaussian mechanism by default, streaming MOD-SuLQ (eq.
+(5)-(8)) as ``mechanism="fpca-eq8"``; `edge_runtime.fpca.privacy` has the noise scales.
+Anomaly scores of readings against a model (Q/SPE, Hotelling's T^2 and their control
+limits) are `AnomalyScorer`.
 """
 
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
