@@ -246,7 +246,6 @@ REASONS: tuple[str, ...] = (
     "rejects",
     "uptime",
     "extra",
-    "round",
 )
 """Every value `WireError.reason` can take (each is described in the module docstring)."""
 

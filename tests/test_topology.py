@@ -249,6 +249,8 @@ def test_topology_and_nodes_are_frozen() -> None:
 
 def test_the_module_exports_exactly_its_public_names() -> None:
     assert set(topology_module.__all__) == {
+        "ALGORITHMS",
+        "FedPowerConfig",
         "DEFAULT_BLOCK_SIZE",
         "DEFAULT_PREFIX",
         "DEFAULT_RELEASE_HORIZON",
@@ -935,3 +937,55 @@ def test_a_node_config_refuses_an_mqtt_spec_as_source() -> None:
 
     with pytest.raises(TopologyError, match="node 'a': source must be a local SourceSpec"):
         NodeConfig("a", None, rank=1, source=SourceSpec(kind="mqtt"))
+
+
+# ------------------------------------------------------------------------------ fedpower
+_FP_TREE = """
+[defaults]
+rank = 2
+[[nodes]]
+id = "root"
+[[nodes]]
+id = "a"
+parent = "root"
+[[nodes]]
+id = "b"
+parent = "root"
+"""
+
+
+def test_fedpower_defaults_and_keys():
+    from edge_runtime.topology import FedPowerConfig, parse_topology
+
+    assert parse_topology(_FP_TREE).algorithm == "fpca"
+    t = parse_topology('algorithm = "fedpower"\n' + _FP_TREE)
+    assert t.algorithm == "fedpower" and t.fedpower == FedPowerConfig()
+    assert t.fedpower.quorum_of(2) == 2
+    t = parse_topology(
+        'algorithm = "fedpower"\nfedpower_quorum = 0.5\nfedpower_local_steps = 1\n'
+        'fedpower_decay = "none"\nfedpower_opt = false\n' + _FP_TREE
+    )
+    assert t.fedpower.quorum_of(2) == 1 and not t.fedpower.opt
+    assert t.round_topic() == "fpca/root/round" and t.reply_topic("a") == "fpca/root/a/reply"
+    assert load_topology(Path("topologies/motes-light-fedpower.toml")).algorithm == "fedpower"
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ('algorithm = "pca"', "unknown algorithm"),
+        ("fedpower_local_steps = 2", 'needs algorithm = "fedpower"'),
+        ('algorithm = "fedpower"\nfedpower_local_steps = 0', "fedpower_local_steps must be >= 1"),
+        ('algorithm = "fedpower"\nfedpower_quorum = 3', "exceeds the number of leaves 2"),
+        ('algorithm = "fedpower"\nfedpower_quorum = 1.5', "fedpower_quorum must be"),
+        ('algorithm = "fedpower"\nfedpower_round_timeout_s = 0', "fedpower_round_timeout_s"),
+        ('algorithm = "fedpower"\nfedpower_decay = "fast"', "fedpower_decay must be"),
+        ('algorithm = "fedpower"\nfedpower_opt = 1', "fedpower_opt must be a boolean"),
+    ],
+)
+def test_fedpower_bad_keys_are_one_line_errors(head, message):
+    from edge_runtime.topology import parse_topology
+
+    with pytest.raises(TopologyError, match=message) as info:
+        parse_topology(head + "\n" + _FP_TREE)
+    assert "\n" not in str(info.value)

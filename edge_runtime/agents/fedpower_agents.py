@@ -1,0 +1,269 @@
+"""FedPower on the runtime, the async shells: the root (server), leaves and aggregators.
+
+Topics (``<path>`` as for FPCA, `edge_runtime.topology`):
+
+- ``<prefix>/<root>/round`` (retained, QoS 1): the root's `RoundMessage`; every leaf
+  subscribes, a (re)started leaf finds the open round at once, a restarted root continues
+  after it (round number and basis).
+- ``<prefix>/<path>/reply`` (not retained, QoS 1): a leaf's `ReplyMessage`; the root
+  subscribes to every leaf's reply topic (the broker routes them: aggregators forward by
+  doing nothing, there is no pre-aggregation).
+- ``<prefix>/<root>/model`` (retained): the global basis of the last closed round as a
+  `SubspaceMessage` (``seq`` = round), so ``watch`` and ``run`` read it as FPCA's.
+- ``<prefix>/<path>/subspace`` of a leaf: its restore point (`GramEstimator`), under the
+  leaf's usual publish policy; ``status`` / ``status/detail`` / ``confirm`` as for FPCA.
+
+Aggregators of a FedPower tree keep their liveness (Last Will, status) and nothing else:
+the OPT reference at every level is the previous global basis, which only the root holds,
+so pre-aggregating below it would only save bytes on the last hop at the cost of a second
+alignment step (not done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiomqtt
+
+from edge_runtime.agents.base import Agent
+from edge_runtime.agents.core import NodeCore
+from edge_runtime.agents.fedpower_core import FedPowerLeafCore, FedPowerRootCore
+from edge_runtime.agents.leaf import LeafAgent
+from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.fedpower_wire import decode_reply, decode_round, encode_reply, encode_round
+from edge_runtime.topology import Topology
+from edge_runtime.wire import StatusDetail, WireError, encode_subspace
+
+__all__ = ["FedPowerAggregatorAgent", "FedPowerLeafAgent", "FedPowerRootAgent"]
+
+
+class FedPowerLeafAgent(LeafAgent):
+    """A leaf of a FedPower tree: the FPCA leaf's data path with a `LocalGram`, answering
+    the root's rounds (`FedPowerLeafCore`). Same parameters as `LeafAgent`."""
+
+    core_class = FedPowerLeafCore
+
+    @property
+    def core(self) -> FedPowerLeafCore:
+        return self._core  # type: ignore[return-value]
+
+    def subscriptions(self) -> list[str]:
+        return [*super().subscriptions(), self.topology.round_topic()]
+
+    async def handle(self, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        if topic != self.topology.round_topic():
+            await super().handle(message)
+            return
+        payload = message.payload
+        if not payload:
+            return  # a cleared retained round
+        if not isinstance(payload, bytes | bytearray):
+            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        try:
+            msg = decode_round(bytes(payload), max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.reject(exc.reason, topic, str(exc))
+            return
+        reason = self.core.on_round(msg, self.topology.name)
+        if reason is not None:
+            self.reject(reason, topic, f"round {msg.round} refused: {reason}")
+        self.wake()
+
+    async def step(self, client: aiomqtt.Client, now: float) -> None:
+        await super().step(client, now)
+        core = self.core
+        if not core.reply_due():
+            return
+        try:
+            reply = await self._numerics(lambda: core.make_reply(time.time(), self.topology.name))
+        except ValueError as exc:
+            self.reject("round", self.topology.round_topic(), str(exc))
+            return
+        payload = encode_reply(reply, dtype=self.settings.wire_dtype)
+        await self.publish(client, self.topology.reply_topic(self.node_id), payload, retain=False)
+        self.log.debug("reply_published", round=reply.round, n_samples=reply.n_samples)
+
+
+class FedPowerRootAgent(Agent):
+    """The root of a FedPower tree: the server (`FedPowerRootCore`) over MQTT.
+
+    Publishes each round retained on ``<prefix>/<root>/round``, takes the leaves' replies on
+    their ``reply`` topics, closes rounds when the core says (``K`` replies or the round
+    timeout) and publishes the new global basis on ``<prefix>/<root>/model``. Late,
+    duplicate and unasked replies are dropped and counted (status ``extra``); malformed
+    ones are rejects. On start it continues after its own retained round message.
+    """
+
+    role = "root"
+
+    def __init__(
+        self, topology: Topology, node_id: str, settings: AgentSettings | None = None
+    ) -> None:
+        super().__init__(topology, node_id, settings or AgentSettings())
+        s = self.settings
+        self._core = FedPowerRootCore(
+            node_id,
+            topology.leaves(),
+            self.config.rank,
+            topology.fedpower,
+            status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            now=time.monotonic(),
+            deployment=topology.name,
+        )
+        self._reply_topics = {topology.reply_topic(leaf): leaf for leaf in topology.leaves()}
+
+    @property
+    def core(self) -> FedPowerRootCore:
+        return self._core
+
+    model = property(lambda self: self._core.model, doc="The last published model.")
+    rounds = property(lambda self: self._core.rounds_closed, doc="Rounds closed.")
+
+    def subscriptions(self) -> list[str]:
+        return list(self._reply_topics)
+
+    async def prepare(self) -> None:
+        """Continue after this root's retained round message, if there is one."""
+        topic = self.topology.round_topic()
+        try:
+            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
+                await client.subscribe(topic, qos=1)
+                async with asyncio.timeout(self.settings.restore_wait_s):
+                    async for message in client.messages:
+                        payload = message.payload
+                        if isinstance(payload, bytes | bytearray) and payload:
+                            try:
+                                msg = decode_round(bytes(payload))
+                            except WireError as exc:
+                                self.log.warning("retained_round_rejected", reason=exc.reason)
+                            else:
+                                if self._core.restore(msg):
+                                    self.log.info(
+                                        "restored", source="retained round", round=msg.round
+                                    )
+                        break
+        except (TimeoutError, aiomqtt.MqttError):
+            return
+
+    async def handle(self, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        leaf = self._reply_topics.get(topic)
+        payload = message.payload
+        if leaf is None or not payload:
+            return
+        if not isinstance(payload, bytes | bytearray):
+            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        try:
+            reply = decode_reply(bytes(payload), max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.reject(exc.reason, topic, str(exc))
+            return
+        if reply.node_id != leaf:
+            self.reject("node_mismatch", topic, f"reply of {reply.node_id!r} on {leaf!r}'s topic")
+            return
+        reason = self._core.offer(reply, time.monotonic())
+        if reason in ("late", "duplicate", "unasked"):
+            self.log.debug("reply_dropped", leaf=leaf, round=reply.round, reason=reason)
+        elif reason is not None:
+            self.reject(reason, topic, f"reply of {leaf!r} to round {reply.round}: {reason}")
+        self.wake()
+
+    async def step(self, client: aiomqtt.Client, now: float) -> None:
+        core = self._core
+        if core.close_due(now):
+            model = await asyncio.to_thread(core.close, now, time.time())
+            if model is not None:
+                payload = encode_subspace(model, dtype=self.settings.wire_dtype)
+                await self.publish(client, self.topology.model_topic(), payload)
+            self.log.debug("round_closed", round=core.round, participants=core.last_participants)
+        msg = core.round_due(time.monotonic(), time.time())
+        if msg is not None:
+            payload = encode_round(msg, dtype=self.settings.wire_dtype)
+            await self.publish(client, self.topology.round_topic(), payload)
+
+    async def on_connected(self, client: aiomqtt.Client) -> None:
+        msg = self._core.round_message
+        if msg is not None and self._core.open:  # retained, but a reconnect may follow a purge
+            await self.publish(
+                client,
+                self.topology.round_topic(),
+                encode_round(msg, dtype=self.settings.wire_dtype),
+            )
+
+    async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        return None  # the retained round and model are the state a restart continues from
+
+    def status_detail(self) -> StatusDetail:
+        core = self._core
+        model = core.model
+        return StatusDetail(
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            rank=0 if model is None else model.rank,
+            n_samples=0 if model is None else model.n_samples,
+            seq=core.round,
+            epoch=core.epoch,
+            rejects=dict(core.rejects),
+            uptime_s=round(self.uptime_s(), 3),
+            extra=core.status_extra(time.monotonic()),
+        )
+
+
+class FedPowerAggregatorAgent(Agent):
+    """An aggregator of a FedPower tree: liveness (Last Will) and a status document only;
+    its leaves' replies reach the root directly through the broker (module docstring)."""
+
+    role = "aggregator"
+
+    def __init__(
+        self, topology: Topology, node_id: str, settings: AgentSettings | None = None
+    ) -> None:
+        super().__init__(topology, node_id, settings or AgentSettings())
+        s = self.settings
+        self._core = NodeCore(
+            node_id,
+            AGGREGATOR_PUBLISH,
+            StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            0.0,
+            time.monotonic(),
+        )
+        self._core.settle_status()
+
+    @property
+    def core(self) -> NodeCore:
+        return self._core
+
+    def subscriptions(self) -> list[str]:
+        return []
+
+    async def handle(self, message: aiomqtt.Message) -> None:
+        return None
+
+    async def step(self, client: aiomqtt.Client, now: float) -> None:
+        return None
+
+    async def on_connected(self, client: aiomqtt.Client) -> None:
+        return None
+
+    async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        return None
+
+    def status_detail(self) -> StatusDetail:
+        return StatusDetail(
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            rank=0,
+            n_samples=0,
+            seq=0,
+            epoch="fedpower",
+            rejects=dict(self._core.rejects),
+            uptime_s=round(self.uptime_s(), 3),
+            extra={"algorithm": "fedpower", "children": self.topology.children(self.node_id)},
+        )
