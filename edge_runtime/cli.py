@@ -41,6 +41,8 @@ from edge_runtime.datasets import DatasetError, load_dataset
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
 from edge_runtime.monitor import STALE_AFTER_S, ModelWatcher, privacy_of
+from edge_runtime.plots import PlotError, RunRecorder, describe, prepare_dir, require_matplotlib
+from edge_runtime.plots import write_plots as _write_plots
 from edge_runtime.replay import DEFAULT_BATCH_SIZE, Replayer, wait_online
 from edge_runtime.runner import Progress, RunSummary, run_topology
 from edge_runtime.sources import SourceError
@@ -152,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="processes hosting the agents, spread over the cores (default: the number of "
         f"cores, {os.cpu_count() or 1} here); 1 runs every agent in this process",
+    )
+    run.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="write PNGs into DIR (created if needed): root coverage and error ratio over "
+        "time, scree plot of the final model, anomaly timeline; needs the plot extra "
+        "(pip install 'edge-runtime[plot]')",
     )
 
     agent = sub.add_parser(
@@ -436,6 +446,12 @@ def _hosts_text(workers: int) -> str:
 
 # ---------------------------------------------------------------------------- commands
 async def _cmd_run(args: argparse.Namespace) -> int:
+    if args.plot is not None:  # up front: not after a run of minutes
+        try:
+            require_matplotlib()
+            prepare_dir(args.plot)
+        except PlotError as exc:
+            raise CliError(str(exc)) from None
     topology = _topology(args.topology)
     workers = min(args.workers, len(topology.nodes))
     needed = run_descriptors_needed(len(topology.nodes), workers, local_broker=not args.broker)
@@ -452,6 +468,7 @@ async def _cmd_run(args: argparse.Namespace) -> int:
             broker = stack.enter_context(LocalMosquitto())
             settings = AgentSettings(host=broker.host, port=broker.port)
         line = _ProgressLine(enabled=not args.json and sys.stderr.isatty())
+        recorder = None if args.plot is None else RunRecorder(data)
         try:
             summary = await run_topology(
                 topology,
@@ -462,15 +479,24 @@ async def _cmd_run(args: argparse.Namespace) -> int:
                 progress=line,
                 workers=workers,
                 log_level=args.log_level or DEFAULT_LOG_LEVEL["run"],
+                recorder=recorder,
             )
         except WorkerError as exc:
             raise CliError(str(exc), EXIT_FAILED) from None
         finally:
             line.close()
+    plots: dict[str, str] = {}
+    if recorder is not None:
+        try:
+            plots = dict(describe(_write_plots(recorder, args.plot), recorder))
+        except PlotError as exc:
+            raise CliError(str(exc), EXIT_FAILED) from None
     if args.json:
-        print(json.dumps(summary.as_dict()))
+        print(json.dumps(summary.as_dict() | ({"plots": list(plots)} if recorder else {})))
     else:
         _print_summary(summary)
+        for i, (path, what) in enumerate(plots.items()):
+            print(f"{'plots' if i == 0 else '':<20}{path}  ({what})")
     if not summary.covered:
         print(
             f"edge-runtime: error: the root covers {summary.leaves_reporting} of "

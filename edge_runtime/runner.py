@@ -6,10 +6,12 @@ The agents run in this process (``workers=1``) or spread over worker processes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import aiomqtt
 import numpy as np
@@ -30,6 +32,9 @@ from edge_runtime.workers import (
     cpu_time_s,
     peak_rss_bytes,
 )
+
+if TYPE_CHECKING:
+    from edge_runtime.plots import RunRecorder
 
 __all__ = [
     "Arrivals",
@@ -233,6 +238,7 @@ async def run_topology(
     workers: int = 1,
     log_level: str = "warning",
     startup_timeout_s: float = 120.0,
+    recorder: RunRecorder | None = None,
 ) -> RunSummary:
     """Run all agents of ``topology``, replay ``data`` and summarise.
 
@@ -259,6 +265,10 @@ async def run_topology(
         Log level of the worker processes.
     startup_timeout_s : float, default 120
         Seconds for the worker processes to start and connect their agents.
+    recorder : edge_runtime.plots.RunRecorder, optional
+        Gets every root model as it arrives (``on_model``, seconds since the start), the
+        leaves' status documents while the agents run (``listen``) and the final model
+        (``finish``), for ``--plot``.
 
     Raises
     ------
@@ -297,8 +307,11 @@ async def run_topology(
 
     def on_model(model: SubspaceMessage) -> None:
         nonlocal latest
-        arrivals.update(model, time.monotonic())
+        now = time.monotonic()
+        arrivals.update(model, now)
         latest = model
+        if recorder is not None:
+            recorder.on_model(model, now - start)
         report()
 
     def on_sent(rows: int) -> None:
@@ -336,9 +349,14 @@ async def run_topology(
             startup_timeout_s=startup_timeout_s,
             log_level=log_level,
         )
-    async with host:
+    listen = (
+        contextlib.nullcontext() if recorder is None else recorder.listen(topology, settings, start)
+    )
+    async with listen, host:
         replay, model = await host.guard(replay_and_settle())
         reports = await host.close()  # every agent publishes its final snapshot
+    if recorder is not None:
+        recorder.finish(model, time.monotonic() - start)
     report()
     _log_hosts(reports, time.monotonic() - start)
 
