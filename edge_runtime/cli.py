@@ -37,6 +37,7 @@ from edge_runtime.agents.settings import (
 )
 from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
+from edge_runtime.dashboard.cli import add_dashboard_parser, cmd_dashboard
 from edge_runtime.datasets import DatasetError, load_dataset
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
@@ -296,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an online node silent for this many seconds is shown as stale "
         f"(default {STALE_AFTER_S:g}: 2.5 status heartbeats)",
     )
+    add_dashboard_parser(sub, parents=[common, connection])
     return parser
 
 
@@ -709,6 +711,7 @@ COMMANDS = {
     "watch": _cmd_watch,
     "acl": _cmd_acl,
     "bridge": _cmd_bridge,
+    "dashboard": cmd_dashboard,
 }
 DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
 

@@ -1,0 +1,107 @@
+"""The dashboard's MQTT shell: follow the tree's topics into a `DashboardState`.
+
+One aiomqtt connection subscribed to every node's ``status`` and ``status/detail`` and the
+root's model (retained, so a fresh connection gets the whole picture at once); each message
+is folded with ``time.monotonic()``. A lost connection is retried with the agents'
+full-jitter exponential backoff (``AgentSettings.reconnect_min_s`` .. ``reconnect_max_s``)
+until ``stop`` is set. It does not reuse `edge_runtime.monitor.ModelWatcher` as a whole
+because that keeps neither the status documents nor reconnects; it shares its rules
+(liveness, `STALE_AFTER_S`, `privacy_of`, the deployment check) through `DashboardState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+
+import aiomqtt
+import structlog
+
+from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.dashboard.state import DashboardState
+
+__all__ = ["Follower"]
+
+log = structlog.get_logger("edge_runtime.dashboard")
+
+
+class Follower:
+    """Keeps ``state`` up to date from the broker of ``settings``; `changed` wakes waiters.
+
+    Use ``await follower.run(stop)``; it returns once ``stop`` is set.
+    """
+
+    def __init__(self, state: DashboardState, settings: AgentSettings) -> None:
+        self.state = state
+        self.settings = settings
+        self.connections = 0
+        self.failed_attempts = 0
+        self.last_error: str | None = None
+        self._changed = asyncio.Condition()
+
+    def _backoff_s(self, attempt: int) -> float:
+        low = self.settings.reconnect_min_s
+        cap = min(self.settings.reconnect_max_s, low * 2**attempt)
+        return random.uniform(low, max(cap, low))
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_change(self, version: int, timeout_s: float) -> int:
+        """Wait until the state's version differs from ``version`` or ``timeout_s`` passes;
+        return the current version."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: self.state.version != version)
+        return self.state.version
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow until ``stop`` is set, reconnecting after every lost connection."""
+        while not stop.is_set():
+            try:
+                await self._connection(stop)
+                self.failed_attempts = 0
+            except aiomqtt.MqttError as exc:
+                self.last_error = str(exc)
+                self.failed_attempts += 1
+                log.warning("dashboard_disconnected", error=str(exc), attempt=self.failed_attempts)
+            self.state.set_connected(False)
+            await self._notify()
+            if stop.is_set():
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._backoff_s(self.failed_attempts))
+
+    async def _connection(self, stop: asyncio.Event) -> None:
+        async with aiomqtt.Client(
+            **self.settings.client_kwargs(),
+            keepalive=self.settings.keepalive_s,
+            max_queued_incoming_messages=self.settings.max_queued_messages,
+        ) as client:
+            for topic in self.state.topics:
+                await client.subscribe(topic, qos=1)
+            self.connections += 1
+            self.state.set_connected(True)
+            await self._notify()
+            listen = asyncio.create_task(self._listen(client))
+            stopped = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({listen, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (listen, stopped):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if listen.done() and not listen.cancelled() and listen.exception() is not None:
+                raise listen.exception()  # type: ignore[misc]
+
+    async def _listen(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                continue
+            if self.state.fold(str(message.topic), bytes(payload), time.monotonic()):
+                await self._notify()

@@ -1,0 +1,267 @@
+"""The dashboard's view model: MQTT messages folded into a JSON-ready picture of the tree.
+
+A synchronous core without I/O: `DashboardState.fold` takes a topic, a payload and the
+time (seconds on any monotonic clock, passed in, so tests drive it with a virtual clock),
+and `DashboardState.snapshot` gives the view at a time ``now``:
+
+* per node (in tree order): liveness ``online`` / ``stale`` / ``offline`` / ``unknown``
+  (the rules of `edge_runtime.monitor.ModelWatcher.node_states`: an ``online`` node silent
+  for more than ``stale_after_s`` seconds is stale), and from its status document
+  (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank``, ``seq``, the privacy
+  ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
+  node reports one;
+* the root's model (`edge_runtime.wire.SubspaceMessage` on ``<prefix>/<root>/model``): its
+  singular values and each component's share of the captured energy (``sigma_i^2 /
+  sum sigma^2``, a scree plot), samples, rank, leaves covered and privacy
+  (`edge_runtime.monitor.privacy_of`);
+* anomaly rates over time: per node, the last `HISTORY_POINTS` ``(t, rate)`` pairs, ``t``
+  in seconds of the same clock.
+
+Invalid payloads are counted in ``rejects`` (by reason) and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from edge_runtime.monitor import STALE_AFTER_S, privacy_of
+from edge_runtime.topology import Topology
+from edge_runtime.wire import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    StatusDetail,
+    SubspaceMessage,
+    WireError,
+    decode_status,
+    decode_subspace,
+)
+
+__all__ = ["HISTORY_POINTS", "LIVENESS", "DashboardState", "liveness"]
+
+HISTORY_POINTS = 360
+"""Anomaly-rate points kept per node (an hour at one status document per 10 s)."""
+
+LIVENESS: tuple[str, ...] = ("online", "stale", "offline", "unknown")
+"""The states a node is shown in."""
+
+
+def liveness(
+    online: bool | None, last_heard: float | None, now: float, stale_after_s: float
+) -> str:
+    """A node's state: "unknown" (nothing heard), "offline" (its status says so, or its Last
+    Will did), "stale" (online but silent for more than ``stale_after_s``), else "online"."""
+    if online is None:
+        return "unknown"
+    if not online:
+        return "offline"
+    if last_heard is None or now - last_heard > stale_after_s:
+        return "stale"
+    return "online"
+
+
+@dataclass
+class _Node:
+    online: bool | None = None
+    last_heard: float | None = None
+    detail: StatusDetail | None = None
+    anomaly: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY_POINTS)
+    )
+
+
+def _anomaly_rate(extra: Mapping[str, object]) -> float | None:
+    value = extra.get("anomaly_rate")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    rate = float(value)
+    return rate if math.isfinite(rate) else None
+
+
+class DashboardState:
+    """Folds the tree's status, status-detail and model messages into a view model.
+
+    Parameters
+    ----------
+    topology : Topology
+    stale_after_s : float, default `edge_runtime.monitor.STALE_AFTER_S`
+    max_payload_bytes : int
+        Payloads longer than this are rejected unread.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        stale_after_s: float = STALE_AFTER_S,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        if not (stale_after_s > 0 and math.isfinite(stale_after_s)):
+            raise ValueError(f"stale_after_s must be a positive number, got {stale_after_s!r}")
+        self.topology = topology
+        self.stale_after_s = stale_after_s
+        self.max_payload_bytes = max_payload_bytes
+        self.order = self._tree_order()
+        self.nodes: dict[str, _Node] = {node: _Node() for node in self.order}
+        self.model: SubspaceMessage | None = None
+        self.model_heard: float | None = None
+        self.rejects: dict[str, int] = {}
+        self.connected = False
+        self.version = 0
+        self._routes: dict[str, tuple[str, str]] = {}
+        for node in topology.nodes:
+            self._routes[topology.status_topic(node)] = (node, "status")
+            self._routes[topology.status_detail_topic(node)] = (node, "detail")
+        self._routes[topology.model_topic()] = (topology.root, "model")
+
+    def _tree_order(self) -> list[str]:
+        """Node ids depth-first from the root, children in file order."""
+        order: list[str] = []
+        stack = [self.topology.root]
+        while stack and len(order) <= len(self.topology.nodes):
+            node = stack.pop()
+            order.append(node)
+            stack.extend(reversed(self.topology.children(node)))
+        return order
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic to subscribe to: statuses and status documents first, then the model."""
+        return list(self._routes)
+
+    def _reject(self, reason: str) -> None:
+        self.rejects[reason] = self.rejects.get(reason, 0) + 1
+
+    def fold(self, topic: str, payload: bytes, now: float) -> bool:
+        """Take one message at time ``now``; return whether it was one of ours and valid."""
+        route = self._routes.get(topic)
+        if route is None:
+            return False
+        node_id, kind = route
+        node = self.nodes[node_id]
+        if not payload:  # a retained message being cleared
+            return False
+        if kind == "status":
+            if payload not in (b"online", b"offline"):
+                self._reject("status_value")
+                return False
+            node.online = payload == b"online"
+            node.last_heard = now
+        elif kind == "detail":
+            try:
+                detail = decode_status(payload, max_bytes=self.max_payload_bytes)
+            except WireError as exc:
+                self._reject(exc.reason)
+                return False
+            if detail.node_id != node_id:
+                self._reject("node_id")
+                return False
+            node.detail = detail
+            node.last_heard = now
+            if node.online is None:
+                node.online = detail.online
+            rate = _anomaly_rate(detail.extra)
+            if rate is not None:
+                node.anomaly.append((now, rate))
+        else:
+            try:
+                model = decode_subspace(payload, max_bytes=self.max_payload_bytes)
+            except WireError as exc:
+                self._reject(exc.reason)
+                return False
+            if model.deployment not in (None, self.topology.name):
+                self._reject("foreign_deployment")
+                return False
+            self.model = model
+            self.model_heard = now
+        self.version += 1
+        return True
+
+    def set_connected(self, connected: bool) -> None:
+        """Whether the follower is connected to the broker (shown on the page)."""
+        if connected != self.connected:
+            self.connected = connected
+            self.version += 1
+
+    def states(self, now: float) -> dict[str, str]:
+        """Each node's liveness at ``now``, in tree order."""
+        return {
+            node_id: liveness(node.online, node.last_heard, now, self.stale_after_s)
+            for node_id, node in self.nodes.items()
+        }
+
+    def snapshot(self, now: float) -> dict[str, object]:
+        """The JSON-ready view at ``now`` (see the module docstring)."""
+        topology = self.topology
+        states = self.states(now)
+        depth = {topology.root: 0}
+        nodes: list[dict[str, object]] = []
+        for node_id in self.order:
+            node = self.nodes[node_id]
+            parent = topology.nodes[node_id].parent
+            if parent is not None:
+                depth[node_id] = depth[parent] + 1
+            detail = node.detail
+            nodes.append(
+                {
+                    "id": node_id,
+                    "parent": parent,
+                    "depth": depth[node_id],
+                    "leaf": topology.is_leaf(node_id),
+                    "state": states[node_id],
+                    "silent_s": None if node.last_heard is None else now - node.last_heard,
+                    "role": None if detail is None else detail.role,
+                    "n_samples": None if detail is None else detail.n_samples,
+                    "rank": None if detail is None else detail.rank,
+                    "seq": None if detail is None else detail.seq,
+                    "uptime_s": None if detail is None else detail.uptime_s,
+                    "rejects": None if detail is None else sum(detail.rejects.values()),
+                    "privacy": None
+                    if detail is None or detail.privacy is None
+                    else detail.privacy.as_dict(),
+                    "anomaly_rate": node.anomaly[-1][1] if node.anomaly else None,
+                }
+            )
+        counts = dict.fromkeys(LIVENESS, 0)
+        for state in states.values():
+            counts[state] += 1
+        return {
+            "name": topology.name,
+            "prefix": topology.prefix,
+            "root": topology.root,
+            "now": now,
+            "connected": self.connected,
+            "stale_after_s": self.stale_after_s,
+            "counts": counts,
+            "nodes": nodes,
+            "model": self._model_view(now),
+            "anomaly": {
+                node_id: [[t, rate] for t, rate in node.anomaly]
+                for node_id, node in self.nodes.items()
+                if node.anomaly
+            },
+            "rejects": dict(self.rejects),
+        }
+
+    def _model_view(self, now: float) -> dict[str, object] | None:
+        model = self.model
+        if model is None:
+            return None
+        sv = [float(s) for s in model.subspace.singular_values]
+        energy = sum(s * s for s in sv)
+        return {
+            "seq": model.seq,
+            "epoch": model.epoch,
+            "n_samples": model.n_samples,
+            "rank": model.rank,
+            "n_features": int(model.subspace.basis.shape[0]),
+            "centred": model.subspace.mean is not None,
+            "singular_values": sv,
+            "explained": [s * s / energy for s in sv] if energy > 0 else [0.0 for _ in sv],
+            "leaves_covered": sorted(k for k, v in model.provenance.items() if v > 0),
+            "provenance": dict(model.provenance),
+            "privacy": privacy_of(model),
+            "timestamp": model.timestamp,
+            "age_s": None if self.model_heard is None else now - self.model_heard,
+        }
