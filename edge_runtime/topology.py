@@ -53,7 +53,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
@@ -62,6 +62,8 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
+from edge_runtime.fedpower.schedule import Schedule
 from edge_runtime.fpca.continual import MAX_HORIZON
 from edge_runtime.fpca.privacy import MECHANISMS, gaussian_default_block_size
 from edge_runtime.sources.spec import SourceSpec
@@ -700,6 +702,13 @@ class NodeConfig:
     def _check_mechanism(self, where: str) -> None:
         """``mechanism`` (default "gaussian") and the keys that only one mechanism uses."""
         mechanism = MECHANISMS[0] if self.mechanism is None else self.mechanism
+        if mechanism == FEDPOWER_MECHANISM:  # set by a FedPower `Topology` for its leaves
+            for key in ("chunk_size", "release_horizon"):
+                if getattr(self, key) is not None:
+                    raise TopologyError(
+                        f"{where}: {key} is not used with mechanism {FEDPOWER_MECHANISM!r}"
+                    )
+            return
         if mechanism not in MECHANISMS:
             raise TopologyError(
                 f"{where}: mechanism must be one of {', '.join(map(repr, MECHANISMS))}, "
@@ -733,6 +742,33 @@ class NodeConfig:
         object.__setattr__(self, "release_horizon", horizon)
 
 
+def _fedpower_private_leaf(node_id: str, node: NodeConfig, config: FedPowerConfig) -> NodeConfig:
+    """A private leaf of a FedPower topology, with mechanism `FEDPOWER_MECHANISM`.
+
+    Raises
+    ------
+    TopologyError
+        One line: the schedule is unbounded (``fedpower_rounds = 0``), or the leaf names an
+        FPCA mechanism or an FPCA-only key (``chunk_size``, ``forget``, ``center``).
+    """
+    where = f"leaf {node_id!r}"
+    if config.rounds == 0:
+        raise TopologyError(
+            f'{where}: differential privacy with algorithm = "fedpower" needs a bounded '
+            "schedule (fedpower_rounds > 0): the budget covers a known number of local "
+            "iterations"
+        )
+    if node.mechanism not in (None, MECHANISMS[0], FEDPOWER_MECHANISM):
+        raise TopologyError(
+            f"{where}: mechanism {node.mechanism!r} is FPCA's; a FedPower leaf uses "
+            f"{FEDPOWER_MECHANISM!r} (leave mechanism unset)"
+        )
+    if node.chunk_size is not None or node.forget != 1.0:
+        key = "chunk_size" if node.chunk_size is not None else "forget"
+        raise TopologyError(f"{where}: {key} is not used by a private FedPower leaf; remove it")
+    return replace(node, mechanism=FEDPOWER_MECHANISM, release_horizon=None)
+
+
 @dataclass(frozen=True)
 class FedPowerConfig:
     """The round settings of a FedPower deployment (top-level ``fedpower_*`` keys).
@@ -749,6 +785,7 @@ class FedPowerConfig:
         estimate ends in the exact (centralised) power method, with no heterogeneity floor.
     rounds : int, default 0
         Rounds after which the root stops starting new ones; 0: open-ended (streaming).
+        Private leaves need it > 0: their budget covers `total_iterations` local iterations.
     quorum : int or float, default 0
         ``K``: replies that close a round early. An integer ``K >= 1`` (at most the number
         of leaves), a fraction in (0, 1) of the leaves (rounded up), or 0: all leaves.
@@ -820,6 +857,16 @@ class FedPowerConfig:
             )
         if isinstance(q, int) and q < 0:
             raise TopologyError(f"{where}: fedpower_quorum must be >= 0, got {q}")
+
+    @property
+    def total_iterations(self) -> int | None:
+        """``T``: local iterations of all ``rounds`` rounds (what a private leaf's budget
+        covers), or None when the schedule is open-ended (``rounds = 0``)."""
+        if self.rounds == 0:
+            return None
+        decay = None if self.decay == "none" else self.decay
+        schedule = Schedule(self.local_steps, decay=decay)
+        return sum(schedule.local_steps(k) for k in range(1, self.rounds + 1))
 
     def quorum_of(self, n_leaves: int) -> int:
         """``K`` for ``n_leaves`` leaves: 0 means all, a fraction is rounded up."""
@@ -923,14 +970,17 @@ class Topology:
                     if getattr(node, key) is not None:
                         raise TopologyError(_aggregator_privacy_message(node_id, key))
         n_leaves = sum(1 for node_id in nodes if not children[node_id])
+        if self.algorithm != "fedpower":
+            for node_id, node in nodes.items():
+                if node.mechanism == FEDPOWER_MECHANISM:
+                    raise TopologyError(
+                        f"leaf {node_id!r}: mechanism {FEDPOWER_MECHANISM!r} needs "
+                        'algorithm = "fedpower"'
+                    )
         if self.algorithm == "fedpower":
             for node_id, node in nodes.items():
                 if node.epsilon is not None:
-                    raise TopologyError(
-                        f"leaf {node_id!r}: differential privacy is not supported with "
-                        'algorithm = "fedpower" on the runtime yet (edge_runtime.fedpower has '
-                        "the numerics); remove epsilon, delta and clip_norm"
-                    )
+                    nodes[node_id] = _fedpower_private_leaf(node_id, node, self.fedpower)
             q = self.fedpower.quorum
             if isinstance(q, int) and q > n_leaves:
                 raise TopologyError(

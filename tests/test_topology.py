@@ -989,3 +989,54 @@ def test_fedpower_bad_keys_are_one_line_errors(head, message):
     with pytest.raises(TopologyError, match=message) as info:
         parse_topology(head + "\n" + _FP_TREE)
     assert "\n" not in str(info.value)
+
+
+_FP_PRIVATE = "[defaults]\nepsilon = 1.0\ndelta = 1e-5\nclip_norm = 4.0\n"
+
+
+def test_fedpower_private_leaves_get_the_fedpower_mechanism_and_a_budget_horizon():
+    from edge_runtime.fedpower.accounting import MECHANISM
+    from edge_runtime.topology import parse_topology
+
+    t = parse_topology(
+        'algorithm = "fedpower"\nfedpower_rounds = 3\nfedpower_local_steps = 4\n'
+        + _FP_TREE.replace("[defaults]\n", _FP_PRIVATE)
+    )
+    for leaf in ("a", "b"):
+        node = t.nodes[leaf]
+        assert node.mechanism == MECHANISM and node.release_horizon is None
+        assert (node.epsilon, node.delta, node.clip_norm) == (1.0, 1e-5, 4.0)
+    assert t.nodes["root"].epsilon is None
+    assert t.fedpower.total_iterations == 4 + 2 + 1  # exponential decay, 3 rounds
+    linear = parse_topology(
+        'algorithm = "fedpower"\nfedpower_rounds = 5\nfedpower_local_steps = 3\n'
+        'fedpower_decay = "linear"\n' + _FP_TREE
+    )
+    assert linear.fedpower.total_iterations == 3 + 2 + 1 + 1 + 1
+    assert parse_topology('algorithm = "fedpower"\n' + _FP_TREE).fedpower.total_iterations is None
+    shipped = load_topology(Path("topologies/motes-light-fedpower-private.toml"))
+    assert shipped.fedpower.total_iterations == 2
+    assert all(shipped.nodes[leaf].mechanism == MECHANISM for leaf in shipped.leaves())
+
+
+@pytest.mark.parametrize(
+    ("head", "keys", "message"),
+    [
+        ('algorithm = "fedpower"', "", "needs a bounded schedule \\(fedpower_rounds > 0\\)"),
+        (
+            'algorithm = "fedpower"\nfedpower_rounds = 2',
+            'mechanism = "fpca-eq8"\n',
+            "mechanism 'fpca-eq8' is FPCA's",
+        ),
+        ('algorithm = "fedpower"\nfedpower_rounds = 2', "forget = 0.5\n", "forget is not used"),
+        ("", 'mechanism = "fedpower-gaussian-rdp"\n', 'needs algorithm = "fedpower"'),
+        ('algorithm = "fedpower"\nfedpower_rounds = 2', "chunk_size = 4\n", "chunk_size is only"),
+    ],
+)
+def test_fedpower_privacy_errors_are_one_line(head, keys, message):
+    from edge_runtime.topology import parse_topology
+
+    text = head + "\n" + _FP_TREE.replace("[defaults]\n", _FP_PRIVATE + keys)
+    with pytest.raises(TopologyError, match=message) as info:
+        parse_topology(text)
+    assert "\n" not in str(info.value)

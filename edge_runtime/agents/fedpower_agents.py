@@ -12,6 +12,13 @@ Topics (``<path>`` as for FPCA, `edge_runtime.topology`):
   `SubspaceMessage` (``seq`` = round), so ``watch`` and ``run`` read it as FPCA's.
 - ``<prefix>/<path>/subspace`` of a leaf: its restore point (`GramEstimator`), under the
   leaf's usual publish policy; ``status`` / ``status/detail`` / ``confirm`` as for FPCA.
+  A private leaf publishes nothing there (its Gram is raw second-moment data): it restarts
+  from its checkpoint (``--state-dir``), or empty, and says so in a log line.
+
+A private leaf's status document carries its ledger as FPCA's (`PrivacyStatus`: mechanism
+``fedpower-gaussian-rdp``, budget, replace-one neighbours, clip norm, ``noise_std`` sigma in
+unit-ball ``S Q`` units, ``releases`` = local iterations run, ``clipped``), and its
+``extra.fedpower`` the budget's iterations ``T``, those run, and whether it is exhausted.
 
 Aggregators of a FedPower tree keep their liveness (Last Will, status) and nothing else:
 the OPT reference at every level is the previous global basis, which only the root holds,
@@ -34,7 +41,7 @@ from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.fedpower_wire import decode_reply, decode_round, encode_reply, encode_round
 from edge_runtime.topology import Topology
-from edge_runtime.wire import StatusDetail, WireError, encode_subspace
+from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError, encode_subspace
 
 __all__ = ["FedPowerAggregatorAgent", "FedPowerLeafAgent", "FedPowerRootAgent"]
 
@@ -45,9 +52,42 @@ class FedPowerLeafAgent(LeafAgent):
 
     core_class = FedPowerLeafCore
 
+    def __init__(self, topology: Topology, node_id: str, *args: object, **kwargs: object) -> None:
+        # the core needs T before `LeafAgent` restores a checkpoint or makes an estimator
+        self.core_class = FedPowerLeafCore.with_iterations(topology.fedpower.total_iterations)
+        super().__init__(topology, node_id, *args, **kwargs)  # type: ignore[arg-type]
+        self._budget_logged = False
+        if self.core.private and self.checkpoint_path is None:
+            self.log.warning(
+                "private_leaf_without_state_dir",
+                detail="a private FedPower leaf publishes no restore snapshot: "
+                "a restart begins empty (give it --state-dir to keep its readings)",
+            )
+
     @property
     def core(self) -> FedPowerLeafCore:
         return self._core  # type: ignore[return-value]
+
+    async def _publish_snapshot(self, client: aiomqtt.Client, reason: str) -> None:
+        if not self.core.private:  # a private leaf never publishes its Gram
+            await super()._publish_snapshot(client, reason)
+
+    def privacy_status(self) -> PrivacyStatus | None:
+        """The ledger (module docstring), or None without privacy."""
+        privacy = self.privacy
+        if privacy is None:
+            return None
+        est = self.core.estimator
+        return PrivacyStatus(
+            privacy.epsilon,
+            privacy.delta,
+            privacy.clip_norm,
+            noise_std=None if est is None else est.last_noise_std_,
+            mechanism=privacy.mechanism,
+            neighbours=privacy.neighbours,
+            releases=0 if est is None else est.n_releases_,
+            clipped=0 if est is None else est.n_clipped_,
+        )
 
     def subscriptions(self) -> list[str]:
         return [*super().subscriptions(), self.topology.round_topic()]
@@ -82,6 +122,16 @@ class FedPowerLeafAgent(LeafAgent):
             reply = await self._numerics(lambda: core.make_reply(time.time(), self.topology.name))
         except ValueError as exc:
             self.reject("round", self.topology.round_topic(), str(exc))
+            return
+        if reply is None:
+            if not self._budget_logged:
+                self._budget_logged = True
+                self.log.warning(
+                    "privacy_budget_exhausted",
+                    iterations=core.iterations,
+                    round=None if core.round is None else core.round.round,
+                    detail="no more replies: the budget covers no further local iterations",
+                )
             return
         payload = encode_reply(reply, dtype=self.settings.wire_dtype)
         await self.publish(client, self.topology.reply_topic(self.node_id), payload, retain=False)

@@ -9,6 +9,13 @@ No I/O, no clock (time comes in as an argument), as every core of `edge_runtime.
   round message it runs the round's local iterations (`local_iterations`) on ``A_l = S/n``
   from the round's basis and replies with ``Y`` and its sample count (a leaf without
   readings does not reply; a leaf replies at most once per round per process).
+- Differential privacy (a leaf with ``epsilon``, ``delta``, ``clip_norm``; mechanism
+  `edge_runtime.fedpower.accounting.MECHANISM`): readings are clipped into the unit ball
+  (``LocalGram(clip_norm=C)``), every local iteration adds Gaussian noise calibrated by
+  `fedpower_noise_std` for the ``T`` local iterations of the bounded schedule
+  (`FedPowerConfig.total_iterations`), the leaf stops replying once it has run ``T``, its
+  replies carry the guarantee and it never publishes its Gram (no restore snapshot: a
+  private leaf restarts from its checkpoint, or empty).
 - `FedPowerRootCore` wraps `FedPowerServer` (Algorithm 3, partial participation: a round
   closes with ``K`` replies or at its timeout; later replies are dropped and counted) and
   decides when to start rounds, when to close them and what model to publish.
@@ -16,6 +23,7 @@ No I/O, no clock (time comes in as an argument), as every core of `edge_runtime.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 from collections.abc import Mapping, Sequence
@@ -23,15 +31,20 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.agents.aggregator_core import combined_name
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.leaf_core import LeafCore
 from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
 from edge_runtime.fedpower import FedPowerServer, LocalGram, Schedule, local_iterations
+from edge_runtime.fedpower.accounting import (
+    fedpower_noise_std,
+    power_step_sensitivity,
+)
 from edge_runtime.fedpower.aggregation import procrustes_rotation
 from edge_runtime.fedpower_wire import ReplyMessage, RoundMessage, initial_basis
 from edge_runtime.fpca import Subspace
 from edge_runtime.topology import FedPowerConfig
-from edge_runtime.wire import SubspaceMessage
+from edge_runtime.wire import PrivacyParams, SubspaceMessage
 
 __all__ = [
     "FedPowerLeafCore",
@@ -39,6 +52,7 @@ __all__ = [
     "GramEstimator",
     "largest_angle",
     "schedule_of",
+    "weakest_guarantee",
 ]
 
 
@@ -54,32 +68,114 @@ def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
     return float(math.asin(min(1.0, float(np.linalg.norm(residual, 2)))))
 
 
+def weakest_guarantee(params: Sequence[PrivacyParams | None]) -> PrivacyParams | None:
+    """The weakest of ``params`` (max epsilon, delta, clip norm; names joined by ``+``), or
+    None if any is None or there are none (as `weakest_privacy` of FPCA's aggregators)."""
+    if not params or any(p is None for p in params):
+        return None
+    known = [p for p in params if p is not None]
+    return PrivacyParams(
+        max(p.epsilon for p in known),
+        max(p.delta for p in known),
+        max(p.clip_norm for p in known),
+        mechanism=combined_name(p.mechanism for p in known),
+        neighbours=combined_name(p.neighbours for p in known),
+    )
+
+
 class GramEstimator:
     """A `LocalGram` with the attributes `LeafCore` reads of an `FPCAEdge`.
 
     Its ``tracked_subspace`` is the Gram matrix itself, exactly, as a full-rank subspace
-    ``S = U diag(sigma**2) U^T`` (eigendecomposition): the leaf's snapshot on its own
-    ``subspace`` topic is its restore point (a restarted leaf without a checkpoint rebuilds
-    ``S`` from it) and what makes its readings durable; the federation never reads it.
+    ``S = U diag(sigma**2) U^T`` (eigendecomposition): a non-private leaf's snapshot on its
+    own ``subspace`` topic is its restore point (a restarted leaf without a checkpoint
+    rebuilds ``S`` from it) and what makes its readings durable; the federation never reads
+    it. A private estimator's Gram is never published (`FedPowerLeafCore`).
+
+    Privacy (``privacy = (epsilon, delta)`` with ``clip_norm`` and ``iterations`` ``T``):
+    rows are clipped into the unit ball (`LocalGram` ``clip_norm``) and `iterate` adds
+    i.i.d. Gaussian noise to every local product. ``noise_std_`` is ``sigma =
+    fedpower_noise_std(epsilon, delta, T, power_step_sensitivity(rank))`` in the units of
+    ``S Q`` (unit-ball rows, `edge_runtime.fedpower.accounting`); the iterations run on
+    ``A = S / n`` (the reply's weight is ``n``), so each product gets ``sigma / n``, which
+    is ``(S Q + sigma G) / n``: the calibrated mechanism followed by post-processing.
+    At most ``T`` iterations are run (`budget_left`).
     Memory: ``8 d**2`` bytes.
     """
 
-    privacy = None
-    clip_norm = None
-    mechanism = None
-    horizon = 1
-    n_pending_ = 0
-    n_releases_ = 0
-    n_clipped_ = 0
-    last_noise_std_ = None
     chunk_size = None
+    n_pending_ = 0
+    horizon = 1
 
-    def __init__(self, n_features: int, rank: int) -> None:
-        self.gram = LocalGram(n_features)
+    def __init__(
+        self,
+        n_features: int,
+        rank: int,
+        *,
+        privacy: PrivacyParams | None = None,
+        iterations: int | None = None,
+        random_state: Any = None,
+    ) -> None:
         self.n_features_ = n_features
         self.rank_ = min(rank, n_features)
         self.block_size = 1
         self.n_blocks_ = 0
+        self.n_releases_ = 0  # local iterations run (each one a noisy release when private)
+        self.n_clipped_ = 0
+        self.params = privacy
+        if privacy is None:
+            self.privacy: tuple[float, float] | None = None
+            self.clip_norm: float | None = None
+            self.mechanism: str | None = None
+            self.iterations: int | None = None
+            self.noise_std_: float | None = None
+            self.gram = LocalGram(n_features)
+        else:
+            if iterations is None or iterations < 1:
+                raise ValueError(
+                    f"a private FedPower leaf needs iterations T >= 1, got {iterations}"
+                )
+            self.privacy = (privacy.epsilon, privacy.delta)
+            self.clip_norm = privacy.clip_norm
+            self.mechanism = privacy.mechanism
+            self.iterations = int(iterations)
+            self.noise_std_ = fedpower_noise_std(
+                privacy.epsilon,
+                privacy.delta,
+                self.iterations,
+                power_step_sensitivity(self.rank_),
+            )
+            self.gram = LocalGram(n_features, clip_norm=privacy.clip_norm)
+        self.rng = np.random.default_rng(random_state)
+
+    @property
+    def last_noise_std_(self) -> float | None:
+        """``sigma`` in unit-ball ``S Q`` units (what the status ledger reports)."""
+        return self.noise_std_
+
+    @property
+    def budget_left(self) -> int | None:
+        """Local iterations the budget still covers (None: not private)."""
+        return None if self.iterations is None else self.iterations - self.n_releases_
+
+    def iterate(self, z: np.ndarray, steps: int) -> np.ndarray:
+        """``steps`` local iterations on ``A = S / n`` from ``z`` (noisy when private).
+
+        Raises
+        ------
+        ValueError
+            If the budget does not cover ``steps`` more iterations, or ``z`` does not fit.
+        """
+        left = self.budget_left
+        if left is not None and steps > left:
+            raise ValueError(
+                f"privacy budget covers {left} more local iterations, round asks {steps}"
+            )
+        n = self.gram.n_samples
+        sigma = 0.0 if self.noise_std_ is None or n == 0 else self.noise_std_ / n
+        y = local_iterations(self.gram.matrix, z, steps, rng=self.rng, noise_std=sigma)
+        self.n_releases_ += steps
+        return y
 
     @property
     def n_samples_seen_(self) -> int:
@@ -87,7 +183,11 @@ class GramEstimator:
 
     def partial_fit(self, rows: np.ndarray) -> GramEstimator:
         """Add rows ``(n, d)``; ValueError for a wrong width or a non-finite value."""
+        before = self.gram.n_samples
         self.gram.add(rows)
+        if self.clip_norm is not None and self.gram.n_samples > before:
+            x = np.asarray(rows, dtype=np.float64).reshape(-1, self.n_features_)
+            self.n_clipped_ += int(np.count_nonzero(np.linalg.norm(x, axis=1) > self.clip_norm))
         self.n_blocks_ += 1
         return self
 
@@ -119,24 +219,53 @@ class GramEstimator:
         return out
 
     def get_state(self) -> dict[str, object]:
-        """Checkpoint state (arrays and JSON values)."""
-        return {
+        """Checkpoint state (arrays and JSON values); a private one holds its guarantee
+        and ledger (iterations run, readings clipped) too."""
+        state: dict[str, object] = {
             "fedpower_gram": self.gram.gram.copy(),
             "fedpower_n": self.gram.n_samples,
             "fedpower_rank": self.rank_,
             "fedpower_blocks": self.n_blocks_,
+            "fedpower_iterations_run": self.n_releases_,
+            "fedpower_clipped": self.n_clipped_,
         }
+        p = self.params
+        if p is not None:
+            state["fedpower_privacy"] = {
+                "epsilon": p.epsilon,
+                "delta": p.delta,
+                "clip_norm": p.clip_norm,
+                "mechanism": p.mechanism,
+                "neighbours": p.neighbours,
+                "iterations": self.iterations,
+            }
+        return state
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> GramEstimator:
+    def from_state(cls, state: Mapping[str, Any], random_state: Any = None) -> GramEstimator:
         """Inverse of `get_state`; ValueError (one line) for a bad state."""
         if "fedpower_gram" not in state:
             raise ValueError("checkpoint holds no FedPower Gram (an FPCA leaf's checkpoint?)")
         gram = np.asarray(state["fedpower_gram"], dtype=np.float64)
         n = state["fedpower_n"]
-        out = cls(gram.shape[0], int(state["fedpower_rank"]))
-        out.gram = LocalGram.from_state({"gram": gram, "n_samples": n, "clip_norm": None})
+        raw = state.get("fedpower_privacy")
+        privacy, iterations = None, None
+        if raw is not None:
+            raw = dict(raw)
+            iterations = int(raw.pop("iterations"))
+            privacy = PrivacyParams(**raw)
+        out = cls(
+            gram.shape[0],
+            int(state["fedpower_rank"]),
+            privacy=privacy,
+            iterations=iterations,
+            random_state=random_state,
+        )
+        clip = None if privacy is None else privacy.clip_norm
+        out.gram = LocalGram.from_state({"gram": gram, "n_samples": n, "clip_norm": clip})
         out.n_blocks_ = int(state.get("fedpower_blocks", 0))
+        out.n_releases_ = int(state.get("fedpower_iterations_run", 0))
+        out.n_clipped_ = int(state.get("fedpower_clipped", 0))
         return out
 
 
@@ -153,28 +282,86 @@ class FedPowerLeafCore(LeafCore):
         Replies made.
     """
 
+    #: ``T``: local iterations a private leaf's budget covers (`configure`).
+    iterations: int | None = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.round: RoundMessage | None = None
         self.replied_round = 0
         self.replies = 0
+        self.budget_refusals = 0  # rounds not answered because the budget was spent
         super().__init__(*args, **kwargs)
+
+    @classmethod
+    @functools.cache
+    def with_iterations(cls, iterations: int | None) -> type[FedPowerLeafCore]:
+        """This class with ``T`` = ``iterations`` (a shell builds its core from a class)."""
+        return type(cls.__name__, (cls,), {"iterations": iterations})
+
+    def configure(self, fedpower: FedPowerConfig) -> None:
+        """Take the topology's round settings: a private leaf's budget covers
+        ``fedpower.total_iterations`` local iterations (the topology requires it bounded)."""
+        self.iterations = fedpower.total_iterations
+
+    @property
+    def private(self) -> bool:
+        return self.privacy is not None
 
     @staticmethod
     def estimator_from_state(  # type: ignore[override]
         state: Mapping[str, Any], random_state: Any = None
     ) -> GramEstimator:
-        return GramEstimator.from_state(state)
+        return GramEstimator.from_state(state, random_state=random_state)
 
     def new_estimator(self, n_features: int) -> GramEstimator:  # type: ignore[override]
-        return GramEstimator(n_features, self.config.rank)
+        """A fresh `GramEstimator` (private with this leaf's guarantee and ``T``).
+
+        Raises
+        ------
+        ValueError
+            For a private leaf without ``T`` (`configure` not called, or an unbounded
+            schedule).
+        """
+        if self.privacy is not None and self.iterations is None:
+            raise ValueError("a private FedPower leaf needs a bounded schedule (fedpower_rounds)")
+        return GramEstimator(
+            n_features,
+            self.config.rank,
+            privacy=self.privacy,
+            iterations=self.iterations,
+            random_state=self.noise,
+        )
 
     def privacy_mismatch(self, est: Any) -> str | None:
+        """Another guarantee or another ``T`` in a checkpoint's estimator, or None."""
+        params = getattr(est, "params", None)
+        if params != self.privacy:
+            return f"privacy {params}, configured {self.privacy}"
+        if self.privacy is not None and est.iterations != self.iterations:
+            return f"budget for {est.iterations} iterations, configured {self.iterations}"
         return None
 
+    # A private leaf publishes no snapshot: its Gram is raw second-moment data.
+    def snapshot_due(self, now: float) -> str | None:
+        return None if self.private else super().snapshot_due(now)
+
+    def make_snapshot(self, timestamp: float, reason: str) -> SubspaceMessage | None:
+        return None if self.private else super().make_snapshot(timestamp, reason)
+
+    def next_wakeup(self, now: float) -> float:
+        if not self.private:
+            return super().next_wakeup(now)
+        return min(self.status_next(now), self.echo_next(), *self._other_wakeups(now))
+
     def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
-        """Continue from this leaf's own retained snapshot (its exact Gram, `GramEstimator`)."""
+        """Continue from this leaf's own retained snapshot (its exact Gram, `GramEstimator`);
+        never for a private leaf (it publishes none; an older one is not its guarantee)."""
+        if self.private:
+            return "privacy_mismatch"
         if msg.node_id != self.node_id or msg.n_samples == 0:
             return "empty"
+        if msg.privacy is not None:
+            return "privacy_mismatch"
         try:
             estimator = GramEstimator.from_subspace(msg.subspace, self.config.rank)
         except (ValueError, TypeError) as exc:
@@ -194,6 +381,8 @@ class FedPowerLeafCore(LeafCore):
             return "foreign_deployment"
         if msg.rank > (self.n_features or msg.rank):
             return "rank"
+        if self.round is not None and msg.epoch != self.round.epoch:
+            self.replied_round = 0  # a root that started over: its rounds count from 1 again
         self.round = msg
         return None
 
@@ -202,8 +391,17 @@ class FedPowerLeafCore(LeafCore):
         r = self.round
         return r is not None and r.round > self.replied_round and self.n_samples > 0
 
-    def make_reply(self, timestamp: float, deployment: str | None) -> ReplyMessage:
-        """Run the round's local iterations (numerics) and build the reply.
+    @property
+    def budget_exhausted(self) -> bool:
+        """A private leaf whose budget does not cover another iteration."""
+        est = self.estimator
+        left = None if est is None else getattr(est, "budget_left", None)
+        return left is not None and left <= 0
+
+    def make_reply(self, timestamp: float, deployment: str | None) -> ReplyMessage | None:
+        """Run the round's local iterations (numerics) and build the reply; None when a
+        private leaf's budget does not cover the round's iterations (the round is then
+        marked answered and counted in ``budget_refusals``).
 
         Raises
         ------
@@ -215,9 +413,18 @@ class FedPowerLeafCore(LeafCore):
         est = self.estimator
         assert r is not None and est is not None
         self.replied_round = r.round
+        left = est.budget_left  # type: ignore[attr-defined]
+        if left is not None and r.local_steps > left:
+            self.budget_refusals += 1
+            return None
         z = r.start_basis(est.n_features_)
-        y = local_iterations(est.gram.matrix, z, r.local_steps)  # type: ignore[attr-defined]
+        y = est.iterate(z, r.local_steps)  # type: ignore[attr-defined]
         self.replies += 1
+        if self.private and not self.checkpointing:
+            # Without a checkpoint nothing restores a private leaf's readings; once a reply
+            # has released them (spent their budget) they are confirmed, so the publishers
+            # never replay them into a restarted leaf, where they would spend it again.
+            self.durable = dict(self.ingested)
         return ReplyMessage(
             node_id=self.node_id,
             epoch=self.epoch,
@@ -225,6 +432,7 @@ class FedPowerLeafCore(LeafCore):
             y=y,
             n_samples=self.n_samples,
             timestamp=timestamp,
+            privacy=self.privacy,
             sources=self.ingested,
             deployment=deployment,
         )
@@ -242,6 +450,16 @@ class FedPowerLeafCore(LeafCore):
             "replied_round": self.replied_round,
             "replies": self.replies,
         }
+        if self.private:
+            est = self.estimator
+            extra["fedpower"].update(  # type: ignore[attr-defined]
+                {
+                    "budget_iterations": self.iterations,
+                    "iterations_run": 0 if est is None else est.n_releases_,
+                    "budget_exhausted": self.budget_exhausted,
+                    "budget_refusals": self.budget_refusals,
+                }
+            )
         return extra
 
 
@@ -305,6 +523,7 @@ class FedPowerRootCore(NodeCore):
         self.restored_from: str | None = None
         self._replies: dict[str, tuple[np.ndarray, int]] = {}
         self._last_counts: dict[str, int] = {}
+        self.guarantees: dict[str, PrivacyParams | None] = {}  # every leaf that replied
         self.last_participants: tuple[str, ...] = ()
         self.settle_status()
 
@@ -397,6 +616,8 @@ class FedPowerRootCore(NodeCore):
             self.server.start_round(self.opened_at)
         if reply.n_features != self.server.n_features:
             return "n_features"
+        if not np.isfinite(reply.y).all():  # the wire refuses it; a core never trusts that
+            return "non_finite"
         server = self.server
         before = (server.late_replies, server.duplicate_replies, server.unasked_replies)
         try:
@@ -405,6 +626,7 @@ class FedPowerRootCore(NodeCore):
             return "round"
         if accepted:
             self._replies[reply.node_id] = (reply.y, reply.n_samples)
+            self.guarantees[reply.node_id] = reply.privacy
             return None
         after = (server.late_replies, server.duplicate_replies, server.unasked_replies)
         return ("late", "duplicate", "unasked")[next(i for i in range(3) if after[i] != before[i])]
@@ -443,10 +665,19 @@ class FedPowerRootCore(NodeCore):
             seq=record.round,
             subspace=Subspace(np.array(basis), sv, n_total),
             timestamp=timestamp,
+            privacy=self.privacy,
             provenance=counts,
             deployment=self.deployment,
         )
         return self.model
+
+    @property
+    def privacy(self) -> PrivacyParams | None:
+        """The model's guarantee: the weakest of every leaf whose replies shaped the basis
+        (all rounds since this process started, `weakest_guarantee`); None if one of them
+        replied without noise. The basis of a round depends on every earlier round's
+        replies, so the leaves of earlier rounds count too."""
+        return weakest_guarantee(list(self.guarantees.values()))
 
     def _singular_values(
         self, replies: Mapping[str, tuple[np.ndarray, int]], reference: np.ndarray, n: int
