@@ -421,7 +421,9 @@ def _print_summary(s: RunSummary) -> None:
         f"MQTT messages       {s.messages} ({s.payload_bytes} payload bytes, "
         f"{ratio:.2f}x the {s.raw_bytes} bytes of the raw readings)",
         f"sensor messages     {s.sensor_messages} ({s.sensor_bytes} bytes)",
-        f"merges              {s.merges}",
+        f"merges              {s.merges}"
+        if s.rounds is None
+        else f"rounds              {s.rounds} (FedPower; the root's model is round {s.rounds})",
         f"rejected messages   {s.rejects}",
         f"privacy             {_privacy_text(s.privacy)}",
         f"throughput          {_maybe(s.readings_per_s, '.0f')} readings/s "

@@ -340,3 +340,20 @@ def test_the_model_carries_the_weakest_guarantee_of_every_leaf_that_shaped_it():
         object.__setattr__(reply, "privacy", strong)
         root.offer(reply, 1.0)
     assert root.close(1.0 + TIMEOUT, 0.0).privacy == weak
+
+
+def test_the_text_summary_of_a_fedpower_run_reports_its_rounds(capsys) -> None:  # type: ignore[no-untyped-def]
+    from edge_runtime.cli import _print_summary
+    from edge_runtime.runner import RunSummary
+
+    fields = dict(
+        samples=10, n_features=4, leaves_reporting=2, leaves_total=2, rank=2,
+        root_n_samples=10, error_ratio=1.0, messages=5, payload_bytes=100, raw_bytes=320,
+        sensor_messages=2, sensor_bytes=400, merges=0, rejects=0, wall_s=1.0, covered=True,
+    )  # fmt: skip
+    _print_summary(RunSummary(**fields, algorithm="fedpower", rounds=7))
+    fedpower = capsys.readouterr().out
+    _print_summary(RunSummary(**fields))
+    fpca = capsys.readouterr().out
+    assert "rounds              7" in fedpower and "merges" not in fedpower
+    assert "merges              0" in fpca and "rounds" not in fpca
