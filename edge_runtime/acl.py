@@ -12,6 +12,7 @@ what that node's agent does, and nothing else::
                 write      its status, status/detail (online/offline and Last Will; JSON)
                 write      its confirm topic        (reading confirmations, JSON)
                 read       the model topic          (the global estimate)
+                write      its scores topic         (only when its ``score`` is not "off")
     aggregator  read       <path>/+/subspace        (the children filter it subscribes to)
                 read       <path>/+/status, <path>/+/status/detail (its children's liveness)
                 readwrite  its subspace topic; write its status, status/detail
@@ -25,6 +26,11 @@ topics (to learn which readings are durable); *bridges* (``bridge-<node id>``,
 read its ``in`` topics (the model, the leaves' sensor topics); *readers* (a dashboard,
 ``edge-runtime watch``) that read everything under ``<prefix>/#`` (confirmations included) and,
 when there are bridges, their connection state, and write nothing.
+
+With ``homeassistant`` (a discovery prefix ``P``, `edge_runtime.homeassistant`) every node may
+also write exactly its own discovery config topics (``P/<component>/<unique id>/config``, which
+``edge-runtime agent --homeassistant`` publishes retained, and ``--homeassistant-remove``
+clears) and read ``P/status`` (Home Assistant's birth message, which asks for them again).
 
 The user names must be the names in Mosquitto's ``password_file``; with
 ``use_username_as_clientid true`` (``broker_config/secured.conf``) the user name is also the MQTT
@@ -50,6 +56,7 @@ from edge_runtime.bridge import (
     bridge_user,
     notification_topic,
 )
+from edge_runtime.homeassistant import discovery_messages
 from edge_runtime.topology import Topology
 
 __all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user", "generate_acl"]
@@ -108,6 +115,7 @@ def generate_acl(
     readers: Sequence[str] = (),
     replay: str | None = DEFAULT_REPLAY_USER,
     bridges: Sequence[str] = (),
+    homeassistant: str | None = None,
 ) -> str:
     """The text of a Mosquitto ``acl_file`` that lets each node use only its own topics.
 
@@ -134,6 +142,10 @@ def generate_acl(
         (`edge_runtime.bridge.notification_topic`); readers may then read every bridge's
         connection state. The bridge's local side, on the site broker, is not subject to that
         broker's ACL (Mosquitto 2.0), so the site needs no such section.
+    homeassistant : str or None, default None
+        Home Assistant's discovery prefix: each node may then write its own discovery config
+        topics (`edge_runtime.homeassistant.discovery_messages` with ``node_ids=[node]``)
+        and read ``<homeassistant>/status``; None grants nothing of Home Assistant's.
 
     Returns
     -------
@@ -191,7 +203,16 @@ def generate_acl(
     sections: list[_Section] = []
     for node_id in topology.nodes:
         claim(node_id, f"node {node_id!r}")
-        sections.append(_node_section(topology, node_id))
+        section = _node_section(topology, node_id)
+        if homeassistant is not None:
+            for topic, _ in discovery_messages(
+                topology, discovery_prefix=homeassistant, node_ids=[node_id]
+            ):
+                section.topic("write", topic, "a Home Assistant discovery config (retained)")
+            section.topic(
+                "read", f"{homeassistant}/status", "Home Assistant's birth message ('online')"
+            )
+        sections.append(section)
 
     if replay is not None:
         claim(replay, "the replay user")
@@ -308,4 +329,8 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
         section.topic("readwrite", model, "the global estimate: the root publishes it")
     else:
         section.topic("read", model, "the global estimate, published by the root")
+    if topology.is_leaf(node_id) and topology.nodes[node_id].score != "off":
+        section.topic(
+            "write", topology.scores_topic(node_id), "its anomaly scores (JSON, not retained)"
+        )
     return section

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -29,6 +30,7 @@ from threadpoolctl import threadpool_limits
 from edge_runtime import __version__
 from edge_runtime.acl import AclError, generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents.base import remove_discovery
 from edge_runtime.agents.settings import (
     ENV_PASSWORD,
     ENV_PASSWORD_FILE,
@@ -39,6 +41,7 @@ from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.dashboard.cli import add_dashboard_parser, cmd_dashboard
 from edge_runtime.datasets import DatasetError, load_dataset
+from edge_runtime.homeassistant import DEFAULT_DISCOVERY_PREFIX, discovery_messages
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
 from edge_runtime.monitor import STALE_AFTER_S, ModelWatcher, privacy_of
@@ -191,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds to reach the broker the first time before giving up (default 30)",
     )
+    _add_homeassistant_flags(agent)
+    agent.add_argument(
+        "--homeassistant-remove",
+        action="store_true",
+        help="publish empty retained payloads that remove this node's Home Assistant "
+        "entities, then exit (does not run the agent)",
+    )
 
     replay = sub.add_parser(
         parents=[common, connection],
@@ -249,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     acl.add_argument(
         "--bridge", action="append", default=[], help="node id behind a bridged site broker"
     )
+    _add_homeassistant_flags(acl, what="grant each node write on its own discovery topics")
 
     bridge = sub.add_parser(
         parents=[common],
@@ -302,6 +313,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------- helpers
+def _add_homeassistant_flags(
+    parser: argparse.ArgumentParser,
+    what: str = "publish this node's Home Assistant MQTT discovery configs (retained) after "
+    "connecting and whenever Home Assistant comes online",
+) -> None:
+    parser.add_argument("--homeassistant", action="store_true", help=f"{what} (off by default)")
+    parser.add_argument(
+        "--discovery-prefix",
+        default=DEFAULT_DISCOVERY_PREFIX,
+        metavar="P",
+        help=f"Home Assistant's discovery prefix (default {DEFAULT_DISCOVERY_PREFIX!r})",
+    )
+
+
+def _discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
+    """``--discovery-prefix``, checked (one line on a bad prefix)."""
+    try:
+        discovery_messages(topology, discovery_prefix=args.discovery_prefix, node_ids=[])
+    except ValueError as exc:
+        raise CliError(f"--discovery-prefix: {exc}") from None
+    return str(args.discovery_prefix)
+
+
 def _topology(path: Path) -> Topology:
     return load_topology(path)
 
@@ -518,6 +552,16 @@ async def _cmd_agent(args: argparse.Namespace) -> int:
         known = ", ".join(topology.nodes)
         raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
     settings = _settings(args.broker, args)
+    if args.homeassistant_remove:
+        prefix = _discovery_prefix(args, topology)
+        try:
+            n = await remove_discovery(topology, args.node, settings, prefix)
+        except aiomqtt.MqttError as exc:
+            raise CliError(f"cannot remove the discovery configs: {exc}", EXIT_FAILED) from None
+        print(f"removed {n} Home Assistant discovery configs of {args.node!r}", file=sys.stderr)
+        return EXIT_OK
+    if args.homeassistant:
+        settings = replace(settings, discovery_prefix=_discovery_prefix(args, topology))
     if args.state_dir is not None and not args.state_dir.is_dir():
         raise CliError(f"--state-dir {str(args.state_dir)!r}: no such folder")
     options = {}
@@ -663,6 +707,7 @@ async def _cmd_acl(args: argparse.Namespace) -> int:
         readers=args.reader,
         replay=None if args.no_replay else args.replay_user,
         bridges=args.bridge,
+        homeassistant=_discovery_prefix(args, topology) if args.homeassistant else None,
     )
     sys.stdout.write(text)
     return EXIT_OK

@@ -142,6 +142,10 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "chunk_size": None,
     "mechanism": None,
     "release_horizon": None,
+    "score": "off",
+    "score_interval_s": 10.0,
+    "score_alpha": 0.01,
+    "score_allow_private": False,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
 _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed", "source")
@@ -164,6 +168,11 @@ _PUBLISH_KEYS = (
     "publish_spectrum_change",
     "publish_growth",
 )
+# Anomaly scoring of a leaf's readings against the root's model (leaves only).
+_SCORE_KEYS = ("score", "score_interval_s", "score_alpha", "score_allow_private")
+SCORE_MODES: tuple[str, ...] = ("off", "reading", "interval")
+"""A leaf's ``score``: no scoring, one scores document per reading, or one per interval."""
+
 ALGORITHMS: tuple[str, ...] = ("fpca", "fedpower")
 """The federated algorithms a topology may run (top-level ``algorithm``)."""
 
@@ -211,6 +220,10 @@ _KINDS: dict[str, str] = {
     "noise_seed": "int",
     "mechanism": "str",
     "release_horizon": "int",
+    "score": "str",
+    "score_interval_s": "float",
+    "score_alpha": "float",
+    "score_allow_private": "bool",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -498,6 +511,19 @@ class NodeConfig:
         does not subscribe to ``sensor_topic`` (which keeps its default value). None: the
         leaf reads ``sensor_topic`` over MQTT (a TOML ``source = { kind = "mqtt", topic =
         "..." }`` sets ``sensor_topic``). Leaves only; not in ``[defaults]``.
+    score : {"off", "reading", "interval"}, default "off"
+        Anomaly scoring of a leaf's readings against the root's model
+        (`edge_runtime.agents.scoring_core`): none, one JSON document per reading, or one
+        per ``score_interval_s``, on ``<prefix>/<path>/scores``. Leaves of FPCA topologies
+        only (a ``[defaults]`` value skips aggregators).
+    score_interval_s : float, default 10.0
+        Seconds of one batch in ``"interval"`` mode, > 0.
+    score_alpha : float, default 0.01
+        Significance in (0, 1) of the Q and T^2 limits.
+    score_allow_private : bool, default False
+        Let a private leaf publish scores: each document reveals a reading's Q and T^2,
+        which the privacy guarantee does not cover, so a private leaf refuses ``score``
+        without it.
 
     Raises
     ------
@@ -534,6 +560,10 @@ class NodeConfig:
     mechanism: str | None = None
     release_horizon: int | None = None
     source: SourceSpec | None = None
+    score: str = "off"
+    score_interval_s: float = 10.0
+    score_alpha: float = 0.01
+    score_allow_private: bool = False
 
     @property
     def privacy(self) -> tuple[float, float] | None:
@@ -633,8 +663,32 @@ class NodeConfig:
                 f"'serial'; an mqtt source is sensor_topic), got {self.source!r}"
             )
         self._check_privacy(where)
+        self._check_scoring(where)
         if self.block_size is None and self.mechanism != "gaussian":
             object.__setattr__(self, "block_size", DEFAULT_BLOCK_SIZE)
+
+    def _check_scoring(self, where: str) -> None:
+        """Types and ranges of the anomaly-scoring keys (`SCORE_MODES`), and the privacy
+        rule: a private leaf scores only with ``score_allow_private = true``."""
+        for key in _SCORE_KEYS:
+            object.__setattr__(self, key, _check_kind(where, key, getattr(self, key)))
+        if self.score not in SCORE_MODES:
+            raise TopologyError(
+                f"{where}: score must be one of {', '.join(map(repr, SCORE_MODES))}, "
+                f"got {self.score!r}"
+            )
+        if not (math.isfinite(self.score_interval_s) and self.score_interval_s > 0):
+            raise TopologyError(
+                f"{where}: score_interval_s must be > 0 seconds, got {self.score_interval_s}"
+            )
+        if not 0.0 < self.score_alpha < 1.0:
+            raise TopologyError(f"{where}: score_alpha must be in (0, 1), got {self.score_alpha}")
+        if self.score != "off" and self.epsilon is not None and not self.score_allow_private:
+            raise TopologyError(
+                f"{where}: score = {self.score!r} publishes the Q of each reading of a private "
+                "leaf, which the privacy guarantee does not cover; set score_allow_private = "
+                "true to publish them anyway"
+            )
 
     def _check_publish_policy(self, where: str) -> None:
         """Types and ranges of the flow-control keys (None: the role's default)."""
@@ -970,6 +1024,13 @@ class Topology:
                     if getattr(node, key) is not None:
                         raise TopologyError(_aggregator_privacy_message(node_id, key))
         n_leaves = sum(1 for node_id in nodes if not children[node_id])
+        for node_id, node in nodes.items():
+            if node.score != "off" and (children[node_id] or self.algorithm != "fpca"):
+                what = "an aggregator" if children[node_id] else f"a {self.algorithm} leaf"
+                raise TopologyError(
+                    f"node {node_id!r}: score = {node.score!r} is not supported on {what} "
+                    "(FPCA leaves only)"
+                )
         if self.algorithm != "fedpower":
             for node_id, node in nodes.items():
                 if node.mechanism == FEDPOWER_MECHANISM:
@@ -1086,6 +1147,11 @@ class Topology:
     def status_detail_topic(self, node_id: str) -> str:
         """``<prefix>/<path>/status/detail``: the JSON status document (retained)."""
         return f"{self.prefix}/{self.path(node_id)}/status/detail"
+
+    def scores_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/scores``: a scoring leaf's anomaly scores (JSON, not retained;
+        `edge_runtime.agents.scoring_core`)."""
+        return f"{self.prefix}/{self.path(node_id)}/scores"
 
     def confirm_topic(self, node_id: str) -> str:
         """``<prefix>/<path>/confirm``: a leaf's reading confirmations (JSON, retained).
@@ -1428,6 +1494,13 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
                 if key in raw:
                     raise TopologyError(_aggregator_privacy_message(node_id, key))
                 settings[key] = None
+            for key in _SCORE_KEYS:  # [defaults] scoring settings are the leaves' too
+                if key in raw:
+                    raise TopologyError(
+                        f"node {node_id!r} has children, so it is an aggregator and does not "
+                        f"score readings: remove {key}"
+                    )
+                settings[key] = _BUILTIN_DEFAULTS[key]
         else:
             if "source" in raw:
                 _leaf_source(node_id, raw, settings, source)

@@ -991,3 +991,46 @@ async def test_bridge_example_carries_the_sites_topics_up_and_the_model_down(
     }  # the leaf's snapshot stayed on site
     assert [m.payload for m in after] == [b"site 2"]
     assert [(m.payload, m.retain) for m in state] == [(b"1", True)]
+
+
+# ------------------------------------------------------- Home Assistant and scores (issue 13)
+
+
+def test_acl_with_homeassistant_grants_each_node_exactly_its_discovery_topics() -> None:
+    from edge_runtime.homeassistant import discovery_messages
+
+    topology = load_topology(MOTES_LIGHT)
+    plain = parse_acl(generate_acl(topology, readers=[READER]))
+    grants = parse_acl(generate_acl(topology, readers=[READER], homeassistant="homeassistant"))
+    assert all("homeassistant" not in topic for g in plain.values() for _, topic in g)
+    for node_id in topology.nodes:
+        own = {t for t, _ in discovery_messages(topology, node_ids=[node_id])}
+        added = [g for g in grants[node_id] if g not in plain[node_id]]
+        assert sorted(added) == sorted(
+            [("write", t) for t in own] + [("read", "homeassistant/status")]
+        )
+        others = {t for t, _ in discovery_messages(topology)} - own
+        assert not any(may(grants[node_id], "write", t) for t in others)
+    assert grants[READER] == plain[READER]
+
+
+def test_acl_grants_a_scoring_leaf_its_scores_topic_only() -> None:
+    topology = parse_topology(
+        'name = "s"\n[defaults]\nrank = 2\n[[nodes]]\nid = "root"\n'
+        '[[nodes]]\nid = "a"\nparent = "root"\nscore = "reading"\n'
+        '[[nodes]]\nid = "b"\nparent = "root"\n'
+    )
+    grants = parse_acl(generate_acl(topology, replay=None))
+    assert may(grants["a"], "write", "fpca/root/a/scores")
+    assert not may(grants["b"], "write", "fpca/root/b/scores")
+    assert not may(grants["a"], "write", "fpca/root/b/scores")
+
+
+def test_cli_acl_homeassistant_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from edge_runtime.cli import main
+
+    assert main(["acl", str(MOTES_LIGHT), "--homeassistant", "--discovery-prefix", "ha"]) == 0
+    out = capsys.readouterr().out
+    topology = load_topology(MOTES_LIGHT)
+    assert out == generate_acl(topology, homeassistant="ha")
+    assert "topic read ha/status" in out

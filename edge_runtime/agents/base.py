@@ -32,6 +32,7 @@ import structlog
 
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.homeassistant import discovery_messages, discovery_removals
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     StatusDetail,
@@ -41,7 +42,7 @@ from edge_runtime.wire import (
     with_deployment,
 )
 
-__all__ = ["Agent", "AgentState", "AgentStats"]
+__all__ = ["Agent", "AgentState", "AgentStats", "remove_discovery"]
 
 MIN_SLEEP_S = 0.002  # least pause of the work loop, seconds (no busy loop on a due decision)
 MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked this often)
@@ -110,6 +111,15 @@ class Agent(abc.ABC):
         self.failed_attempts = 0  # failed connection attempts since the last connection
         self.last_connect_error: str | None = None
         self._served = False  # the current connection attempt got connected
+        prefix = settings.discovery_prefix
+        self._discovery: list[tuple[str, bytes]] = (
+            []
+            if prefix is None
+            else discovery_messages(topology, discovery_prefix=prefix, node_ids=[node_id])
+        )
+        self._ha_status = None if prefix is None else f"{prefix}/status"
+        self._discovery_due = False  # Home Assistant came online: publish the configs again
+        self.discovery_published = 0  # times the discovery configs were published
 
     @property
     @abc.abstractmethod
@@ -245,11 +255,22 @@ class Agent(abc.ABC):
         )
 
     async def publish(
-        self, client: aiomqtt.Client, topic: str, payload: bytes, *, retain: bool = True
+        self,
+        client: aiomqtt.Client,
+        topic: str,
+        payload: bytes,
+        *,
+        retain: bool = True,
+        qos: int | None = None,
     ) -> None:
-        """Publish with the configured QoS and timeout, counting messages and bytes."""
+        """Publish with the configured QoS (or ``qos``) and timeout, counting messages and
+        bytes."""
         await client.publish(
-            topic, payload, qos=self.settings.qos, retain=retain, timeout=self.settings.timeout_s
+            topic,
+            payload,
+            qos=self.settings.qos if qos is None else qos,
+            retain=retain,
+            timeout=self.settings.timeout_s,
         )
         self.stats.messages_published += 1
         self.stats.bytes_published += len(payload)
@@ -308,6 +329,23 @@ class Agent(abc.ABC):
             encode_status(self.status_detail()),
         )
 
+    async def publish_discovery(self, client: aiomqtt.Client) -> None:
+        """Publish this node's Home Assistant discovery configs, retained (with
+        ``settings.discovery_prefix``; `edge_runtime.homeassistant.discovery_messages`)."""
+        self._discovery_due = False
+        if not self._discovery:
+            return
+        for topic, payload in self._discovery:
+            await self.publish(client, topic, payload, retain=True)
+        self.discovery_published += 1
+        self.log.debug("discovery_published", messages=len(self._discovery))
+
+    def _on_ha_status(self, payload: object) -> None:
+        """Home Assistant's birth message: ``online`` asks for the configs again."""
+        if isinstance(payload, bytes | bytearray) and bytes(payload).strip() == ONLINE:
+            self._discovery_due = True
+            self.wake()
+
     def wake(self) -> None:
         """New input: let the work loop ask the core again."""
         self._wake.set()
@@ -317,6 +355,8 @@ class Agent(abc.ABC):
         while not self._stop.is_set():  # also when a cancellation is lost (see _serve_once)
             self._wake.clear()
             now = time.monotonic()
+            if self._discovery_due:
+                await self.publish_discovery(client)
             try:
                 await self.step(client, now)
             except aiomqtt.MqttError:
@@ -399,9 +439,13 @@ class Agent(abc.ABC):
 
     async def _serve_once(self) -> None:
         async with self._make_client() as client:
-            for topic in [*self.subscriptions(), self._own_topic]:
+            topics = [*self.subscriptions(), self._own_topic]
+            if self._ha_status is not None:
+                topics.append(self._ha_status)
+            for topic in topics:
                 await client.subscribe(topic, qos=self.settings.qos)
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
+            await self.publish_discovery(client)  # after ONLINE: entities start available
             self.core.connected()
             await self.on_connected(client)
             await self.publish_status(client)  # a restore or a reconnect is news
@@ -436,6 +480,8 @@ class Agent(abc.ABC):
             try:
                 if str(message.topic) == self._own_topic:
                     self._on_echo(message.payload)
+                elif self._ha_status is not None and str(message.topic) == self._ha_status:
+                    self._on_ha_status(message.payload)
                 else:
                     await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it
@@ -443,3 +489,28 @@ class Agent(abc.ABC):
                 self.log.exception("handler_failed", topic=str(message.topic), error=str(exc))
             if message.qos > 0:
                 client._client.ack(message.mid, message.qos)
+
+
+async def remove_discovery(
+    topology: Topology, node_id: str, settings: AgentSettings, discovery_prefix: str
+) -> int:
+    """Remove ``node_id``'s Home Assistant entities: publish the empty retained payloads of
+    `edge_runtime.homeassistant.discovery_removals` (QoS 1) and disconnect.
+
+    Returns
+    -------
+    int
+        Messages published.
+
+    Raises
+    ------
+    ValueError
+        If ``node_id`` is unknown or ``discovery_prefix`` is not a topic prefix.
+    aiomqtt.MqttError
+        If the broker cannot be reached or a publish times out.
+    """
+    removals = discovery_removals(topology, discovery_prefix=discovery_prefix, node_ids=[node_id])
+    async with aiomqtt.Client(**settings.client_kwargs()) as client:
+        for topic, payload in removals:
+            await client.publish(topic, payload, qos=1, retain=True, timeout=settings.timeout_s)
+    return len(removals)

@@ -18,6 +18,7 @@ from edge_runtime.agents.base import Agent
 from edge_runtime.agents.core import publish_policy_for
 from edge_runtime.agents.leaf_core import LeafCore, snapshot_privacy
 from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.scoring_core import encode_document
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge
@@ -46,6 +47,10 @@ REJECT_LOG_BURST = 3
 REJECT_LOG_INTERVAL_S = 10.0
 """Seconds of one reject-log interval: ``REJECT_LOG_BURST`` lines per reason, then one
 ``messages_rejected_suppressed`` summary line with the count of the others."""
+
+MAX_QUEUED_SCORES = 10_000
+"""Scores documents waiting to be published at most; beyond, the oldest are dropped
+(counted in ``extra["scores_dropped"]``)."""
 
 _MAX_SOURCE_CHARS = 128  # longest source id counted under its own name (the wire's limit)
 
@@ -206,6 +211,16 @@ class LeafAgent(Agent):
     restore_from_broker : bool, default True
         Without a checkpoint, resume from this leaf's own retained snapshot.
 
+    Anomaly scores (the node's ``score`` = ``"reading"`` or ``"interval"``): the leaf also
+    subscribes to the root's model (``<prefix>/<root>/model``, retained), scores every
+    accepted reading block against it (`edge_runtime.agents.scoring_core.ScoringCore`: Q,
+    T^2, their limits at ``score_alpha`` and the flag, after the reading is applied) and
+    publishes the documents on ``<prefix>/<path>/scores`` (not retained, QoS
+    ``settings.scores_qos``) from its work loop; the status document's ``extra`` carries
+    ``scored``, ``anomalies``, ``anomaly_rate`` (a fraction) and ``last_q``. With ``score =
+    "off"`` (the default) nothing of this exists: no subscription, no documents, the same
+    status document as before.
+
     Raises
     ------
     ValueError
@@ -251,7 +266,10 @@ class LeafAgent(Agent):
             checkpointing=self.checkpoint_path is not None,
             checkpoint_every=checkpoint_every,
             echo_timeout_s=s.echo_timeout_s,
+            root_id=topology.root,
         )
+        self._scores: list[bytes] = []  # documents waiting for the work loop
+        self._scores_dropped = 0
         self._lock = asyncio.Lock()
         self._restore_from_broker = restore_from_broker
         self.privacy = self._core.privacy
@@ -429,8 +447,9 @@ class LeafAgent(Agent):
         core = self._core
         try:
             async for readings in source.readings():
-                for block in core.accept(readings, time.monotonic()):
-                    await self._apply(block, source.source_id)
+                for block, src, seq in core.accept_labelled(readings, time.monotonic()):
+                    if await self._apply(block, source.source_id):
+                        self._score(block, src, seq)
                 self.wake()
         except SourceError as exc:
             self._source_failed(exc)
@@ -549,10 +568,11 @@ class LeafAgent(Agent):
         self._core.checkpointed(ingested, n_samples, blocks)
 
     def subscriptions(self) -> list[str]:
+        model = [self.topology.model_topic()] if self._core.scoring is not None else []
         if self._source_spec is not None:
-            return []  # a local source: no sensor topic
+            return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
-        return [self.config.sensor_topic]
+        return [self.config.sensor_topic, *model]
 
     async def _numerics(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` under the estimator lock, in a thread when the problem is large."""
@@ -568,6 +588,11 @@ class LeafAgent(Agent):
         if not isinstance(payload, bytes | bytearray):
             self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
             return
+        if topic == self.topology.model_topic():
+            # (without scoring: a persistent session's subscription from an earlier run)
+            if self._core.scoring is not None:
+                self._on_model(topic, bytes(payload))
+            return
         try:
             readings = decode_readings(
                 bytes(payload),
@@ -581,9 +606,57 @@ class LeafAgent(Agent):
             self.reject(exc.reason, topic, str(exc), source=source)
             return
         now = time.monotonic()
-        for block in self._core.accept(readings, now):
-            await self._apply(block, readings.source)
+        for block, source, seq in self._core.accept_labelled(readings, now):
+            if await self._apply(block, readings.source):
+                self._score(block, source, seq)
         self.wake()
+
+    def _on_model(self, topic: str, payload: bytes) -> None:
+        """The root's model (retained): the scoring core takes it if newer."""
+        scoring = self._core.scoring
+        assert scoring is not None
+        if not payload:
+            return  # a cleared retained model
+        try:
+            msg = decode_subspace(payload, max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.reject(f"model_{exc.reason}", topic, str(exc))
+            return
+        if scoring.offer_model(msg) is None:
+            self.log.info("model_received", seq=msg.seq, rank=msg.rank, n_samples=msg.n_samples)
+        self.wake()
+
+    def _score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
+        """Score an applied block (``O(n d r)``, in the event loop) and queue its documents."""
+        scoring = self._core.scoring
+        if scoring is None:
+            return
+        try:
+            docs = scoring.score(block, source=source, seq=seq, timestamp=time.time())
+        except ValueError as exc:  # e.g. a width the model does not have
+            self.reject("score", "", str(exc), source=source)
+            return
+        self._queue_scores([encode_document(doc) for doc in docs])
+
+    def _queue_scores(self, payloads: list[bytes]) -> None:
+        self._scores.extend(payloads)
+        excess = len(self._scores) - MAX_QUEUED_SCORES
+        if excess > 0:
+            del self._scores[:excess]
+            self._scores_dropped += excess
+
+    async def _publish_scores(self, client: aiomqtt.Client, now: float) -> None:
+        scoring = self._core.scoring
+        if scoring is None:
+            return
+        doc = scoring.interval_document(now, time.time())
+        if doc is not None:
+            self._queue_scores([encode_document(doc)])
+        topic = self.topology.scores_topic(self.node_id)
+        while self._scores:
+            payload = self._scores[0]
+            await self.publish(client, topic, payload, retain=False, qos=self.settings.scores_qos)
+            self._scores.pop(0)
 
     def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
         """Count one rejected reading or message by reason and by source (``source``, else
@@ -615,7 +688,8 @@ class LeafAgent(Agent):
                 count=self._core.rejects[reason],
             )
 
-    async def _apply(self, values: np.ndarray, source: str | None = None) -> None:
+    async def _apply(self, values: np.ndarray, source: str | None = None) -> bool:
+        """Feed ``values`` to the estimator; False (counted) if it refused them."""
         core = self._core
         try:
             await self._numerics(lambda: core.apply(values, time.monotonic()))
@@ -624,13 +698,17 @@ class LeafAgent(Agent):
             if self._source is not None and source == self._source.source_id:
                 topic = ""
             self.reject("estimator", topic, str(exc), source=source)
+            return False
+        return True
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
         core = self._core
         self._log_suppressed(self._reject_log.due(now))
-        for block in core.expire(now):
-            await self._apply(block)
+        for block, source, seq in core.expire_labelled(now):
+            if await self._apply(block, source):
+                self._score(block, source, seq)
+        await self._publish_scores(client, now)
         if core.flush_due(now):
             rows = await self._numerics(core.flush)
             self.log.debug("pending_flushed", rows=rows)
@@ -682,6 +760,7 @@ class LeafAgent(Agent):
         await self._close_source()  # no reading after the final checkpoint
         self._log_suppressed(self._reject_log.flush())
         await self._numerics(core.flush)  # a private leaf's final snapshot covers every reading
+        await self._publish_scores(client, time.monotonic())  # the queued scores documents
         if core.checkpoint_due(time.monotonic(), force=True):
             await self.checkpoint()  # local and durable first
         if core.snapshot_n() != core.published_n:
@@ -755,6 +834,8 @@ class LeafAgent(Agent):
 
     def _status_extra(self) -> dict[str, object]:
         extra = self._core.status_extra(time.monotonic())
+        if self._core.scoring is not None:
+            extra["scores_dropped"] = self._scores_dropped
         if self._source_spec is not None:
             extra["source_state"] = self._source_state
             extra["source"] = None if self._source is None else self._source.status()

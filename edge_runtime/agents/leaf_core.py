@@ -19,6 +19,7 @@ import numpy as np
 
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
+from edge_runtime.agents.scoring_core import ScoringCore
 from edge_runtime.agents.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.fpca.privacy import NEIGHBOURS, noise_std
@@ -88,6 +89,9 @@ class LeafCore(NodeCore):
         Least bound of the echo check, seconds.
     gap_timeout_s : float, default 10
         Seconds a sequence gap may stay open (`SourceSequencer`).
+    root_id : str, optional
+        The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
+        accepts (`ScoringCore`, attribute ``scoring``); without it the leaf does not score.
 
     Notes
     -----
@@ -109,6 +113,7 @@ class LeafCore(NodeCore):
         checkpoint_every: int = 1,
         echo_timeout_s: float = 5.0,
         gap_timeout_s: float = 10.0,
+        root_id: str | None = None,
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
         if n_features is not None and n_features < 1:
@@ -141,6 +146,16 @@ class LeafCore(NodeCore):
         self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
         self.rejected_by_source: Counter[str] = Counter()
+        self.scoring: ScoringCore | None = None
+        if config.score != "off" and root_id is not None:
+            self.scoring = ScoringCore(
+                config.id,
+                root_id,
+                mode=config.score,
+                alpha=config.score_alpha,
+                interval_s=config.score_interval_s,
+                now=now,
+            )
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
         self.settle_status()
@@ -336,6 +351,28 @@ class LeafCore(NodeCore):
             return [readings.values]
         return self.sequencer.offer(readings.source, readings.seq, readings.values)
 
+    def accept_labelled(
+        self, readings: SensorReadings, now: float
+    ) -> list[tuple[np.ndarray, str | None, int | None]]:
+        """`accept`, each block with its source and the sequence number of its first row
+        (the blocks of one offer are consecutive and end at the source's last applied
+        sequence, `SourceSequencer`); ``(block, None, None)`` for readings without one."""
+        blocks = self.accept(readings, now)
+        source = readings.source
+        if source is None or readings.seq is None or not blocks:
+            return [(block, None, None) for block in blocks]
+        return _label(blocks, source, self.sequencer.last[source])
+
+    def expire_labelled(self, now: float) -> list[tuple[np.ndarray, str | None, int | None]]:
+        """`expire`, labelled as `accept_labelled` when the released rows are of one
+        source (the usual case), else ``(block, None, None)``."""
+        before = dict(self.sequencer.last)
+        blocks = self.expire(now)
+        changed = [s for s, last in self.sequencer.last.items() if before.get(s) != last]
+        if len(changed) != 1 or not blocks:
+            return [(block, None, None) for block in blocks]
+        return _label(blocks, changed[0], self.sequencer.last[changed[0]])
+
     def expire(self, now: float) -> list[np.ndarray]:
         """Row blocks released because a gap timed out (counted in ``gap_rows``)."""
         self._now = now
@@ -483,6 +520,8 @@ class LeafCore(NodeCore):
             )
         if self.sequencer.held_rows:
             times.append(now + min(1.0, self.sequencer.gap_timeout_s))
+        if self.scoring is not None:
+            times.append(self.scoring.next_wakeup(now))
         return times
 
     # --------------------------------------------------------------- checkpoint
@@ -564,6 +603,7 @@ class LeafCore(NodeCore):
             *super().health(),
             self.sequencer.gap_rows,
             self.restored_from,
+            *(() if self.scoring is None else self.scoring.health()),
         )
 
     def status_extra(self, now: float) -> dict[str, object]:
@@ -586,4 +626,18 @@ class LeafCore(NodeCore):
             "pending_rows": 0 if self.estimator is None else self.estimator.n_pending_,
             "publish": dict(self.decisions),
             "rejected_by_source": dict(self.rejected_by_source),
+            **({} if self.scoring is None else self.scoring.status_extra()),
         }
+
+
+def _label(
+    blocks: list[np.ndarray], source: str, last: int
+) -> list[tuple[np.ndarray, str | None, int | None]]:
+    """Consecutive ``blocks`` of ``source`` ending at sequence ``last``, with the sequence
+    number of each block's first row."""
+    seq = last - sum(len(block) for block in blocks) + 1
+    out: list[tuple[np.ndarray, str | None, int | None]] = []
+    for block in blocks:
+        out.append((block, source, seq))
+        seq += len(block)
+    return out

@@ -80,6 +80,15 @@ class AgentSettings:
         Client certificate and key for brokers that require them.
     tls_insecure : bool
         Skip the broker host name check (only for test set-ups). Default False.
+    scores_qos : int
+        MQTT QoS of a scoring leaf's documents on ``<prefix>/<path>/scores`` (not retained):
+        0 by default, since they are a live telemetry stream whose counts are also in the
+        retained status document, and a lost one needs no re-send.
+    discovery_prefix : str, optional
+        Home Assistant's discovery prefix (e.g. ``"homeassistant"``): the agent then
+        publishes its node's discovery config messages (`edge_runtime.homeassistant`)
+        retained after every connection, and again whenever ``<prefix>/status`` says
+        ``online`` (Home Assistant's birth message). None (the default): no discovery.
     """
 
     host: str = "127.0.0.1"
@@ -105,6 +114,8 @@ class AgentSettings:
     cert_file: Path | None = None
     key_file: Path | None = None
     tls_insecure: bool = False
+    scores_qos: int = 0
+    discovery_prefix: str | None = None
 
     @property
     def tls(self) -> bool:
