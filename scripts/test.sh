@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Set up (see scripts/setup.sh), then lint and run the whole test suite against a
 # real Mosquitto that the test fixtures start on free loopback ports.
-# Extra arguments go to pytest, e.g. `./scripts/test.sh -m "not slow"`.
+# Extra arguments go to pytest, e.g. `./scripts/test.sh -m "not slow"`; without them the run
+# ends with scripts/test-py313.sh (Python 3.13, skipped where it is not installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"
+# A full run (no arguments) also runs the version-sensitive part on Python 3.13, when present.
+if [ "$#" -eq 0 ]; then
+  scripts/test-py313.sh
+fi
