@@ -381,6 +381,8 @@ def encode_reply(
     WireError
         ``field_type``, ``non_finite`` (also for values that overflow float32),
         ``too_large``.
+    ValueError
+        An unknown ``dtype`` or a bad ``max_bytes``.
     """
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")

@@ -230,6 +230,16 @@ class RunRecorder:
 
         The offline rank-r error is ``sum_{i>r} s_i^2 / n_samples`` (Eckart-Young), so only
         the first call pays for the SVD.
+
+        Parameters
+        ----------
+        basis : ndarray of shape (n_features, rank)
+            Orthonormal columns (a model's ``subspace.basis``).
+
+        Returns
+        -------
+        float
+            Dimensionless, >= 1 up to rounding; NaN for an empty run or ``rank == 0``.
         """
         rank = basis.shape[1]
         if self.total == 0 or rank == 0:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import aiomqtt
 
@@ -44,6 +46,40 @@ from edge_runtime.topology import Topology
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError, encode_subspace
 
 __all__ = ["FedPowerAggregatorAgent", "FedPowerLeafAgent", "FedPowerRootAgent"]
+
+T = TypeVar("T")
+
+
+def _decode(
+    agent: Agent, topic: str, payload: object, decode: Callable[..., T], max_bytes: int
+) -> T | None:
+    """``decode(payload)``, or None after counting a reject (a non-bytes payload, or a
+    `WireError`'s reason) on ``agent``."""
+    if not isinstance(payload, bytes | bytearray):
+        agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+        return None
+    try:
+        return decode(bytes(payload), max_bytes=max_bytes)
+    except WireError as exc:
+        agent.reject(exc.reason, topic, str(exc))
+        return None
+
+
+async def _read_retained(agent: Agent, topic: str) -> bytes | None:
+    """The retained payload on ``topic`` (a fresh connection, up to ``restore_wait_s``), or
+    None: nothing retained, an empty one, or the broker unreachable."""
+    try:
+        async with aiomqtt.Client(**agent.settings.client_kwargs()) as client:
+            await client.subscribe(topic, qos=1)
+            async with asyncio.timeout(agent.settings.restore_wait_s):
+                async for message in client.messages:
+                    payload = message.payload
+                    if isinstance(payload, bytes | bytearray) and payload:
+                        return bytes(payload)
+                    return None
+    except (TimeoutError, aiomqtt.MqttError):
+        pass
+    return None
 
 
 class FedPowerLeafAgent(LeafAgent):
@@ -97,16 +133,11 @@ class FedPowerLeafAgent(LeafAgent):
         if topic != self.topology.round_topic():
             await super().handle(message)
             return
-        payload = message.payload
-        if not payload:
+        if not message.payload:
             return  # a cleared retained round
-        if not isinstance(payload, bytes | bytearray):
-            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-            return
-        try:
-            msg = decode_round(bytes(payload), max_bytes=self.settings.max_payload_bytes)
-        except WireError as exc:
-            self.reject(exc.reason, topic, str(exc))
+        max_bytes = self.settings.max_payload_bytes
+        msg = _decode(self, topic, message.payload, decode_round, max_bytes)
+        if msg is None:
             return
         reason = self.core.on_round(msg, self.topology.name)
         if reason is not None:
@@ -165,6 +196,7 @@ class FedPowerRootAgent(Agent):
             deployment=topology.name,
         )
         self._reply_topics = {topology.reply_topic(leaf): leaf for leaf in topology.leaves()}
+        self._lock = asyncio.Lock()  # the core, between `handle` and a close in a thread
 
     @property
     def core(self) -> FedPowerRootCore:
@@ -178,45 +210,39 @@ class FedPowerRootAgent(Agent):
 
     async def prepare(self) -> None:
         """Continue after this root's retained round message, if there is one."""
-        topic = self.topology.round_topic()
-        try:
-            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
-                await client.subscribe(topic, qos=1)
-                async with asyncio.timeout(self.settings.restore_wait_s):
-                    async for message in client.messages:
-                        payload = message.payload
-                        if isinstance(payload, bytes | bytearray) and payload:
-                            try:
-                                msg = decode_round(bytes(payload))
-                            except WireError as exc:
-                                self.log.warning("retained_round_rejected", reason=exc.reason)
-                            else:
-                                if self._core.restore(msg):
-                                    self.log.info(
-                                        "restored", source="retained round", round=msg.round
-                                    )
-                        break
-        except (TimeoutError, aiomqtt.MqttError):
+        payload = await _read_retained(self, self.topology.round_topic())
+        if payload is None:
             return
+        try:
+            msg = decode_round(payload)
+        except WireError as exc:
+            self.log.warning("retained_round_rejected", reason=exc.reason)
+            return
+        if self._core.restore(msg):
+            self.log.info("restored", source="retained round", round=msg.round)
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the core lock, in a worker thread when the round is large (as
+        `LeafAgent._numerics`): a reply offered meanwhile waits instead of racing it."""
+        async with self._lock:
+            if self._core.cells() >= self.settings.offload_min_cells:
+                return await asyncio.to_thread(fn)
+            return fn()
 
     async def handle(self, message: aiomqtt.Message) -> None:
         topic = str(message.topic)
         leaf = self._reply_topics.get(topic)
-        payload = message.payload
-        if leaf is None or not payload:
+        if leaf is None or not message.payload:
             return
-        if not isinstance(payload, bytes | bytearray):
-            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-            return
-        try:
-            reply = decode_reply(bytes(payload), max_bytes=self.settings.max_payload_bytes)
-        except WireError as exc:
-            self.reject(exc.reason, topic, str(exc))
+        max_bytes = self.settings.max_payload_bytes
+        reply = _decode(self, topic, message.payload, decode_reply, max_bytes)
+        if reply is None:
             return
         if reply.node_id != leaf:
             self.reject("node_mismatch", topic, f"reply of {reply.node_id!r} on {leaf!r}'s topic")
             return
-        reason = self._core.offer(reply, time.monotonic())
+        async with self._lock:  # not while a close runs in a worker thread
+            reason = self._core.offer(reply, time.monotonic())
         if reason in ("late", "duplicate", "unasked"):
             self.log.debug("reply_dropped", leaf=leaf, round=reply.round, reason=reason)
         elif reason is not None:
@@ -226,7 +252,7 @@ class FedPowerRootAgent(Agent):
     async def step(self, client: aiomqtt.Client, now: float) -> None:
         core = self._core
         if core.close_due(now):
-            model = await asyncio.to_thread(core.close, now, time.time())
+            model = await self._numerics(lambda: core.close(now, time.time()))
             if model is not None:
                 payload = encode_subspace(model, dtype=self.settings.wire_dtype)
                 await self.publish(client, self.topology.model_topic(), payload)

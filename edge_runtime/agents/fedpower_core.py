@@ -305,7 +305,14 @@ class FedPowerLeafCore(LeafCore):
 
     @property
     def private(self) -> bool:
+        """The leaf has a privacy guarantee (noisy iterations, no published Gram)."""
         return self.privacy is not None
+
+    def cells(self) -> int:
+        """Matrix cells a step touches: ``d**2`` (a Gram update, a local iteration on the
+        dense ``S``), so the shell offloads a large Gram to a thread (`LeafCore.cells`)."""
+        est = self.estimator
+        return 0 if est is None else est.n_features_**2
 
     @staticmethod
     def estimator_from_state(  # type: ignore[override]
@@ -483,12 +490,23 @@ class FedPowerRootCore(NodeCore):
     Parameters
     ----------
     node_id : str
+        The root's name (``root`` of its round messages).
     leaves : sequence of str
+        The ``M`` leaves asked every round.
     rank : int
+        ``r``, columns of the global basis.
     config : FedPowerConfig
+        The topology's round settings (quorum, timeouts, intervals, schedule, seed, OPT).
     status_policy : StatusPolicy
     now : float
+        Monotonic seconds; every ``now`` argument is on this clock.
     deployment : str or None
+        The topology's name: replies of another deployment are rejected.
+
+    Raises
+    ------
+    ValueError
+        From `FedPowerServer` once ``d`` is known, for a bad quorum or timeout.
     """
 
     def __init__(
@@ -521,10 +539,10 @@ class FedPowerRootCore(NodeCore):
         self.settled = False
         self.rounds_closed = 0
         self.restored_from: str | None = None
-        self._replies: dict[str, tuple[np.ndarray, int]] = {}
         self._last_counts: dict[str, int] = {}
         self.guarantees: dict[str, PrivacyParams | None] = {}  # every leaf that replied
         self.last_participants: tuple[str, ...] = ()
+        self._early_late = 0  # late replies while round 1 had no basis (no server yet)
         self.settle_status()
 
     # ------------------------------------------------------------------ state
@@ -535,9 +553,8 @@ class FedPowerRootCore(NodeCore):
 
     @property
     def late_replies(self) -> int:
+        """Replies dropped as late (the server's count plus those before it existed)."""
         return 0 if self.server is None else self.server.late_replies + self._early_late
-
-    _early_late = 0
 
     def _new_server(self, basis: np.ndarray, round_no: int) -> FedPowerServer:
         server = FedPowerServer(
@@ -577,7 +594,7 @@ class FedPowerRootCore(NodeCore):
             start = self.server.start_round(now)
             self.round = start.round
             basis, steps = start.basis, start.local_steps
-        self.open, self.opened_at, self._replies = True, now, {}
+        self.open, self.opened_at = True, now
         self.round_message = RoundMessage(
             root=self.node_id,
             epoch=self.epoch,
@@ -625,7 +642,6 @@ class FedPowerRootCore(NodeCore):
         except ValueError:
             return "round"
         if accepted:
-            self._replies[reply.node_id] = (reply.y, reply.n_samples)
             self.guarantees[reply.node_id] = reply.privacy
             return None
         after = (server.late_replies, server.duplicate_replies, server.unasked_replies)
@@ -635,15 +651,21 @@ class FedPowerRootCore(NodeCore):
         """The open round should close (quorum or deadline; never before ``d`` is known)."""
         return self.open and self.server is not None and self.server.close_due(now)
 
+    def cells(self) -> int:
+        """Matrix cells closing the open round touches, ``d r (replies + 1)`` (the shell
+        runs large closes in a worker thread, as `LeafCore.cells`)."""
+        server = self.server
+        return 0 if server is None else server.n_features * server.rank * (server.replies + 1)
+
     def close(self, now: float, timestamp: float) -> SubspaceMessage | None:
         """Close the open round; the model to publish, or None when nobody replied."""
         server = self.server
         assert server is not None and self.open
         previous = server.basis
-        replies = dict(self._replies)
+        replies = server.pending
         basis = server.close_round(now)
         record = server.history[-1]
-        self.open, self._replies = False, {}
+        self.open = False
         self.rounds_closed += 1
         self.last_participants = record.replied
         if not replies:

@@ -18,7 +18,8 @@ when a newer model arrived or the energy estimate below moved by more than
 Total energy. The root publishes its model truncated to ``rank`` directions, so the Q limit
 needs the trace of the covariance (``total_energy``): the energy beyond the model's
 directions is spread over the ``n_features - rank`` discarded ones (see `AnomalyScorer`).
-The leaf estimates it from **its own readings**, in the model's normalisation: for a centred
+The leaf estimates it from **its own readings**, in the model's normalisation
+(`edge_runtime.fpca.scoring.RunningEnergy`, the streaming `total_energy`): for a centred
 model (``mean`` not None) the running trace of the leaf's sample covariance (Welford's
 update of the mean and of the summed squared deviations, ``/ (n - 1)``); for an uncentred
 model the running mean of squared norms ``sum ||x||^2 / n``. O(n_features) state and work
@@ -74,6 +75,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.fpca import AnomalyScorer
+from edge_runtime.fpca.scoring import RunningEnergy
 from edge_runtime.wire import SubspaceMessage
 
 __all__ = [
@@ -96,38 +98,6 @@ RESIDUAL_FLOOR = 0.01
 
 MAX_INTERVAL_FLAGGED = 100
 """Flagged readings listed in one interval document (the rest are only counted)."""
-
-
-class _Energy:
-    """Running trace of a leaf's readings: mean of squared norms and covariance trace."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.sum_sq = 0.0  # sum ||x||^2
-        self.mean: np.ndarray | None = None
-        self.m2 = 0.0  # sum ||x - mean||^2 (Welford, batched: Chan et al.)
-
-    def update(self, x: np.ndarray) -> None:
-        if len(x) == 0:
-            return
-        m = len(x)
-        batch_mean = x.mean(axis=0)
-        dev = x - batch_mean
-        batch_m2 = float(np.einsum("ij,ij->", dev, dev))
-        self.sum_sq += float(np.einsum("ij,ij->", x, x))
-        if self.mean is None:
-            self.mean, self.m2, self.n = batch_mean, batch_m2, m
-            return
-        n = self.n + m
-        delta = batch_mean - self.mean
-        self.m2 += batch_m2 + float(delta @ delta) * self.n * m / n
-        self.mean = self.mean + delta * (m / n)
-        self.n = n
-
-    def trace(self, centered: bool) -> float | None:
-        if centered:
-            return None if self.n < 2 else self.m2 / (self.n - 1)
-        return None if self.n < 1 else self.sum_sq / self.n
 
 
 class ScoringCore:
@@ -190,7 +160,7 @@ class ScoringCore:
         self.last_q: float | None = None
         self._window: deque[bool] = deque(maxlen=window)
         self._window_flags = 0
-        self._energy = _Energy()
+        self._energy = RunningEnergy()
         self._built_energy: float | None = None
         self._stale = True  # rebuild the scorer at the next batch
         self._interval_start = now
@@ -216,16 +186,13 @@ class ScoringCore:
         self._stale = True
         return None
 
-    def _energy_for(self, centered: bool) -> float | None:
-        return self._energy.trace(centered)
-
     def _build(self) -> None:
         """(Re)build the scorer from the model and the energy estimate."""
         msg = self.model
         assert msg is not None
         model = msg.subspace
         centered = model.mean is not None
-        energy = self._energy_for(centered)
+        energy = self._energy.trace(centered)
         if energy is None:
             self.scorer = None
             self.scorer_error = "too few readings for the energy estimate"
@@ -237,13 +204,10 @@ class ScoringCore:
         total = max(energy, floor)
         try:
             self.scorer = AnomalyScorer(model, alpha=self.alpha, total_energy=total)
+            self.scorer_error = None
         except ValueError as exc:
             self.scorer = None
             self.scorer_error = str(exc)
-            self._built_energy = energy
-            self._stale = False
-            return
-        self.scorer_error = None
         self._built_energy = energy
         self._stale = False
 
@@ -252,7 +216,7 @@ class ScoringCore:
             return False
         if self._stale or self._built_energy is None:
             return True
-        energy = self._energy_for(self.model.subspace.mean is not None)
+        energy = self._energy.trace(self.model.subspace.mean is not None)
         if energy is None:
             return True
         return abs(energy - self._built_energy) > ENERGY_REBUILD_RTOL * self._built_energy
@@ -375,14 +339,19 @@ class ScoringCore:
         return self.mode == "interval" and now >= self._interval_start + self.interval_s
 
     def next_wakeup(self, now: float) -> float:
-        """When `interval_document` has something to say next (``inf`` if never)."""
+        """When `interval_document` has something to say next, in the clock of ``now``
+        (monotonic seconds); ``inf`` if never (``"reading"`` mode, or nothing scored)."""
         if self.mode != "interval" or self._iv_n == 0:
             return math.inf
         return self._interval_start + self.interval_s
 
     def interval_document(self, now: float, timestamp: float) -> dict[str, Any] | None:
         """The document of the interval that ended by ``now`` (None if it scored nothing,
-        or not due); starts the next interval."""
+        or not due); starts the next interval.
+
+        ``now`` is monotonic seconds (the clock of the constructor's ``now``);
+        ``timestamp`` is seconds since the Unix epoch (the document's ``ts``).
+        """
         if not self.interval_due(now):
             return None
         doc = None

@@ -29,21 +29,15 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
 def add_dashboard_parser(
     subparsers: Any, parents: list[argparse.ArgumentParser] | None = None
 ) -> argparse.ArgumentParser:
     """Add the ``dashboard`` sub-command; ``parents`` are the CLI's shared option parsers
     (log level, broker security)."""
+    # Imported here: edge_runtime.cli imports this module at its top, so it is complete
+    # only by the time it calls this function.
+    from edge_runtime.cli import _positive_float
+
     parser = subparsers.add_parser(
         name="dashboard",
         parents=parents or [],
@@ -58,7 +52,7 @@ def add_dashboard_parser(
     parser.add_argument("--port", type=_port, default=8080, help="port to listen on (8080)")
     parser.add_argument(
         "--stale-after",
-        type=_positive,
+        type=_positive_float,
         default=STALE_AFTER_S,
         help=f"an online node silent this many seconds is shown as stale ({STALE_AFTER_S:g})",
     )
@@ -66,7 +60,15 @@ def add_dashboard_parser(
 
 
 async def cmd_dashboard(args: argparse.Namespace) -> int:
-    """Run the dashboard until interrupted; 0 on a clean stop."""
+    """Run the dashboard of ``args`` (``topology``, ``broker``, ``host``, ``port``,
+    ``stale_after``) until interrupted; 0 on a clean stop.
+
+    Raises
+    ------
+    CliError
+        If aiohttp is missing, the topology or broker settings are invalid, or the
+        address cannot be listened on (in use, not available, not permitted).
+    """
     from edge_runtime.cli import CliError, _settings, _topology  # the CLI's own helpers
 
     try:

@@ -185,14 +185,16 @@ class DashboardState:
             self.version += 1
 
     def states(self, now: float) -> dict[str, str]:
-        """Each node's liveness at ``now``, in tree order."""
+        """Each node's liveness (one of `LIVENESS`) at ``now`` (``time.monotonic()``
+        seconds, the clock of `fold`), in tree order."""
         return {
             node_id: liveness(node.online, node.last_heard, now, self.stale_after_s)
             for node_id, node in self.nodes.items()
         }
 
     def snapshot(self, now: float) -> dict[str, object]:
-        """The JSON-ready view at ``now`` (see the module docstring)."""
+        """The JSON-ready view at ``now`` (``time.monotonic()`` seconds, the clock of
+        `fold`; ages such as ``silent_s`` are in seconds): see the module docstring."""
         topology = self.topology
         states = self.states(now)
         depth = {topology.root: 0}

@@ -46,7 +46,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edge_runtime.fedpower._checks import check_steps
-from edge_runtime.fpca.gaussian_mechanism import NEIGHBOURS, REPLACE_ONE_SENSITIVITY
+from edge_runtime.fpca.gaussian_mechanism import (
+    NEIGHBOURS,
+    REPLACE_ONE_SENSITIVITY,
+    _is_number,
+)
+from edge_runtime.fpca.gaussian_mechanism import _finite_positive as _positive
 
 __all__ = [
     "CONVERSIONS",
@@ -75,17 +80,8 @@ def power_step_sensitivity(rank: int) -> float:
     return 1.0 if check_steps(rank, "rank") == 1 else REPLACE_ONE_SENSITIVITY
 
 
-def _positive(value: object, name: str) -> float:
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    out = float(value) if ok else math.nan  # type: ignore[arg-type]
-    if not (math.isfinite(out) and out > 0.0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
-
-
 def _delta(delta: object) -> float:
-    ok = isinstance(delta, int | float | np.integer | np.floating) and not isinstance(delta, bool)
-    out = float(delta) if ok else math.nan  # type: ignore[arg-type]
+    out = float(delta) if _is_number(delta) else math.nan  # type: ignore[arg-type]
     if not 0.0 < out < 1.0:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     return out

@@ -74,7 +74,12 @@ class RoundStart:
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """How a round ended: its number, steps, who was counted, and whether it timed out."""
+    """How a round ended: its number, steps, who was counted, and whether it timed out.
+
+    ``participants`` are the leaves asked, ``replied`` the ones counted (sorted);
+    ``started`` and ``closed`` are times on the caller's clock (seconds, `start_round`'s
+    and `close_round`'s ``now``).
+    """
 
     round: int
     local_steps: int
@@ -200,8 +205,18 @@ class FedPowerServer:
         """Replies accepted in the open round (0 if none is open)."""
         return len(self._replies)
 
+    @property
+    def pending(self) -> dict[str, tuple[np.ndarray, int]]:
+        """The open round's accepted replies, ``leaf -> (Y, n_samples)``, a new dict.
+
+        ``Y`` is the server's own float64 ``(d, r)`` copy (do not write to it); empty when
+        no round is open. `close_round` consumes them.
+        """
+        return dict(self._replies)
+
     def start_round(self, now: float) -> RoundStart:
-        """Open the next round at time ``now``; what to send to its participants.
+        """Open the next round at time ``now`` (seconds, the clock of `close_due`); what to
+        send to its participants (``K`` of them drawn from ``rng`` when ``sample``).
 
         Raises
         ------
@@ -232,7 +247,8 @@ class FedPowerServer:
         return self._open
 
     def offer(self, leaf: str, round: int, basis: np.ndarray, n_samples: int) -> bool:
-        """A leaf's reply ``Y`` for ``round``; True if counted, False if dropped.
+        """A leaf's reply ``Y`` (``basis``, ``(d, r)``, float64-convertible; copied) for
+        ``round``, weighing ``n_samples``; True if counted, False if dropped.
 
         Dropped (and counted): a reply to a closed or earlier round (`late_replies`), a
         second reply (`duplicate_replies`), a reply from a leaf not asked in this round

@@ -36,7 +36,7 @@ import numpy as np
 from edge_runtime.fpca._validation import check_finite_2d, check_int
 from edge_runtime.fpca.subspace import Subspace
 
-__all__ = ["AnomalyScorer", "Scores", "q_limit", "t2_limit", "total_energy"]
+__all__ = ["AnomalyScorer", "RunningEnergy", "Scores", "q_limit", "t2_limit", "total_energy"]
 
 #: A negative remainder ``total_energy - sum(tracked eigenvalues)`` down to this fraction
 #: of ``total_energy`` is rounding (the tracked spectrum went through float32 on the wire
@@ -225,6 +225,57 @@ def total_energy(X: np.ndarray, *, centered: bool) -> float:  # noqa: N803 (scik
     if n < 1:
         raise ValueError("X must have at least 1 sample, got 0")
     return float(np.einsum("ij,ij->", x, x) / n)
+
+
+class RunningEnergy:
+    """`total_energy` of a stream, updated block by block in ``O(n_features)`` state.
+
+    Keeps ``n``, ``sum_j ||x_j||^2``, the mean and ``sum_j ||x_j - mean||^2`` (Welford's
+    update, batched as Chan et al.), so that `trace` equals ``total_energy`` of all the rows
+    seen so far (up to rounding) for either normalisation. No input checks: the caller
+    passes finite float64 blocks of one width.
+
+    Attributes
+    ----------
+    n : int
+        Rows seen.
+    sum_sq : float
+        ``sum_j ||x_j||^2``, squared units.
+    mean : ndarray of shape (n_features,) or None
+        Mean of the rows seen, float64; None before the first row.
+    m2 : float
+        ``sum_j ||x_j - mean||^2``, squared units.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sum_sq = 0.0  # sum ||x||^2
+        self.mean: np.ndarray | None = None
+        self.m2 = 0.0  # sum ||x - mean||^2
+
+    def update(self, x: np.ndarray) -> None:
+        """Add the rows of ``x``, float64 of shape (n_rows, n_features); 0 rows is a no-op."""
+        if len(x) == 0:
+            return
+        m = len(x)
+        batch_mean = x.mean(axis=0)
+        dev = x - batch_mean
+        batch_m2 = float(np.einsum("ij,ij->", dev, dev))
+        self.sum_sq += float(np.einsum("ij,ij->", x, x))
+        if self.mean is None:
+            self.mean, self.m2, self.n = batch_mean, batch_m2, m
+            return
+        n = self.n + m
+        delta = batch_mean - self.mean
+        self.m2 += batch_m2 + float(delta @ delta) * self.n * m / n
+        self.mean = self.mean + delta * (m / n)
+        self.n = n
+
+    def trace(self, centered: bool) -> float | None:
+        """`total_energy` of the rows seen, squared units; None below 2 rows (centred) or 1."""
+        if centered:
+            return None if self.n < 2 else self.m2 / (self.n - 1)
+        return None if self.n < 1 else self.sum_sq / self.n
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import enum
 import random
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from typing import ClassVar
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import ClassVar, TypedDict
 
 import numpy as np
 import structlog
@@ -32,7 +32,7 @@ from edge_runtime.sources.ratelimit import LogRateLimiter
 from edge_runtime.sources.spec import SourceSettings, SourceSpec
 from edge_runtime.wire import SensorReadings
 
-__all__ = ["RejectCallback", "Source", "SourceError", "SourceState"]
+__all__ = ["RejectCallback", "Source", "SourceArgs", "SourceError", "SourceState"]
 
 RejectCallback = Callable[[str, str], None]
 """``on_reject(source_id, reason)``: called once per rejected line, reason in
@@ -46,9 +46,24 @@ class SourceError(RuntimeError):
 
 
 class SourceState(enum.Enum):
+    """Lifecycle of a `Source`: ``UNOPENED`` -> ``OPEN`` (producing) -> ``CLOSED``."""
+
     UNOPENED = "unopened"
     OPEN = "open"
     CLOSED = "closed"
+
+
+class SourceArgs(TypedDict):
+    """The keyword arguments every kind's constructor takes after ``spec`` (their meaning:
+    `open_source`). Kinds declare ``**common: Unpack[SourceArgs]`` and pass them on to
+    `Source.__init__`, so the list lives here once."""
+
+    source_id: str
+    start_seq: int
+    n_features: int | None
+    on_reject: RejectCallback | None
+    settings: SourceSettings
+    rng: random.Random
 
 
 class _Readings:
@@ -93,8 +108,8 @@ class Source(ABC):
     parser : LineParser
         Its ``rejects`` Counter counts rejected lines per reason.
     state : SourceState
-    rows : int
-        Readings queued for the consumer so far (this run).
+    rng : random.Random
+        The jitter generator the kind's restart `Backoff` draws from.
     """
 
     kind: ClassVar[str]
@@ -118,7 +133,6 @@ class Source(ABC):
         self.on_reject = on_reject
         self.start_seq = start_seq
         self.state = SourceState.UNOPENED
-        self.rows = 0
         self._next_seq = start_seq
         self._queue: asyncio.Queue[SensorReadings | _End | BaseException] = asyncio.Queue(
             settings.queue_batches
@@ -144,9 +158,21 @@ class Source(ABC):
         """Sequence number the next queued reading gets."""
         return self._next_seq
 
+    @property
+    def rows(self) -> int:
+        """Readings queued for the consumer so far (this run): ``next_seq - start_seq``."""
+        return self._next_seq - self.start_seq
+
     def status(self) -> dict[str, object]:
-        """JSON-able counters for a status document: ``source``, ``kind``, ``next_seq``,
-        ``readings`` (queued this run), ``rejects`` (per reason) and kind-specific ones."""
+        """JSON-able counters for a status document.
+
+        Returns
+        -------
+        dict of str to JSON data
+            ``source`` (str), ``kind`` (str), ``next_seq`` (int), ``readings`` (int, queued
+            this run), ``rejects`` (dict of reason to int) and the kind's own counters
+            (``starts`` and ``returncode``; ``rotations`` and ``truncations``; ``opens``).
+        """
         return {
             "source": self.source_id,
             "kind": self.kind,
@@ -220,7 +246,13 @@ class Source(ABC):
     async def aclose(self) -> None:
         """Stop producing and release everything (idempotent); a consumer waiting for
         readings sees the end of the iteration. Queued batches are dropped: the consumer's
-        next ``start_seq`` says where a new source continues."""
+        next ``start_seq`` says where a new source continues.
+
+        Waits for the producer's clean-up (a command's process group gets up to
+        ``settings.kill_timeout_s`` seconds after SIGTERM, then SIGKILL; a serial read in
+        flight up to ``settings.serial_timeout_s``). Raises nothing of its own; re-raises
+        `asyncio.CancelledError` if the caller itself is cancelled while waiting.
+        """
         if self.state is SourceState.CLOSED:
             return
         self.state = SourceState.CLOSED
@@ -273,6 +305,16 @@ class Source(ABC):
         rows.append(result)
         return True
 
+    async def _take_lines(
+        self, lines: Iterable[tuple[bytes, int]], rows: list[list[float]]
+    ) -> None:
+        """`_take` each line of ``(line, end offset)`` pairs (a `LineSplitter`'s output),
+        queueing ``rows`` whenever it reaches ``settings.max_batch_rows``."""
+        for line, _ in lines:
+            self._take(line, rows)
+            if len(rows) >= self.settings.max_batch_rows:
+                await self._emit(rows)
+
     def _reject(self, reason: str, line: bytes) -> None:
         if self.on_reject is not None:
             self.on_reject(self.source_id, reason)
@@ -293,7 +335,6 @@ class Source(ABC):
         values = np.array(rows, dtype=np.float64)
         readings = SensorReadings(values, source=self.source_id, seq=self._next_seq)
         self._next_seq += len(rows)
-        self.rows += len(rows)
         rows.clear()
         await self._queue.put(readings)
 

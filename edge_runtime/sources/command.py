@@ -31,18 +31,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import shutil
 import signal
 import subprocess
 from collections import deque
 from collections.abc import Callable
+from typing import Unpack
 
 from edge_runtime.sources.backoff import Backoff
-from edge_runtime.sources.base import RejectCallback, Source, SourceError
+from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
 from edge_runtime.sources.ratelimit import LogRateLimiter
-from edge_runtime.sources.spec import SourceSettings, SourceSpec
+from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["CommandSource"]
 
@@ -152,26 +152,8 @@ class CommandSource(Source):
 
     kind = "command"
 
-    def __init__(
-        self,
-        spec: SourceSpec,
-        *,
-        source_id: str,
-        start_seq: int,
-        n_features: int | None,
-        on_reject: RejectCallback | None,
-        settings: SourceSettings,
-        rng: random.Random,
-    ) -> None:
-        super().__init__(
-            spec,
-            source_id=source_id,
-            start_seq=start_seq,
-            n_features=n_features,
-            on_reject=on_reject,
-            settings=settings,
-            rng=rng,
-        )
+    def __init__(self, spec: SourceSpec, **common: Unpack[SourceArgs]) -> None:
+        super().__init__(spec, **common)
         program = spec.command[0]
         found = shutil.which(program)
         if found is None:
@@ -182,7 +164,8 @@ class CommandSource(Source):
         self.command = spec.command
         self.starts = 0
         self.last_returncode: int | None = None
-        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, rng)
+        settings = self.settings
+        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, self.rng)
         self._stderr_limit = LogRateLimiter(
             settings.stderr_lines_per_interval, settings.log_interval_s
         )
@@ -255,10 +238,7 @@ class CommandSource(Source):
         rows: list[list[float]] = []
         try:
             while data := await protocol.read():
-                for line, _ in splitter.feed(data):
-                    self._take(line, rows)
-                    if len(rows) >= self.settings.max_batch_rows:
-                        await self._emit(rows)
+                await self._take_lines(splitter.feed(data), rows)
                 await self._emit(rows)
             for line, _ in splitter.flush():
                 self._take(line, rows)

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_runtime.sources.base import RejectCallback, Source
+from edge_runtime.sources.base import RejectCallback, Source, SourceArgs
 from edge_runtime.sources.command import CommandSource
 from edge_runtime.sources.file import FileSource
 from edge_runtime.sources.serialport import SerialSource
@@ -87,35 +87,16 @@ def open_source(
         isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1
     ):
         raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
-    settings = settings if settings is not None else SourceSettings()
-    rng = rng if rng is not None else random.Random()
-    if spec.kind == "command":
-        return CommandSource(
-            spec,
-            source_id=sid,
-            start_seq=first,
-            n_features=n_features,
-            on_reject=on_reject,
-            settings=settings,
-            rng=rng,
-        )
-    if spec.kind == "file":
-        return FileSource(
-            spec,
-            source_id=sid,
-            start_seq=first,
-            n_features=n_features,
-            on_reject=on_reject,
-            settings=settings,
-            rng=rng,
-            state_dir=state_dir,
-        )
-    return SerialSource(
-        spec,
+    common = SourceArgs(
         source_id=sid,
         start_seq=first,
         n_features=n_features,
         on_reject=on_reject,
-        settings=settings,
-        rng=rng,
+        settings=settings if settings is not None else SourceSettings(),
+        rng=rng if rng is not None else random.Random(),
     )
+    if spec.kind == "command":
+        return CommandSource(spec, **common)
+    if spec.kind == "file":
+        return FileSource(spec, state_dir=state_dir, **common)
+    return SerialSource(spec, **common)

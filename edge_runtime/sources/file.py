@@ -56,12 +56,13 @@ import contextlib
 import hashlib
 import math
 import os
-import random
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Unpack
 
-from edge_runtime.sources.base import RejectCallback, Source, SourceError
+from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.cursor import (
     HEAD_BYTES,
     CursorLog,
@@ -72,7 +73,7 @@ from edge_runtime.sources.cursor import (
 )
 from edge_runtime.sources.lines import LineSplitter
 from edge_runtime.sources.ratelimit import LogRateLimiter
-from edge_runtime.sources.spec import SourceSettings, SourceSpec
+from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["FileSource", "cursor_file_name"]
 
@@ -118,23 +119,10 @@ class FileSource(Source):
         self,
         spec: SourceSpec,
         *,
-        source_id: str,
-        start_seq: int,
-        n_features: int | None,
-        on_reject: RejectCallback | None,
-        settings: SourceSettings,
-        rng: random.Random,
         state_dir: Path | None = None,
+        **common: Unpack[SourceArgs],
     ) -> None:
-        super().__init__(
-            spec,
-            source_id=source_id,
-            start_seq=start_seq,
-            n_features=n_features,
-            on_reject=on_reject,
-            settings=settings,
-            rng=rng,
-        )
+        super().__init__(spec, **common)
         assert spec.path is not None
         self.path = Path(os.path.abspath(spec.path))
         if self.path.is_dir():
@@ -146,19 +134,19 @@ class FileSource(Source):
                 f"state_dir {str(state_dir)!r} is not a directory; expected an existing one"
             )
         self.cursor_path = (
-            None if state_dir is None else Path(state_dir) / cursor_file_name(source_id)
+            None if state_dir is None else Path(state_dir) / cursor_file_name(self.source_id)
         )
-        self.cursors = CursorLog(settings.cursor_history)
+        self.cursors = CursorLog(self.settings.cursor_history)
         self.rotations = 0
         self.truncations = 0
         self.resumed_at: tuple[int, int] | None = None
-        self._count = start_seq  # number of the next accepted reading of the file
+        self._count = self.start_seq  # number of the next accepted reading of the file
         self._boundary = 0  # offset just past the last line processed
         self._identity: tuple[int, int] | None = None
         self._fd: int | None = None
         self._saved_at = -math.inf
-        self._recorded_count = start_seq
-        self._save_errors = LogRateLimiter(1, settings.log_interval_s)
+        self._recorded_count = self.start_seq
+        self._save_errors = LogRateLimiter(1, self.settings.log_interval_s)
 
     def _status_extra(self) -> dict[str, object]:
         return {"rotations": self.rotations, "truncations": self.truncations}
@@ -206,6 +194,7 @@ class FileSource(Source):
 
     # ------------------------------------------------------------------ regular files
     async def _follow_file(self) -> None:
+        saved = await self._load_cursors()
         opened = self._open_regular()
         if opened is None:
             raise SourceError(f"file {str(self.path)!r} vanished or is not a regular file")
@@ -213,7 +202,7 @@ class FileSource(Source):
         self._fd = fd
         self._identity = (st.st_dev, st.st_ino)
         try:
-            offset = self._resume(fd, st)
+            offset = self._resume(fd, st, saved)
             await self._save_cursors()
             await self._read_file(offset)
         finally:
@@ -222,15 +211,22 @@ class FileSource(Source):
             if fd is not None:
                 os.close(fd)
 
-    def _resume(self, fd: int, st: os.stat_result) -> int:
-        """Choose where to start reading; set the reading count and width. The offset."""
+    async def _load_cursors(self) -> CursorLog | None:
+        """The saved cursors (read in a worker thread); None without any usable ones."""
+        if self.cursor_path is None:
+            return None
+        try:
+            return await asyncio.to_thread(
+                load_cursor_log, self.cursor_path, self.source_id, self.settings.cursor_history
+            )
+        except ValueError as exc:
+            self.log.warning("cursor_file_unusable", error=str(exc))
+            return None
+
+    def _resume(self, fd: int, st: os.stat_result, log: CursorLog | None) -> int:
+        """Choose where to start reading, from the saved cursors ``log``; set the reading
+        count and width. The offset."""
         history = self.settings.cursor_history
-        log: CursorLog | None = None
-        if self.cursor_path is not None:
-            try:
-                log = load_cursor_log(self.cursor_path, self.source_id, history)
-            except ValueError as exc:
-                self.log.warning("cursor_file_unusable", error=str(exc))
 
         def head(n: int) -> str:
             return head_digest(os.pread(fd, n, 0))
@@ -291,6 +287,15 @@ class FileSource(Source):
             ):
                 self._record_cursor()  # fine-grained positions, also while skipping
 
+    async def _take_numbered(
+        self, lines: Iterable[tuple[bytes, int]], rows: list[list[float]]
+    ) -> None:
+        """`_line` each ``(line, end offset)`` pair, queueing full batches."""
+        for line, end in lines:
+            self._line(line, end, rows)
+            if len(rows) >= self.settings.max_batch_rows:
+                await self._emit(rows)
+
     async def _read_file(self, offset: int) -> None:
         loop = asyncio.get_running_loop()
         settings = self.settings
@@ -302,10 +307,7 @@ class FileSource(Source):
         while True:
             data = os.read(self._fd, settings.read_chunk_bytes)
             if data:
-                for line, end in splitter.feed(data):
-                    self._line(line, end, rows)
-                    if len(rows) >= settings.max_batch_rows:
-                        await self._emit(rows)
+                await self._take_numbered(splitter.feed(data), rows)
                 if loop.time() - self._saved_at >= settings.cursor_interval_s:
                     await self._save_cursors()
                 await asyncio.sleep(0)  # a long catch-up read must not starve the loop
@@ -346,10 +348,8 @@ class FileSource(Source):
             new_fd, new_st = opened
             # Read what was written to the old file since the last read, then switch.
             while data := os.read(self._fd, settings.read_chunk_bytes):
-                for line, end in splitter.feed(data):
-                    self._line(line, end, rows)
-                    if len(rows) >= settings.max_batch_rows:
-                        await self._emit(rows)
+                await self._take_numbered(splitter.feed(data), rows)
+                await asyncio.sleep(0)  # a long tail must not starve the loop
             for line, end in splitter.flush():
                 self._line(line, end, rows)
             await self._emit(rows)
@@ -426,18 +426,19 @@ class FileSource(Source):
             )
 
     # ------------------------------------------------------------------ named pipes
-    async def _follow_pipe(self) -> None:
+    def _open_pipe(self) -> tuple[int, bool]:
+        """Open the pipe non-blocking: read-write if allowed, else read-only. ``(fd,
+        read-write?)``; `SourceError` if it cannot be opened at all."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-            writable = True
-        except PermissionError:
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError as exc:
-                raise SourceError(f"cannot open pipe {str(self.path)!r}: {exc.strerror}") from None
-            writable = False
+                return os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC), True
+            except PermissionError:
+                return os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), False
         except OSError as exc:
             raise SourceError(f"cannot open pipe {str(self.path)!r}: {exc.strerror}") from None
+
+    async def _follow_pipe(self) -> None:
+        fd, writable = self._open_pipe()
         self._fd = fd
         self.log.info("pipe_opened", path=str(self.path), seq=self._next_seq, rdwr=writable)
         settings = self.settings
@@ -455,10 +456,7 @@ class FileSource(Source):
                     await self._emit(rows)
                     await asyncio.sleep(settings.poll_interval_s)
                     continue
-                for line, _ in splitter.feed(data):
-                    self._take(line, rows)
-                    if len(rows) >= settings.max_batch_rows:
-                        await self._emit(rows)
+                await self._take_lines(splitter.feed(data), rows)
         finally:
             fd, self._fd = self._fd, None
             if fd is not None:

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import random
 from types import ModuleType
-from typing import Any
+from typing import Any, Unpack
 
 from edge_runtime.sources.backoff import Backoff
-from edge_runtime.sources.base import RejectCallback, Source, SourceError
+from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
-from edge_runtime.sources.spec import SourceSettings, SourceSpec
+from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["SerialSource", "import_pyserial"]
 
@@ -88,32 +87,15 @@ class SerialSource(Source):
 
     kind = "serial"
 
-    def __init__(
-        self,
-        spec: SourceSpec,
-        *,
-        source_id: str,
-        start_seq: int,
-        n_features: int | None,
-        on_reject: RejectCallback | None,
-        settings: SourceSettings,
-        rng: random.Random,
-    ) -> None:
+    def __init__(self, spec: SourceSpec, **common: Unpack[SourceArgs]) -> None:
         self.serial = import_pyserial()
-        super().__init__(
-            spec,
-            source_id=source_id,
-            start_seq=start_seq,
-            n_features=n_features,
-            on_reject=on_reject,
-            settings=settings,
-            rng=rng,
-        )
+        super().__init__(spec, **common)
         assert spec.port is not None
         self.port = spec.port
         self.baudrate = spec.baudrate
         self.opens = 0
-        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, rng)
+        settings = self.settings
+        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, self.rng)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _status_extra(self) -> dict[str, object]:
@@ -149,22 +131,7 @@ class SerialSource(Source):
         errors = (self.serial.SerialException, OSError)
         try:
             while True:
-                try:
-                    port = await loop.run_in_executor(self._executor, self._open)
-                except errors as exc:
-                    delay = self.backoff.next_delay()
-                    self.log.warning(
-                        "serial_open_failed",
-                        port=self.port,
-                        error=str(exc),
-                        retry_in_s=round(delay, 3),
-                    )
-                    await asyncio.sleep(delay)
-                    continue
-                except ValueError as exc:  # pyserial's word for bad settings
-                    raise SourceError(
-                        f"serial port {self.port!r} refuses baudrate {self.baudrate}: {exc}"
-                    ) from None
+                port = await self._open_port(loop, errors)
                 self.opens += 1
                 self.log.info("serial_opened", port=self.port, baudrate=self.baudrate)
                 lost: BaseException | None = None
@@ -184,6 +151,27 @@ class SerialSource(Source):
             executor, self._executor = self._executor, None
             if executor is not None:
                 executor.shutdown(wait=False)
+
+    async def _open_port(
+        self, loop: asyncio.AbstractEventLoop, errors: tuple[type[BaseException], ...]
+    ) -> Any:
+        """Open the port in the worker thread, retrying ``errors`` after a `Backoff` delay."""
+        while True:
+            try:
+                return await loop.run_in_executor(self._executor, self._open)
+            except errors as exc:
+                delay = self.backoff.next_delay()
+                self.log.warning(
+                    "serial_open_failed",
+                    port=self.port,
+                    error=str(exc),
+                    retry_in_s=round(delay, 3),
+                )
+                await asyncio.sleep(delay)
+            except ValueError as exc:  # pyserial's word for bad settings
+                raise SourceError(
+                    f"serial port {self.port!r} refuses baudrate {self.baudrate}: {exc}"
+                ) from None
 
     async def _read_port(self, loop: asyncio.AbstractEventLoop, port: Any) -> None:
         """Read lines until the port fails (never returns normally)."""
