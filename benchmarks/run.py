@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import accuracy, fleet, fleet_live, fleet_wire, memory, report, timing
+from benchmarks.anomaly import section as anomaly_section
 from benchmarks.fedpower import section as fedpower_section
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
@@ -241,6 +242,10 @@ def _bench_fleet_dtype(res: report.Results, sizes: Sizes, log: Callable[[str], N
     res.fleet_dtype = fleet_wire.measure_dtypes(log)
 
 
+def _bench_anomaly(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+    res.anomaly = anomaly_section.run_anomaly_benchmark(log)
+
+
 def _bench_fedpower(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fedpower = fedpower_section.run_fedpower_benchmark(sizes.fedpower, log)
 
@@ -258,13 +263,14 @@ BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], N
     "fleet-agent": _bench_fleet_agent,
     "fleet-dtype": _bench_fleet_dtype,
     "fedpower": _bench_fedpower,
+    "anomaly": _bench_anomaly,
 }
 #: The fleet benchmark (g): subprocesses and a broker, minutes at full size; run only on
 #: request (``--only fleet`` or some of its parts).
 FLEET: tuple[str, ...] = tuple(name for name in BENCHMARKS if name.startswith("fleet-"))
 #: FPCA vs FedPower (h): run only on request (``--only fedpower``), like the fleet.
 ON_REQUEST: tuple[str, ...] = (*FLEET, "fedpower")
-#: What a run without ``only`` runs: the library benchmarks (a)-(f).
+#: What a run without ``only`` runs: the library benchmarks (a)-(f) and (i).
 DEFAULT_BENCHMARKS: tuple[str, ...] = tuple(n for n in BENCHMARKS if n not in ON_REQUEST)
 #: Names that stand for several benchmarks in ``only``.
 GROUPS: dict[str, tuple[str, ...]] = {"fleet": FLEET}

@@ -6,8 +6,10 @@ fault kinds, each on one mote chosen at random per event, at non-overlapping tim
 - **spike**: a single reading of one mote offset by ``spike_offset`` lux (default +3000
   lux: a glitch well outside the Motes light range, whose maximum is 1847 lux, the
   sensor's saturation).
-- **stuck**: one mote repeats its last value (the reading just before the stretch) for
-  ``stuck_length`` steps (default 50, about 25 minutes at the Intel Lab's 31 s epoch).
+- **stuck**: one mote repeats its last value (the reading just before the stretch), or
+  with ``stuck_value`` set reports that constant (a stuck-at fault, the CONSTANT fault of
+  Sharma, Golubchik & Govindan, ACM TOSN 2010), for ``stuck_length`` steps (default 50,
+  about 25 minutes at the Intel Lab's 31 s epoch).
   A stretch where the mote's true readings stay near that value is no fault anyone
   could see, so the stuck mote is drawn (seeded) among those whose mean absolute change
   over the stretch is at least ``stuck_min_effect`` lux (default 50), and a placement of
@@ -55,6 +57,8 @@ class FaultConfig:
         Steps of a drift.
     drift_total : float
         Offset (lux) reached at the last step of a drift.
+    stuck_value : float or None
+        None: a stuck mote repeats its last value; a number: it reports this constant.
     """
 
     n_spikes: int = 100
@@ -65,6 +69,7 @@ class FaultConfig:
     stuck_min_effect: float = 50.0
     drift_length: int = 400
     drift_total: float = 300.0
+    stuck_value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,9 @@ def _try_layout(
             mote = int(rng.integers(d))
             x[row, mote] += cfg.spike_offset
         elif kind == 2:
-            last = clean[max(row - 1, 0)]
+            last = clean[max(row - 1, 0)].copy()
+            if cfg.stuck_value is not None:
+                last[:] = cfg.stuck_value
             effect = np.abs(clean[span] - last).mean(axis=0)
             candidates = np.flatnonzero(effect >= cfg.stuck_min_effect)
             if candidates.size == 0:

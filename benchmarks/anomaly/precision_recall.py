@@ -1,23 +1,22 @@
-"""Precision and recall of Q / T^2 flags on Motes light with injected faults (issue 13).
+"""Precision and recall of the runtime's Q / T^2 flags on a stream with injected faults.
 
-Protocol (``main()``; ``python -m benchmarks.anomaly.precision_recall``):
-
-1. Motes light (7712 x 48 lux). Dropouts (zeros) are either kept (``dropouts="raw"``)
-   or replaced by each mote's last non-zero reading (``"filled"``, causal,
-   `faults.fill_dropouts`); both are reported.
-2. The model is fitted on the clean first half (3856 readings) by ``FPCAEdge(48,
-   rank=10, oversample=10, center=True)`` (the runtime's model is such a subspace);
-   `AnomalyScorer` uses its tracked subspace (20 directions) with ``rank=10`` and the
-   training ``total_energy`` (the 28 untracked eigenvalues spread evenly), alpha = 0.01.
-3. Faults (`faults.FaultConfig` defaults, seed 0) are injected into the second half,
-   which is then scored with the fixed model.
+Protocol (`score_faults`): the model is fitted on clean training readings by
+``FPCAEdge(d, rank, oversample, center=True)`` (the runtime's model is such a subspace);
+`AnomalyScorer` uses its tracked subspace (``rank + oversample`` directions) with ``rank``
+model directions and the training ``total_energy`` (the untracked eigenvalues spread
+evenly), at significance ``alpha`` -- the leaf's flag rule, ``Q > Q_alpha`` or
+``T^2 > T^2_alpha``. Faults (`faults.inject_faults`) go into the stream from row
+``start``; those rows are scored with the fixed model.
 
 A flagged reading (row) counts as a detection of the fault covering it; false positives
 are flags on clean readings. Per kind: ``recall = flagged / readings of that kind``,
 ``precision = flagged of that kind / (flagged of that kind + false positives)``, i.e.
-every false alarm is charged to every kind (one mixed replay). The false-alarm rate on
-clean readings is printed too: precision depends on it and on how many faulty readings
-there are (100 spikes, 400 stuck, 800 drift of 3856).
+every false alarm is charged to every kind (one mixed replay). The ``clean`` row gives
+the false-alarm rate on clean readings: precision depends on it and on how many faulty
+readings there are.
+
+``python -m benchmarks.anomaly.precision_recall`` prints the Motes light table (model on
+the clean first half, faults in the second, both dropout handlings).
 """
 
 from __future__ import annotations
@@ -31,8 +30,20 @@ from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.scoring import AnomalyScorer, total_energy
 
-__all__ = ["Row", "main", "markdown_table", "run"]
+__all__ = [
+    "ALPHA",
+    "OVERSAMPLE",
+    "RANK",
+    "SEED",
+    "Row",
+    "main",
+    "markdown_table",
+    "motes",
+    "run",
+    "score_faults",
+]
 
+#: The runtime's defaults: topology rank 10, leaf oversampling 10, ``score_alpha`` 0.01.
 RANK = 10
 OVERSAMPLE = 10
 ALPHA = 0.01
@@ -41,9 +52,9 @@ SEED = 0
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: a fault kind (or ``clean``) under one dropout handling."""
+    """One line of the table: a fault kind (or ``clean``) in one setting."""
 
-    dropouts: str
+    setting: str
     kind: str
     readings: int
     flagged: int
@@ -51,28 +62,49 @@ class Row:
     precision: float
 
 
-def run(
-    dropouts: str = "filled", *, seed: int = SEED, config: FaultConfig | None = None
-) -> list[Row]:
-    """Fit on the clean first half, inject faults into the second, score; one row per kind.
-
-    The ``clean`` row has ``recall`` = the false-alarm rate on clean readings and
-    ``precision`` NaN.
-    """
+def motes(dropouts: str) -> np.ndarray:
+    """Motes light (7712 x 48 lux), dropouts kept (``"raw"``) or filled (``"filled"``)."""
     if dropouts not in ("raw", "filled"):
         raise ValueError(f"dropouts must be 'raw' or 'filled', got {dropouts!r}")
     data = np.array(load_dataset("motes-light"), dtype=np.float64)
-    if dropouts == "filled":
-        data = fill_dropouts(data)
-    n_train = data.shape[0] // 2
-    train = data[:n_train]
-    est = FPCAEdge(data.shape[1], RANK, oversample=OVERSAMPLE, center=True).fit(train)
+    return fill_dropouts(data) if dropouts == "filled" else data
+
+
+def score_faults(
+    train: np.ndarray,
+    stream: np.ndarray,
+    *,
+    start: int,
+    setting: str,
+    seed: int = SEED,
+    config: FaultConfig | None = None,
+    rank: int = RANK,
+    oversample: int = OVERSAMPLE,
+    alpha: float = ALPHA,
+) -> list[Row]:
+    """Fit on ``train``, inject faults into ``stream[start:]``, flag; one row per kind.
+
+    Parameters
+    ----------
+    train : ndarray of shape (n_train, n_features)
+        Clean readings the model is fitted on.
+    stream : ndarray of shape (n_samples, n_features)
+        Clean readings to inject faults into; rows ``[start, n_samples)`` are scored.
+
+    Returns
+    -------
+    list of Row
+        ``clean`` first (``recall`` = the false-alarm rate, ``precision`` NaN), then one
+        row per fault kind of `faults.KINDS`.
+    """
+    d = train.shape[1]
+    est = FPCAEdge(d, rank, oversample=oversample, center=True).fit(train)
     scorer = AnomalyScorer(
-        est.tracked_subspace, ALPHA, rank=RANK, total_energy=total_energy(train, centered=True)
+        est.tracked_subspace, alpha, rank=rank, total_energy=total_energy(train, centered=True)
     )
-    faulty = inject_faults(data, start=n_train, seed=seed, config=config)
-    flags = scorer.flags(faulty.data[n_train:])
-    labels = faulty.labels[n_train:]
+    faulty = inject_faults(stream, start=start, seed=seed, config=config)
+    flags = scorer.flags(faulty.data[start:])
+    labels = faulty.labels[start:]
     false_pos = int(np.sum(flags & (labels == 0)))
     rows = []
     for k, kind in enumerate(KINDS):
@@ -80,30 +112,46 @@ def run(
         hit = int(np.sum(flags & mask))
         total = int(mask.sum())
         if k == 0:
-            rows.append(Row(dropouts, "clean", total, hit, hit / total, float("nan")))
+            rows.append(Row(setting, "clean", total, hit, hit / total, float("nan")))
             continue
         precision = hit / (hit + false_pos) if hit + false_pos else float("nan")
-        rows.append(Row(dropouts, kind, total, hit, hit / total if total else 0.0, precision))
+        rows.append(Row(setting, kind, total, hit, hit / total if total else 0.0, precision))
     return rows
+
+
+def run(
+    dropouts: str = "filled", *, seed: int = SEED, config: FaultConfig | None = None
+) -> list[Row]:
+    """Motes light: fit on the clean first half (3856 readings), faults in the second."""
+    data = motes(dropouts)
+    n_train = data.shape[0] // 2
+    return score_faults(
+        data[:n_train],
+        data,
+        start=n_train,
+        setting=f"Motes, {dropouts}",
+        seed=seed,
+        config=config,
+    )
 
 
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
     lines = [
-        "| dropouts | kind | readings | flagged | recall | precision |",
+        "| setting | kind | readings | flagged | recall | precision |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         recall = f"{r.recall:.3f}" + (" (false-alarm rate)" if r.kind == "clean" else "")
         precision = "" if r.kind == "clean" else f"{r.precision:.3f}"
         lines.append(
-            f"| {r.dropouts} | {r.kind} | {r.readings} | {r.flagged} | {recall} | {precision} |"
+            f"| {r.setting} | {r.kind} | {r.readings} | {r.flagged} | {recall} | {precision} |"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
-    """Print the table for both dropout handlings (Motes light, alpha = 0.01, seed 0)."""
+    """Print the Motes table for both dropout handlings (alpha = 0.01, seed 0)."""
     rows = run("filled") + run("raw")
     print(
         f"Motes light, FPCAEdge(rank={RANK}, oversample={OVERSAMPLE}, center=True) on the "

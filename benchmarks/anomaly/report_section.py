@@ -1,0 +1,182 @@
+"""The Markdown of section (i) (anomaly flags against injected faults), its Done-when
+checks (issue 13) and its plot ``anomaly-roc.png``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.anomaly.faults import FaultConfig
+from benchmarks.anomaly.oracle import needed_share
+from benchmarks.anomaly.precision_recall import Row, markdown_table
+from benchmarks.anomaly.section import SYNTH_CONFIG, AnomalyBenchResults
+
+__all__ = ["PLOT", "TARGET", "Check", "checks", "section", "write_plot"]
+
+PLOT = "anomaly-roc.png"
+#: Issue 13's precision and recall bound for spikes and stuck sensors.
+TARGET = 0.9
+
+
+@dataclass(frozen=True)
+class Check:
+    """One Done-when item: what was measured against what target."""
+
+    item: str
+    measured: str
+    target: str
+    passed: bool | None
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _row(rows: list[Row], setting: str, kind: str) -> Row | None:
+    return next((r for r in rows if r.setting == setting and r.kind == kind), None)
+
+
+def checks(res: AnomalyBenchResults | None) -> list[Check]:
+    """Issue 13's first Done-when item on Motes light (filled dropouts), per kind."""
+    if res is None:
+        return []
+    out = []
+    for kind in ("spike", "stuck"):
+        r = _row(res.motes, "Motes, filled", kind)
+        if r is None:
+            continue
+        ok = r.precision >= TARGET and r.recall >= TARGET
+        out.append(
+            Check(
+                f"Motes light with injected faults, alpha = {res.alpha:g}: {kind}",
+                f"precision {r.precision:.3f}, recall {r.recall:.3f}",
+                f">= {TARGET} both",
+                ok,
+            )
+        )
+    drift = _row(res.motes, "Motes, filled", "drift")
+    if drift is not None:
+        out.append(
+            Check(
+                "drift reported",
+                f"precision {drift.precision:.3f}, recall {drift.recall:.3f}",
+                "reported",
+                True,
+            )
+        )
+    return out
+
+
+def _oracle_table(res: AnomalyBenchResults) -> str:
+    rates = sorted({rate for r in res.oracle for rate in r.recall}, reverse=True)
+    header = ["fault (one mote)", "cases"]
+    header += [f"recall at {100 * rate:g} % false alarms" for rate in rates]
+    header += [f"faulty share for precision 0.9 at {100 * rates[0]:g} %"]
+    rows = []
+    for r in res.oracle:
+        cells = [r.variant, r.cases] + [f"{r.recall[rate]:.3f}" for rate in rates]
+        cells.append(f"{100 * needed_share(r.recall[rates[0]], rates[0]):.0f} %")
+        rows.append(cells)
+    return _table(header, rows)
+
+
+def _config_line(cfg: FaultConfig, unit: str) -> str:
+    stuck = "its last value" if cfg.stuck_value is None else f"{cfg.stuck_value:g} {unit}"
+    return (
+        f"{cfg.n_spikes} spikes of +{cfg.spike_offset:g} {unit}, {cfg.n_stuck} stuck stretches "
+        f"of {cfg.stuck_length} readings (at {stuck}), {cfg.n_drift} drifts to "
+        f"+{cfg.drift_total:g} {unit} over {cfg.drift_length} readings"
+    )
+
+
+def section(res: AnomalyBenchResults) -> list[str]:
+    """Section (i) as Markdown lines."""
+    clean = _row(res.motes, "Motes, filled", "clean")
+    fa = math.nan if clean is None else clean.recall
+    stuck = [r.recall[0.01] for r in res.oracle if r.variant.startswith("stuck")]
+    best_stuck = max(stuck, default=math.nan)
+    return [
+        "## (i) Anomaly flags on the devices: injected faults with ground truth (issue 13)",
+        "",
+        f"The leaf's rule (`edge_runtime.fpca.AnomalyScorer`): a reading is flagged when Q > "
+        f"Q_alpha (Jackson-Mudholkar) or T^2 > T^2_alpha (F), alpha = {res.alpha:g}, model "
+        f"`FPCAEdge(48, rank={res.rank}, oversample={res.oversample}, center=True)`. Faults "
+        f"(`benchmarks/anomaly/faults.py`, seed {res.seed}): "
+        f"{_config_line(FaultConfig(), 'lux')}. Per kind, precision charges every false "
+        "alarm to the kind (one mixed replay). Command: `python -m benchmarks.run --only "
+        "anomaly --update` (about 2 s).",
+        "",
+        "### Motes light: model on the clean first half, faults in the second",
+        "",
+        markdown_table(res.motes),
+        "",
+        f"Motes light breaks the limits' assumptions: with filled dropouts "
+        f"{100 * fa:.1f} % of the clean readings exceed a limit (alpha = 1 % each). The "
+        "light is non-stationary and heavy-tailed, so Q drifts between the halves and "
+        "exceeds the Gaussian limits far more often than alpha.",
+        "",
+        "### What any alpha = 0.01 limit could reach (oracle threshold, model on all clean "
+        "readings)",
+        "",
+        f"The runtime's limits flag {100 * res.oracle_clean_flagged:.1f} % of the clean "
+        "readings even under this model. The oracle instead sets the threshold on max(Q / "
+        "Q_alpha, T^2 / T^2_alpha) from the clean readings themselves, so that exactly 1 % "
+        "(0.1 %) are flagged -- what a perfectly calibrated limit would do -- and counts the "
+        "faulty readings above it (`benchmarks/anomaly/oracle.py`). No limit does better at "
+        "that false-alarm rate.",
+        "",
+        _oracle_table(res),
+        "",
+        "One faulty mote among 48 moves Q less than the fleet's own unmodelled light "
+        "changes do: only a +3000 lux spike (outside the sensor's range) stands out. A stuck "
+        "mote (last value, 0 lux or full scale) is recalled at most "
+        f"{best_stuck:.2f}"
+        " at 1 % false alarms, so recall >= 0.9 for stuck sensors is out of reach for Q / T^2 "
+        "on this data at alpha = 0.01, and spike precision >= 0.9 needs at least the share "
+        "of faulty readings in the last column.",
+        "",
+        "### Synthetic control: the same detector where the data fit the model",
+        "",
+        "Gaussian readings (48 features, rank-5 signal with standard deviations 10, 8, 6, 4, "
+        "3 plus unit noise, mean 100; 4000 training and 4000 test readings); faults in noise "
+        f"units: {_config_line(SYNTH_CONFIG, 'units')}.",
+        "",
+        markdown_table(res.synth),
+        "",
+        f"![recall against false alarms]({PLOT})",
+        "",
+    ]
+
+
+def write_plot(res: AnomalyBenchResults | None, out_dir: Path) -> list[Path]:
+    """``anomaly-roc.png``: oracle recall against the clean false-alarm rate per fault
+    variant on Motes light (log x), with alpha marked."""
+    if res is None or not res.roc:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for name, (rates, recalls) in res.roc.items():
+        ax.plot(rates, recalls, marker=".", markersize=3, label=name)
+    ax.axvline(res.alpha, color="k", lw=0.8, ls=":", label=f"alpha = {res.alpha:g}")
+    ax.axhline(TARGET, color="grey", lw=0.8, ls="--", label=f"recall {TARGET:g}")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("false-alarm rate on clean readings (oracle threshold)")
+    ax.set_ylabel("recall (faulty readings flagged)")
+    ax.set_title(f"Motes light, one faulty mote, Q / T^2 with rank {res.rank}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / PLOT
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -1,0 +1,90 @@
+"""Benchmark (i): the fault generator's stuck-at mode, the oracle and the synthetic control."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.anomaly import faults, oracle, report_section, section
+
+
+def test_stuck_value_holds_the_constant_over_the_whole_stretch() -> None:
+    clean = np.random.default_rng(3).normal(100.0, 20.0, size=(800, 6))
+    cfg = faults.FaultConfig(n_spikes=0, n_stuck=3, n_drift=0, stuck_value=0.0)
+
+    out = faults.inject_faults(clean, start=100, seed=5, config=cfg)
+
+    stuck = out.labels == faults.KINDS.index("stuck")
+    assert stuck.sum() == 150
+    assert np.all(out.data[stuck, out.motes[stuck]] == 0.0)
+    np.testing.assert_array_equal(out.data[~stuck], clean[~stuck])
+
+
+@pytest.mark.parametrize(
+    ("recall", "rate", "share"), [(1.0, 0.01, 0.0833), (0.5, 0.01, 0.1525), (0.0, 0.01, 1.0)]
+)
+def test_needed_share_gives_precision_0_9_at_that_share(
+    recall: float, rate: float, share: float
+) -> None:
+    p = oracle.needed_share(recall, rate)
+
+    assert p == pytest.approx(share, abs=1e-3)
+    if recall > 0:
+        assert p * recall / (p * recall + (1 - p) * rate) == pytest.approx(0.9)
+
+
+def test_oracle_flags_exactly_the_rate_of_clean_readings_and_finds_large_spikes() -> None:
+    data = section.synthetic_readings(3000, seed=1)
+
+    rows, faulty, clean = oracle.oracle(data, rank=5, oversample=5, n_cases=300, min_effect=5.0)
+
+    assert np.mean(clean > np.quantile(clean, 0.99)) == pytest.approx(0.01, abs=1e-3)
+    spike = next(r for r in rows if r.variant == "spike +1000 lux")
+    assert spike.recall[0.01] == 1.0  # +1000 on unit noise
+    assert set(faulty) == set(oracle.VARIANTS)
+
+
+def test_synthetic_control_meets_the_targets_where_the_data_fit_the_model() -> None:
+    rows = {r.kind: r for r in section.synthetic_control()}
+
+    # Q or T^2 at alpha = 0.01 each: false alarms about 2 alpha; 99.9 % binomial bound.
+    n = rows["clean"].readings
+    assert rows["clean"].recall < 0.0199 + 3.3 * np.sqrt(0.0199 * 0.98 / n)
+    for kind in ("spike", "stuck"):
+        assert rows[kind].recall >= 0.9
+        assert rows[kind].precision >= 0.9
+
+
+def test_section_and_checks_render_from_a_results_object(tmp_path) -> None:
+    res = section.run_anomaly_benchmark(log=lambda _: None)
+
+    text = "\n".join(report_section.section(res))
+    items = report_section.checks(res)
+
+    assert "### Synthetic control" in text and "stuck at full scale" in text
+    assert [c.item.rsplit(": ", 1)[-1] for c in items] == ["spike", "stuck", "drift reported"]
+    # The evidence that issue 13's Motes targets are out of reach: even an ideal threshold
+    # at 1 % false alarms recalls under 0.9 of the readings of every stuck variant.
+    stuck = [r.recall[0.01] for r in res.oracle if r.variant.startswith("stuck")]
+    assert len(stuck) == 3 and max(stuck) < 0.9
+    assert report_section.write_plot(res, tmp_path)[0].stat().st_size > 10_000
+
+
+def test_demo_maps_score_documents_back_to_rows(tmp_path) -> None:
+    from benchmarks.anomaly import demo
+
+    topo, labels = demo.prepare(tmp_path, seed=0)
+    rows_of = demo.load_topology(topo).split_rows(labels.shape[0])
+    spikes = np.flatnonzero(labels == faults.KINDS.index("spike"))
+    docs = []
+    for leaf, rows in rows_of.items():
+        for seq, row in enumerate(rows[:400]):  # the first 400 readings of every leaf
+            docs.append({"source": f"replay:r1:{leaf}", "seq": seq, "anomaly": int(row in spikes)})
+    docs.append({"source": "somewhere-else", "seq": 0, "anomaly": 1})  # ignored
+
+    out = demo.tally(docs, topo, labels)
+
+    assert 'score = "reading"' in topo.read_text()
+    assert out["spike"]["recall"] == 1.0 and out["spike"]["precision"] == 1.0
+    assert out["clean"]["flagged"] == 0
+    assert out["spike"]["scored"] + out["spike"]["unscored"] == 100
