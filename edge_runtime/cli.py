@@ -661,6 +661,8 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
     def show(model: SubspaceMessage) -> None:
         line = _model_line(model)
         line["nodes"] = watcher.node_states()
+        quarantined = watcher.quarantined()
+        line["quarantined"] = quarantined
         if args.json:
             print(json.dumps(line), flush=True)
             return
@@ -677,7 +679,12 @@ async def _cmd_watch(args: argparse.Namespace) -> int:
                 f" mechanism={model.privacy.mechanism} neighbours={model.privacy.neighbours}"
             )
             + f" | nodes online {len(states) - len(down)}/{len(states)}"
-            + (f" ({', '.join(down)})" if down else ""),
+            + (f" ({', '.join(down)})" if down else "")
+            + (
+                " | quarantined: " + ", ".join(f"{c} ({r})" for c, r in quarantined.items())
+                if quarantined
+                else ""
+            ),
             flush=True,
         )
 

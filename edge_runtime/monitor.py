@@ -12,7 +12,7 @@ import structlog
 
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import SubspaceMessage, WireError, decode_subspace
+from edge_runtime.wire import SubspaceMessage, WireError, decode_status, decode_subspace
 
 __all__ = ["STALE_AFTER_S", "ModelWatcher", "covers", "leaves_reporting", "privacy_of"]
 
@@ -95,6 +95,7 @@ class ModelWatcher:
         self.stale_after_s = stale_after_s
         self.online: dict[str, bool] = {}
         self.last_heard: dict[str, float] = {}
+        self._quarantined: dict[str, dict[str, str]] = {}  # aggregator -> child -> reason
         self._topics: dict[str, tuple[str, str]] = {}
         for node in topology.nodes:
             self._topics[topology.status_topic(node)] = (node, "status")
@@ -138,6 +139,8 @@ class ModelWatcher:
                 node, kind = node_topic
                 if kind == "status":
                     self.online[node] = bytes(payload) == b"online"
+                else:
+                    self._fold_detail(node, bytes(payload))
                 self.last_heard[node] = time.monotonic()
                 continue
             try:
@@ -161,6 +164,27 @@ class ModelWatcher:
                 self._changed.notify_all()
             if self.on_update is not None:
                 self.on_update(model)
+
+    def _fold_detail(self, node: str, payload: bytes) -> None:
+        """Keep what an aggregator's status document says of its quarantined children."""
+        try:
+            detail = decode_status(payload, max_bytes=self.settings.max_payload_bytes)
+        except WireError:
+            return
+        found = detail.extra.get("quarantined") if detail.node_id == node else None
+        if isinstance(found, dict):
+            self._quarantined[node] = {
+                str(child): str(entry.get("reason", "?")) if isinstance(entry, dict) else "?"
+                for child, entry in found.items()
+            }
+
+    def quarantined(self) -> dict[str, str]:
+        """Children their aggregator has quarantined (issue 14), with the reason, as the
+        aggregators' latest status documents say."""
+        out: dict[str, str] = {}
+        for children in self._quarantined.values():
+            out.update(children)
+        return dict(sorted(out.items()))
 
     @property
     def privacy(self) -> dict[str, float | str] | None:

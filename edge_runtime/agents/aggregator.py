@@ -15,6 +15,13 @@ from edge_runtime.agents.aggregator_core import (
 )
 from edge_runtime.agents.base import Agent
 from edge_runtime.agents.core import publish_policy_for
+from edge_runtime.agents.plausibility import (
+    MAX_RESETS,
+    PLAUSIBILITY_REASONS,
+    RESET_WINDOW_S,
+    child_bounds,
+    energy,
+)
 from edge_runtime.agents.policy import StatusPolicy
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
@@ -89,6 +96,7 @@ class AggregatorAgent(Agent):
             now=time.monotonic(),
             echo_timeout_s=s.echo_timeout_s,
             deployment=topology.name,
+            bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
         )
         self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
 
@@ -133,7 +141,18 @@ class AggregatorAgent(Agent):
         except WireError as exc:
             self.reject(exc.reason, topic, str(exc))
             return
+        was_quarantined = child in self._core.quarantined
         reason = self._core.receive(child, msg, time.monotonic())
+        if was_quarantined and child not in self._core.quarantined:
+            self.log.warning("child_released", child=child, seq=msg.seq, epoch=msg.epoch)
+        if reason in PLAUSIBILITY_REASONS and not was_quarantined:
+            self.log.warning(
+                "child_quarantined",
+                child=child,
+                reason=reason,
+                policy=self._core.quarantine_policy,
+                n_samples=msg.n_samples,
+            )
         if reason == "duplicate":
             self.stats.duplicates += 1
         elif reason is not None:
@@ -143,6 +162,15 @@ class AggregatorAgent(Agent):
                 "foreign_deployment": f"snapshot from {child!r} of deployment "
                 f"{msg.deployment!r}, not {self.topology.name!r}: two deployments share "
                 f"the prefix {self.topology.prefix!r} on this broker; give each its own prefix",
+                "energy_bound": f"snapshot energy {energy(msg):.6g} exceeds n_samples "
+                f"{msg.n_samples} times the largest squared reading norm the leaves' "
+                "valid_range allows: quarantined",
+                "n_samples_decreased": f"n_samples fell to {msg.n_samples} within epoch "
+                f"{msg.epoch}: quarantined",
+                "n_samples_rate": f"n_samples {msg.n_samples} grew faster than the leaves' "
+                "max_reading_rate allows: quarantined",
+                "reset_rate": f"new epoch {msg.epoch}: more than {MAX_RESETS} resets in "
+                f"{RESET_WINDOW_S:g} s: quarantined",
             }.get(reason, reason)
             self.reject(reason, topic, detail)
         else:

@@ -17,13 +17,32 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from edge_runtime.agents.core import NodeCore
+from edge_runtime.agents.plausibility import (
+    DEFAULT_INFLUENCE_CAP,
+    DEFAULT_MAX_READING_RATE,
+    ChildBounds,
+    Quarantine,
+    ResetLimiter,
+    check_snapshot,
+    influence_scales,
+)
 from edge_runtime.agents.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import MAX_PRIVACY_NAME_CHARS, PrivacyParams, SubspaceMessage
 
-__all__ = ["AggregatorCore", "ChildRecord", "combined_name", "is_newer", "weakest_privacy"]
+__all__ = [
+    "QUARANTINE_POLICIES",
+    "AggregatorCore",
+    "ChildRecord",
+    "combined_name",
+    "is_newer",
+    "weakest_privacy",
+]
+
+#: What happens to a quarantined child's last good snapshot: kept in the merge, or dropped.
+QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
 
 
 def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
@@ -120,6 +139,15 @@ class AggregatorCore(NodeCore):
     deployment : str or None, default None
         The topology's name: stamped on this node's snapshots; a child's snapshot naming
         another deployment is refused (``foreign_deployment``). None checks nothing.
+    bounds : mapping of str to ChildBounds, optional
+        What the topology declares below each child (`plausibility.ChildBounds`); a child
+        missing here gets no energy bound and `DEFAULT_MAX_READING_RATE`.
+    influence_cap : float or None, default `DEFAULT_INFLUENCE_CAP`
+        Bounded influence (`plausibility.influence_scales`); None merges children as they
+        are.
+    quarantine_policy : {"keep", "drop"}, default "keep"
+        A quarantined child's last good snapshot stays in the merge (nothing is lost), or
+        leaves it until the child sends a plausible snapshot again.
 
     Notes
     -----
@@ -138,8 +166,22 @@ class AggregatorCore(NodeCore):
         now: float,
         echo_timeout_s: float = 5.0,
         deployment: str | None = None,
+        bounds: dict[str, ChildBounds] | None = None,
+        influence_cap: float | None = DEFAULT_INFLUENCE_CAP,
+        quarantine_policy: str = "keep",
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
+        if quarantine_policy not in QUARANTINE_POLICIES:
+            raise ValueError(
+                f"quarantine_policy must be one of {QUARANTINE_POLICIES}, got {quarantine_policy!r}"
+            )
+        self.bounds = dict(bounds or {})
+        self.influence_cap = influence_cap
+        self.quarantine_policy = quarantine_policy
+        self.quarantined: dict[str, Quarantine] = {}
+        self.releases = 0
+        self._resets: dict[str, ResetLimiter] = {}
+        self._scales: dict[str, float] = {}  # influence factor each child was merged with
         self.config = config
         self.deployment = deployment  # topology name: stamped out, checked in
         self.child_ids = list(children)
@@ -167,7 +209,9 @@ class AggregatorCore(NodeCore):
         Reasons: ``unknown_child``, ``foreign_deployment`` (the snapshot names another
         deployment than ``deployment``; a snapshot naming none is accepted),
         ``node_mismatch``, ``n_features`` (differs from the siblings'); ``duplicate`` for a
-        snapshot that is not newer (`is_newer`).
+        snapshot that is not newer (`is_newer`); the plausibility reasons of
+        `plausibility.check_snapshot`, which also quarantine the child (see
+        `quarantined`) until one of its snapshots passes.
         """
         if child not in self.child_ids:
             return "unknown_child"
@@ -186,6 +230,15 @@ class AggregatorCore(NodeCore):
         if record is not None and not is_newer(msg, record.snapshot):
             self.duplicates += 1
             return "duplicate"
+        bounds = self.bounds.get(child, ChildBounds(None, DEFAULT_MAX_READING_RATE))
+        resets = self._resets.setdefault(child, ResetLimiter())
+        last, arrived = (None, now) if record is None else (record.snapshot, record.arrived)
+        failed = check_snapshot(msg, last, arrived, bounds, resets, now)
+        if failed is not None:
+            self._quarantine(child, failed, now)
+            return failed
+        if self.quarantined.pop(child, None) is not None:
+            self.releases += 1
         self.children[child] = ChildRecord(msg, now)
         self.n_features = msg.n_features
         self._stale.discard(child)
@@ -194,6 +247,26 @@ class AggregatorCore(NodeCore):
         if math.isinf(self.unpublished_since):
             self.unpublished_since = now
         return None
+
+    def _quarantine(self, child: str, reason: str, now: float) -> None:
+        entry = self.quarantined.get(child)
+        if entry is not None:
+            entry.failures += 1
+            entry.reason = reason
+            return
+        self.quarantined[child] = Quarantine(reason, now)
+        if self.quarantine_policy == "drop" and child in self.children:
+            self._dirty.add(child)
+            if math.isinf(self.unpublished_since):
+                self.unpublished_since = now
+
+    def _excluded(self, child: str) -> bool:
+        """Whether the merge leaves ``child`` out (stale and dropped, or quarantined and
+        dropped)."""
+        record = self.children[child]
+        if record.stale and self.config.stale_policy == "drop":
+            return True
+        return self.quarantine_policy == "drop" and child in self.quarantined
 
     def check_staleness(self, now: float) -> list[str]:
         """Apply the staleness policy to children silent for ``stale_after_s``; returns
@@ -225,31 +298,35 @@ class AggregatorCore(NodeCore):
         Returns the merged subspace and the snapshots it covers.
         """
         with self.tree_lock:
+            included = {c: r.snapshot for c, r in self.children.items() if not self._excluded(c)}
+            scales = (
+                {c: 1.0 for c in included}
+                if self.influence_cap is None
+                else influence_scales(included, self.influence_cap)
+            )
+            for child, scale in scales.items():
+                if scale != self._scales.get(child, 1.0):
+                    self._dirty.add(child)
             dirty, self._dirty = self._dirty, set()
-            drop = self.config.stale_policy == "drop"
             for child in self.child_ids:
                 if child not in dirty:
                     continue
                 record = self.children[child]
                 sub = record.snapshot.subspace
-                if record.stale and drop:
+                if child not in included:
                     self.tree.remove(child)
+                    self._scales.pop(child, None)
                 else:
-                    if record.stale:  # downweight
+                    weight = scales[child] * (self.config.stale_weight if record.stale else 1.0)
+                    if weight != 1.0:  # downweight: stale and/or over its influence cap
                         sub = Subspace(
-                            sub.basis,
-                            sub.singular_values * self.config.stale_weight,
-                            sub.n_samples,
-                            sub.mean,
+                            sub.basis, sub.singular_values * weight, sub.n_samples, sub.mean
                         )
                     self.tree.update(child, sub)
+                    self._scales[child] = scales[child]
                 self.merges += self.tree.merges_last_update
                 record.merged = True
-            covered = [
-                self.children[c].snapshot
-                for c in self.child_ids
-                if c in self.children and not (drop and self.children[c].stale)
-            ]
+            covered = [included[c] for c in self.child_ids if c in included]
             if dirty:
                 self._merged_version += 1
                 self._merged = self.tree.result
@@ -328,7 +405,7 @@ class AggregatorCore(NodeCore):
 
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
-        return (*super().health(), frozenset(self._stale))
+        return (*super().health(), frozenset(self._stale), frozenset(self.quarantined))
 
     def coverage(self) -> dict[str, int]:
         """Samples covered per leaf in the latest published snapshot."""
@@ -352,6 +429,14 @@ class AggregatorCore(NodeCore):
             "coverage": self.coverage(),
             "merges": self.merges,
             "stale_children": sorted(self._stale),
+            "quarantined": {
+                c: {"reason": q.reason, "since_s": round(now - q.since, 3), "failures": q.failures}
+                for c, q in sorted(self.quarantined.items())
+            },
+            "released": self.releases,
+            "influence_capped": {
+                c: round(f, 6) for c, f in sorted(self._scales.items()) if f < 1.0
+            },
             "last_update_age_s": round(now - max(arrived, default=self.started), 3),
             "duplicates": self.duplicates,
             "reconnects": max(0, self.connections - 1),

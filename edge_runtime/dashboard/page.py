@@ -181,7 +181,8 @@ function drawRows(s) {
   document.getElementById("rows").innerHTML = s.nodes.map(n =>
     '<tr data-node="' + esc(n.id) + '" data-state="' + esc(n.state) + '">' +
     '<td>' + "\u00a0".repeat(2 * n.depth) + esc(n.id) + '</td>' +
-    '<td class="state ' + esc(n.state) + '">' + esc(n.state) + '</td>' +
+    '<td class="state ' + esc(n.state) + '">' + esc(n.state) +
+    (n.quarantined ? ' \u00b7 quarantined (' + esc(n.quarantined) + ')' : '') + '</td>' +
     '<td>' + esc(fmt(n.n_samples)) + '</td><td>' + esc(fmt(n.rank)) + '</td>' +
     '<td>' + esc(fmt(n.seq)) + '</td><td>' + esc(privacyText(n.privacy)) + '</td>' +
     '<td>' + esc(fmt(n.anomaly_rate)) + '</td><td>' + esc(fmt(n.rejects)) + '</td></tr>'

@@ -9,7 +9,8 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
   for more than ``stale_after_s`` seconds is stale), and from its status document
   (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank``, ``seq``, the privacy
   ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
-  node reports one;
+  node reports one; ``quarantined``: the reason its aggregator quarantined it (the
+  parent's ``extra["quarantined"]``, issue 14), else None;
 * the root's model (`edge_runtime.wire.SubspaceMessage` on ``<prefix>/<root>/model``): its
   singular values and each component's share of the captured energy (``sigma_i^2 /
   sum sigma^2``, a scree plot), samples, rank, leaves covered and privacy
@@ -225,6 +226,15 @@ class DashboardState:
                     "anomaly_rate": node.anomaly[-1][1] if node.anomaly else None,
                 }
             )
+        quarantined: dict[str, str] = {}
+        for node in self.nodes.values():
+            found = None if node.detail is None else node.detail.extra.get("quarantined")
+            if isinstance(found, dict):
+                for child, entry in found.items():
+                    reason = entry.get("reason") if isinstance(entry, dict) else None
+                    quarantined[str(child)] = str(reason or "?")
+        for view in nodes:
+            view["quarantined"] = quarantined.get(str(view["id"]))
         counts = dict.fromkeys(LIVENESS, 0)
         for state in states.values():
             counts[state] += 1
