@@ -27,6 +27,13 @@ block Gram matrices with continual release over ``release_horizon`` blocks; or
 ``"fpca-eq8"``: streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2, with its ``chunk_size``) and
 ``noise_seed``. The mechanisms are described in `edge_runtime.fpca.privacy`.
 
+A leaf may declare what its sensors can produce, from their datasheet (issue 14):
+``valid_range = [lo, hi]`` (or per feature ``[[lo1, ...], [hi1, ...]]``), with
+``out_of_range = "reject"`` (the default: a reading with a value outside is dropped) or
+``"clip"``, and ``max_reading_rate`` (readings per second). Leaves only, like the privacy
+keys; `Topology.reading_norm_sq_bound` and `Topology.max_reading_rate` bound the readings
+under any node.
+
 A leaf may read its readings from a local source instead of its sensor topic (issue 11):
 ``source = { kind = "command", command = ["sh", "motes.sh"], format = "csv" }`` (kinds
 ``command``, ``file``, ``serial``; ``mqtt`` is the default and may name the ``topic``), see
@@ -146,6 +153,9 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "score_interval_s": 10.0,
     "score_alpha": 0.01,
     "score_allow_private": False,
+    "valid_range": None,
+    "out_of_range": "reject",
+    "max_reading_rate": None,
 }
 _DEFAULTABLE_KEYS = ("rank", *_BUILTIN_DEFAULTS)
 _NODE_KEYS = ("id", "parent", *_DEFAULTABLE_KEYS, "sensor_topic", "noise_seed", "source")
@@ -172,6 +182,12 @@ _PUBLISH_KEYS = (
 _SCORE_KEYS = ("score", "score_interval_s", "score_alpha", "score_allow_private")
 SCORE_MODES: tuple[str, ...] = ("off", "reading", "interval")
 """A leaf's ``score``: no scoring, one scores document per reading, or one per interval."""
+
+# What a leaf's sensors can produce, declared from their datasheet (leaves only).
+_SENSOR_KEYS = ("valid_range", "out_of_range", "max_reading_rate")
+OUT_OF_RANGE_MODES: tuple[str, ...] = ("reject", "clip")
+"""A leaf's ``out_of_range``: drop a reading with any value outside ``valid_range``, or clip
+each value into it."""
 
 ALGORITHMS: tuple[str, ...] = ("fpca", "fedpower")
 """The federated algorithms a topology may run (top-level ``algorithm``)."""
@@ -224,6 +240,9 @@ _KINDS: dict[str, str] = {
     "score_interval_s": "float",
     "score_alpha": "float",
     "score_allow_private": "bool",
+    "valid_range": "range",
+    "out_of_range": "str",
+    "max_reading_rate": "float",
     "sensor_topic": "str",
     "name": "str",
     "prefix": "str",
@@ -246,6 +265,9 @@ _KIND_NAMES = {
     "bool": "a boolean",
     "str": "a string",
     "bounds": "an array of two numbers [lower, upper]",
+    "range": (
+        "two numbers [lo, hi] or two arrays of as many numbers [[lo1, lo2, ...], [hi1, hi2, ...]]"
+    ),
 }
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -301,6 +323,19 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_range(value: object) -> bool:
+    """Two numbers, or two non-empty arrays of numbers of one length (``valid_range``)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return False
+    if all(_is_number(v) for v in value):
+        return True
+    return (
+        all(isinstance(v, list | tuple) and v for v in value)
+        and len(value[0]) == len(value[1])
+        and all(_is_number(x) for v in value for x in v)
+    )
+
+
 def _check_kind(where: str, key: str, value: object) -> object:
     """Check a value's TOML type against ``_KINDS[key]``; return it normalised (floats, tuples).
 
@@ -318,6 +353,7 @@ def _check_kind(where: str, key: str, value: object) -> object:
             and len(value) == 2
             and all(_is_number(v) for v in value)
         )
+        or (kind == "range" and _is_range(value))
     )
     if not ok:
         raise TopologyError(
@@ -328,7 +364,17 @@ def _check_kind(where: str, key: str, value: object) -> object:
         return float(value)  # type: ignore[arg-type]
     if kind == "bounds":
         return (float(value[0]), float(value[1]))  # type: ignore[index]
+    if kind == "range":
+        lo, hi = value  # type: ignore[misc]
+        if _is_number(lo):
+            return (float(lo), float(hi))
+        return (tuple(float(x) for x in lo), tuple(float(x) for x in hi))
     return value
+
+
+def _check_n_features(n_features: object) -> None:
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+        raise ValueError(f"n_features must be an integer >= 1, got {n_features!r}")
 
 
 def _unknown_key_message(where: str, key: str, allowed: Iterable[str]) -> str:
@@ -524,6 +570,24 @@ class NodeConfig:
         Let a private leaf publish scores: each document reveals a reading's Q and T^2,
         which the privacy guarantee does not cover, so a private leaf refuses ``score``
         without it.
+    valid_range : tuple or None, default None
+        The range a leaf's sensors can produce, in their units, from their datasheet (never
+        from the data): ``(lo, hi)`` for every feature, or ``((lo_1, ..., lo_d), (hi_1,
+        ..., hi_d))`` per feature (TOML: ``[lo, hi]`` or ``[[lo_1, ...], [hi_1, ...]]``);
+        finite, ``lo < hi`` for every feature. Every reading is checked against it before
+        it reaches the estimator or the scoring (`edge_runtime.agents.leaf_core.LeafCore`);
+        per-feature bounds of another width than the readings reject every reading
+        (reason ``valid_range_width``). None: no check. Leaves only (a ``[defaults]``
+        value skips aggregators).
+    out_of_range : {"reject", "clip"}, default "reject"
+        What a leaf does with a reading that has a value outside ``valid_range``: drop it
+        (counted in ``rejects["out_of_range"]``; it still counts as ingested in its
+        source's sequence) or clip each value into the range (counted as ``clipped``).
+        ``"clip"`` needs ``valid_range``.
+    max_reading_rate : float or None, default None
+        Readings per second a leaf's sensor can produce at most (declared, finite, > 0),
+        for the plausibility checks upstream (`Topology.max_reading_rate`). None: not
+        declared. Leaves only.
 
     Raises
     ------
@@ -564,6 +628,9 @@ class NodeConfig:
     score_interval_s: float = 10.0
     score_alpha: float = 0.01
     score_allow_private: bool = False
+    valid_range: tuple[float, float] | tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    out_of_range: str = "reject"
+    max_reading_rate: float | None = None
 
     @property
     def privacy(self) -> tuple[float, float] | None:
@@ -585,8 +652,7 @@ class NodeConfig:
             If ``n_features < 1``, or the default block would exceed the memory bound of
             `gaussian_default_block_size` (set ``block_size`` then).
         """
-        if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
-            raise ValueError(f"n_features must be an integer >= 1, got {n_features!r}")
+        _check_n_features(n_features)
         rank = min(self.rank, n_features)
         if self.block_size is not None:
             return max(self.block_size, rank)
@@ -664,6 +730,7 @@ class NodeConfig:
             )
         self._check_privacy(where)
         self._check_scoring(where)
+        self._check_sensor_range(where)
         if self.block_size is None and self.mechanism != "gaussian":
             object.__setattr__(self, "block_size", DEFAULT_BLOCK_SIZE)
 
@@ -689,6 +756,93 @@ class NodeConfig:
                 "leaf, which the privacy guarantee does not cover; set score_allow_private = "
                 "true to publish them anyway"
             )
+
+    def _check_sensor_range(self, where: str) -> None:
+        """Types and ranges of ``valid_range``, ``out_of_range`` and ``max_reading_rate``."""
+        if self.valid_range is not None:
+            valid_range = _check_kind(where, "valid_range", self.valid_range)
+            object.__setattr__(self, "valid_range", valid_range)
+            lo, hi = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in valid_range)  # type: ignore[union-attr]
+            if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+                raise TopologyError(
+                    f"{where}: valid_range must be finite numbers (the sensors' range from "
+                    f"their datasheet), got {_toml_repr(valid_range)}"
+                )
+            bad = np.flatnonzero(lo >= hi)
+            if bad.size:
+                j = int(bad[0])
+                at = f" for feature {j}" if lo.size > 1 else ""
+                raise TopologyError(
+                    f"{where}: valid_range must have lo < hi{at}, got lo {lo[j]} and hi {hi[j]}"
+                )
+        _check_kind(where, "out_of_range", self.out_of_range)
+        if self.out_of_range not in OUT_OF_RANGE_MODES:
+            raise TopologyError(
+                f"{where}: out_of_range must be one of "
+                f"{', '.join(map(repr, OUT_OF_RANGE_MODES))}, got {self.out_of_range!r}"
+            )
+        if self.out_of_range == "clip" and self.valid_range is None:
+            raise TopologyError(
+                f"{where}: out_of_range = 'clip' needs valid_range (the range to clip into)"
+            )
+        if self.max_reading_rate is not None:
+            rate = _check_kind(where, "max_reading_rate", self.max_reading_rate)
+            object.__setattr__(self, "max_reading_rate", rate)
+            if not (math.isfinite(rate) and rate > 0):  # type: ignore[arg-type]
+                raise TopologyError(
+                    f"{where}: max_reading_rate must be a finite number > 0 (readings per "
+                    f"second), got {rate}"
+                )
+
+    @property
+    def valid_range_width(self) -> int | None:
+        """Features of a per-feature ``valid_range``; None for ``[lo, hi]`` or no range."""
+        if self.valid_range is None or not isinstance(self.valid_range[0], tuple):
+            return None
+        return len(self.valid_range[0])
+
+    def range_bounds(self, n_features: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(lo, hi)``, each of shape ``(n_features,)`` float64, of ``valid_range`` for
+        readings of ``n_features`` values; None without a range.
+
+        Raises
+        ------
+        ValueError
+            If ``n_features < 1`` or per-feature bounds are of another width.
+        """
+        _check_n_features(n_features)
+        if self.valid_range is None:
+            return None
+        width = self.valid_range_width
+        if width is not None and width != n_features:
+            raise ValueError(
+                f"valid_range of node {self.id!r} has {width} values per bound, the readings "
+                f"have {n_features}"
+            )
+        lo, hi = (
+            np.broadcast_to(np.asarray(bound, dtype=np.float64), (n_features,)).copy()
+            for bound in self.valid_range
+        )
+        return lo, hi
+
+    def reading_norm_sq_bound(self, n_features: int) -> float | None:
+        """Largest squared Euclidean norm of a reading of ``n_features`` values inside
+        ``valid_range``, ``sum_j max(lo_j**2, hi_j**2)``; None without a range or when
+        per-feature bounds are of another width (the leaf then rejects every reading).
+
+        Raises
+        ------
+        ValueError
+            If ``n_features < 1``.
+        """
+        _check_n_features(n_features)
+        width = self.valid_range_width
+        if self.valid_range is None or (width is not None and width != n_features):
+            return None
+        bounds = self.range_bounds(n_features)
+        assert bounds is not None
+        lo, hi = bounds
+        return float(np.maximum(lo * lo, hi * hi).sum())
 
     def _check_publish_policy(self, where: str) -> None:
         """Types and ranges of the flow-control keys (None: the role's default)."""
@@ -1023,6 +1177,9 @@ class Topology:
                 for key in _PRIVACY_KEYS:
                     if getattr(node, key) is not None:
                         raise TopologyError(_aggregator_privacy_message(node_id, key))
+                for key in _SENSOR_KEYS:
+                    if getattr(node, key) != _BUILTIN_DEFAULTS[key]:
+                        raise TopologyError(_aggregator_sensor_message(node_id, key))
         n_leaves = sum(1 for node_id in nodes if not children[node_id])
         for node_id, node in nodes.items():
             if node.score != "off" and (children[node_id] or self.algorithm != "fpca"):
@@ -1128,6 +1285,43 @@ class Topology:
             for leaf in self.leaves()
             if self._paths[leaf] == prefix or self._paths[leaf].startswith(prefix + "/")
         ]
+
+    def reading_norm_sq_bound(self, node_id: str, n_features: int) -> float | None:
+        """Largest squared Euclidean norm of one reading of ``n_features`` values that any
+        leaf under ``node_id`` (the node itself for a leaf) passes to its estimator: the
+        maximum over those leaves of `NodeConfig.reading_norm_sq_bound`, ``sum_j
+        max(lo_j**2, hi_j**2)`` of its ``valid_range``. None if one of them declares no
+        range, or per-feature bounds of another width.
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        ValueError
+            If ``n_features < 1``.
+        """
+        bounds = [
+            self.nodes[leaf].reading_norm_sq_bound(n_features)
+            for leaf in self.leaves_under(node_id)
+        ]
+        if any(bound is None for bound in bounds):
+            return None
+        return max(bounds)  # type: ignore[type-var]
+
+    def max_reading_rate(self, node_id: str) -> float | None:
+        """Readings per second the leaves under ``node_id`` (the node itself for a leaf) can
+        produce at most: the sum of their declared ``max_reading_rate``; None if one of them
+        declares none.
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        rates = [self.nodes[leaf].max_reading_rate for leaf in self.leaves_under(node_id)]
+        if any(rate is None for rate in rates):
+            return None
+        return float(sum(rates))  # type: ignore[arg-type]
 
     def path(self, node_id: str) -> str:
         """The chain of ids from the root to ``node_id``, e.g. ``"root/site-a/pi-01"``."""
@@ -1396,7 +1590,8 @@ def parse_topology(text: str, source_path: str | os.PathLike[str] | None = None)
         One line, prefixed with ``source_path`` when given: TOML syntax errors (with line and
         column), unknown keys, wrong TOML types, out-of-range values, invalid ids, duplicate
         ids, unknown parents, zero or several roots, cycles, a root without children, an
-        aggregator with a ``sensor_topic`` or a privacy key, privacy keys without all of
+        aggregator with a ``sensor_topic``, a privacy key or a sensor key (``valid_range``,
+        ``out_of_range``, ``max_reading_rate``), privacy keys without all of
         ``epsilon``, ``delta`` and ``clip_norm``, an unknown ``mechanism``, ``chunk_size``
         without mechanism ``"fpca-eq8"``, ``release_horizon`` without mechanism
         ``"gaussian"``, outside ``[1, 4096]`` or above 1 with ``forget < 1``, two leaves
@@ -1501,6 +1696,10 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
                         f"score readings: remove {key}"
                     )
                 settings[key] = _BUILTIN_DEFAULTS[key]
+            for key in _SENSOR_KEYS:  # and so are [defaults] sensor ranges
+                if key in raw:
+                    raise TopologyError(_aggregator_sensor_message(node_id, key))
+                settings[key] = _BUILTIN_DEFAULTS[key]
         else:
             if "source" in raw:
                 _leaf_source(node_id, raw, settings, source)
@@ -1518,6 +1717,13 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
         source_path=source,
         algorithm=algorithm,
         fedpower=fedpower,
+    )
+
+
+def _aggregator_sensor_message(node_id: str, key: str) -> str:
+    return (
+        f"node {node_id!r} has children, so it is an aggregator and reads no sensor: "
+        f"remove {key} (a leaf's setting)"
     )
 
 

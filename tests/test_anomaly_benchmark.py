@@ -85,6 +85,7 @@ def test_demo_maps_score_documents_back_to_rows(tmp_path) -> None:
     out = demo.tally(docs, topo, labels)
 
     assert 'score = "reading"' in topo.read_text()
+    assert demo.load_topology(topo).nodes["pi-01"].valid_range is None  # spikes get scored
     assert out["spike"]["recall"] == 1.0 and out["spike"]["precision"] == 1.0
     assert out["clean"]["flagged"] == 0
     assert out["spike"]["scored"] + out["spike"]["unscored"] == 100

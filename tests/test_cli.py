@@ -66,7 +66,11 @@ def test_run_with_other_data_follows_its_number_of_features(tmp_path):
     data = low_rank_data(1200, 17, 5, seed=11)
     path = tmp_path / "field.csv"
     np.savetxt(path, data, delimiter=",", header=",".join(f"s{i}" for i in range(17)), comments="")
-    proc = cli("run", str(MOTES), "--data", str(path), "--json")
+    # the Motes tree without its light sensors' valid_range (lux): these are other sensors
+    topology = tmp_path / "motes-light.toml"
+    topology.write_text(re.sub(r"^valid_range = .*\n", "", MOTES.read_text(), flags=re.M))
+    assert load_topology(topology).nodes["pi-01"].valid_range is None
+    proc = cli("run", str(topology), "--data", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["samples"] == 1200

@@ -51,16 +51,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiomqtt
+import numpy as np
 import paho.mqtt.client as paho
 import pytest
 from aiomqtt.exceptions import MqttConnectError
-from helpers import low_rank_data
 from tls_material import TlsMaterial, make_tls_material
 
 from edge_runtime.acl import AclError, bridge_user, generate_acl
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
 from edge_runtime.bridge import notification_topic
 from edge_runtime.broker import LOCAL_HOST, find_mosquitto, free_port
+from edge_runtime.datasets import load_dataset
 from edge_runtime.topology import Topology, load_topology, parse_topology
 from edge_runtime.wire import DEFAULT_MAX_PAYLOAD_BYTES, decode_subspace, encode_readings
 
@@ -323,6 +324,11 @@ async def connect_error(mqtt_client: aiomqtt.Client) -> BaseException | None:
         del mqtt_client
         gc.collect()
     return error
+
+
+def motes_rows(start: int, stop: int) -> np.ndarray:
+    """Motes light rows: readings inside the light sensors' valid_range of the topology."""
+    return np.asarray(load_dataset("motes-light"))[start:stop]
 
 
 def settings_for(deployment: Deployment, broker: SecuredBroker, user: str) -> AgentSettings:
@@ -848,7 +854,7 @@ async def test_agents_with_their_own_credentials_run_end_to_end_over_tls(
 ) -> None:
     topology = deployment.topology
     broker = start_broker()
-    data = low_rank_data(60, 48, 5, seed=7)  # one block of 50, then 10 flushed when idle
+    data = motes_rows(0, 60)  # one block of 50, then 10 flushed when idle
     leaf = LeafAgent(topology, "pi-01", settings_for(deployment, broker, "pi-01"))
     site = AggregatorAgent(topology, "site-a", settings_for(deployment, broker, "site-a"))
     root = AggregatorAgent(topology, "root", settings_for(deployment, broker, "root"))
@@ -904,7 +910,7 @@ async def test_a_leaf_whose_snapshots_the_acl_denies_reports_them_undelivered(
     settings = replace(
         settings_for(deployment, broker, "pi-01"), timeout_s=1.0, echo_timeout_s=ECHO_TIMEOUT_S
     )
-    data = low_rank_data(50, 48, 5, seed=8)  # one block: one snapshot
+    data = motes_rows(60, 110)  # one block: one snapshot
     async with (
         client(deployment, broker, "site-b") as parent,
         LeafAgent(moved, "pi-01", settings) as leaf,

@@ -154,6 +154,15 @@ class LeafAgent(Agent):
     reason and interval with their count (a local source logs its bad lines itself, just
     as rate-limited).
 
+    Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core
+    checks every sequenced block before the estimator and the scoring see it
+    (`LeafCore.screen`): readings with a value outside the range are rejected (reason
+    ``out_of_range``, still ingested in their source's sequence) or clipped into it
+    (``readings_clipped`` lines, as rate-limited); per-feature bounds of another width
+    than the readings reject them all (reason ``valid_range_width``). The status
+    document's ``extra`` then carries ``out_of_range``, ``valid_range_width`` and
+    ``clipped`` counts.
+
     Readings in the map form carry a source id and a per-source sequence number; a
     reading whose sequence was already ingested is dropped as a duplicate (counted in
     ``sequencer.duplicates``), and the last sequence ingested per source is reported in the
@@ -268,6 +277,7 @@ class LeafAgent(Agent):
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
         )
+        self._core.on_range = self._log_range
         self._scores: list[bytes] = []  # documents waiting for the work loop
         self._scores_dropped = 0
         self._lock = asyncio.Lock()
@@ -606,7 +616,7 @@ class LeafAgent(Agent):
             self.reject(exc.reason, topic, str(exc), source=source)
             return
         now = time.monotonic()
-        for block, source, seq in self._core.accept_labelled(readings, now):
+        for block, source, seq in self._core.accept_labelled(readings, now, origin=topic):
             if await self._apply(block, readings.source):
                 self._score(block, source, seq)
         self.wake()
@@ -664,28 +674,42 @@ class LeafAgent(Agent):
         `REJECT_LOG_BURST` per reason and interval, then one summary line)."""
         count_as = source or topic or "?"
         self._core.count_reject(reason, count_as)
+        self._log_reject(reason, topic, count_as, detail)
+
+    def _log_range(self, reason: str, source: str, detail: str) -> None:
+        """The core's `RangeHook`: readings outside ``valid_range`` were rejected (already
+        counted) or clipped; logged as `reject` logs."""
+        topic = "" if self._source_spec is not None else self.config.sensor_topic or ""
+        self._log_reject(reason, topic, source, detail)
+
+    def _log_reject(self, reason: str, topic: str, source: str, detail: str) -> None:
         log_it, suppressed = self._reject_log.allow(reason, time.monotonic())
         if not log_it:
             return
         extra = {"suppressed": suppressed} if suppressed else {}
         self.log.warning(
-            "message_rejected",
+            "readings_clipped" if reason == "clipped" else "message_rejected",
             reason=reason,
             topic=topic,
-            source=count_as,
+            source=source,
             detail=detail,
-            count=self._core.rejects[reason],
+            count=self._log_count(reason),
             **extra,
         )
+
+    def _log_count(self, reason: str) -> int:
+        return self._core.clipped if reason == "clipped" else self._core.rejects[reason]
 
     def _log_suppressed(self, counts: dict[str, int]) -> None:
         for reason, suppressed in counts.items():
             self.log.warning(
-                "messages_rejected_suppressed",
+                "readings_clipped_suppressed"
+                if reason == "clipped"
+                else "messages_rejected_suppressed",
                 reason=reason,
                 suppressed=suppressed,
                 interval_s=REJECT_LOG_INTERVAL_S,
-                count=self._core.rejects[reason],
+                count=self._log_count(reason),
             )
 
     async def _apply(self, values: np.ndarray, source: str | None = None) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "GAP_WEIGHT",
     "IDLE_GAPS",
     "LeafCore",
+    "RangeHook",
     "configured_privacy",
     "snapshot_privacy",
 ]
@@ -39,6 +40,14 @@ GAP_WEIGHT = 0.2
 
 IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
+
+Labelled = tuple[np.ndarray, str | None, int | None]
+"""A block of rows, its source and the sequence number of its first row (or None)."""
+
+RangeHook = Callable[[str, str, str], None]
+"""``hook(reason, source, detail)``: a block had readings outside ``valid_range`` (reason
+``"out_of_range"``, rejected, or ``"clipped"``) or of another width than its per-feature
+bounds (``"valid_range_width"``, rejected); called once per block, after counting."""
 
 
 def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
@@ -93,11 +102,29 @@ class LeafCore(NodeCore):
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
         accepts (`ScoringCore`, attribute ``scoring``); without it the leaf does not score.
 
+    Attributes
+    ----------
+    clipped : int
+        Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``).
+    on_range : RangeHook or None
+        Told of every block with readings outside ``config.valid_range`` (the shell logs
+        them, rate-limited); None: counted only.
+
     Notes
     -----
     Snapshot contents: everything ingested, pending rows folded in (all ``rank + oversample``
     tracked directions, so merges upstream keep their accuracy); a private leaf publishes
     masked blocks only and masks its pending rows when idle (`FPCAEdge.flush`).
+
+    Declared sensor range (``config.valid_range``, `screen`): every block the sequencer
+    releases is checked before it reaches the estimator or the scoring. With
+    ``out_of_range = "reject"`` a reading with any value outside the range is dropped and
+    counted (``rejects["out_of_range"]``, ``rejected_by_source``); with ``"clip"`` each value
+    is clipped into the range (``clipped``). A dropped reading stays ingested in its
+    source's sequence (confirmed like any other, never waited for as a gap nor re-sent
+    after a reconnect), and becomes durable with the next snapshot or checkpoint; when
+    nothing else changed since the last one, the leaf publishes its snapshot again (or
+    checkpoints) once idle, so a stream that ends on rejected readings is confirmed too.
     """
 
     def __init__(
@@ -146,6 +173,9 @@ class LeafCore(NodeCore):
         self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
         self.rejected_by_source: Counter[str] = Counter()
+        self.clipped = 0
+        self.on_range: RangeHook | None = None
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.scoring: ScoringCore | None = None
         if config.score != "off" and root_id is not None:
             self.scoring = ScoringCore(
@@ -337,46 +367,144 @@ class LeafCore(NodeCore):
         return None
 
     # ------------------------------------------------------------------ inbound
-    def count_reject(self, reason: str, source: str) -> None:
-        """Count one rejected reading (or message) by ``reason`` (``rejects``) and by the
-        ``source`` it came from (``rejected_by_source``: a local source's id, the ``src``
-        of an MQTT payload, else the sensor topic)."""
-        self.rejects[reason] += 1
-        self.rejected_by_source[source] += 1
+    def count_reject(self, reason: str, source: str, n: int = 1) -> None:
+        """Count ``n`` rejected readings (or one message) by ``reason`` (``rejects``) and by
+        the ``source`` they came from (``rejected_by_source``: a local source's id, the
+        ``src`` of an MQTT payload, else the sensor topic)."""
+        self.rejects[reason] += n
+        self.rejected_by_source[source] += n
 
     def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
-        """Sequence ``readings``: the row blocks ready to apply, in order (`apply` them)."""
-        self._now = now
-        if readings.source is None or readings.seq is None:
-            return [readings.values]
-        return self.sequencer.offer(readings.source, readings.seq, readings.values)
+        """Sequence and `screen` ``readings``: the row blocks ready to apply, in order
+        (`apply` them)."""
+        return [block for block, _, _ in self.accept_labelled(readings, now)]
 
     def accept_labelled(
-        self, readings: SensorReadings, now: float
-    ) -> list[tuple[np.ndarray, str | None, int | None]]:
+        self, readings: SensorReadings, now: float, origin: str | None = None
+    ) -> list[Labelled]:
         """`accept`, each block with its source and the sequence number of its first row
-        (the blocks of one offer are consecutive and end at the source's last applied
-        sequence, `SourceSequencer`); ``(block, None, None)`` for readings without one."""
-        blocks = self.accept(readings, now)
+        (the blocks of one offer are in sequence order and end at the source's last applied
+        sequence, `SourceSequencer`; a reading `screen` drops splits a block);
+        ``(block, None, None)`` for readings without one. ``origin``: what a rejected
+        reading without a source is counted under (the message's topic; default the
+        sensor topic)."""
+        self._now = now
         source = readings.source
-        if source is None or readings.seq is None or not blocks:
-            return [(block, None, None) for block in blocks]
-        return _label(blocks, source, self.sequencer.last[source])
+        if source is None or readings.seq is None:
+            labelled: list[Labelled] = [(readings.values, None, None)]
+        else:
+            blocks = self.sequencer.offer(source, readings.seq, readings.values)
+            if not blocks:
+                return []
+            labelled = _label(blocks, source, self.sequencer.last[source])
+        return self.screen(labelled, source or origin or self.config.sensor_topic or "?", now)
 
-    def expire_labelled(self, now: float) -> list[tuple[np.ndarray, str | None, int | None]]:
+    def expire_labelled(self, now: float) -> list[Labelled]:
         """`expire`, labelled as `accept_labelled` when the released rows are of one
         source (the usual case), else ``(block, None, None)``."""
+        self._now = now
         before = dict(self.sequencer.last)
-        blocks = self.expire(now)
+        blocks = self.sequencer.expire()
+        if not blocks:
+            return []
         changed = [s for s, last in self.sequencer.last.items() if before.get(s) != last]
-        if len(changed) != 1 or not blocks:
-            return [(block, None, None) for block in blocks]
-        return _label(blocks, changed[0], self.sequencer.last[changed[0]])
+        if len(changed) != 1:
+            unlabelled: list[Labelled] = [(block, None, None) for block in blocks]
+            return self.screen(unlabelled, self.config.sensor_topic or "?", now)
+        labelled = _label(blocks, changed[0], self.sequencer.last[changed[0]])
+        return self.screen(labelled, changed[0], now)
 
     def expire(self, now: float) -> list[np.ndarray]:
-        """Row blocks released because a gap timed out (counted in ``gap_rows``)."""
-        self._now = now
-        return self.sequencer.expire()
+        """Row blocks released because a gap timed out (counted in ``gap_rows``),
+        `screen`-ed."""
+        return [block for block, _, _ in self.expire_labelled(now)]
+
+    def screen(self, labelled: list[Labelled], source: str, now: float) -> list[Labelled]:
+        """Check released blocks against ``config.valid_range`` (unchanged without one).
+
+        A reading with a value outside the range is dropped (``out_of_range = "reject"``,
+        counted in ``rejects["out_of_range"]``; the kept rows of a block are returned as
+        runs of consecutive readings, each labelled with its first sequence number) or has
+        its values clipped into the range (``"clip"``, counted in ``clipped``). A block of
+        another width than per-feature bounds is dropped whole
+        (``rejects["valid_range_width"]``). Dropped readings are counted under ``source``
+        and stay ingested in their source's sequence. O(rows x features).
+        """
+        if self.config.valid_range is None:
+            return labelled
+        out: list[Labelled] = []
+        for block, src, seq in labelled:
+            out += self._screen_block(block, src, seq, source, now)
+        return out
+
+    def _range(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` for readings of ``n_features`` values (ValueError: another width)."""
+        bounds = self._bounds.get(n_features)
+        if bounds is None:
+            found = self.config.range_bounds(n_features)
+            assert found is not None  # screen runs only with a valid_range
+            bounds = self._bounds[n_features] = found
+        return bounds
+
+    def _screen_block(
+        self, block: np.ndarray, src: str | None, seq: int | None, source: str, now: float
+    ) -> list[Labelled]:
+        n, d = block.shape
+        try:
+            lo, hi = self._range(d)
+        except ValueError as exc:
+            self._dropped("valid_range_width", source, n, now, f"{exc}: {n} readings rejected")
+            return []
+        outside = (block < lo) | (block > hi)
+        bad = outside.any(axis=1)
+        n_bad = int(np.count_nonzero(bad))
+        if n_bad == 0:
+            return [(block, src, seq)]
+        i = int(np.argmax(bad))
+        j = int(np.argmax(outside[i]))
+        where = f"reading {i}" if seq is None else f"reading seq {seq + i}"
+        detail = (
+            f"{where} column {j} is {float(block[i, j])!r}, outside valid_range "
+            f"[{lo[j]}, {hi[j]}] ({n_bad} of {n} readings in this batch)"
+        )
+        if self.config.out_of_range == "clip":
+            self.clipped += n_bad
+            if self.on_range is not None:
+                self.on_range("clipped", source, detail)
+            return [(np.clip(block, lo, hi), src, seq)]
+        self._dropped("out_of_range", source, n_bad, now, detail)
+        kept = np.flatnonzero(~bad)
+        runs = np.split(kept, np.flatnonzero(np.diff(kept) != 1) + 1) if kept.size else []
+        return [
+            (block[run[0] : run[-1] + 1], src, None if seq is None else seq + int(run[0]))
+            for run in runs
+        ]
+
+    def _dropped(self, reason: str, source: str, n: int, now: float, detail: str) -> None:
+        """``n`` readings arrived and were dropped: counted, and due to become durable."""
+        self.count_reject(reason, source, n)
+        self._note_input(now)
+        if math.isinf(self.unpublished_since):
+            self.unpublished_since = now  # a snapshot (or checkpoint) will cover them
+        if self.on_range is not None:
+            self.on_range(reason, source, detail)
+
+    def _drops_uncovered(self) -> bool:
+        """Readings were ingested without changing the estimator (dropped by `screen`, or
+        refused by it) since the state a restart resumes from, and nothing else: its
+        snapshot (or checkpoint) taken again would make them durable."""
+        if self.checkpointing:
+            return self.n_samples == self.checkpointed_n and self.ingested != self.durable
+        snap = self.snapshot
+        return snap is not None and self.ingested != dict(snap.sources)
+
+    def _note_input(self, now: float) -> None:
+        """Input arrived at ``now``: the usual gap between readings and ``last_input``."""
+        gap = now - self.last_input
+        if 0 < gap < self.policy.max_interval_s:  # a longer pause is no "usual gap"
+            weight = GAP_WEIGHT if self._gap_s else 1.0  # the first gap starts the average
+            self._gap_s += weight * (gap - self._gap_s)
+        self.last_input = now
 
     def apply(self, values: np.ndarray, now: float) -> None:
         """Feed rows ``(n, n_features)`` to the estimator (numerics; thread-safe under the
@@ -391,11 +519,7 @@ class LeafCore(NodeCore):
             self.estimator = self.new_estimator(values.shape[1])
             self.n_features = values.shape[1]
         self.estimator.partial_fit(values)
-        gap = now - self.last_input
-        if 0 < gap < self.policy.max_interval_s:  # a longer pause is no "usual gap"
-            weight = GAP_WEIGHT if self._gap_s else 1.0  # the first gap starts the average
-            self._gap_s += weight * (gap - self._gap_s)
-        self.last_input = now
+        self._note_input(now)
         self._input_version += 1
         if math.isinf(self.unpublished_since):
             self.unpublished_since = now
@@ -443,9 +567,13 @@ class LeafCore(NodeCore):
             return None
         if self.snapshot_n() == self.published_n:
             est = self.estimator
-            if est is None or est.n_pending_ == 0:
-                self.unpublished_since = math.inf  # nothing left to publish
-            return None
+            dropped = self._drops_uncovered()
+            masked = est is None or est.privacy is None or est.n_pending_ == 0
+            if not (dropped and masked and not self.checkpointing):
+                if (est is None or est.n_pending_ == 0) and not dropped:
+                    self.unpublished_since = math.inf  # nothing left to publish
+                return None  # (dropped readings of a checkpointing leaf: `checkpoint_due`)
+            # only dropped readings since the last snapshot: publish it again, covering them
         if not self.policy.may_publish(now, self.last_publish):
             return None
         if self.snapshot is None:
@@ -526,12 +654,18 @@ class LeafCore(NodeCore):
 
     # --------------------------------------------------------------- checkpoint
     def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
-        """Checkpoint every ``checkpoint_every`` blocks, when idle with news, and on exit."""
-        if not self.checkpointing or self.n_samples == self.checkpointed_n:
+        """Checkpoint every ``checkpoint_every`` blocks, when idle with news, and on exit;
+        readings dropped since the last checkpoint (and nothing else) count as news too,
+        checkpointed when idle or after the maximum publish interval."""
+        if not self.checkpointing or (
+            self.n_samples == self.checkpointed_n and self.ingested == self.durable
+        ):
             return False
         blocks = 0 if self.estimator is None else self.estimator.n_blocks_
         if force or (self.idle(now) and self.snapshot_n() == self.published_n):
             return True
+        if self._drops_uncovered() and now >= self.unpublished_since + self.policy.max_interval_s:
+            return True  # dropped readings that never pause: durable every maximum interval
         return blocks - self.checkpointed_blocks >= self.checkpoint_every
 
     def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
@@ -552,6 +686,10 @@ class LeafCore(NodeCore):
         self.checkpointed_blocks = blocks
         self.checkpointed_n = n_samples
         self.durable = dict(ingested)
+        est = self.estimator
+        masked = est is None or est.privacy is None or est.n_pending_ == 0
+        if self.snapshot_n() == self.published_n and masked:
+            self.unpublished_since = math.inf  # (dropped readings were all that was new)
 
     # ------------------------------------------------------------ confirmations
     def _confirm_key(self) -> tuple[object, ...]:
@@ -603,8 +741,19 @@ class LeafCore(NodeCore):
             *super().health(),
             self.sequencer.gap_rows,
             self.restored_from,
+            self.clipped,
             *(() if self.scoring is None else self.scoring.health()),
         )
+
+    def _range_extra(self) -> dict[str, object]:
+        """Readings rejected by and clipped into ``valid_range`` (only with one)."""
+        if self.config.valid_range is None:
+            return {}
+        return {
+            "out_of_range": self.rejects["out_of_range"],
+            "valid_range_width": self.rejects["valid_range_width"],
+            "clipped": self.clipped,
+        }
 
     def status_extra(self, now: float) -> dict[str, object]:
         """The leaf part of the JSON status document."""
@@ -626,17 +775,16 @@ class LeafCore(NodeCore):
             "pending_rows": 0 if self.estimator is None else self.estimator.n_pending_,
             "publish": dict(self.decisions),
             "rejected_by_source": dict(self.rejected_by_source),
+            **self._range_extra(),
             **({} if self.scoring is None else self.scoring.status_extra()),
         }
 
 
-def _label(
-    blocks: list[np.ndarray], source: str, last: int
-) -> list[tuple[np.ndarray, str | None, int | None]]:
+def _label(blocks: list[np.ndarray], source: str, last: int) -> list[Labelled]:
     """Consecutive ``blocks`` of ``source`` ending at sequence ``last``, with the sequence
     number of each block's first row."""
     seq = last - sum(len(block) for block in blocks) + 1
-    out: list[tuple[np.ndarray, str | None, int | None]] = []
+    out: list[Labelled] = []
     for block in blocks:
         out.append((block, source, seq))
         seq += len(block)
