@@ -866,8 +866,8 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
 
             # ---- valid state first: readings for the leaf, a snapshot for the sibling
             data = low_rank_data(SETUP_ROWS + 1, D, RANK, seed=11)
-            sibling_rows = low_rank_data(50, D, RANK, seed=12)
-            est = FPCAEdge(D, RANK, block_size=BLOCK).partial_fit(sibling_rows)
+            sibling_rows = low_rank_data(90, D, RANK, seed=12)
+            est = FPCAEdge(D, RANK, block_size=BLOCK).partial_fit(sibling_rows[:50])
             sibling = SubspaceMessage(
                 node_id=SIBLING,
                 epoch="setup",
@@ -1019,23 +1019,24 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
             assert after[1] == before[1], "the aggregator's state changed"
             assert len(live) == live_before, "the aggregator published during the fuzz"
 
-            # ---- and both still work: one more reading, one more sibling snapshot
+            # ---- and both still work: one more reading, one more sibling snapshot (more
+            # samples in the same epoch: n_samples never decreases within one, issue 14)
             newer = SubspaceMessage(
                 node_id=SIBLING,
                 epoch="setup",
                 seq=2,
                 subspace=FPCAEdge(D, RANK, block_size=BLOCK)
-                .partial_fit(sibling_rows[:40])
+                .partial_fit(sibling_rows)
                 .tracked_subspace,
                 timestamp=time.time(),
-                provenance={SIBLING: 40},
+                provenance={SIBLING: 90},
             )
             async with aiomqtt.Client(host, port, timeout=5) as client:
                 reading = encode_readings(data[SETUP_ROWS], source="setup", seq=SETUP_ROWS)
                 await client.publish(sensor_topic, reading, qos=1)
                 await client.publish(subspace_topic(SIBLING), encode_subspace(newer), qos=1)
             await wait_for(
-                lambda: agg.coverage() == {LEAF: SETUP_ROWS + 1, SIBLING: 40},
+                lambda: agg.coverage() == {LEAF: SETUP_ROWS + 1, SIBLING: 90},
                 "the aggregator to merge the leaf's next snapshot and the sibling's",
                 STEP_DEADLINE_S,
             )
