@@ -3,6 +3,8 @@ clock: no broker, no sleeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,13 +18,14 @@ from edge_runtime.agents.plausibility import (
     ChildBounds,
     ResetLimiter,
     check_snapshot,
+    child_bounds,
     energy,
     influence_scales,
 )
 from edge_runtime.agents.policy import StatusPolicy
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio
-from edge_runtime.topology import NodeConfig
+from edge_runtime.topology import NodeConfig, load_topology
 from edge_runtime.wire import SubspaceMessage
 
 RANGE = ChildBounds(((0.0, 2000.0),), max_rate=1000.0)
@@ -154,11 +157,14 @@ def test_influence_cap_scales_only_a_child_far_above_its_siblings_energy_per_sam
 
 def _motes_replay(slow_leaf: int | None) -> tuple[AggregatorCore, list[dict], Subspace]:
     """The Motes light leaves' snapshots after every block of 50, at 500 readings/s (one
-    leaf at 50/s), fed to one aggregator over all 8 with the Motes range and defaults."""
+    leaf at 50/s), fed to one aggregator over all 8 with the bounds the shipped
+    topologies/motes-light.toml declares and every other setting at its default."""
     data = np.array(load_dataset("motes-light"), dtype=np.float64)
     parts = np.array_split(data, 8)
     leaves = [f"pi-{i:02d}" for i in range(1, 9)]
-    bounds = dict.fromkeys(leaves, ChildBounds(((0.0, 2000.0),), max_rate=1000.0))
+    topology = load_topology(Path(__file__).resolve().parents[1] / "topologies/motes-light.toml")
+    bounds = {leaf: child_bounds(topology, leaf) for leaf in leaves}  # the shipped defaults
+    assert bounds["pi-01"].norm_sq(48) == 48 * 2000.0**2
     agg = core(leaves, bounds)
     events = []
     for i, (leaf, x) in enumerate(zip(leaves, parts, strict=True)):
