@@ -12,9 +12,22 @@ import structlog
 
 from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import SubspaceMessage, WireError, decode_status, decode_subspace
+from edge_runtime.wire import (
+    StatusDetail,
+    SubspaceMessage,
+    WireError,
+    decode_status,
+    decode_subspace,
+)
 
-__all__ = ["STALE_AFTER_S", "ModelWatcher", "covers", "leaves_reporting", "privacy_of"]
+__all__ = [
+    "STALE_AFTER_S",
+    "ModelWatcher",
+    "covers",
+    "leaves_reporting",
+    "privacy_of",
+    "quarantined_children",
+]
 
 STALE_AFTER_S = 75.0
 """Seconds of silence after which an online node is shown as stale (2.5 status heartbeats)."""
@@ -51,6 +64,19 @@ def privacy_of(model: SubspaceMessage | None) -> dict[str, float | str] | None:
         "clip_norm": p.clip_norm,
         "mechanism": p.mechanism,
         "neighbours": p.neighbours,
+    }
+
+
+def quarantined_children(detail: StatusDetail) -> dict[str, str]:
+    """Child id -> reason for the children an aggregator's status document
+    (``extra["quarantined"]``, issue 14) says are quarantined; empty for any other node.
+    A malformed entry gives the reason ``"?"``."""
+    found = detail.extra.get("quarantined")
+    if not isinstance(found, dict):
+        return {}
+    return {
+        str(child): str(entry.get("reason", "?")) if isinstance(entry, dict) else "?"
+        for child, entry in found.items()
     }
 
 
@@ -171,12 +197,8 @@ class ModelWatcher:
             detail = decode_status(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
-        found = detail.extra.get("quarantined") if detail.node_id == node else None
-        if isinstance(found, dict):
-            self._quarantined[node] = {
-                str(child): str(entry.get("reason", "?")) if isinstance(entry, dict) else "?"
-                for child, entry in found.items()
-            }
+        if detail.node_id == node:
+            self._quarantined[node] = quarantined_children(detail)
 
     def quarantined(self) -> dict[str, str]:
         """Children their aggregator has quarantined (issue 14), with the reason, as the

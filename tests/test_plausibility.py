@@ -28,7 +28,14 @@ from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio
 from edge_runtime.topology import NodeConfig, load_topology
 from edge_runtime.wire import SubspaceMessage
 
-RANGE = ChildBounds(((0.0, 2000.0),), max_rate=1000.0)
+
+def declared(valid_range: object, max_rate: float) -> ChildBounds:
+    """The bounds of one leaf declaring ``valid_range``."""
+    leaf = NodeConfig(id="leaf", parent="agg", rank=3, valid_range=valid_range)
+    return ChildBounds((leaf,), max_rate)
+
+
+RANGE = declared([0.0, 2000.0], max_rate=1000.0)
 
 
 def msg(node: str, sub: Subspace, seq: int, epoch: str = "e0", t: float = 0.0) -> SubspaceMessage:
@@ -68,7 +75,7 @@ def test_energy_bound_is_n_times_the_largest_squared_reading_norm() -> None:
     rng = np.random.default_rng(1)
     x = rng.uniform(0.0, 2000.0, size=(200, 4))
     honest = fitted(x)
-    bounds = ChildBounds(((0.0, 2000.0),), 1e5)
+    bounds = declared([0.0, 2000.0], 1e5)
 
     assert bounds.norm_sq(4) == 4 * 2000.0**2
     assert energy(msg("a", honest, 1)) <= 200 * bounds.norm_sq(4)
@@ -76,10 +83,10 @@ def test_energy_bound_is_n_times_the_largest_squared_reading_norm() -> None:
     bad = msg("a", forged(4), 1)
     assert check_snapshot(bad, None, 0.0, bounds, ResetLimiter(), 0.0) == "energy_bound"
     # per-feature ranges, and a range of another width disables the check
-    wide = ChildBounds((((0.0, 0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 3.0)),), 1e5)
+    wide = declared([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 3.0]], 1e5)
     assert wide.norm_sq(4) == pytest.approx(12.0)
     assert wide.norm_sq(5) is None
-    assert ChildBounds(None, 1.0).norm_sq(4) is None
+    assert ChildBounds((), 1.0).norm_sq(4) is None
 
 
 def test_n_samples_never_decreases_and_grows_at_most_at_the_declared_rate() -> None:

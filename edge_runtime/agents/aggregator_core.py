@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from edge_runtime.agents.core import NodeCore
@@ -38,6 +38,7 @@ __all__ = [
     "ChildRecord",
     "combined_name",
     "is_newer",
+    "weakest_guarantee",
     "weakest_privacy",
 ]
 
@@ -87,7 +88,13 @@ def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | Non
     several leaves (e.g. through overlapping sensor topics) spends each one's budget, and
     its guarantee is their sum (sequential composition), which no snapshot can report.
     """
-    params = [snapshot.privacy for snapshot in snapshots]
+    return weakest_guarantee([snapshot.privacy for snapshot in snapshots])
+
+
+def weakest_guarantee(params: Sequence[PrivacyParams | None]) -> PrivacyParams | None:
+    """The weakest of ``params`` (max epsilon, delta, clip norm; names joined by
+    `combined_name`), or None if any is None or there are none (`weakest_privacy` of
+    snapshots; FedPower's root over the guarantees of its leaves' replies)."""
     if not params or any(p is None for p in params):
         return None
     known = [p for p in params if p is not None]
@@ -230,7 +237,7 @@ class AggregatorCore(NodeCore):
         if record is not None and not is_newer(msg, record.snapshot):
             self.duplicates += 1
             return "duplicate"
-        bounds = self.bounds.get(child, ChildBounds(None, DEFAULT_MAX_READING_RATE))
+        bounds = self.bounds.get(child, ChildBounds((), DEFAULT_MAX_READING_RATE))
         resets = self._resets.setdefault(child, ResetLimiter())
         last, arrived = (None, now) if record is None else (record.snapshot, record.arrived)
         failed = check_snapshot(msg, last, arrived, bounds, resets, now)

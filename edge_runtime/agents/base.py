@@ -254,6 +254,23 @@ class Agent(abc.ABC):
             count=self.core.rejects[reason],
         )
 
+    async def read_retained(self, topic: str) -> bytes | None:
+        """The retained payload on ``topic``, read on a fresh connection within
+        ``settings.restore_wait_s`` seconds; None when nothing (or an empty payload) is
+        retained there or the broker cannot be reached. Never raises for the broker."""
+        try:
+            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
+                await client.subscribe(topic, qos=1)
+                async with asyncio.timeout(self.settings.restore_wait_s):
+                    async for message in client.messages:
+                        payload = message.payload
+                        if isinstance(payload, bytes | bytearray) and payload:
+                            return bytes(payload)
+                        return None
+        except (TimeoutError, aiomqtt.MqttError):
+            pass
+        return None
+
     async def publish(
         self,
         client: aiomqtt.Client,

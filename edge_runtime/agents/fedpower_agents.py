@@ -65,23 +65,6 @@ def _decode(
         return None
 
 
-async def _read_retained(agent: Agent, topic: str) -> bytes | None:
-    """The retained payload on ``topic`` (a fresh connection, up to ``restore_wait_s``), or
-    None: nothing retained, an empty one, or the broker unreachable."""
-    try:
-        async with aiomqtt.Client(**agent.settings.client_kwargs()) as client:
-            await client.subscribe(topic, qos=1)
-            async with asyncio.timeout(agent.settings.restore_wait_s):
-                async for message in client.messages:
-                    payload = message.payload
-                    if isinstance(payload, bytes | bytearray) and payload:
-                        return bytes(payload)
-                    return None
-    except (TimeoutError, aiomqtt.MqttError):
-        pass
-    return None
-
-
 class FedPowerLeafAgent(LeafAgent):
     """A leaf of a FedPower tree: the FPCA leaf's data path with a `LocalGram`, answering
     the root's rounds (`FedPowerLeafCore`). Same parameters as `LeafAgent`."""
@@ -210,7 +193,7 @@ class FedPowerRootAgent(Agent):
 
     async def prepare(self) -> None:
         """Continue after this root's retained round message, if there is one."""
-        payload = await _read_retained(self, self.topology.round_topic())
+        payload = await self.read_retained(self.topology.round_topic())
         if payload is None:
             return
         try:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.agents.aggregator_core import combined_name
+from edge_runtime.agents.aggregator_core import weakest_guarantee
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.leaf_core import LeafCore
 from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
@@ -66,21 +66,6 @@ def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
     """Largest principal angle between the column spaces of orthonormal ``a`` and ``b``."""
     residual = b - a @ (a.T @ b)
     return float(math.asin(min(1.0, float(np.linalg.norm(residual, 2)))))
-
-
-def weakest_guarantee(params: Sequence[PrivacyParams | None]) -> PrivacyParams | None:
-    """The weakest of ``params`` (max epsilon, delta, clip norm; names joined by ``+``), or
-    None if any is None or there are none (as `weakest_privacy` of FPCA's aggregators)."""
-    if not params or any(p is None for p in params):
-        return None
-    known = [p for p in params if p is not None]
-    return PrivacyParams(
-        max(p.epsilon for p in known),
-        max(p.delta for p in known),
-        max(p.clip_norm for p in known),
-        mechanism=combined_name(p.mechanism for p in known),
-        neighbours=combined_name(p.neighbours for p in known),
-    )
 
 
 class GramEstimator:

@@ -502,18 +502,9 @@ class LeafAgent(Agent):
         after a checkpoint restore, continue its ``seq`` after the last one published."""
         if not self._restore_from_broker:
             return
-        topic = self.topology.subspace_topic(self.node_id)
-        try:
-            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
-                await client.subscribe(topic, qos=1)
-                async with asyncio.timeout(self.settings.restore_wait_s):
-                    async for message in client.messages:
-                        payload = message.payload
-                        if isinstance(payload, bytes | bytearray) and payload:
-                            self._take_retained(bytes(payload))
-                        break
-        except (TimeoutError, aiomqtt.MqttError):
-            return
+        payload = await self.read_retained(self.topology.subspace_topic(self.node_id))
+        if payload is not None:
+            self._take_retained(payload)
 
     def _forget_seed(self) -> None:
         """Stop using ``noise_seed``'s own stream: an earlier incarnation of this leaf may

@@ -567,13 +567,18 @@ class LeafCore(NodeCore):
             return None
         if self.snapshot_n() == self.published_n:
             est = self.estimator
+            nothing_pending = est is None or est.n_pending_ == 0
             dropped = self._drops_uncovered()
-            masked = est is None or est.privacy is None or est.n_pending_ == 0
-            if not (dropped and masked and not self.checkpointing):
-                if (est is None or est.n_pending_ == 0) and not dropped:
+            # Only dropped readings since the last snapshot: publish it again so they become
+            # durable -- unless a checkpoint covers them (`checkpoint_due`) or a private
+            # leaf's pending rows must wait for their masked block.
+            republish = (
+                dropped and not self.checkpointing and (nothing_pending or est.privacy is None)
+            )
+            if not republish:
+                if nothing_pending and not dropped:
                     self.unpublished_since = math.inf  # nothing left to publish
-                return None  # (dropped readings of a checkpointing leaf: `checkpoint_due`)
-            # only dropped readings since the last snapshot: publish it again, covering them
+                return None
         if not self.policy.may_publish(now, self.last_publish):
             return None
         if self.snapshot is None:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edge_runtime.topology import Topology
+from edge_runtime.topology import NodeConfig, Topology
 from edge_runtime.wire import SubspaceMessage
 
 __all__ = [
@@ -98,44 +98,31 @@ class ChildBounds:
 
     Attributes
     ----------
-    ranges : tuple of (lo, hi) or None
-        Each leaf's ``valid_range`` (numbers, or sequences of ``n_features`` numbers), None
-        when some leaf below declares none (the energy check is then skipped).
+    leaves : tuple of NodeConfig
+        The leaves below the child (their ``valid_range``); empty: no energy check.
     max_rate : float
         Readings/s the leaves below can produce together, > 0.
     """
 
-    ranges: tuple[tuple[object, object], ...] | None
+    leaves: tuple[NodeConfig, ...]
     max_rate: float
 
     def norm_sq(self, n_features: int) -> float | None:
         """Largest squared L2 norm of one reading of ``n_features`` values any leaf below
-        may report (sensor units squared); None without ranges or when a leaf's range has
-        another width."""
-        if self.ranges is None:
+        may pass on (`NodeConfig.reading_norm_sq_bound`, sensor units squared); None when
+        a leaf below declares no range, or one of another width, or there are no leaves."""
+        bounds = [leaf.reading_norm_sq_bound(n_features) for leaf in self.leaves]
+        if not bounds or any(b is None for b in bounds):
             return None
-        best = 0.0
-        for lo, hi in self.ranges:
-            lo_a, hi_a = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
-            if lo_a.ndim and lo_a.shape != (n_features,):
-                return None
-            if hi_a.ndim and hi_a.shape != (n_features,):
-                return None
-            per = np.maximum(lo_a**2, hi_a**2)
-            best = max(best, float(per.sum() if per.ndim else per * n_features))
-        return best
+        return max(bounds)  # type: ignore[type-var]
 
 
 def child_bounds(topology: Topology, child: str) -> ChildBounds:
     """`ChildBounds` of ``child`` from the ``valid_range`` and ``max_reading_rate`` its
-    leaves declare in ``topology``."""
-    leaves = [topology.nodes[leaf] for leaf in topology.leaves_under(child)]
-    ranges = tuple(getattr(node, "valid_range", None) for node in leaves)
-    rates = [getattr(node, "max_reading_rate", None) for node in leaves]
-    return ChildBounds(
-        None if any(r is None for r in ranges) else ranges,  # type: ignore[arg-type]
-        sum(DEFAULT_MAX_READING_RATE if r is None else float(r) for r in rates),
-    )
+    leaves declare in ``topology`` (`DEFAULT_MAX_READING_RATE` for a leaf without one)."""
+    leaves = tuple(topology.nodes[leaf] for leaf in topology.leaves_under(child))
+    rates = (leaf.max_reading_rate for leaf in leaves)
+    return ChildBounds(leaves, sum(DEFAULT_MAX_READING_RATE if r is None else r for r in rates))
 
 
 def energy(msg: SubspaceMessage) -> float:

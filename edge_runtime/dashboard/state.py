@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from edge_runtime.monitor import STALE_AFTER_S, privacy_of
+from edge_runtime.monitor import STALE_AFTER_S, privacy_of, quarantined_children
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -228,11 +228,8 @@ class DashboardState:
             )
         quarantined: dict[str, str] = {}
         for node in self.nodes.values():
-            found = None if node.detail is None else node.detail.extra.get("quarantined")
-            if isinstance(found, dict):
-                for child, entry in found.items():
-                    reason = entry.get("reason") if isinstance(entry, dict) else None
-                    quarantined[str(child)] = str(reason or "?")
+            if node.detail is not None:
+                quarantined.update(quarantined_children(node.detail))
         for view in nodes:
             view["quarantined"] = quarantined.get(str(view["id"]))
         counts = dict.fromkeys(LIVENESS, 0)
