@@ -204,3 +204,43 @@ def test_no_honest_motes_leaf_is_quarantined_or_capped_over_a_full_replay(
     data = np.array(load_dataset("motes-light"), dtype=np.float64)
     if slow_leaf is None:
         assert error_ratio(data, merged.truncate(10).basis) <= 1.01
+
+
+def test_a_leaf_restored_from_an_older_checkpoint_starts_a_new_epoch_not_a_decrease() -> None:
+    from edge_runtime.agents.leaf_core import LeafCore
+    from edge_runtime.agents.policy import ConfirmPolicy
+    from edge_runtime.fpca import FPCAEdge as Estimator
+
+    config = NodeConfig(id="leaf", parent="agg", rank=2, block_size=4)
+
+    def leaf() -> LeafCore:
+        return LeafCore(
+            config,
+            policy=publish_policy_for(config, leaf=True),
+            status_policy=StatusPolicy(),
+            confirm_policy=ConfirmPolicy(),
+            now=0.0,
+            n_features=4,
+            checkpointing=True,
+        )
+
+    x = np.random.default_rng(6).uniform(0, 100, size=(16, 4))
+    old = leaf()
+    old.apply(x[:8], 0.0)
+    state, *_ = old.checkpoint_state()
+    estimator_state = old.estimator.get_state()
+    old.apply(x[8:], 1.0)  # published after the checkpoint, then the process dies
+    published = msg("leaf", old.estimator.tracked_subspace, 3, epoch=old.epoch)
+
+    for retained, new_epoch in ((published, True), (msg("leaf", fitted(x[:8]), 3), False)):
+        restarted = leaf()
+        restarted.restore_checkpoint(state, Estimator.from_state(estimator_state), 2.0)
+        retained = SubspaceMessage(**{**retained.__dict__, "epoch": old.epoch})
+        restarted.continue_after(retained)
+        assert restarted.seq == 3
+        assert (restarted.epoch != old.epoch) is new_epoch
+        # the parent takes the restarted leaf's next snapshot instead of quarantining it
+        agg = core(["leaf"], {"leaf": RANGE})
+        assert agg.receive("leaf", retained, now=1.0) is None
+        follow = msg("leaf", restarted.estimator.tracked_subspace, 4, restarted.epoch, t=9.0)
+        assert agg.receive("leaf", follow, now=3.0) is None

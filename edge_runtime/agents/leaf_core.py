@@ -326,9 +326,14 @@ class LeafCore(NodeCore):
     def continue_after(self, retained: SubspaceMessage) -> None:
         """After a checkpoint restore: never reuse a ``seq`` this lineage already
         published (the checkpoint may predate the last snapshot; a parent ignores a
-        snapshot whose ``(epoch, seq)`` is not newer)."""
+        snapshot whose ``(epoch, seq)`` is not newer), and start a new epoch when that
+        snapshot covers more samples than the checkpoint: within one epoch ``n_samples``
+        never decreases, and parents quarantine a child whose does
+        (`edge_runtime.agents.plausibility.check_snapshot`)."""
         if retained.node_id == self.node_id and retained.epoch == self.epoch:
             self.seq = max(self.seq, retained.seq)
+            if retained.n_samples > self.checkpointed_n:
+                self.epoch = secrets.token_hex(8)  # a lineage that forgot some samples
 
     def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
         """Continue from this leaf's own retained snapshot (no checkpoint).
