@@ -56,6 +56,7 @@ from edge_runtime.bridge import (
     bridge_user,
     notification_topic,
 )
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.homeassistant import discovery_messages
 from edge_runtime.topology import Topology
 
@@ -73,7 +74,7 @@ _BAD_TOPIC = re.compile(r"\s")
 _BRIDGE_STATES = "$SYS/broker/connection/+/state"
 
 
-class AclError(ValueError):
+class AclError(EdgeRuntimeError, ValueError):
     """A user name or topic that cannot be written into a Mosquitto ACL or password file."""
 
 

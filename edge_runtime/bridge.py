@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Literal
 
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.topology import Topology
 
 __all__ = [
@@ -69,7 +70,7 @@ _WHITESPACE = re.compile(r"\s")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class BridgeError(ValueError):
+class BridgeError(EdgeRuntimeError, ValueError):
     """A site that cannot be bridged, or a value that cannot go into a Mosquitto config."""
 
 

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from edge_runtime.errors import EdgeRuntimeError
+
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
     "DEFAULT_STOP_TIMEOUT_S",
@@ -115,7 +117,7 @@ _LOG_TYPES = ("error", "warning", "notice", "information")
 _URL_FORM = "expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(EdgeRuntimeError, RuntimeError):
     """No broker binary, a bad broker URL, or a broker that failed to start or stop."""
 
 

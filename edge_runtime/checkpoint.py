@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime.errors import EdgeRuntimeError
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "FORMAT_NAME",
@@ -69,7 +71,7 @@ _TEMP_SUFFIX = ".tmp"
 _SAVE_LOCK = threading.Lock()
 
 
-class CheckpointError(ValueError):
+class CheckpointError(EdgeRuntimeError, ValueError):
     """A checkpoint file that cannot be read: truncated, corrupt, foreign or too large.
 
     The message is one line: the path and the reason.

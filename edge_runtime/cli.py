@@ -41,6 +41,7 @@ from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import BrokerError, LocalMosquitto, parse_broker_url
 from edge_runtime.dashboard.cli import add_dashboard_parser, cmd_dashboard
 from edge_runtime.datasets import DatasetError, load_dataset
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.homeassistant import DEFAULT_DISCOVERY_PREFIX, discovery_messages
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.logs import configure_logging
@@ -61,7 +62,7 @@ EXIT_FAILED = 1  # ran, but the goal was not reached (coverage, timeout)
 EXIT_USAGE = 2  # bad input: files, topology, data, broker address
 
 
-class CliError(Exception):
+class CliError(EdgeRuntimeError):
     """A one-line error for the user; ``main`` prints it and exits non-zero."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:

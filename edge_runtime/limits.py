@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import resource
 
+from edge_runtime.errors import EdgeRuntimeError
+
 __all__ = [
     "CONNECTION_MARGIN_PERCENT",
     "RESERVED_DESCRIPTORS",
@@ -37,7 +39,7 @@ CONNECTION_MARGIN_PERCENT = 10
 """Extra descriptors, in percent of the connections, for overlapping reconnects."""
 
 
-class LimitError(RuntimeError):
+class LimitError(EdgeRuntimeError, RuntimeError):
     """The OS limit is too low for the run; the message says how to raise it (one line)."""
 
 

@@ -46,6 +46,7 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fpca import error_ratio, projection_error
 from edge_runtime.wire import SubspaceMessage, WireError, decode_status
 
@@ -68,7 +69,7 @@ NO_ANOMALIES = "no anomaly scores in this run"
 _EXTRA_HINT = "install the plot extra: pip install 'edge-runtime[plot]'"
 
 
-class PlotError(Exception):
+class PlotError(EdgeRuntimeError):
     """A one-line reason why plots cannot be written (missing matplotlib, bad folder)."""
 
 

@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fedpower.schedule import Schedule
 from edge_runtime.fpca.continual import MAX_HORIZON
@@ -275,7 +276,7 @@ _TOML_POSITION = re.compile(r"^(?P<msg>.*) \(at line (?P<line>\d+), column (?P<c
 _TOML_AT_END = re.compile(r"^(?P<msg>.*) \(at end of document\)$")
 
 
-class TopologyError(ValueError):
+class TopologyError(EdgeRuntimeError, ValueError):
     """A topology file is missing, not valid TOML, or does not describe a valid tree."""
 
 

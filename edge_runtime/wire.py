@@ -131,6 +131,7 @@ from typing import Literal, NoReturn
 import msgpack
 import numpy as np
 
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fpca.subspace import Subspace
 
 __all__ = [
@@ -293,7 +294,7 @@ _STATUS_KEYS = (
 )
 
 
-class WireError(ValueError):
+class WireError(EdgeRuntimeError, ValueError):
     """A payload or message that the wire format refuses.
 
     Parameters

@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from edge_runtime.agents import Agent, AgentSettings, create_agent
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.topology import Topology
 
 __all__ = [
@@ -58,7 +59,7 @@ START_METHOD = "spawn"
 T = TypeVar("T")
 
 
-class WorkerError(RuntimeError):
+class WorkerError(EdgeRuntimeError, RuntimeError):
     """An agent host failed: a worker did not start, died, or an agent did not connect.
 
     The message is one line, naming the worker and what happened.

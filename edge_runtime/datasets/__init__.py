@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_runtime.errors import EdgeRuntimeError
+
 __all__ = ["BUILTIN_DATASETS", "DatasetError", "builtin_dataset_path", "load_dataset"]
 
 BUILTIN_DATASETS: tuple[str, ...] = ("motes-light",)
@@ -60,7 +62,7 @@ _DECOMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
 
 
-class DatasetError(ValueError):
+class DatasetError(EdgeRuntimeError, ValueError):
     """A dataset is missing, unreadable or not a rectangular table of finite numbers."""
 
 

@@ -27,6 +27,7 @@ from typing import ClassVar, TypedDict
 import numpy as np
 import structlog
 
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.sources.lines import LineParser
 from edge_runtime.sources.ratelimit import LogRateLimiter
 from edge_runtime.sources.spec import SourceSettings, SourceSpec
@@ -39,7 +40,7 @@ RejectCallback = Callable[[str, str], None]
 `REJECT_REASONS`. It must not block, and need not log (the source logs rate-limited)."""
 
 
-class SourceError(RuntimeError):
+class SourceError(EdgeRuntimeError, RuntimeError):
     """A local source that cannot run at all: pyserial missing, a command that does not
     exist, a path that is a directory. One line naming the value and what was expected.
     Raised by `open_source` when detectable up front, else by `Source.readings`."""
