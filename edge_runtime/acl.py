@@ -59,6 +59,12 @@ from edge_runtime.bridge import (
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.homeassistant import discovery_messages
 from edge_runtime.topology import Topology
+from edge_runtime.topology.topics import (
+    STATUS,
+    STATUS_DETAIL,
+    children_filter,
+    everything_filter,
+)
 
 __all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user", "generate_acl"]
 
@@ -261,7 +267,9 @@ def generate_acl(
         claim(reader, f"reader {reader!r}")
         section = _Section(reader, f"reader {reader}: dashboards and monitors, read-only")
         section.topic(
-            "read", f"{prefix}/#", "every snapshot, status, confirmation and the model; no writes"
+            "read",
+            everything_filter(prefix),
+            "every snapshot, status, confirmation and the model; no writes",
         )
         if bridges:
             section.topic(
@@ -306,9 +314,10 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
             topology.children_filter(node_id),
             "its children's snapshots: the filter it subscribes to",
         )
-        children_status = f"{prefix}/{topology.path(node_id)}/+/status"
+        children_status = children_filter(prefix, topology.path(node_id), STATUS)
         section.topic("read", children_status, "its children's online/offline status")
-        section.topic("read", f"{children_status}/detail", "its children's JSON status documents")
+        children_detail = children_filter(prefix, topology.path(node_id), STATUS_DETAIL)
+        section.topic("read", children_detail, "its children's JSON status documents")
     section.topic(
         "readwrite",
         topology.subspace_topic(node_id),

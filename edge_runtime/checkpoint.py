@@ -37,13 +37,13 @@ import json
 import math
 import os
 import re
-import secrets
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from edge_runtime.atomicfile import TEMP_SUFFIX, fsync_directory, replace_file, temp_name
 from edge_runtime.errors import EdgeRuntimeError
 
 __all__ = [
@@ -64,7 +64,7 @@ FORMAT_VERSION = 1
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 _HEADER_MEMBER = "header"
-_TEMP_SUFFIX = ".tmp"
+_TEMP_SUFFIX = TEMP_SUFFIX
 # One save at a time in this process, so removing stray temporary files never removes
 # the file of a save in progress. Writers in other processes are not coordinated: one
 # writing process per checkpoint path.
@@ -79,7 +79,7 @@ class CheckpointError(EdgeRuntimeError, ValueError):
 
 
 def _temp_name(path: Path) -> str:
-    return f".{path.name}.{secrets.token_hex(8)}{_TEMP_SUFFIX}"
+    return temp_name(path, 16)
 
 
 def _temp_pattern(path: Path) -> re.Pattern[str]:
@@ -138,18 +138,6 @@ def _serialise(state: Mapping[str, object]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, allow_pickle=False, **arrays)
     return buffer.getvalue()
-
-
-def _fsync_directory(directory: Path) -> None:
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-    fd = os.open(directory, flags)
-    try:
-        os.fsync(fd)
-    except OSError as exc:  # some file systems cannot fsync a directory: nothing to do
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
 
 
 def _remove_stray_temporaries(path: Path) -> None:
@@ -218,19 +206,8 @@ def save_checkpoint(path: Path, state: Mapping[str, object]) -> int:
         )
     with _SAVE_LOCK:
         _remove_stray_temporaries(path)
-        temp = directory / _temp_name(path)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(payload)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
-        _fsync_directory(directory)
+        replace_file(path, payload, temp=directory / _temp_name(path), mode=0o666)
+        fsync_directory(directory)
     return len(payload)
 
 

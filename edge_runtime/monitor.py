@@ -1,16 +1,23 @@
-"""Follow the root's global model on ``<prefix>/<root>/model`` (for `run` and `watch`)."""
+"""Follow the tree from outside: the root's global model on ``<prefix>/<root>/model`` and
+the nodes' liveness (for ``run``, ``watch`` and the dashboard).
+
+`ModelWatcher` keeps the latest valid model (and, optionally, every node's status);
+`liveness` is the one rule for "online" / "stale" / "offline" / "unknown" (the dashboard's
+too); `wait_online` waits for nodes' retained ``online`` status.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
 import aiomqtt
 import structlog
 
-from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     StatusDetail,
@@ -21,18 +28,57 @@ from edge_runtime.wire import (
 )
 
 __all__ = [
+    "LIVENESS",
     "STALE_AFTER_S",
     "ModelWatcher",
     "covers",
     "leaves_reporting",
+    "liveness",
     "privacy_of",
     "quarantined_children",
+    "wait_online",
 ]
 
 STALE_AFTER_S = 75.0
 """Seconds of silence after which an online node is shown as stale (2.5 status heartbeats)."""
 
+LIVENESS: tuple[str, ...] = ("online", "stale", "offline", "unknown")
+"""The states a node is shown in (`liveness`)."""
+
 log = structlog.get_logger("edge_runtime.monitor")
+
+
+def liveness(
+    online: bool | None, last_heard: float | None, now: float, stale_after_s: float
+) -> str:
+    """A node's state, one of `LIVENESS`.
+
+    Parameters
+    ----------
+    online : bool or None
+        What its retained ``status`` says (``online`` True, ``offline`` or its Last Will
+        False); None when nothing was heard.
+    last_heard : float or None
+        When it was last heard from (status or status document), ``time.monotonic()``
+        seconds; None: never.
+    now : float
+        The time to judge at, same clock.
+    stale_after_s : float
+        Seconds of silence after which an online node is stale.
+
+    Returns
+    -------
+    str
+        "unknown" (nothing heard), "offline" (its status says so, or its Last Will did),
+        "stale" (online but silent for more than ``stale_after_s``), else "online".
+    """
+    if online is None:
+        return "unknown"
+    if not online:
+        return "offline"
+    if last_heard is None or now - last_heard > stale_after_s:
+        return "stale"
+    return "online"
 
 
 def leaves_reporting(model: SubspaceMessage | None, expected: Mapping[str, int]) -> int:
@@ -57,14 +103,7 @@ def privacy_of(model: SubspaceMessage | None) -> dict[str, float | str] | None:
     """
     if model is None or model.privacy is None:
         return None
-    p = model.privacy
-    return {
-        "epsilon": p.epsilon,
-        "delta": p.delta,
-        "clip_norm": p.clip_norm,
-        "mechanism": p.mechanism,
-        "neighbours": p.neighbours,
-    }
+    return dataclasses.asdict(model.privacy)  # exactly the fields of `PrivacyParams`
 
 
 def quarantined_children(detail: StatusDetail) -> dict[str, str]:
@@ -91,10 +130,11 @@ class ModelWatcher:
     Parameters
     ----------
     topology : Topology
+        Gives the model topic ``<prefix>/<root>/model`` and the nodes' status topics.
     settings : AgentSettings
+        Broker address, credentials and timeouts; ``max_payload_bytes`` bounds a model.
     on_update : callable, optional
-        Called with each new `SubspaceMessage` (retained one first).
-
+        Called with each new `SubspaceMessage` (retained one first), in the listening task.
     watch_nodes : bool, default False
         Also follow every node's ``status`` and ``status/detail`` topics; see
         `node_states`.
@@ -105,7 +145,27 @@ class ModelWatcher:
         is 2.5 heartbeats.
 
     Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`; `privacy`
-    gives the current model's differential-privacy guarantee.
+    gives the current model's differential-privacy guarantee. Entering connects (one
+    aiomqtt client, QoS 1 subscriptions) and starts the listening task; leaving cancels it
+    and disconnects. A lost connection is not re-opened: the model stays the last one.
+
+    Attributes
+    ----------
+    model : SubspaceMessage or None
+        The latest valid model of this deployment (None until one arrives).
+    updates : int
+        Models taken.
+    rejects : int
+        Models refused (malformed, or of another deployment), each logged as
+        ``model_rejected``.
+    online, last_heard : dict
+        With ``watch_nodes``: each node's last ``status`` (True for ``online``) and when it
+        was last heard from (``time.monotonic()`` seconds).
+
+    Raises
+    ------
+    aiomqtt.MqttError
+        On entering, if the broker cannot be reached within ``settings.timeout_s``.
     """
 
     def __init__(
@@ -218,17 +278,12 @@ class ModelWatcher:
         ``stale_after_s`` seconds), "offline" (said so, or its Last Will did) or
         "unknown" (nothing retained yet)."""
         now = time.monotonic()
-        states: dict[str, str] = {}
-        for node in self.topology.nodes:
-            if node not in self.online:
-                states[node] = "unknown"
-            elif not self.online[node]:
-                states[node] = "offline"
-            elif now - self.last_heard.get(node, -float("inf")) > self.stale_after_s:
-                states[node] = "stale"
-            else:
-                states[node] = "online"
-        return states
+        return {
+            node: liveness(
+                self.online.get(node), self.last_heard.get(node), now, self.stale_after_s
+            )
+            for node in self.topology.nodes
+        }
 
     async def wait_until(
         self, predicate: Callable[[SubspaceMessage | None], bool], timeout_s: float
@@ -243,3 +298,65 @@ class ModelWatcher:
         async with asyncio.timeout(timeout_s), self._changed:
             await self._changed.wait_for(lambda: predicate(self.model))
             return self.model
+
+
+async def wait_online(
+    topology: Topology, nodes: list[str], settings: AgentSettings, timeout_s: float
+) -> list[str]:
+    """Wait until every node in ``nodes`` has a retained ``online`` status.
+
+    A lost connection is re-opened after a full-jitter delay
+    (`AgentSettings.reconnect_backoff`) until ``timeout_s``.
+
+    Parameters
+    ----------
+    topology : Topology
+        Gives each node's ``<prefix>/<path>/status`` topic.
+    nodes : list of str
+        Node ids to wait for.
+    settings : AgentSettings
+        Broker address, credentials, timeouts and reconnect backoff.
+    timeout_s : float
+        Most seconds to wait in all.
+
+    Returns
+    -------
+    list of str
+        The nodes still not online after ``timeout_s`` seconds (empty when all are).
+
+    Raises
+    ------
+    aiomqtt.MqttError
+        If the broker cannot be reached at the first attempt.
+    """
+    missing = set(nodes)
+    topics = {topology.status_topic(n): n for n in nodes}
+    deadline = time.monotonic() + timeout_s
+    connected = False
+    backoff = settings.reconnect_backoff()
+    # bounded: every round ends by the deadline or waits >= reconnect_min_s before the next
+    while missing and time.monotonic() < deadline:
+        try:
+            async with aiomqtt.Client(**settings.client_kwargs()) as client:
+                connected = True
+                backoff.reset()
+                if topics:
+                    await client.subscribe([(topic, 1) for topic in topics])
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    async for message in client.messages:
+                        node = topics.get(str(message.topic))
+                        if node is None:
+                            continue
+                        if message.payload == b"online":
+                            missing.discard(node)
+                        else:
+                            missing.add(node)
+                        if not missing:
+                            break
+        except TimeoutError:
+            break
+        except aiomqtt.MqttError:
+            if not connected:
+                raise
+            await asyncio.sleep(min(backoff.next_delay(), deadline - time.monotonic()))
+    return sorted(missing)

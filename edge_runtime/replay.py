@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import re
 import secrets
 import time
@@ -15,8 +14,9 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.delivery import LeafDelivery
+from edge_runtime.monitor import wait_online
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_confirm, encode_readings
 
@@ -32,7 +32,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def new_run_id() -> str:
-    """A fresh replay run id: 8 random hex digits."""
+    """A fresh replay run id: 8 random hex digits (``secrets``), e.g. ``"3fa2c1d0"``."""
     return secrets.token_hex(4)
 
 
@@ -237,7 +237,7 @@ class Replayer:
         return streams
 
     def expected_samples(self) -> dict[str, int]:
-        """Rows each leaf receives."""
+        """Rows each leaf receives (`Topology.split_rows` of ``data``), by leaf id."""
         return {leaf: len(rows) for leaf, rows in self.assignment.items()}
 
     def source(self, leaf: str) -> str:
@@ -301,10 +301,24 @@ class Replayer:
 
     # ------------------------------------------------------------------- sending
     async def run(self, progress: Callable[[int], None] | None = None) -> ReplayStats:
-        """Publish every row (and re-send until durable); ``progress(rows_sent)`` as rows go.
+        """Publish every row (and re-send until durable), then wait for the confirmations.
 
-        A lost connection is re-opened with jittered exponential backoff until
-        ``confirm_timeout_s`` seconds pass without progress; then the stats name the error.
+        A lost connection is re-opened after a full-jitter backoff delay (``reconnect_min_s``
+        doubling to ``reconnect_max_s`` seconds of the settings, from the start again after
+        a good connection) until ``confirm_timeout_s`` seconds pass without progress; then
+        the run ends and the stats name the error (``ReplayStats.error``). Each publish waits
+        at most ``settings.timeout_s`` seconds for its PUBACK (QoS 1).
+
+        Parameters
+        ----------
+        progress : callable, optional
+            Called with the number of readings sent so far (first sends), as they go and
+            once at the end.
+
+        Returns
+        -------
+        ReplayStats
+            What was sent, re-sent, confirmed, skipped and left unconfirmed.
 
         Raises
         ------
@@ -313,7 +327,7 @@ class Replayer:
         """
         start = time.monotonic()
         self._last_progress = start
-        attempt = 0
+        backoff = self.settings.reconnect_backoff()
         unconfirmed: dict[str, int] | None = None
         error: BaseException | None = None
         # bounded: each round either ends the replay, or waits >= reconnect_min_s, and the
@@ -327,21 +341,19 @@ class Replayer:
                 error = group.exceptions[0]
             if unconfirmed is not None:
                 break
-            if not self._connected and not connected_before and attempt == 0:
+            if not self._connected and not connected_before and backoff.failures == 0:
                 assert error is not None
                 raise error
             if self._connected:
-                attempt = 0  # it was up: back off from the start
+                backoff.reset()  # it was up: back off from the start
             if self._quiet_s() >= self.confirm_timeout_s:
                 self._error = str(error)
                 self.log.error("replay_gave_up", run=self.run_id, error=str(error))
                 unconfirmed = self._unconfirmed()
                 break
             self._reconnects += 1
-            delay = min(self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt)
-            attempt += 1
             self.log.warning("replay_reconnecting", run=self.run_id, error=str(error))
-            await asyncio.sleep(random.uniform(self.settings.reconnect_min_s, delay))
+            await asyncio.sleep(backoff.next_delay())
         sent = self._rows_sent()
         if progress is not None:
             progress(sent)
@@ -523,57 +535,3 @@ class Replayer:
                         stream.want_resend(stream.ingested + 1)
                 probed = True
         return self._unconfirmed()
-
-
-async def wait_online(
-    topology: Topology, nodes: list[str], settings: AgentSettings, timeout_s: float
-) -> list[str]:
-    """Wait until every node in ``nodes`` has a retained ``online`` status.
-
-    A lost connection is re-opened (jittered exponential backoff) until ``timeout_s``.
-
-    Returns
-    -------
-    list of str
-        The nodes still not online after ``timeout_s`` seconds (empty when all are).
-
-    Raises
-    ------
-    aiomqtt.MqttError
-        If the broker cannot be reached at the first attempt.
-    """
-    missing = set(nodes)
-    topics = {topology.status_topic(n): n for n in nodes}
-    deadline = time.monotonic() + timeout_s
-    connected = False
-    attempt = 0
-    # bounded: every round ends by the deadline or waits >= reconnect_min_s before the next
-    while missing and time.monotonic() < deadline:
-        try:
-            async with aiomqtt.Client(**settings.client_kwargs()) as client:
-                connected = True
-                attempt = 0
-                if topics:
-                    await client.subscribe([(topic, 1) for topic in topics])
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    async for message in client.messages:
-                        node = topics.get(str(message.topic))
-                        if node is None:
-                            continue
-                        if message.payload == b"online":
-                            missing.discard(node)
-                        else:
-                            missing.add(node)
-                        if not missing:
-                            break
-        except TimeoutError:
-            break
-        except aiomqtt.MqttError:
-            if not connected:
-                raise
-            delay = min(settings.reconnect_max_s, settings.reconnect_min_s * 2**attempt)
-            attempt += 1
-            await asyncio.sleep(
-                min(random.uniform(settings.reconnect_min_s, delay), deadline - time.monotonic())
-            )
-    return sorted(missing)

@@ -17,11 +17,11 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from edge_runtime.agents import AgentSettings
 from edge_runtime.agents.fedpower_core import largest_angle
 from edge_runtime.fpca import error_ratio
 from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy_of
 from edge_runtime.replay import Replayer, ReplayStats
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import SubspaceMessage
 from edge_runtime.workers import (
@@ -246,13 +246,22 @@ async def run_topology(
     the root's model covers every leaf's final snapshot, or ``settle_timeout_s``
     seconds after the replay ended (then ``covered`` is False).
 
+    Before the agents start, the retained messages of the tree's topics are cleared
+    (`clear_retained`), so a run starts from a clean broker.
+
     Parameters
     ----------
     topology : Topology
-    data : ndarray of shape (n_samples, n_features)
+        The aggregation tree; every node gets an agent, and the leaves get the readings.
+    data : ndarray of shape (n_samples, n_features), float64
+        The readings, split over the leaves by `Topology.split_rows` and replayed by a
+        `Replayer` (QoS 1, re-sent until durable).
     settings : AgentSettings
+        Broker address, credentials, timeouts (seconds) and bounds of every client of the
+        run (agents, replay, model watcher).
     rate : float, optional
-        Readings per second of the replay; None sends as fast as the broker accepts.
+        Readings per second of the replay over all leaves; None (the default) sends as
+        fast as the broker accepts.
     settle_timeout_s : float, default 60
         Seconds to wait after the replay for the root to cover every reading.
     progress : callable, optional
@@ -270,10 +279,18 @@ async def run_topology(
         leaves' status documents while the agents run (``listen``) and the final model
         (``finish``), for ``--plot``.
 
+    Returns
+    -------
+    RunSummary
+        Wall time, readings and messages, the final model and its error against the
+        centralised PCA of ``data``, whether it covered every leaf, and per-process
+        resources.
+
     Raises
     ------
     ValueError
-        If ``workers`` is below 1.
+        If ``workers`` is below 1, or ``data`` or ``rate`` is unfit for a `Replayer`
+        (not 2-D, a rate that is not positive, a leaf that reads a local source).
     aiomqtt.MqttError
         If the broker cannot be reached.
     edge_runtime.workers.WorkerError

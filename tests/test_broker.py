@@ -13,7 +13,6 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from edge_runtime import broker as broker_module
 from edge_runtime.broker import (
     MOSQUITTO_NOT_FOUND,
     BrokerAddress,
@@ -24,6 +23,7 @@ from edge_runtime.broker import (
     free_port,
     parse_broker_url,
 )
+from edge_runtime.broker import mosquitto as broker_module
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = REPO / "broker_config" / "mosquitto.conf"

@@ -4,9 +4,12 @@ exit code (2: bad input; 1: the goal was not reached), through the installed ent
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+import types
 import uuid
 from pathlib import Path
 
@@ -206,3 +209,81 @@ def test_run_within_the_rank_prints_nothing_on_stderr(tmp_path, mosquitto) -> No
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+def test_a_topology_or_data_path_that_is_a_folder_is_one_line_and_exit_2(tmp_path) -> None:
+    result = cli("run", str(tmp_path), timeout_s=30)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith("edge-runtime: error: ") and repr(str(tmp_path)) in line
+    assert "directory" in line
+    broker = f"mqtt://127.0.0.1:{closed_port()}"
+    result = cli("run", MINIMAL, "--data", str(tmp_path), "--broker", broker, timeout_s=30)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith("edge-runtime: error: ") and repr(str(tmp_path)) in line
+    assert "directory" in line
+
+
+def test_a_replay_to_an_unreachable_broker_is_one_line_and_exit_1(tmp_path) -> None:
+    data = tmp_path / "readings.csv"
+    np.savetxt(data, np.random.default_rng(2).standard_normal((20, 4)), delimiter=",")
+    broker = f"mqtt://127.0.0.1:{closed_port()}"
+    result = cli(
+        "replay", "--topology", MINIMAL, "--data", str(data), "--broker", broker,
+        "--wait-online", "0", timeout_s=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert one_line(result).startswith("edge-runtime: error: cannot talk to the MQTT broker: ")
+    assert result.stdout == ""
+
+
+def test_a_certificate_that_cannot_be_loaded_is_one_tls_line_and_exit_2(tmp_path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not a certificate\n", encoding="utf-8")
+    broker = f"mqtts://127.0.0.1:{closed_port()}"
+    result = cli("watch", "--topology", MINIMAL, "--broker", broker, "--ca-file", str(ca))
+    assert result.returncode == 2, result.stderr
+    assert one_line(result).startswith("edge-runtime: error: TLS: ")
+
+
+def test_ctrl_c_ends_a_command_with_status_130_and_nothing_on_stderr(mosquitto) -> None:
+    proc = subprocess.Popen(
+        [ENTRY, "watch", "--topology", MINIMAL, "--broker",
+         f"mqtt://{mosquitto.host}:{mosquitto.port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3.0)  # loaded and connected (Ctrl-C while loading: the test below)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err == "" and out == ""
+
+
+def test_ctrl_c_while_the_runtime_loads_is_status_130_too(monkeypatch) -> None:
+    from edge_runtime.cli import main
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            raise KeyboardInterrupt
+
+    name = "edge_runtime.cli.dispatch"
+    monkeypatch.setitem(sys.modules, name, Interrupted(name))
+    assert main(["acl", MINIMAL]) == 130
+
+
+def test_the_entry_point_module_loads_nothing_heavy_so_ctrl_c_is_caught_early() -> None:
+    code = (
+        "import sys, edge_runtime.cli; "
+        "print(','.join(m for m in ('numpy', 'aiomqtt', 'edge_runtime.cli.dispatch') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""

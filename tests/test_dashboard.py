@@ -19,10 +19,10 @@ import aiomqtt
 import numpy as np
 import pytest
 
-from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.dashboard import DashboardState, liveness
 from edge_runtime.fpca.subspace import Subspace
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import (
     PrivacyParams,

@@ -20,10 +20,10 @@ from edge_runtime.agents.fedpower_agents import (
 )
 from edge_runtime.agents.fedpower_core import largest_angle
 from edge_runtime.fedpower.accounting import MECHANISM, fedpower_noise_std, power_step_sensitivity
-from edge_runtime.fedpower_wire import decode_round
 from edge_runtime.runner import run_topology
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import PrivacyParams, decode_subspace, encode_readings
+from edge_runtime.wire.fedpower import decode_round
 from tests.faults import Cluster, Monitor
 
 LEAVES = ("leaf-0", "leaf-1", "leaf-2")

@@ -30,9 +30,9 @@ from edge_runtime.fedpower.accounting import (
     rdp_epsilon,
 )
 from edge_runtime.fedpower.power import orthonormalise
-from edge_runtime.fedpower_wire import ReplyMessage, RoundMessage
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import PrivacyParams
+from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage
 
 LEAVES = ("a", "b", "c")
 D, RANK = 6, 2
@@ -255,6 +255,26 @@ def test_a_restarted_root_continues_after_its_retained_round():
     )  # another root's message
 
 
+def test_late_replies_before_the_root_knows_d_are_counted():
+    """A root restarted during round 1 (retained round without a basis) has no server yet:
+    replies to that round are late, and ``late_replies`` counts them from the first one,
+    not only once the server exists."""
+    t = topology()
+    root, leaves = root_core(t), fed(t, data())
+    first = root.round_due(0.0, 0.0)
+    assert first is not None and first.basis is None
+    again = root_core(t, 1.0)
+    assert again.restore(first) and again.server is None
+    assert again.offer(reply_of(leaves["a"], first), 1.0) == "late"  # round 1 is over
+    assert again.late_replies == 1 and again.status_extra(1.0)["late_replies"] == 1
+    second = again.round_due(1.0, 1.0)
+    assert second is not None and second.round == 2 and second.basis is None
+    assert again.offer(reply_of(leaves["b"], first), 1.1) == "late"
+    assert again.late_replies == 2
+    assert again.offer(reply_of(leaves["c"], second), 1.2) is None  # d known: a server
+    assert again.server is not None and again.late_replies == 2
+
+
 # ------------------------------------------------------------------------------ privacy
 PRIVATE = "epsilon = 1.0\ndelta = 1e-5\nclip_norm = 8.0"
 
@@ -343,7 +363,7 @@ def test_the_model_carries_the_weakest_guarantee_of_every_leaf_that_shaped_it():
 
 
 def test_the_text_summary_of_a_fedpower_run_reports_its_rounds(capsys) -> None:  # type: ignore[no-untyped-def]
-    from edge_runtime.cli import _print_summary
+    from edge_runtime.cli.output import print_summary as _print_summary
     from edge_runtime.runner import RunSummary
 
     fields = dict(

@@ -6,7 +6,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from edge_runtime.fedpower_wire import (
+from edge_runtime.wire import REASONS, WireError
+from edge_runtime.wire.fedpower import (
     ReplyMessage,
     RoundMessage,
     decode_reply,
@@ -15,7 +16,6 @@ from edge_runtime.fedpower_wire import (
     encode_round,
     initial_basis,
 )
-from edge_runtime.wire import REASONS, WireError
 
 
 def _round(basis=None, **kw) -> RoundMessage:

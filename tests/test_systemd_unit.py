@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_runtime.agents.settings import ENV_PASSWORD_FILE, ENV_USERNAME
+from edge_runtime.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES = ROOT / "devices"

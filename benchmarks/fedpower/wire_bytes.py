@@ -15,7 +15,7 @@ same fields, the ``(d, r)`` basis as little-endian float32 bytes in C order:
   leaf's sample count, the aggregation weight), plus ``"privacy": {epsilon, delta,
   clip_norm, mechanism, neighbours}`` for a private leaf, as an FPCA snapshot carries.
 
-Cross-check: the runtime's encoders being written (`edge_runtime.fedpower_wire`,
+Cross-check: the runtime's encoders being written (`edge_runtime.wire.fedpower`,
 ``encode_round`` / ``encode_reply``, float32), measured on 2026-11-24 for d = 48, r = 10,
 gave 2,035 and 2,017 bytes against 1,959 and 1,963 here (3-4 % more: epoch, timeout,
 seed and timestamp fields).

@@ -5,7 +5,7 @@ from typing import Any
 from edge_runtime.agents.aggregator import AggregatorAgent
 from edge_runtime.agents.base import Agent, AgentState, AgentStats
 from edge_runtime.agents.leaf import LeafAgent
-from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 
 __all__ = [

@@ -22,14 +22,14 @@ from edge_runtime.agents.plausibility import (
     child_bounds,
     energy,
 )
-from edge_runtime.agents.policy import StatusPolicy
-from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.agents.shell import CoreShell, SnapshotViews, decode_or_reject, status_policy_of
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
+from edge_runtime.topology.topics import child_level, topic_depth
 from edge_runtime.wire import (
     PrivacyStatus,
     StatusDetail,
     SubspaceMessage,
-    WireError,
     decode_subspace,
     encode_subspace,
 )
@@ -37,23 +37,34 @@ from edge_runtime.wire import (
 __all__ = ["AggregatorAgent", "ChildRecord", "is_newer", "weakest_privacy"]
 
 
-class AggregatorAgent(Agent):
+class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     """Keeps each child's latest snapshot and publishes their merge on every arrival.
 
-    Subscribes to ``<prefix>/<path>/+/subspace`` (QoS 1; retained snapshots rebuild the
-    state at once after a restart). A snapshot replaces the child's previous one only
-    if `is_newer`; its estimate is the merge (Alg. 2 of Grammenos et al. 2020) of the
-    children's latest snapshots in a balanced `MergeTree` over the children in topology
-    order, so arrival order does not matter (Lemma 10), nothing is counted twice, and
-    one child's update costs O(log k) merges for k children, not O(k). Merges keep as
-    many directions as the children track (their ``rank + oversample``), so accuracy is
-    not lost on the way up. Merges never wait for stragglers: arrivals are coalesced and
-    the merge is published when the `AggregatorCore` decides (`PublishPolicy`: at most once
-    per minimum interval, at least every maximum interval while a change is unpublished,
-    the same deadband as a leaf, and a trailing publish once arrivals pause), so the last
-    update always goes up. A failed child's last snapshot stays in the merge.
-    The root (no parent) also publishes its estimate truncated to its ``rank`` on
-    ``<prefix>/<root>/model``, for consumers.
+    Subscribes to ``<prefix>/<path>/+/subspace`` (QoS ``settings.qos``, default 1; retained
+    snapshots rebuild the state at once after a restart). A snapshot replaces the child's
+    previous one only if `is_newer`; its estimate is the merge (Alg. 2 of Grammenos et al.
+    2020) of the children's latest snapshots in a balanced `MergeTree` over the children in
+    topology order, so arrival order does not matter (Lemma 10), nothing is counted twice,
+    and one child's update costs O(log k) merges for k children, not O(k). Merges keep as
+    many directions as the children track (their ``rank + oversample``), so accuracy is not
+    lost on the way up. Merges never wait for stragglers: arrivals are coalesced and the
+    merge is published when the `AggregatorCore` decides (`PublishPolicy`: at most once per
+    minimum interval, at least every maximum interval while a change is unpublished, the
+    same deadband as a leaf, and a trailing publish once arrivals pause), so the last update
+    always goes up. A failed child's last snapshot stays in the merge. The root (no parent)
+    also publishes its estimate truncated to its ``rank`` on ``<prefix>/<root>/model``, for
+    consumers.
+
+    Topics published (``<prefix>/<path>/...``): ``subspace`` (the merge, `SubspaceMessage`,
+    retained, QoS ``settings.qos``; again after every reconnect, and once more on shutdown
+    if a change is unpublished), for the root also ``<prefix>/<root>/model`` (retained, QoS
+    ``settings.qos``), and ``status`` / ``status/detail`` as every agent (`Agent`).
+
+    Plausibility (`edge_runtime.agents.plausibility`): a child's snapshot whose energy,
+    sample count or growth the leaves' declared bounds rule out, or that resets too often,
+    is quarantined (logged ``child_quarantined``, counted as a reject by reason) until it is
+    plausible again (``child_released``); a snapshot of a node that is not a child, of
+    another deployment or of another width is a reject.
 
     Provenance of the published snapshot maps each leaf below to the samples of that
     leaf it covers; its ``privacy`` is the weakest guarantee of the children it covers
@@ -65,9 +76,11 @@ class AggregatorAgent(Agent):
     Parameters
     ----------
     topology : Topology
+        The deployment: this node's settings (`NodeConfig`), children and topics.
     node_id : str
         A node with children.
     settings : AgentSettings, optional
+        Connection and timing settings; default ``AgentSettings()``.
 
     Raises
     ------
@@ -87,18 +100,17 @@ class AggregatorAgent(Agent):
         if self.is_root:
             self.role = "root"
             self.log = self.log.bind(role="root")
-        s = self.settings
         self._core = AggregatorCore(
             self.config,
             topology.children(node_id),
             policy=publish_policy_for(self.config, leaf=False),
-            status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            status_policy=status_policy_of(self.settings),
             now=time.monotonic(),
-            echo_timeout_s=s.echo_timeout_s,
+            echo_timeout_s=self.settings.echo_timeout_s,
             deployment=topology.name,
             bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
         )
-        self._prefix_depth = len(topology.subspace_topic(node_id).split("/")) - 1
+        self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
 
     @property
     def core(self) -> AggregatorCore:
@@ -107,23 +119,22 @@ class AggregatorAgent(Agent):
 
     child_ids = property(lambda self: self._core.child_ids, doc="Children, topology order.")
     children = property(lambda self: self._core.children, doc="`ChildRecord` per child.")
-    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
-    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
-    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")
     merges = property(lambda self: self._core.merges, doc="Pairwise merges made so far.")
     tree = property(lambda self: self._core.tree, doc="The merge tree over the children.")
 
     def subscriptions(self) -> list[str]:
+        """The children's ``subspace`` topics (one filter, ``<prefix>/<path>/+/subspace``)."""
         return [self.topology.children_filter(self.node_id)]
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, message: aiomqtt.Message) -> None:
+        """A child's snapshot: offered to the core (`AggregatorCore.receive`); a refused or
+        implausible one is a reject (quarantine logged), never an exception."""
         topic = str(message.topic)
         payload = message.payload
         if not payload:
             return  # a cleared retained message: nothing to merge
-        levels = topic.split("/")
-        child = levels[self._prefix_depth] if len(levels) > self._prefix_depth else ""
+        child = child_level(topic, self._prefix_depth)
         if child not in self._core.child_ids:
             self.reject(
                 "unknown_child",
@@ -133,13 +144,9 @@ class AggregatorAgent(Agent):
                 "give each deployment its own prefix",
             )
             return
-        if not isinstance(payload, bytes | bytearray):
-            self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-            return
-        try:
-            msg = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
-        except WireError as exc:
-            self.reject(exc.reason, topic, str(exc))
+        max_bytes = self.settings.max_payload_bytes
+        msg = decode_or_reject(self, topic, payload, decode_subspace, max_bytes)
+        if msg is None:
             return
         was_quarantined = child in self._core.quarantined
         reason = self._core.receive(child, msg, time.monotonic())
@@ -178,6 +185,9 @@ class AggregatorAgent(Agent):
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
+        """One pass of the work loop at ``now`` (monotonic seconds): stale children
+        (``child_stale``), then the merge when the core decides (``subspace``, retained;
+        the root also ``model``, retained), in a worker thread when large."""
         core = self._core
         for child in core.check_staleness(now):
             self.log.warning("child_stale", child=child, policy=self.config.stale_policy)
@@ -204,14 +214,19 @@ class AggregatorAgent(Agent):
             await self.publish(client, self.topology.model_topic(), model)
 
     def model(self) -> SubspaceMessage:
-        """The latest snapshot truncated to this node's ``rank``: the global estimate."""
+        """The latest snapshot truncated to this node's ``rank``: the global estimate.
+
+        Only once a snapshot was published (`snapshot` is not None)."""
         return self._core.model()
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
+        """After every (re)connection: the latest merge again (and the root's model)."""
         if self._core.snapshot is not None:
             await self._publish_snapshot(client, self._core.snapshot)
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
+        """Before disconnecting: the merge of every snapshot received, if unpublished
+        (reason ``shutdown``)."""
         core = self._core
         merged, _ = await asyncio.to_thread(core.merge)
         if merged is not None and core.unpublished:
@@ -222,18 +237,16 @@ class AggregatorAgent(Agent):
         return self._core.coverage()
 
     def status_detail(self) -> StatusDetail:
+        """The status document: the last merge's rank, samples, ``seq`` and ``epoch``,
+        rejects, the core's ``extra`` (`AggregatorCore.status_extra`) and the merge's
+        guarantee (`PrivacyStatus`, None without one)."""
         snap = self._core.snapshot
         privacy = None if snap is None else snap.privacy
-        return StatusDetail(
-            node_id=self.node_id,
-            role=self.role,
-            online=not self._stop.is_set(),
+        return self.status_document(
             rank=0 if snap is None else snap.rank,
             n_samples=0 if snap is None else snap.n_samples,
             seq=self._core.seq,
             epoch=self._core.epoch,
-            rejects=dict(self._core.rejects),
-            uptime_s=round(self.uptime_s(), 3),
             extra=self._core.status_extra(time.monotonic()),
             privacy=None
             if privacy is None

@@ -20,19 +20,19 @@ import asyncio
 import contextlib
 import enum
 import math
-import random
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass
-from types import TracebackType
 
 import aiomqtt
 import structlog
 
 from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.settings import AgentSettings
-from edge_runtime.homeassistant import discovery_messages, discovery_removals
+from edge_runtime.agents.discovery import AgentDiscovery, remove_discovery
+from edge_runtime.backoff import OutageLog
+from edge_runtime.mqtt_ack import ack, enable_manual_ack
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     StatusDetail,
@@ -83,10 +83,29 @@ class Agent(abc.ABC):
     settings : AgentSettings
         Broker address, timeouts and bounds.
 
+    Attributes
+    ----------
+    state : AgentState
+        ``UNOPENED`` until entered, ``RUNNING`` inside ``async with``, then ``CLOSED``.
+    stats : AgentStats
+        Messages and bytes published and received, duplicates, reconnects.
+    connected : asyncio.Event
+        Set while subscribed and announced ``online``; cleared on a lost connection.
+    failed_attempts : int
+        Failed connection attempts since the last connection.
+    last_connect_error : str or None
+        The error of the last failed attempt (None before any).
+    backoff : Backoff
+        Delays between connection attempts: full jitter in ``[reconnect_min_s,
+        min(reconnect_max_s, reconnect_min_s * 2**k)]`` seconds after ``k`` failures, from
+        this agent's own random generator.
+
     Raises
     ------
     KeyError
         If ``node_id`` is not in the topology.
+    ValueError
+        If ``settings.reconnect_min_s`` is not a positive finite number of seconds.
     """
 
     role: str = "agent"
@@ -109,17 +128,11 @@ class Agent(abc.ABC):
         self._wake = asyncio.Event()
         self._reject_logged: dict[str, float] = {}
         self.failed_attempts = 0  # failed connection attempts since the last connection
+        # delays between connection attempts: full jitter, from this agent's own generator
+        self.backoff = settings.reconnect_backoff()
         self.last_connect_error: str | None = None
         self._served = False  # the current connection attempt got connected
-        prefix = settings.discovery_prefix
-        self._discovery: list[tuple[str, bytes]] = (
-            []
-            if prefix is None
-            else discovery_messages(topology, discovery_prefix=prefix, node_ids=[node_id])
-        )
-        self._ha_status = None if prefix is None else f"{prefix}/status"
-        self._discovery_due = False  # Home Assistant came online: publish the configs again
-        self.discovery_published = 0  # times the discovery configs were published
+        self.discovery = AgentDiscovery(topology, node_id, settings.discovery_prefix)
 
     @property
     @abc.abstractmethod
@@ -146,22 +159,23 @@ class Agent(abc.ABC):
         self._task = asyncio.create_task(self.run(), name=f"agent:{self.node_id}")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def stop(self) -> None:
-        """Ask the agent to publish its final state and disconnect (non-blocking)."""
+        """Ask the agent to publish its final state and disconnect (non-blocking).
+
+        Returns at once; `aclose` (or leaving ``async with``) waits for the end. A
+        disconnected agent stops without publishing.
+        """
         self._stop.set()
 
     async def aclose(self) -> None:
         """Stop, wait for the final publish and disconnect; idempotent.
 
-        Bounded: after ``3 * timeout_s`` seconds the agent's task is cancelled.
+        Bounded: after ``3 * settings.timeout_s`` seconds the agent's task is cancelled
+        (logged as ``shutdown_timed_out``; the retained Last Will ``offline`` then tells
+        the others). Never raises for the broker; sets `state` to ``CLOSED``.
         """
         self._stop.set()
         if self._task is not None and not self._task.done():
@@ -176,7 +190,12 @@ class Agent(abc.ABC):
         self.state = AgentState.CLOSED
 
     async def wait_connected(self, timeout_s: float) -> None:
-        """Wait until subscribed and announced online.
+        """Wait until subscribed and announced online (`connected` is set).
+
+        Parameters
+        ----------
+        timeout_s : float
+            Most seconds to wait.
 
         Raises
         ------
@@ -213,10 +232,17 @@ class Agent(abc.ABC):
 
     # ------------------------------------------------------------------ internals
     def client_id(self) -> str:
-        """Fixed MQTT client id of this node, ``edge-<name>-<prefix>-<node id>``: the
-        topology's name (characters other than letters, digits, ``_`` and ``-`` replaced by
-        ``-``) keeps two deployments on one broker from taking over each other's sessions
-        even when they share the prefix and node ids."""
+        """Fixed MQTT client id of this node, ``edge-<name>-<prefix>-<node id>``.
+
+        The topology's name (characters other than letters, digits, ``_`` and ``-``
+        replaced by ``-``) keeps two deployments on one broker from taking over each
+        other's sessions even when they share the prefix and node ids; ``/`` of the prefix
+        becomes ``-``.
+
+        Returns
+        -------
+        str
+        """
         name = re.sub(r"[^A-Za-z0-9_-]", "-", self.topology.name)
         return f"edge-{name}-{self.topology.prefix.replace('/', '-')}-{self.node_id}"
 
@@ -232,15 +258,27 @@ class Agent(abc.ABC):
             clean_session=not self.settings.persistent_session,
             max_queued_incoming_messages=self.settings.max_queued_messages,
         )
-        # Acknowledge a QoS 1 message only once it has been handled (paho's manual ack;
-        # aiomqtt 2.5 does not expose it): a message received but not handled when the
-        # agent stops is redelivered by the broker to the persistent session, not lost.
-        client._client.manual_ack_set(True)
+        # Acknowledge a QoS 1 message only once it has been handled: a message received
+        # but not handled when the agent stops is redelivered to the persistent session.
+        enable_manual_ack(client)
         return client
 
     def reject(self, reason: str, topic: str, detail: str) -> None:
-        """Count and log one rejected inbound message (at most one line per reason per
-        ``REJECT_LOG_INTERVAL_S`` seconds; every rejection is counted)."""
+        """Count and log one rejected inbound message.
+
+        Every rejection is counted in ``core.rejects[reason]`` (reported in the status
+        document); at most one ``message_rejected`` line per reason per
+        ``REJECT_LOG_INTERVAL_S`` (10) seconds is logged.
+
+        Parameters
+        ----------
+        reason : str
+            Short reason key, e.g. a `WireError` reason.
+        topic : str
+            Topic the message came on.
+        detail : str
+            One line saying what was wrong.
+        """
         self.core.rejects[reason] += 1
         now = time.monotonic()
         if now - self._reject_logged.get(reason, -math.inf) < REJECT_LOG_INTERVAL_S:
@@ -255,9 +293,20 @@ class Agent(abc.ABC):
         )
 
     async def read_retained(self, topic: str) -> bytes | None:
-        """The retained payload on ``topic``, read on a fresh connection within
-        ``settings.restore_wait_s`` seconds; None when nothing (or an empty payload) is
-        retained there or the broker cannot be reached. Never raises for the broker."""
+        """The retained payload on ``topic``, read on a fresh connection (QoS 1).
+
+        Parameters
+        ----------
+        topic : str
+            Topic name (no wildcards).
+
+        Returns
+        -------
+        bytes or None
+            The payload; None when nothing (or an empty payload) is retained there within
+            ``settings.restore_wait_s`` seconds, or the broker cannot be reached. Never
+            raises for the broker (``aiomqtt.MqttError`` and timeouts give None).
+        """
         try:
             async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
                 await client.subscribe(topic, qos=1)
@@ -280,8 +329,33 @@ class Agent(abc.ABC):
         retain: bool = True,
         qos: int | None = None,
     ) -> None:
-        """Publish with the configured QoS (or ``qos``) and timeout, counting messages and
-        bytes."""
+        """Publish one message and count it in `stats` (messages and payload bytes).
+
+        Parameters
+        ----------
+        client : aiomqtt.Client
+            The connected client of this connection.
+        topic : str
+            Topic name (no wildcards).
+        payload : bytes
+            The message body.
+        retain : bool, default True
+            Ask the broker to keep the message as the topic's retained message (every
+            state and status topic of the tree is retained).
+        qos : int, optional
+            MQTT QoS 0, 1 or 2; default ``settings.qos`` (1: the call returns once the
+            broker's PUBACK arrived, which proves neither storage nor delivery, see
+            `publish_snapshot`).
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            If the publish is not acknowledged within ``settings.timeout_s`` seconds
+            ("Operation timed out"; the outcome is unknown, the message may still arrive)
+            or the connection is lost; nothing is counted then. Inside `run` this ends the
+            connection and the agent reconnects (after a `backoff` delay) and re-publishes
+            its latest state in `on_connected`: snapshots are idempotent.
+        """
         await client.publish(
             topic,
             payload,
@@ -334,8 +408,17 @@ class Agent(abc.ABC):
         )
 
     async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
-        """Publish the JSON status document when the core's `StatusPolicy` says so (a change
-        of health, rate-limited, or the heartbeat), or now with ``force``."""
+        """Publish the JSON status document on ``<prefix>/<path>/status/detail`` (retained).
+
+        Published when the core's `StatusPolicy` says so (a change of health, at most every
+        ``settings.status_min_interval_s`` seconds, or the heartbeat every
+        ``settings.status_heartbeat_s``), or now with ``force``.
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            As `publish`.
+        """
         now = time.monotonic()
         if not force and not self.core.status_due(now):
             return
@@ -347,32 +430,49 @@ class Agent(abc.ABC):
         )
 
     async def publish_discovery(self, client: aiomqtt.Client) -> None:
-        """Publish this node's Home Assistant discovery configs, retained (with
-        ``settings.discovery_prefix``; `edge_runtime.homeassistant.discovery_messages`)."""
-        self._discovery_due = False
-        if not self._discovery:
-            return
-        for topic, payload in self._discovery:
-            await self.publish(client, topic, payload, retain=True)
-        self.discovery_published += 1
-        self.log.debug("discovery_published", messages=len(self._discovery))
+        """Publish this node's Home Assistant discovery configs, retained.
 
-    def _on_ha_status(self, payload: object) -> None:
-        """Home Assistant's birth message: ``online`` asks for the configs again."""
-        if isinstance(payload, bytes | bytearray) and bytes(payload).strip() == ONLINE:
-            self._discovery_due = True
-            self.wake()
+        The messages of `edge_runtime.homeassistant.discovery_messages` under
+        ``settings.discovery_prefix``; nothing when that is None.
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            As `publish` (the configs are published again on the next connection).
+        """
+        discovery = self.discovery
+        discovery.due = False
+        if not discovery.messages:
+            return
+        for topic, payload in discovery.messages:
+            await self.publish(client, topic, payload, retain=True)
+        discovery.published += 1
+        self.log.debug("discovery_published", messages=len(discovery.messages))
+
+    @property
+    def discovery_published(self) -> int:
+        """Times this agent published its Home Assistant discovery configs."""
+        return self.discovery.published
 
     def wake(self) -> None:
         """New input: let the work loop ask the core again."""
         self._wake.set()
 
     async def work(self, client: aiomqtt.Client) -> None:
-        """Ask the core, act, then sleep until its next decision time or new input."""
+        """The ``work`` task of a connection: ask the core, act, then sleep until its next
+        decision time or new input (between ``MIN_SLEEP_S`` and ``MAX_SLEEP_S`` seconds),
+        until `stop`. An exception of `step` other than ``aiomqtt.MqttError`` is counted as
+        ``internal_error`` and logged, never raised.
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            When the connection is lost or a publish times out (ends the connection).
+        """
         while not self._stop.is_set():  # also when a cancellation is lost (see _serve_once)
             self._wake.clear()
             now = time.monotonic()
-            if self._discovery_due:
+            if self.discovery.due:
                 await self.publish_discovery(client)
             try:
                 await self.step(client, now)
@@ -388,29 +488,27 @@ class Agent(abc.ABC):
             await self.publish_status(client)
             delay = self.core.next_wakeup(time.monotonic()) - time.monotonic()
             delay = min(max(delay, MIN_SLEEP_S), MAX_SLEEP_S)
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
-            except TimeoutError:
-                pass
 
     def uptime_s(self) -> float:
         """Seconds since this agent object was created."""
         return time.monotonic() - self._started
 
-    def _backoff_s(self, attempt: int) -> float:
-        """Full-jitter exponential backoff, capped at ``reconnect_max_s``."""
-        cap = min(self.settings.reconnect_max_s, self.settings.reconnect_min_s * 2**attempt)
-        return random.uniform(
-            self.settings.reconnect_min_s, max(cap, self.settings.reconnect_min_s)
-        )
-
     async def prepare(self) -> None:
-        """Called once before the first connection (a leaf restores its state here)."""
+        """Called once by `run` before the first connection (a leaf restores its state
+        here); does nothing by default."""
         return None
 
     async def run(self) -> None:
-        """Connect, serve and reconnect until `stop` is called.
+        """Connect, serve and reconnect until `stop` is called (the task `__aenter__` starts).
+
+        Each connection is a fresh client; a lost one (any ``aiomqtt.MqttError``) counts in
+        ``stats.reconnects`` and `failed_attempts`, and the next attempt waits a `backoff`
+        delay (`stop` interrupts the wait). There is no deadline: an agent waits for its
+        broker as long as it runs. Returns after the final state and ``offline`` are
+        published, or at once when stopped while disconnected.
 
         Logging stays journal-friendly during an outage: at most one line per failed
         attempt, and fewer: the first failure, then failures number 2, 4, 8, ... (or when
@@ -419,8 +517,7 @@ class Agent(abc.ABC):
         its minimum after every successful connection.
         """
         await self.prepare()
-        logged_error: str | None = None
-        logged_at = -math.inf
+        outage = OutageLog(RECONNECT_LOG_INTERVAL_S)
         while not self._stop.is_set():
             self._served = False
             try:
@@ -431,34 +528,25 @@ class Agent(abc.ABC):
                 self.stats.reconnects += 1
                 if self._served:  # lost after being connected: a new outage
                     self.failed_attempts = 0
-                    logged_error = None
-                delay = self._backoff_s(self.failed_attempts)
+                    outage.new_outage()
+                delay = self.backoff.delay_s(self.failed_attempts)
                 self.failed_attempts += 1
                 error = str(group.exceptions[0])
                 self.last_connect_error = error
                 n = self.failed_attempts
-                now = time.monotonic()
-                loud = (
-                    n & (n - 1) == 0
-                    or error != logged_error
-                    or now - logged_at >= RECONNECT_LOG_INTERVAL_S
-                )
+                loud = outage.loud(n, error, time.monotonic())
                 log = self.log.warning if loud else self.log.debug
                 log("connection_lost", error=error, attempts=n, retry_in_s=round(delay, 2))
-                if loud:
-                    logged_error, logged_at = error, now
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stop.wait()
-            except TimeoutError:
-                pass
         self.log.debug("stopped_while_disconnected", attempts=self.failed_attempts)
 
     async def _serve_once(self) -> None:
         async with self._make_client() as client:
             topics = [*self.subscriptions(), self._own_topic]
-            if self._ha_status is not None:
-                topics.append(self._ha_status)
+            if self.discovery.status_topic is not None:
+                topics.append(self.discovery.status_topic)
             for topic in topics:
                 await client.subscribe(topic, qos=self.settings.qos)
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
@@ -497,37 +585,12 @@ class Agent(abc.ABC):
             try:
                 if str(message.topic) == self._own_topic:
                     self._on_echo(message.payload)
-                elif self._ha_status is not None and str(message.topic) == self._ha_status:
-                    self._on_ha_status(message.payload)
+                elif str(message.topic) == self.discovery.status_topic:
+                    if self.discovery.on_status(message.payload):
+                        self.wake()
                 else:
                     await self.handle(message)
             except Exception as exc:  # a bug must not take the agent down: count it
                 self.core.rejects["internal_error"] += 1
                 self.log.exception("handler_failed", topic=str(message.topic), error=str(exc))
-            if message.qos > 0:
-                client._client.ack(message.mid, message.qos)
-
-
-async def remove_discovery(
-    topology: Topology, node_id: str, settings: AgentSettings, discovery_prefix: str
-) -> int:
-    """Remove ``node_id``'s Home Assistant entities: publish the empty retained payloads of
-    `edge_runtime.homeassistant.discovery_removals` (QoS 1) and disconnect.
-
-    Returns
-    -------
-    int
-        Messages published.
-
-    Raises
-    ------
-    ValueError
-        If ``node_id`` is unknown or ``discovery_prefix`` is not a topic prefix.
-    aiomqtt.MqttError
-        If the broker cannot be reached or a publish times out.
-    """
-    removals = discovery_removals(topology, discovery_prefix=discovery_prefix, node_ids=[node_id])
-    async with aiomqtt.Client(**settings.client_kwargs()) as client:
-        for topic, payload in removals:
-            await client.publish(topic, payload, qos=1, retain=True, timeout=settings.timeout_s)
-    return len(removals)
+            ack(client, message)

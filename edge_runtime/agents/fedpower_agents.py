@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
 import aiomqtt
 
@@ -39,35 +37,44 @@ from edge_runtime.agents.base import Agent
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.fedpower_core import FedPowerLeafCore, FedPowerRootCore
 from edge_runtime.agents.leaf import LeafAgent
-from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
-from edge_runtime.agents.settings import AgentSettings
-from edge_runtime.fedpower_wire import decode_reply, decode_round, encode_reply, encode_round
+from edge_runtime.agents.policy import AGGREGATOR_PUBLISH
+from edge_runtime.agents.shell import CoreShell, decode_or_reject, status_policy_of
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError, encode_subspace
+from edge_runtime.wire.fedpower import decode_reply, decode_round, encode_reply, encode_round
 
 __all__ = ["FedPowerAggregatorAgent", "FedPowerLeafAgent", "FedPowerRootAgent"]
-
-T = TypeVar("T")
-
-
-def _decode(
-    agent: Agent, topic: str, payload: object, decode: Callable[..., T], max_bytes: int
-) -> T | None:
-    """``decode(payload)``, or None after counting a reject (a non-bytes payload, or a
-    `WireError`'s reason) on ``agent``."""
-    if not isinstance(payload, bytes | bytearray):
-        agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-        return None
-    try:
-        return decode(bytes(payload), max_bytes=max_bytes)
-    except WireError as exc:
-        agent.reject(exc.reason, topic, str(exc))
-        return None
 
 
 class FedPowerLeafAgent(LeafAgent):
     """A leaf of a FedPower tree: the FPCA leaf's data path with a `LocalGram`, answering
-    the root's rounds (`FedPowerLeafCore`). Same parameters as `LeafAgent`."""
+    the root's rounds (`FedPowerLeafCore`).
+
+    Subscribes to ``<prefix>/<root>/round`` besides the sensor topic (QoS
+    ``settings.qos``); for every round it has readings for, publishes one `ReplyMessage`
+    on ``<prefix>/<path>/reply`` (not retained, QoS ``settings.qos``). A non-private leaf
+    also publishes its restore snapshot on ``subspace`` as an FPCA leaf does (retained); a
+    private one never does (module docstring). A refused round is a reject (reason
+    ``foreign_deployment``, ``rank`` or ``round``); a private leaf whose budget is spent
+    logs ``privacy_budget_exhausted`` once and stops replying.
+
+    Parameters
+    ----------
+    topology : Topology
+        A topology with ``algorithm = "fedpower"`` (its ``fedpower`` settings give ``T``).
+    node_id : str
+        A leaf of ``topology``.
+    *args, **kwargs
+        As `LeafAgent` (``settings``, ``n_features``, ``state_dir``, ``checkpoint_every``,
+        ``restore_from_broker``).
+
+    Raises
+    ------
+    ValueError
+        As `LeafAgent`; also, for a private leaf, once the width of a reading is known, if
+        the schedule is unbounded (`FedPowerLeafCore.new_estimator`).
+    """
 
     core_class = FedPowerLeafCore
 
@@ -119,7 +126,7 @@ class FedPowerLeafAgent(LeafAgent):
         if not message.payload:
             return  # a cleared retained round
         max_bytes = self.settings.max_payload_bytes
-        msg = _decode(self, topic, message.payload, decode_round, max_bytes)
+        msg = decode_or_reject(self, topic, message.payload, decode_round, max_bytes)
         if msg is None:
             return
         reason = self.core.on_round(msg, self.topology.name)
@@ -152,14 +159,27 @@ class FedPowerLeafAgent(LeafAgent):
         self.log.debug("reply_published", round=reply.round, n_samples=reply.n_samples)
 
 
-class FedPowerRootAgent(Agent):
+class FedPowerRootAgent(CoreShell, Agent):
     """The root of a FedPower tree: the server (`FedPowerRootCore`) over MQTT.
 
-    Publishes each round retained on ``<prefix>/<root>/round``, takes the leaves' replies on
-    their ``reply`` topics, closes rounds when the core says (``K`` replies or the round
-    timeout) and publishes the new global basis on ``<prefix>/<root>/model``. Late,
-    duplicate and unasked replies are dropped and counted (status ``extra``); malformed
-    ones are rejects. On start it continues after its own retained round message.
+    Publishes each round retained on ``<prefix>/<root>/round`` (QoS ``settings.qos``; again
+    after a reconnect while the round is open), takes the leaves' replies on their
+    ``reply`` topics (subscribed with QoS ``settings.qos``), closes rounds when the core
+    says (``K`` replies or the round timeout, ``fedpower_round_timeout_s`` seconds) and
+    publishes the new global basis on ``<prefix>/<root>/model`` (retained, QoS
+    ``settings.qos``). Late, duplicate and unasked replies are dropped and counted (status
+    ``extra``); malformed ones are rejects. On start it continues after its own retained
+    round message; on shutdown it publishes nothing (the retained round and model are the
+    state a restart continues from).
+
+    Parameters
+    ----------
+    topology : Topology
+        A topology with ``algorithm = "fedpower"``.
+    node_id : str
+        Its root.
+    settings : AgentSettings, optional
+        Connection and timing settings; default ``AgentSettings()``.
     """
 
     role = "root"
@@ -168,13 +188,12 @@ class FedPowerRootAgent(Agent):
         self, topology: Topology, node_id: str, settings: AgentSettings | None = None
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
-        s = self.settings
         self._core = FedPowerRootCore(
             node_id,
             topology.leaves(),
             self.config.rank,
             topology.fedpower,
-            status_policy=StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            status_policy=status_policy_of(self.settings),
             now=time.monotonic(),
             deployment=topology.name,
         )
@@ -204,21 +223,13 @@ class FedPowerRootAgent(Agent):
         if self._core.restore(msg):
             self.log.info("restored", source="retained round", round=msg.round)
 
-    async def _numerics(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` under the core lock, in a worker thread when the round is large (as
-        `LeafAgent._numerics`): a reply offered meanwhile waits instead of racing it."""
-        async with self._lock:
-            if self._core.cells() >= self.settings.offload_min_cells:
-                return await asyncio.to_thread(fn)
-            return fn()
-
     async def handle(self, message: aiomqtt.Message) -> None:
         topic = str(message.topic)
         leaf = self._reply_topics.get(topic)
         if leaf is None or not message.payload:
             return
         max_bytes = self.settings.max_payload_bytes
-        reply = _decode(self, topic, message.payload, decode_reply, max_bytes)
+        reply = decode_or_reject(self, topic, message.payload, decode_reply, max_bytes)
         if reply is None:
             return
         if reply.node_id != leaf:
@@ -260,23 +271,30 @@ class FedPowerRootAgent(Agent):
     def status_detail(self) -> StatusDetail:
         core = self._core
         model = core.model
-        return StatusDetail(
-            node_id=self.node_id,
-            role=self.role,
-            online=not self._stop.is_set(),
+        return self.status_document(
             rank=0 if model is None else model.rank,
             n_samples=0 if model is None else model.n_samples,
             seq=core.round,
             epoch=core.epoch,
-            rejects=dict(core.rejects),
-            uptime_s=round(self.uptime_s(), 3),
             extra=core.status_extra(time.monotonic()),
         )
 
 
-class FedPowerAggregatorAgent(Agent):
+class FedPowerAggregatorAgent(CoreShell, Agent):
     """An aggregator of a FedPower tree: liveness (Last Will) and a status document only;
-    its leaves' replies reach the root directly through the broker (module docstring)."""
+    its leaves' replies reach the root directly through the broker (module docstring).
+
+    Subscribes to nothing and publishes only ``status`` / ``status/detail`` (`Agent`).
+
+    Parameters
+    ----------
+    topology : Topology
+        A topology with ``algorithm = "fedpower"``.
+    node_id : str
+        A node with children, not the root.
+    settings : AgentSettings, optional
+        Connection and timing settings; default ``AgentSettings()``.
+    """
 
     role = "aggregator"
 
@@ -284,11 +302,10 @@ class FedPowerAggregatorAgent(Agent):
         self, topology: Topology, node_id: str, settings: AgentSettings | None = None
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
-        s = self.settings
         self._core = NodeCore(
             node_id,
             AGGREGATOR_PUBLISH,
-            StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s),
+            status_policy_of(self.settings),
             0.0,
             time.monotonic(),
         )
@@ -314,15 +331,10 @@ class FedPowerAggregatorAgent(Agent):
         return None
 
     def status_detail(self) -> StatusDetail:
-        return StatusDetail(
-            node_id=self.node_id,
-            role=self.role,
-            online=not self._stop.is_set(),
+        return self.status_document(
             rank=0,
             n_samples=0,
             seq=0,
             epoch="fedpower",
-            rejects=dict(self._core.rejects),
-            uptime_s=round(self.uptime_s(), 3),
             extra={"algorithm": "fedpower", "children": self.topology.children(self.node_id)},
         )

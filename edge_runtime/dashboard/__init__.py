@@ -1,7 +1,8 @@
 """A live web dashboard of a running tree (``edge-runtime dashboard``).
 
 Modules: `state` (the I/O-free view model), `follower` (the MQTT shell), `server` (the
-aiohttp server, optional extra ``dashboard``), `page` (the HTML page), `cli` (the command).
+aiohttp server, optional extra ``dashboard``), `page` (the HTML page);
+the command is in `edge_runtime.cli.watch`.
 Importing this package does not need aiohttp; `serve_dashboard` imports it when used.
 """
 

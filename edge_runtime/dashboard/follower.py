@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 
 import aiomqtt
 import structlog
 
-from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.dashboard.state import DashboardState
+from edge_runtime.settings import AgentSettings
 
 __all__ = ["Follower"]
 
@@ -40,11 +39,11 @@ class Follower:
         self.failed_attempts = 0
         self.last_error: str | None = None
         self._changed = asyncio.Condition()
+        self._backoff = settings.reconnect_backoff()
 
     def _backoff_s(self, attempt: int) -> float:
-        low = self.settings.reconnect_min_s
-        cap = min(self.settings.reconnect_max_s, low * 2**attempt)
-        return random.uniform(low, max(cap, low))
+        """Seconds to wait after ``attempt`` failures (`AgentSettings.reconnect_backoff`)."""
+        return self._backoff.delay_s(attempt)
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -20,11 +20,11 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 
-from edge_runtime.agents.settings import AgentSettings
 from edge_runtime.dashboard.follower import Follower
 from edge_runtime.dashboard.page import page_with
 from edge_runtime.dashboard.state import DashboardState
 from edge_runtime.monitor import STALE_AFTER_S
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 
 __all__ = ["MAX_STREAMS", "STREAM_LIFETIME_S", "TICK_S", "make_app", "serve_dashboard"]

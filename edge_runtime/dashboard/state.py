@@ -5,8 +5,8 @@ time (seconds on any monotonic clock, passed in, so tests drive it with a virtua
 and `DashboardState.snapshot` gives the view at a time ``now``:
 
 * per node (in tree order): liveness ``online`` / ``stale`` / ``offline`` / ``unknown``
-  (the rules of `edge_runtime.monitor.ModelWatcher.node_states`: an ``online`` node silent
-  for more than ``stale_after_s`` seconds is stale), and from its status document
+  (`edge_runtime.monitor.liveness`, the rule of `ModelWatcher.node_states`: an ``online``
+  node silent for more than ``stale_after_s`` seconds is stale), and from its status document
   (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank``, ``seq``, the privacy
   ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
   node reports one; ``quarantined``: the reason its aggregator quarantined it (the
@@ -28,7 +28,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from edge_runtime.monitor import STALE_AFTER_S, privacy_of, quarantined_children
+from edge_runtime.monitor import (
+    LIVENESS,
+    STALE_AFTER_S,
+    liveness,
+    privacy_of,
+    quarantined_children,
+)
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -43,23 +49,6 @@ __all__ = ["HISTORY_POINTS", "LIVENESS", "DashboardState", "liveness"]
 
 HISTORY_POINTS = 360
 """Anomaly-rate points kept per node (an hour at one status document per 10 s)."""
-
-LIVENESS: tuple[str, ...] = ("online", "stale", "offline", "unknown")
-"""The states a node is shown in."""
-
-
-def liveness(
-    online: bool | None, last_heard: float | None, now: float, stale_after_s: float
-) -> str:
-    """A node's state: "unknown" (nothing heard), "offline" (its status says so, or its Last
-    Will did), "stale" (online but silent for more than ``stale_after_s``), else "online"."""
-    if online is None:
-        return "unknown"
-    if not online:
-        return "offline"
-    if last_heard is None or now - last_heard > stale_after_s:
-        return "stale"
-    return "online"
 
 
 @dataclass

@@ -22,6 +22,8 @@ whitespace (detected from the first non-comment line), with optionally
 Every problem raises `DatasetError` (a `ValueError`) with a one-line message naming the file and,
 where it applies, the line and column (1-based, counted in the decompressed text).
 
+How a replay deals a dataset's rows to the leaves of a topology is `edge_runtime.datasets.split`.
+
 Examples
 --------
 >>> from edge_runtime.datasets import load_dataset

@@ -37,6 +37,7 @@ from edge_runtime.fedpower._checks import as_basis, check_steps
 from edge_runtime.fedpower.aggregation import aggregate
 from edge_runtime.fedpower.power import orthonormalise
 from edge_runtime.fedpower.schedule import Schedule
+from edge_runtime.fpca.subspace import BasisShape
 
 __all__ = ["DEFAULT_ROUND_TIMEOUT", "REFERENCES", "FedPowerServer", "RoundRecord", "RoundStart"]
 
@@ -90,7 +91,7 @@ class RoundRecord:
     closed: float
 
 
-class FedPowerServer:
+class FedPowerServer(BasisShape):
     """The server loop of FedPower (Algorithm 3) as a synchronous core; time is an argument.
 
     Parameters
@@ -178,16 +179,6 @@ class FedPowerServer:
         self._open: RoundStart | None = None
         self._started = 0.0
         self._replies: dict[str, tuple[np.ndarray, int]] = {}
-
-    @property
-    def n_features(self) -> int:
-        """``d``."""
-        return int(self.basis.shape[0])
-
-    @property
-    def rank(self) -> int:
-        """``r``."""
-        return int(self.basis.shape[1])
 
     @property
     def is_open(self) -> bool:

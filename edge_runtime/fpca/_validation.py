@@ -7,7 +7,15 @@ import operator
 
 import numpy as np
 
-__all__ = ["check_finite_2d", "check_forget", "check_int", "check_positive"]
+__all__ = [
+    "as_float",
+    "as_float_array",
+    "check_finite_2d",
+    "check_forget",
+    "check_int",
+    "check_positive",
+    "check_samples",
+]
 
 
 def check_int(value: object, name: str, minimum: int) -> int:
@@ -23,14 +31,19 @@ def check_int(value: object, name: str, minimum: int) -> int:
     return out
 
 
+def as_float(value: object, message: str, error: type[Exception] = ValueError) -> float:
+    """``float(value)``; ``error(message)`` for bools and for what ``float`` refuses."""
+    if isinstance(value, bool):
+        raise error(message)
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise error(message) from None
+
+
 def check_forget(forget: object) -> float:
     """``forget`` as a float in (0, 1], else TypeError/ValueError naming it."""
-    if isinstance(forget, bool):
-        raise TypeError(f"forget must be a number in (0, 1], got {forget!r}")
-    try:
-        value = float(forget)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise TypeError(f"forget must be a number in (0, 1], got {forget!r}") from None
+    value = as_float(forget, f"forget must be a number in (0, 1], got {forget!r}", TypeError)
     if not 0.0 < value <= 1.0:
         raise ValueError(f"forget must be in (0, 1], got {value}")
     return value
@@ -38,15 +51,19 @@ def check_forget(forget: object) -> float:
 
 def check_positive(value: object, name: str) -> float:
     """``value`` as a finite float > 0, else ValueError naming ``name`` (bools rejected)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
+    message = f"{name} must be a finite number > 0, got {value!r}"
+    out = as_float(value, message)
     if not (math.isfinite(out) and out > 0.0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(message)
     return out
+
+
+def as_float_array(value: object, name: str) -> np.ndarray:
+    """``value`` as a float64 ndarray of any shape; TypeError naming ``name`` if not numeric."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a numeric array, got {type(value).__name__}") from None
 
 
 def check_finite_2d(x: np.ndarray, name: str) -> None:
@@ -54,3 +71,27 @@ def check_finite_2d(x: np.ndarray, name: str) -> None:
     if not np.isfinite(x).all():
         row = int(np.argwhere(~np.isfinite(x))[0][0])
         raise ValueError(f"{name} contains NaN or infinity (first in row {row}); expected finite")
+
+
+def check_samples(samples: object, n_features: int) -> np.ndarray:
+    """Samples ``X`` as a finite float64 array of shape ``(n_samples, n_features)``.
+
+    A 1-D input is one sample (reshaped to ``(1, n_features)``); a numpy array of a
+    non-real dtype (bool is allowed, as an integer) and a non-numeric input are a
+    TypeError; another number of dimensions or of features, NaN or infinity a
+    ValueError naming the value (`FPCAEdge.partial_fit`'s messages).
+    """
+    if isinstance(samples, np.ndarray) and samples.dtype.kind not in "biuf":
+        raise TypeError(f"X must have a real numeric dtype, got {samples.dtype}")
+    x = as_float_array(samples, "X")
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    elif x.ndim != 2:
+        raise ValueError(
+            f"X must be 1-D (one sample) or 2-D (n_samples, n_features), got "
+            f"{x.ndim}-D with shape {x.shape}"
+        )
+    if x.shape[1] != n_features:
+        raise ValueError(f"X has {x.shape[1]} features, expected {n_features}")
+    check_finite_2d(x, "X")
+    return x

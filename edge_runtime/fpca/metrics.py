@@ -12,7 +12,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from edge_runtime.fpca._linalg import thin_svd
-from edge_runtime.fpca._validation import check_finite_2d, check_int
+from edge_runtime.fpca._validation import as_float_array, check_finite_2d, check_int
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["error_ratio", "offline_subspace", "principal_angles", "projection_error"]
@@ -29,10 +29,7 @@ ESTIMATE_ZERO_RTOL = 1e-12
 
 def _as_data(x: object, name: str = "X") -> np.ndarray:
     """``x`` as a finite float64 ``(n_samples, n_features)`` array with >= 1 row."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from None
+    arr = as_float_array(x, name)
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D (n_samples, n_features), got {arr.ndim}-D with shape {arr.shape}"
@@ -44,10 +41,7 @@ def _as_data(x: object, name: str = "X") -> np.ndarray:
 
 
 def _as_basis(basis: object, n_features: int, name: str = "basis") -> np.ndarray:
-    try:
-        arr = np.asarray(basis, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a numeric array, got {type(basis).__name__}") from None
+    arr = as_float_array(basis, name)
     if arr.ndim != 2 or arr.shape[0] != n_features:
         raise ValueError(f"{name} must have shape ({n_features}, rank), got {arr.shape}")
     check_finite_2d(arr, name)

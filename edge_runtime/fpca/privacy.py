@@ -250,13 +250,7 @@ def default_block_size(epsilon: float, delta: float, n_features: int) -> int:
     d = check_int(n_features, "n_features", 1)
     target = DEFAULT_TARGET_SPECTRAL / (2.0 * math.sqrt(d))
     size = min_block_size(epsilon, delta, d, target)
-    if size * d * 8 > MAX_DEFAULT_BLOCK_BYTES:
-        raise ValueError(
-            f"privacy=({epsilon}, {delta}) at n_features={d} needs blocks of T={size} samples "
-            f"({size * d * 8 / 2**20:.0f} MiB) for noise std {target:.3g}; pass block_size "
-            "(smaller blocks are noisier)"
-        )
-    return size
+    return _check_block_bytes(size, d, epsilon, delta, f" for noise std {target:.3g}")
 
 
 def gaussian_default_block_size(
@@ -293,10 +287,19 @@ def gaussian_default_block_size(
     d = check_int(n_features, "n_features", 1)
     spectral = math.sqrt(2.0) * release_noise_std(eps, dlt, horizon) * math.sqrt(d)
     size = max(1, math.ceil(spectral / DEFAULT_TARGET_SPECTRAL))
+    return _check_block_bytes(size, d, epsilon, delta)
+
+
+def _check_block_bytes(size: int, d: int, epsilon: float, delta: float, why: str = "") -> int:
+    """``size`` if a ``(size, d)`` float64 block fits `MAX_DEFAULT_BLOCK_BYTES`, else ValueError.
+
+    The message gives the budget, ``T = size``, the block's MiB and ``why`` (appended
+    after them), and asks for an explicit block size.
+    """
     if size * d * 8 > MAX_DEFAULT_BLOCK_BYTES:
         raise ValueError(
             f"privacy=({epsilon}, {delta}) at n_features={d} needs blocks of T={size} samples "
-            f"({size * d * 8 / 2**20:.0f} MiB); pass block_size (smaller blocks are noisier)"
+            f"({size * d * 8 / 2**20:.0f} MiB){why}; pass block_size (smaller blocks are noisier)"
         )
     return size
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.fpca._validation import check_finite_2d, check_int
+from edge_runtime.fpca._validation import as_float, as_float_array, check_finite_2d, check_int
 from edge_runtime.fpca.subspace import Subspace
 
 __all__ = ["AnomalyScorer", "RunningEnergy", "Scores", "q_limit", "t2_limit", "total_energy"]
@@ -45,12 +45,7 @@ ENERGY_RTOL = 1e-6
 
 
 def _check_alpha(alpha: object) -> float:
-    if isinstance(alpha, bool):
-        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
-    try:
-        value = float(alpha)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
+    value = as_float(alpha, f"alpha must be a number in (0, 1), got {alpha!r}")
     if not 0.0 < value < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     return value
@@ -456,10 +451,7 @@ class AnomalyScorer:
         return self.t2_limit_
 
     def _centre(self, X: object) -> np.ndarray:  # noqa: N803 (scikit-learn name)
-        try:
-            x = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"X must be a numeric array, got {type(X).__name__}") from None
+        x = as_float_array(X, "X")
         if x.ndim == 1:
             x = x.reshape(1, -1)
         if x.ndim != 2 or x.shape[1] != self.n_features_:

@@ -1,28 +1,32 @@
-"""FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (2)-(4))."""
+"""FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (2)-(4)).
+
+`FPCAEdge` buffers samples into blocks and updates its rank-``r`` state by one block
+update per full block (eq. (3), `edge_runtime.fpca._linalg.svd_update`). The concepts it
+combines live in their own modules: the mean bookkeeping of ``center=True``
+(`edge_runtime.fpca.centring`), the adaptive rank of eq. (4)
+(`edge_runtime.fpca.adaptive_rank`), the private block path
+(`edge_runtime.fpca.private_blocks`), checkpoint and restore (`edge_runtime.fpca.state`)
+and the snapshots it reports and resumes from (`edge_runtime.fpca.snapshot`).
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-
 import numpy as np
 
-from edge_runtime.fpca import privacy as _privacy
+from edge_runtime.fpca import private_blocks as _private
 from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
-from edge_runtime.fpca._validation import (
-    check_finite_2d,
-    check_forget,
-    check_int,
-    check_positive,
-)
-from edge_runtime.fpca.privacy import MECHANISMS
-from edge_runtime.fpca.private_gram import PrivateGram, check_horizon
-from edge_runtime.fpca.subspace import Subspace, flip_signs
+from edge_runtime.fpca._validation import check_forget, check_int, check_samples
+from edge_runtime.fpca.adaptive_rank import check_rank_bounds, rank_cap, rank_step
+from edge_runtime.fpca.centring import centre_rows
+from edge_runtime.fpca.private_blocks import PrivateBlocksMixin
+from edge_runtime.fpca.private_gram import PrivateGram
+from edge_runtime.fpca.snapshot import SnapshotMixin
+from edge_runtime.fpca.state import StateMixin
 
 __all__ = ["FPCAEdge"]
 
 
-class FPCAEdge:
+class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
     """Streaming rank-``r`` subspace of a sample stream, updated one block at a time.
 
     Samples are buffered into blocks of ``block_size`` rows; each full block ``B``
@@ -217,25 +221,14 @@ class FPCAEdge:
     b = 50) and none for ``d <= t + b``, where the cost is set by ``d``; published
     subspaces of ``tracked_subspace`` are twice as large.
 
-    Forgetting (eq. (2)): ``S <- lambda S`` before each block, so older samples fade
-    geometrically and a drifting stream is tracked. With ``center=True`` the mean is
-    forgotten consistently: it is the mean with the same weights ``lambda**(2 j)``,
-    with effective count ``n_eff <- lambda**2 n_eff + b``.
+    Forgetting (eq. (2)) and centring (``center=True``): ``S <- lambda S`` before each
+    block; a centred block is centred on its own mean and a mean-correction column is
+    appended (Ross et al. 2008), with the mean forgotten by the same weights. Written out
+    in `edge_runtime.fpca.centring`.
 
-    Centring (``center=True``): each block is centred on its own mean ``m_B`` and the
-    column ``sqrt(w b / (w + b)) (m_old - m_B)`` is appended to it, with ``w = lambda**2
-    n_eff`` the effective count of the earlier samples, so
-    that ``U S`` stays the summary of the samples centred on the running mean (Ross,
-    Lim, Lin, Yang, "Incremental Learning for Robust Visual Tracking", IJCV 2008,
-    Sec. 3.1; the update of scikit-learn's ``IncrementalPCA``). Without truncation it
-    equals the SVD of the globally centred data.
-
-    Adaptive rank, eq. (4): after each block, ``w = s_r / sum_{i <= r} s_i`` over the
-    reported ``r = rank_`` singular values. If ``w > upper`` the rank grows by one
-    (reported at once when the state already tracks that direction, else after the
-    next block); if ``w < lower`` it shrinks by one (the last tracked direction is
-    dropped at once). The rank stays in ``[1, min(block_size, n_features,
-    max_rank)]`` and changes at most once per ``holdoff`` blocks.
+    Adaptive rank, eq. (4): after each block the rank moves by one when the weight of the
+    last reported singular value leaves ``rank_bounds``, at most once per ``holdoff``
+    blocks; see `edge_runtime.fpca.adaptive_rank`.
 
     BLAS threads: the per-block problems are small, and OpenBLAS's threads do not
     speed them up; on a busy machine they slow them down badly (measured on 2 loaded
@@ -244,39 +237,14 @@ class FPCAEdge:
     ``threadpoolctl.threadpool_limits(limits=1, user_api="blas")`` (or set it once per
     process) where other work competes for the cores.
 
-    Differential privacy, ``mechanism="gaussian"`` (the default): each block of ``k``
-    samples (``block_size``, fewer for a `flush`) is clipped to the unit ball (``x ->
-    x / max(C, ||x||)``) and released once as its Gram matrix plus symmetric Gaussian
-    noise calibrated by the analytic Gaussian mechanism at sensitivity ``sqrt(2)``
-    (`edge_runtime.fpca.gaussian_mechanism`); the raw block is zeroed. The state's
-    basis and singular values are the leading eigenpairs ``(u_i, lambda_i)`` of the
-    released running sum, ``sigma_i = C sqrt(max(lambda_i, 0))``. Each sample lies in
-    one block, so all releases together are one Gaussian mechanism and everything
-    returned is post-processing (the argument is written out in
-    `edge_runtime.fpca.private_gram`). Memory with privacy: ``8 (3 d**2 + horizon)``
-    bytes more (three ``(d, d)`` matrices, 55 KiB at d = 48), at most ``8 max(b d, 3
-    d**2)`` bytes of temporaries per block (tested under tracemalloc), and ``O(horizon
-    d**2)`` time per release.
-
-    Differential privacy, ``mechanism="fpca-eq8"``: streaming MOD-SuLQ of
-    Grammenos et al. (2020), eq. (5)-(8): each block of ``k`` samples (``k =
-    block_size``, fewer for a `flush`) is clipped to the unit ball (``x ->
-    x / max(C, ||x||)``); its covariance ``A = (1/k) X^T X`` is built ``c`` columns at a
-    time, each chunk plus a fresh non-symmetric Gaussian mask with i.i.d. ``N(0,
-    omega**2)`` entries, ``omega = noise_std(epsilon, delta, d, k)`` (eq. (8)), and the
-    chunks are streamed through the block update to the ``t`` leading singular pairs
-    ``(U_B, s)`` of ``A + N``. Conversion to the data's scale: ``s_i`` estimates an
-    eigenvalue of ``A``, and ``C**2 k A`` is the Gram matrix of the clipped block, so
-    the summary's singular values are ``sigma_i = C sqrt(k max(s_i, 0))`` and the block
-    enters the state as the columns ``U_B diag(sigma)`` in eq. (3). The raw block is
-    zeroed after its summary; `subspace` and `tracked_subspace` never fold in pending
-    rows (their ``n_samples`` counts summarised samples only), so everything this
-    class returns is post-processing of masked blocks. Each sample is in one block,
-    so the whole stream is ``(epsilon, delta)``-DP with respect to replacing one
-    sample; sample counts (``n_samples``) are not protected. Memory with privacy:
-    ``2 n_features c`` more floats for the chunk and its mask, plus ``O(n_features
-    (t + c))`` temporaries per block. With a huge ``epsilon`` the estimate matches the
-    non-private one (error ratio within 1 % at ``epsilon = 1e6``, tested).
+    Differential privacy: ``mechanism="gaussian"`` (the default) releases each clipped
+    block's Gram matrix plus symmetric Gaussian noise once and keeps the leading
+    eigenpairs of the released running sum; ``"fpca-eq8"`` is streaming MOD-SuLQ (eq.
+    (5)-(8)), a masked covariance per block folded in by eq. (3). Each sample lies in one
+    block, so the stream is ``(epsilon, delta)``-DP per sample (replace-one) and all the
+    estimator returns is post-processing; the raw block is zeroed after its release, and
+    with privacy `subspace` never folds in pending rows. Both mechanisms, their units
+    and memory are written out in `edge_runtime.fpca.private_blocks`.
 
     Singular vectors get deterministic signs in every result (the largest-|.| entry of
     each basis column is positive); the internal state's signs are arbitrary.
@@ -329,65 +297,31 @@ class FPCAEdge:
         self.n_features = check_int(n_features, "n_features", 1)
         self.rank = check_int(rank, "rank", 1)
         self.center = bool(center)
-        self._init_privacy(privacy, clip_norm, random_state, mechanism, horizon)
-        self._gram_state = self.privacy is not None and self.mechanism == "gaussian"
+        # Every privacy parameter passes through here (`private_blocks.check_privacy`).
+        settings = self._init_privacy(
+            _private.check_privacy(privacy, clip_norm, random_state, mechanism, horizon, center)
+        )
         if block_size is None:
-            if self.privacy is None:
-                block_size = 50
-            elif self.mechanism == "gaussian":
-                block_size = _privacy.gaussian_default_block_size(
-                    *self.privacy, self.n_features, self.horizon
-                )
-            else:
-                block_size = _privacy.default_block_size(*self.privacy, self.n_features)
+            block_size = _private.default_block_size(settings, self.n_features)
         self.block_size = check_int(block_size, "block_size", 1)
-        if self.mechanism != "fpca-eq8":
-            if chunk_size is not None:
-                raise ValueError(
-                    f"chunk_size {chunk_size!r} is only used with mechanism 'fpca-eq8'"
-                )
-            self.chunk_size = None
-        else:
-            self.chunk_size = check_int(
-                min(self.n_features, self.block_size) if chunk_size is None else chunk_size,
-                "chunk_size",
-                1,
-            )
+        self.chunk_size = _private.check_chunk_size(
+            chunk_size, self.mechanism, self.n_features, self.block_size
+        )
         self.oversample = None if oversample is None else check_int(oversample, "oversample", 0)
         self.adaptive = bool(adaptive)
         self.holdoff = check_int(holdoff, "holdoff", 1)
         self.max_rank = None if max_rank is None else check_int(max_rank, "max_rank", 1)
         self.forget = check_forget(forget)
-        try:
-            lower, upper = (float(v) for v in rank_bounds)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"rank_bounds must be two numbers (lower, upper), got {rank_bounds!r}"
-            ) from None
-        if not 0.0 < lower < upper < 1.0:
-            raise ValueError(f"rank_bounds must satisfy 0 < lower < upper < 1, got {rank_bounds!r}")
-        self.rank_bounds = (lower, upper)
-        if self.rank > self.n_features:
-            raise ValueError(f"rank {self.rank} exceeds n_features {self.n_features}")
-        if self.adaptive and self.rank > self.block_size:
-            raise ValueError(
-                f"rank {self.rank} exceeds block_size {self.block_size} (required with "
-                "adaptive=True)"
-            )
-        if self.max_rank is not None and self.rank > self.max_rank:
-            raise ValueError(f"rank {self.rank} exceeds max_rank {self.max_rank}")
+        self.rank_bounds = check_rank_bounds(rank_bounds)
         d = self.n_features
+        self._rank_cap = rank_cap(self.rank, d, self.block_size, self.adaptive, self.max_rank)
         self.n_features_ = d
-        if self.oversample is None and self._gram_state:
+        if self.oversample is None and settings.gram:
             self.oversample_ = d - self.rank  # all of the released sum's directions
         elif self.oversample is None:
             self.oversample_ = min(self.rank, d - self.rank)
         else:
             self.oversample_ = self.oversample
-        if self.adaptive:
-            self._rank_cap = min(d, self.block_size, self.max_rank or d)
-        else:
-            self._rank_cap = self.rank
         max_tracked = min(d, self._rank_cap + self.oversample_)
         n_cols = self.block_size + int(self.center)
         # Preallocated, never reallocated: the block buffer (rows are samples; with
@@ -409,60 +343,6 @@ class FPCAEdge:
         self._gram: PrivateGram | None = None  # set by reset() with mechanism "gaussian"
         self.reset()
 
-    def _init_privacy(
-        self,
-        privacy: tuple[float, float] | None,
-        clip_norm: float | None,
-        random_state: int | np.random.Generator | None,
-        mechanism: str,
-        horizon: int,
-    ) -> None:
-        """Check and set the privacy settings and the noise's generator."""
-        self.privacy: tuple[float, float] | None = None
-        self.clip_norm: float | None = None
-        self.last_noise_std_: float | None = None
-        self.n_releases_ = 0
-        self.n_clipped_ = 0
-        if mechanism not in MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {', '.join(map(repr, MECHANISMS))}, got {mechanism!r}"
-            )
-        self.horizon = check_horizon(horizon)
-        if self.horizon != 1 and mechanism != "gaussian":
-            raise ValueError(f"horizon {horizon!r} is only used with mechanism 'gaussian'")
-        if privacy is None:
-            if clip_norm is not None:
-                raise ValueError(f"clip_norm {clip_norm!r} is only used with privacy")
-            if self.horizon != 1:
-                raise ValueError(f"horizon {horizon!r} is only used with privacy")
-            self.mechanism: str | None = None
-            self._rng = None
-            return
-        self.mechanism = mechanism
-        try:
-            epsilon, delta = privacy
-        except (TypeError, ValueError):
-            raise ValueError(f"privacy must be (epsilon, delta), got {privacy!r}") from None
-        self.privacy = _privacy.check_budget(epsilon, delta)
-        if clip_norm is None:
-            raise ValueError("privacy needs clip_norm (the norm samples are clipped to)")
-        self.clip_norm = check_positive(clip_norm, "clip_norm")
-        if self.center:
-            raise ValueError(
-                "center=True cannot be combined with privacy: the mean would be released "
-                "without noise"
-            )
-        if isinstance(random_state, np.random.Generator):
-            self._rng = random_state
-        elif random_state is None or (
-            isinstance(random_state, int | np.integer) and not isinstance(random_state, bool)
-        ):
-            self._rng = np.random.default_rng(random_state)
-        else:
-            raise ValueError(
-                f"random_state must be an int seed, a numpy Generator or None, got {random_state!r}"
-            )
-
     def reset(self) -> FPCAEdge:
         """Forget all samples: rank back to ``rank``, no blocks, empty subspace.
 
@@ -482,14 +362,9 @@ class FPCAEdge:
         self._weight = 0.0  # effective number of samples behind the mean (center=True)
         self._last_rank_change: int | None = None
         if self.privacy is not None and self.mechanism == "gaussian":
-            self._gram = self._new_gram()  # a fresh released sum: the old one is of old samples
+            # a fresh released sum: the old one is of old samples
+            self._gram = _private.new_gram(self._privacy_settings, self.n_features, self.forget)
         return self
-
-    def _new_gram(self) -> PrivateGram:
-        assert self.privacy is not None and self._rng is not None
-        return PrivateGram(
-            self.n_features, *self.privacy, horizon=self.horizon, forget=self.forget, rng=self._rng
-        )
 
     @property
     def n_tracked_(self) -> int:
@@ -504,25 +379,6 @@ class FPCAEdge:
     def _n_target(self) -> int:
         """Directions the next update keeps: ``min(rank_ + oversample_, n_features)``."""
         return min(self.rank_ + self.oversample_, self.n_features)
-
-    def _check_samples(self, samples: object) -> np.ndarray:
-        if isinstance(samples, np.ndarray) and samples.dtype.kind not in "biuf":
-            raise TypeError(f"X must have a real numeric dtype, got {samples.dtype}")
-        try:
-            x = np.asarray(samples, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"X must be a numeric array, got {type(samples).__name__}") from None
-        if x.ndim == 1:
-            x = x.reshape(1, -1)
-        elif x.ndim != 2:
-            raise ValueError(
-                f"X must be 1-D (one sample) or 2-D (n_samples, n_features), got "
-                f"{x.ndim}-D with shape {x.shape}"
-            )
-        if x.shape[1] != self.n_features:
-            raise ValueError(f"X has {x.shape[1]} features, expected {self.n_features}")
-        check_finite_2d(x, "X")
-        return x
 
     def partial_fit(self, X: np.ndarray) -> FPCAEdge:  # noqa: N803 (scikit-learn name)
         """Add samples to the stream; every completed block updates the subspace.
@@ -547,7 +403,7 @@ class FPCAEdge:
         TypeError
             If ``X`` is not numeric.
         """
-        return self._consume(self._check_samples(X))
+        return self._consume(check_samples(X, self.n_features))
 
     def fit(self, X: np.ndarray) -> FPCAEdge:  # noqa: N803 (scikit-learn name)
         """`reset`, then `partial_fit` ``X``: the subspace of ``X`` alone.
@@ -565,7 +421,7 @@ class FPCAEdge:
         ValueError, TypeError
             As `partial_fit`; ``X`` is checked before the state is reset.
         """
-        x = self._check_samples(X)
+        x = check_samples(X, self.n_features)
         return self.reset()._consume(x)
 
     def _consume(self, x: np.ndarray) -> FPCAEdge:
@@ -585,45 +441,28 @@ class FPCAEdge:
         self.n_samples_seen_ += n
         return self
 
-    def _centre_rows(
-        self, buffer: np.ndarray, k: int, mean: np.ndarray, weight: float, scratch: np.ndarray
-    ) -> tuple[int, float]:
-        """Centre ``buffer[:k]`` in place on its mean; row ``k`` gets the mean correction.
-
-        ``buffer`` has at least ``k + 1`` rows; ``mean`` (the running mean of effective
-        weight ``weight``) is updated in place; ``scratch`` is a ``(n_features,)`` work
-        array. Returns the number of columns of the update (``k``, or ``k + 1`` with the
-        correction column ``sqrt(w k / (w + k)) (mean_old - mean_block)``, ``w =
-        forget**2 weight``, Ross et al. 2008) and the new effective weight ``w + k``.
-        """
-        rows = buffer[:k]
-        np.mean(rows, axis=0, out=scratch)
-        old = (self.forget * self.forget) * weight
-        total = old + k
-        rows -= scratch
-        n_cols = k
-        if old > 0.0:
-            correction = buffer[k]
-            np.subtract(mean, scratch, out=correction)
-            correction *= math.sqrt(old * k / total)
-            n_cols = k + 1
-        # mean <- mean + (k / total) * (mean_block - mean)
-        np.subtract(scratch, mean, out=scratch)
-        scratch *= k / total
-        mean += scratch
-        return n_cols, total
-
     def _apply_block(self) -> None:
+        """Apply the full block in the buffer (eq. (3)), centred first when ``center``."""
         if self.privacy is not None:
             self._apply_private(self.block_size)
             return
         if self.center:
-            n_cols, self._weight = self._centre_rows(
-                self._buffer, self.block_size, self._mean_buffer, self._weight, self._block_mean
+            n_cols, self._weight = centre_rows(
+                self._buffer,
+                self.block_size,
+                self._mean_buffer,
+                self._weight,
+                self._block_mean,
+                self.forget,
             )
             cols = self._buffer[:n_cols].T
         else:
             cols = self._buffer.T
+        self._update(cols)
+        self._end_block(self.block_size)
+
+    def _update(self, cols: np.ndarray, cols_singular_values: np.ndarray | None = None) -> None:
+        """State <- the block update (eq. (3)) of the state and ``cols`` (d, k), double-buffered."""
         out = self._basis_buffers[1 - self._current]
         self._basis, self._singular_values = svd_update(
             self._basis,
@@ -631,98 +470,46 @@ class FPCAEdge:
             cols,
             self._n_target(),
             self.forget,
+            cols_singular_values=cols_singular_values,
             check_rank=self.rank_,
             out_basis=out,
             buffers=self._work,
         )
         self._current = 1 - self._current
-        self._n_pending = 0
-        self.n_blocks_ += 1
-        if self.adaptive:
-            self._adapt_rank()
 
-    def _apply_private(self, k: int) -> None:
-        """Release the first ``k`` buffered rows as one block of the private mechanism."""
-        assert self.clip_norm is not None
-        rows = self._buffer[:k]
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        self.n_clipped_ += int(np.count_nonzero(norms > self.clip_norm))
-        self.n_releases_ += 1
-        if self._gram is None:
-            self._apply_eq8(k)
-            return
-        rows *= (1.0 / np.maximum(norms, self.clip_norm))[:, None]  # x / max(||x||, C)
-        self._gram.release(rows)
-        rows.fill(0.0)  # the raw (clipped) block is not kept past its release
-        self._set_from_gram()
-        self._n_pending = 0
-        self._count_block(k)
-        self.last_noise_std_ = self._gram.noise_std
-        if self.adaptive:
-            self._adapt_rank()
-
-    def _set_from_gram(self) -> None:
-        """State <- the leading ``t`` eigenpairs of the released Gram sum, in the data's units."""
-        assert self._gram is not None and self.clip_norm is not None
-        t = self._n_target()
-        basis, eigenvalues = self._gram.top(t)
+    def _set_state(self, basis: np.ndarray, singular_values: np.ndarray) -> None:
+        """State <- ``basis`` (d, t) copied into the spare basis buffer, and ``singular_values``."""
         out = self._basis_buffers[1 - self._current]
+        t = basis.shape[1]
         out[:, :t] = basis
         self._basis = out[:, :t]
-        self._singular_values = self.clip_norm * np.sqrt(np.maximum(eigenvalues, 0.0))
+        self._singular_values = singular_values
         self._current = 1 - self._current
 
-    def _apply_eq8(self, k: int) -> None:
-        """Fold the first ``k`` buffered rows in through a masked block summary (eq. (7)).
-
-        The rows are clipped to the unit ball in place, the block's masked covariance is
-        reduced to ``t`` directions (`private_block_summary`), and its singular values
-        ``s_i`` (eigenvalue estimates of ``(1/k) X^T X`` of the unit-ball rows) are
-        converted back to the data's scale as singular values of the clipped block,
-        ``sigma_i = C sqrt(k max(s_i, 0))``: ``X = C X_unit`` and ``X_unit^T X_unit = k A``.
-        The summary ``U_B diag(sigma)`` then updates the state like a block (eq. (3)).
-        """
-        assert self.privacy is not None and self.clip_norm is not None and self._rng is not None
-        rows = self._buffer[:k]
-        _privacy.clip_to_unit_ball(rows, self.clip_norm, out=rows)
-        t = self._n_target()
-        basis_b, values, omega = _privacy.private_block_summary(
-            rows,
-            *self.privacy,
-            rank=t,
-            chunk_size=self.chunk_size or self.n_features,
-            rng=self._rng,
-            check_rank=self.rank_,
-            chunk=self._chunk,
-            noise=self._noise,
-        )
-        rows.fill(0.0)  # the raw (clipped) block is not kept past its summary
-        sigma = np.sqrt(np.maximum(values, 0.0) * k) * self.clip_norm
-        out = self._basis_buffers[1 - self._current]
-        self._basis, self._singular_values = svd_update(
-            self._basis,
-            self._singular_values,
-            basis_b * sigma,
-            t,
-            self.forget,
-            cols_singular_values=sigma,
-            check_rank=self.rank_,
-            out_basis=out,
-            buffers=self._work,
-        )
-        self._current = 1 - self._current
+    def _end_block(self, k: int) -> None:
+        """After an applied block of ``k`` samples: empty buffer, counts, eq. (4)'s rank step."""
         self._n_pending = 0
-        self._count_block(k)
-        self.last_noise_std_ = omega
-        if self.adaptive:
-            self._adapt_rank()
-
-    def _count_block(self, k: int) -> None:
-        """Count an applied block of ``k`` samples: a full block, or a short one (`flush`)."""
-        if k == self.block_size:
+        if k == self.block_size:  # a full block, or a short one (`flush`)
             self.n_blocks_ += 1
         else:
             self.n_flushed_ += k
+        if self.adaptive:
+            step = rank_step(
+                self._singular_values,
+                self.rank_,
+                self._rank_cap,
+                self.rank_bounds,
+                self.n_blocks_,
+                self._last_rank_change,
+                self.holdoff,
+            )
+            if step:
+                self.rank_ += step
+                if step < 0:  # the last tracked direction is dropped at once
+                    keep = self._n_target()
+                    self._basis = self._basis[:, :keep]
+                    self._singular_values = self._singular_values[:keep]
+                self._last_rank_change = self.n_blocks_
 
     def flush(self) -> FPCAEdge:
         """Apply the pending partial block now, as a short block (a no-op if none is pending).
@@ -746,580 +533,17 @@ class FPCAEdge:
             self._apply_private(k)
             return self
         basis, sv, mean = self._fold_pending()
-        out = self._basis_buffers[1 - self._current]
-        t = basis.shape[1]
-        out[:, :t] = basis
-        self._basis = out[:, :t]
-        self._singular_values = sv
-        self._current = 1 - self._current
+        self._set_state(basis, sv)
         if mean is not None:
             self._mean_buffer[:] = mean
             self._weight = (self.forget * self.forget) * self._weight + k
-        self._n_pending = 0
-        self._count_block(k)
-        if self.adaptive:
-            self._adapt_rank()
+        self._end_block(k)
         return self
 
     @property
     def n_pending_(self) -> int:
         """Samples waiting in the partially filled block (not yet in the state)."""
         return self._n_pending
-
-    def _adapt_rank(self) -> None:
-        """Eq. (4): move ``rank_`` by one if the last reported singular value's weight is out
-        of bounds."""
-        if (
-            self._last_rank_change is not None
-            and self.n_blocks_ - self._last_rank_change < self.holdoff
-        ):
-            return
-        sv = self._singular_values[: self.rank_]
-        total = float(sv.sum())
-        if sv.shape[0] == 0 or total <= 0.0:
-            return
-        weight = float(sv[-1]) / total
-        lower, upper = self.rank_bounds
-        if weight > upper and self.rank_ < self._rank_cap:
-            self.rank_ += 1
-        elif weight < lower and self.rank_ > 1:
-            self.rank_ -= 1
-            keep = self._n_target()
-            self._basis = self._basis[:, :keep]
-            self._singular_values = self._singular_values[:keep]
-        else:
-            return
-        self._last_rank_change = self.n_blocks_
-
-    def _state_with_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
-        """Basis, singular values, mean and sample count of what a snapshot reports.
-
-        Without privacy the pending rows are folded in (on copies). With privacy they are
-        not: a snapshot is built from masked block summaries only, and masking the same
-        pending rows afresh for every read would spend the budget again.
-        """
-        if self.privacy is not None or not self._n_pending:
-            mean = self._mean_buffer.copy() if self.center else None
-            return self._basis, self._singular_values, mean, self.n_samples_seen_ - self._n_pending
-        return (*self._fold_pending(), self.n_samples_seen_)
-
-    def _fold_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Basis, singular values and mean with the pending rows folded in (new arrays)."""
-        mean = self._mean_buffer.copy() if self.center else None
-        k = self._n_pending
-        rows = np.empty((k + 1, self.n_features))
-        rows[:k] = self._buffer[:k]
-        n_cols = k
-        if mean is not None:
-            n_cols = self._centre_rows(rows, k, mean, self._weight, np.empty_like(mean))[0]
-        basis, sv = svd_update(
-            self._basis,
-            self._singular_values,
-            rows[:n_cols].T,
-            self._n_target(),
-            self.forget,
-            check_rank=self.rank_,
-        )
-        return basis, sv, mean
-
-    @property
-    def tracked_subspace(self) -> Subspace:
-        """All tracked directions (``rank_ + oversample_``), including the pending rows.
-
-        What a leaf should publish when its parent merges at the tracked rank: merging
-        the extra directions too keeps merges upstream as accurate as the leaf (8-way
-        federated error ratio on the Motes data 1.0123 with p = 0, 1.0014 with p = 5,
-        1.0005 with p = 10 at rank 10).
-
-        Returns
-        -------
-        Subspace
-            ``basis`` of shape ``(n_features, t)`` with ``t <= min(rank_ +
-            oversample_, n_features)``, ``singular_values`` of shape ``(t,)``,
-            ``n_samples = n_samples_seen_``, ``mean`` when ``center``.
-        """
-        basis, sv, mean, n = self._state_with_pending()
-        return Subspace(flip_signs(basis), sv.copy(), n, mean)
-
-    @property
-    def subspace(self) -> Subspace:
-        """Subspace of all samples seen, including the pending partial block.
-
-        The pending rows are folded in by the same update as a full block (eq. (3))
-        on a copy: the state is not changed, so reading this property any number of
-        times does not affect later results.
-
-        Returns
-        -------
-        Subspace
-            ``basis`` of shape ``(n_features, r)`` with ``r <= rank_`` (the leading
-            tracked directions), ``singular_values`` of shape ``(r,)``,
-            ``n_samples = n_samples_seen_``, and ``mean`` when ``center`` (else
-            None). Rank 0 before any sample.
-        """
-        basis, sv, mean, n = self._state_with_pending()
-        r = min(self.rank_, basis.shape[1])
-        return Subspace(flip_signs(basis[:, :r]), sv[:r].copy(), n, mean)
-
-    # -- state: checkpoint and restore -----------------------------------------------------
-
-    def get_state(self) -> dict[str, np.ndarray | int | float | bool | str | None]:
-        """Everything needed to resume this estimator bit-exactly, as plain values and arrays.
-
-        `from_state` of the result continues exactly where this instance is: for any
-        stream ``X`` and split ``k``, ``a.partial_fit(X[:k])`` then
-        ``FPCAEdge.from_state(a.get_state()).partial_fit(X[k:])`` ends in the
-        bitwise-identical state (and `subspace`) of ``partial_fit(X)`` on one instance.
-        Reading the state changes nothing. Its arrays hold ``n_features * (t + k + 1) +
-        t + 2`` float64 values (``t = n_tracked_`` directions, ``k < block_size`` pending
-        rows), i.e. ``O(n_features * (rank + oversample + block_size))``.
-
-        Returns
-        -------
-        dict
-            New arrays (copies, float64) and Python scalars only, so it can be stored by
-            `edge_runtime.checkpoint.save_checkpoint` (or any ``npz`` + JSON writer):
-
-            - ``"state_format"`` : str, ``"FPCAEdge/2"`` (`from_state` also reads
-              ``"FPCAEdge/1"``, which had no privacy keys).
-            - The constructor parameters: ``"n_features"``, ``"rank"``,
-              ``"block_size"``, ``"holdoff"`` (int), ``"oversample"``, ``"max_rank"``
-              (int or None), ``"adaptive"``, ``"center"`` (bool), ``"forget"`` (float)
-              and ``"rank_bounds"`` (ndarray of shape (2,)).
-            - ``"rank_"``, ``"oversample_"``, ``"n_samples_seen_"``, ``"n_blocks_"``,
-              ``"n_flushed_"`` : int, the attributes of the same names.
-            - ``"basis"`` : ndarray of shape (n_features, t), the tracked orthonormal
-              basis as stored (``t = n_tracked_``; signs as in the state, not
-              normalised as in `subspace`); ``"singular_values"`` : shape (t,).
-            - ``"pending"`` : ndarray of shape (k, n_features), the ``0 <= k <
-              block_size`` samples of the partially filled block, oldest first.
-            - ``"mean"`` : ndarray of shape (n_features,) and ``"mean_weight"`` : float
-              (the effective number of samples behind the mean, see Notes of the
-              class) when ``center``, else None for both.
-            - ``"last_rank_change"`` : int or None, the block count at the last
-              adaptive rank change (the ``holdoff`` counter); None if there was none.
-            - ``"privacy"`` : ndarray ``[epsilon, delta]`` of shape (2,) or None;
-              ``"clip_norm"`` : float or None; ``"chunk_size"`` : int or None;
-              ``"mechanism"`` : str or None; ``"horizon"`` : int; ``"n_releases_"``,
-              ``"n_clipped_"`` : int (a state without them is ``"fpca-eq8"`` with
-              privacy, and counts 0).
-            - With ``mechanism="gaussian"``, the `PrivateGram` keys ``"gram_*"``: the
-              released running sum, the open segment's exact sum and its noise key
-              (secret: a checkpoint is as sensitive as the raw readings it holds).
-
-            The mask's random generator is not part of the state: an estimator
-            restored by `from_state` draws fresh noise (masks are never replayed, so
-            re-sent samples never get a mask that was already published); with
-            ``"gaussian"`` it closes the open segment of the continual release and starts
-            a new one with a fresh key (`PrivateGram.close_segment`).
-        """
-        k = self._n_pending
-        return {
-            "state_format": _STATE_FORMAT,
-            "n_features": self.n_features,
-            "rank": self.rank,
-            "block_size": self.block_size,
-            "oversample": self.oversample,
-            "adaptive": self.adaptive,
-            "rank_bounds": np.array(self.rank_bounds, dtype=np.float64),
-            "holdoff": self.holdoff,
-            "max_rank": self.max_rank,
-            "forget": self.forget,
-            "center": self.center,
-            "rank_": self.rank_,
-            "oversample_": self.oversample_,
-            "n_samples_seen_": self.n_samples_seen_,
-            "n_blocks_": self.n_blocks_,
-            "n_flushed_": self.n_flushed_,
-            "basis": np.array(self._basis, dtype=np.float64, order="C"),
-            "singular_values": np.array(self._singular_values, dtype=np.float64),
-            "pending": np.array(self._buffer[:k], dtype=np.float64, order="C"),
-            "mean": self._mean_buffer.copy() if self.center else None,
-            "mean_weight": float(self._weight) if self.center else None,
-            "last_rank_change": self._last_rank_change,
-            "privacy": None if self.privacy is None else np.array(self.privacy, dtype=np.float64),
-            "clip_norm": self.clip_norm,
-            "chunk_size": self.chunk_size,
-            "mechanism": self.mechanism,
-            "horizon": self.horizon,
-            "n_releases_": self.n_releases_,
-            "n_clipped_": self.n_clipped_,
-            **({} if self._gram is None else self._gram.get_state()),
-        }
-
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, object],
-        *,
-        random_state: int | np.random.Generator | None = None,
-    ) -> FPCAEdge:
-        """A new estimator resuming bit-exactly from a `get_state` result.
-
-        With privacy, "bit-exactly" holds for the state; the masks of later blocks come
-        from ``random_state``, never from the generator of the saved estimator.
-
-        Parameters
-        ----------
-        state : mapping
-            As returned by `get_state` (the arrays may be read-only or of any memory
-            layout; they are copied). Keys that `get_state` does not produce are
-            ignored, so a checkpoint may carry the caller's own keys alongside.
-        random_state : int, numpy Generator or None, default=None
-            Source of the masks of later blocks with privacy (None: fresh OS entropy).
-
-        Returns
-        -------
-        FPCAEdge
-            Its preallocated buffers are the constructor's, so its memory is bounded
-            exactly as for a new instance.
-
-        Raises
-        ------
-        ValueError
-            One line naming the offending field, if ``state`` is not a mapping, lacks a
-            key, has a value of the wrong type, dtype (float64 required) or shape,
-            non-finite values, a basis whose columns are not orthonormal within 1e-8
-            (max-abs entry of ``basis^T basis - I``), negative or increasing singular
-            values, more directions than the rank allows, or counters that contradict
-            each other (e.g. ``n_samples_seen_`` vs ``n_blocks_ * block_size`` plus the
-            pending rows, the rank outside its bounds, the mean weight vs the counts).
-            Constructor parameters are checked by the constructor; its TypeError
-            becomes a ValueError here.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> X = np.random.default_rng(0).normal(size=(130, 6))
-        >>> first = FPCAEdge(6, 2, 20, center=True).partial_fit(X[:77])
-        >>> resumed = FPCAEdge.from_state(first.get_state()).partial_fit(X[77:])
-        >>> whole = FPCAEdge(6, 2, 20, center=True).partial_fit(X)
-        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
-        True
-        """
-        if not isinstance(state, Mapping):
-            raise ValueError(f"FPCAEdge state must be a mapping, got {type(state).__name__}")
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"FPCAEdge state is missing {missing[0]!r}")
-        if state["state_format"] not in (_STATE_FORMAT, "FPCAEdge/1"):
-            raise ValueError(
-                f"FPCAEdge state: state_format must be {_STATE_FORMAT!r}, "
-                f"got {state['state_format']!r}"
-            )
-        privacy, clip_norm, chunk_size = _state_privacy(state)
-        mechanism = state.get("mechanism") or ("fpca-eq8" if privacy is not None else "gaussian")
-        horizon = state.get("horizon", 1)
-        bounds = _state_array(state, "rank_bounds", 1)
-        if bounds.shape != (2,):
-            raise ValueError(
-                f"FPCAEdge state: rank_bounds must have shape (2,), got {bounds.shape}"
-            )
-        try:
-            edge = cls(
-                _state_int(state, "n_features"),
-                _state_int(state, "rank"),
-                _state_int(state, "block_size"),
-                oversample=_state_optional_int(state, "oversample"),
-                adaptive=_state_bool(state, "adaptive"),
-                rank_bounds=(float(bounds[0]), float(bounds[1])),
-                holdoff=_state_int(state, "holdoff"),
-                max_rank=_state_optional_int(state, "max_rank"),
-                forget=_state_float(state, "forget"),
-                center=_state_bool(state, "center"),
-                privacy=privacy,
-                clip_norm=clip_norm,
-                chunk_size=chunk_size,
-                random_state=random_state,
-                mechanism=mechanism,  # type: ignore[arg-type]
-                horizon=horizon,  # type: ignore[arg-type]
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"FPCAEdge state: {exc}") from None
-        if edge._gram is not None:
-            edge._gram.set_state(state)
-            edge._gram.close_segment()  # never reuse the saved key (see close_segment)
-        for key in ("n_releases_", "n_clipped_"):
-            count = state.get(key, 0)
-            if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
-                raise ValueError(f"FPCAEdge state: {key} must be an integer >= 0, got {count!r}")
-            setattr(edge, key, int(count))
-        d, b = edge.n_features, edge.block_size
-
-        oversample_ = _state_int(state, "oversample_")
-        if oversample_ != edge.oversample_:
-            raise ValueError(
-                f"FPCAEdge state: oversample_ {oversample_} does not match the parameters "
-                f"(expected {edge.oversample_})"
-            )
-        rank_ = _state_int(state, "rank_")
-        if edge.adaptive:
-            if not 1 <= rank_ <= edge._rank_cap:
-                raise ValueError(
-                    f"FPCAEdge state: rank_ {rank_} is outside [1, {edge._rank_cap}] "
-                    "(adaptive rank bounds)"
-                )
-        elif rank_ != edge.rank:
-            raise ValueError(
-                f"FPCAEdge state: rank_ {rank_} differs from rank {edge.rank} (adaptive=False)"
-            )
-        edge.rank_ = rank_
-
-        basis = _state_array(state, "basis", 2)
-        sv = _state_array(state, "singular_values", 1)
-        _check_basis(basis, sv, d, edge._n_target(), "FPCAEdge state")
-        t = basis.shape[1]
-
-        pending = _state_array(state, "pending", 2)
-        if pending.shape[1:] != (d,) or pending.shape[0] >= b:
-            raise ValueError(
-                f"FPCAEdge state: pending must have shape (k, {d}) with k < block_size {b}, "
-                f"got {pending.shape}"
-            )
-        n_pending = pending.shape[0]
-        n_seen = _state_int(state, "n_samples_seen_")
-        n_blocks = _state_int(state, "n_blocks_")
-        if n_seen < 0 or n_blocks < 0:
-            raise ValueError(
-                f"FPCAEdge state: n_samples_seen_ {n_seen} and n_blocks_ {n_blocks} must be >= 0"
-            )
-        # Samples summarised by the basis beyond the full blocks: those of short blocks
-        # (`flush`) and, after `from_subspace` of a snapshot taken within a block, the
-        # snapshot's remainder. FPCAEdge/1 states had no flush: fewer than one block.
-        if state["state_format"] == "FPCAEdge/1":
-            flushed = n_seen - n_blocks * b - n_pending
-            consistent = 0 <= flushed < b
-        else:
-            flushed = _state_int(state, "n_flushed_")
-            consistent = flushed >= 0 and n_seen == n_blocks * b + flushed + n_pending
-        if not consistent:
-            raise ValueError(
-                f"FPCAEdge state: n_samples_seen_ {n_seen} does not match n_blocks_ {n_blocks} "
-                f"* block_size {b} + n_flushed_ {flushed} + {n_pending} pending rows"
-            )
-        applied = n_seen - n_pending > 0
-        if applied != (t > 0):
-            raise ValueError(
-                f"FPCAEdge state: basis has {t} directions after {n_seen - n_pending} "
-                "samples applied (must be 0 exactly when none were)"
-            )
-
-        mean = state["mean"]
-        weight = state["mean_weight"]
-        if edge.center:
-            mean = _state_array(state, "mean", 1)
-            if mean.shape != (d,):
-                raise ValueError(f"FPCAEdge state: mean must have shape ({d},), got {mean.shape}")
-            weight = _state_float(state, "mean_weight")
-            limit = n_seen - n_pending
-            if (
-                not 0.0 <= weight <= limit
-                or (weight > 0.0) != applied
-                or (edge.forget == 1.0 and weight != limit)
-            ):
-                raise ValueError(
-                    f"FPCAEdge state: mean_weight {weight} is inconsistent with {limit} samples "
-                    f"applied and forget {edge.forget}"
-                )
-        elif mean is not None or weight is not None:
-            raise ValueError("FPCAEdge state: mean and mean_weight must be None when not center")
-
-        last = _state_optional_int(state, "last_rank_change")
-        if last is not None and not (edge.adaptive and 1 <= last <= n_blocks):
-            raise ValueError(
-                f"FPCAEdge state: last_rank_change {last} must be None or in [1, n_blocks_ "
-                f"{n_blocks}] (and only with adaptive=True)"
-            )
-
-        edge._restore(basis, sv, n_seen, n_blocks, mean, weight, last)
-        edge.n_flushed_ = flushed
-        edge._buffer[:n_pending] = pending
-        edge._n_pending = n_pending
-        return edge
-
-    @classmethod
-    def from_subspace(
-        cls,
-        subspace: Subspace,
-        *,
-        rank: int,
-        block_size: int = 50,
-        oversample: int | None = None,
-        adaptive: bool = False,
-        rank_bounds: tuple[float, float] = (0.01, 0.10),
-        holdoff: int = 1,
-        max_rank: int | None = None,
-        forget: float = 1.0,
-        center: bool = False,
-        current_rank: int | None = None,
-        privacy: tuple[float, float] | None = None,
-        clip_norm: float | None = None,
-        chunk_size: int | None = None,
-        random_state: int | np.random.Generator | None = None,
-        mechanism: str = "gaussian",
-        horizon: int = 1,
-    ) -> FPCAEdge:
-        """A new estimator continuing from a published (tracked) snapshot, without a checkpoint.
-
-        What a leaf restores from its own retained `tracked_subspace` when it has no
-        checkpoint: the basis, singular values, ``n_samples`` and (centred) ``mean`` of
-        the snapshot become the state, ``n_samples_seen_ = subspace.n_samples``,
-        ``n_blocks_ = n_samples // block_size``, ``rank_ = current_rank``, no pending
-        rows, no recent rank change. With ``center`` the mean's effective count is recomputed from
-        ``n_samples``, ``block_size`` and ``forget`` by the recurrence of the update
-        (one step if ``forget == 1``, else at most ``n_samples // block_size`` steps,
-        fewer once it reaches its floating-point fixed point).
-
-        What is lost against a checkpoint (`get_state` / `from_state`): the pending
-        block. A snapshot already summarises the pending rows of its moment (folded in
-        as a short block, see `subspace`) but not the rows themselves, so the next
-        blocks start at the snapshot instead of on the original block boundaries.
-
-        If the snapshot was taken at a block boundary (``n_samples`` a multiple of
-        ``block_size``) and the parameters are the original run's (with ``adaptive``,
-        ``current_rank`` its ``rank_`` at the snapshot), continuing from it matches the
-        original run to rounding: the snapshot's basis is the state's up to the signs of
-        its columns, which `tracked_subspace` normalises and the state does not. The
-        ``n_features x n_features`` Gram formulation of the update (used while
-        ``n_features <= n_tracked_ + block_size`` and the reported directions are
-        well conditioned, e.g. d = 48, b = 50) does not depend on those signs, so there
-        the continuation is bitwise identical; the ``(t + b)``-sized Gram and the QR +
-        SVD formulations differ in the last bits (principal angles ~1e-15 rad). The
-        hold-off counter restarts, so with ``holdoff > 1`` the first adaptive rank
-        change may come earlier. From a snapshot taken within a block, the result
-        differs by the truncation error of one extra (short) update. Samples that
-        arrived after the snapshot was published are not in it.
-
-        Parameters
-        ----------
-        subspace : Subspace
-            The snapshot; ``n_features`` comes from it. Its leading ``min(rank +
-            oversample_, n_features)`` directions are kept (all of them for a snapshot
-            of this configuration).
-        rank, block_size, oversample, adaptive, rank_bounds, holdoff, max_rank, forget, center
-            As for the constructor: the configuration of the run that published the
-            snapshot (``rank`` is the initial rank, which also sets the default
-            ``oversample``).
-        privacy, clip_norm, chunk_size, random_state, mechanism, horizon
-            As for the constructor. A private snapshot is already masked; continuing
-            from it with fresh masks keeps the guarantee (post-processing). With
-            ``mechanism="gaussian"`` the released Gram sum restarts as the snapshot's
-            ``U diag(s**2) U^T / clip_norm**2`` and a new segment of releases begins.
-        current_rank : int or None, default=None
-            The reported rank to resume at, ``rank_`` of the estimator that published the
-            snapshot (e.g. the rank in its status document). None means ``rank``. Must
-            equal ``rank`` unless ``adaptive``, and lie in the adaptive rank's bounds if
-            it is.
-
-        Returns
-        -------
-        FPCAEdge
-
-        Raises
-        ------
-        TypeError
-            If ``subspace`` is not a `Subspace`, or as the constructor.
-        ValueError
-            As the constructor; or, one line naming the field, if the snapshot has
-            non-finite values, a basis not orthonormal within 1e-8, negative or
-            increasing singular values, rank 0 with ``n_samples > 0`` (or the reverse),
-            or a ``mean`` when not ``center`` (or none when ``center``); if
-            ``current_rank`` is out of range.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> X = np.random.default_rng(0).normal(size=(130, 6))
-        >>> snapshot = FPCAEdge(6, 2, 20).partial_fit(X[:60]).tracked_subspace
-        >>> resumed = FPCAEdge.from_subspace(snapshot, rank=2, block_size=20)
-        >>> resumed = resumed.partial_fit(X[60:])
-        >>> whole = FPCAEdge(6, 2, 20).partial_fit(X)
-        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
-        True
-        """
-        if not isinstance(subspace, Subspace):
-            raise TypeError(f"subspace must be a Subspace, got {type(subspace).__name__}")
-        edge = cls(
-            subspace.n_features,
-            rank,
-            block_size,
-            oversample=oversample,
-            adaptive=adaptive,
-            rank_bounds=rank_bounds,
-            holdoff=holdoff,
-            max_rank=max_rank,
-            forget=forget,
-            center=center,
-            privacy=privacy,
-            clip_norm=clip_norm,
-            chunk_size=chunk_size,
-            random_state=random_state,
-            mechanism=mechanism,
-            horizon=horizon,
-        )
-        if current_rank is not None:
-            current_rank = check_int(current_rank, "current_rank", 1)
-            if edge.adaptive and current_rank > edge._rank_cap:
-                raise ValueError(
-                    f"current_rank {current_rank} exceeds the adaptive rank's limit "
-                    f"{edge._rank_cap}"
-                )
-            if not edge.adaptive and current_rank != edge.rank:
-                raise ValueError(
-                    f"current_rank {current_rank} differs from rank {edge.rank} (adaptive=False)"
-                )
-            edge.rank_ = current_rank
-        t = min(subspace.rank, edge._n_target())
-        basis = subspace.basis[:, :t]
-        sv = subspace.singular_values[:t]
-        _check_basis(basis, sv, edge.n_features, t, "subspace")
-        n = subspace.n_samples
-        if (n > 0) != (subspace.rank > 0):
-            raise ValueError(
-                f"subspace: rank {subspace.rank} with n_samples {n} (must be 0 together)"
-            )
-        weight = 0.0
-        mean = subspace.mean
-        if edge.center:
-            if mean is None and n == 0:
-                mean = np.zeros(edge.n_features)  # e.g. Subspace.empty: nothing to centre yet
-            if mean is None:
-                raise ValueError("subspace: mean is None but center=True (an uncentred summary)")
-            if not np.isfinite(mean).all():
-                raise ValueError("subspace: mean contains NaN or infinity")
-            weight = _mean_weight(n, edge.block_size, edge.forget)
-        elif mean is not None:
-            raise ValueError("subspace: has a mean (a centred summary) but center=False")
-        edge._restore(basis, sv, n, n // edge.block_size, mean, weight, None)
-        edge.n_flushed_ = n % edge.block_size
-        if edge._gram is not None and edge.clip_norm is not None:
-            scaled = basis * (sv / edge.clip_norm)
-            edge._gram.set_released(scaled @ scaled.T)
-        return edge
-
-    def _restore(
-        self,
-        basis: np.ndarray,
-        singular_values: np.ndarray,
-        n_samples_seen: int,
-        n_blocks: int,
-        mean: np.ndarray | None,
-        weight: float,
-        last_rank_change: int | None,
-    ) -> None:
-        """Copy checked state into this freshly reset instance's buffers (no pending rows)."""
-        t = basis.shape[1]
-        self._current = 0
-        target = self._basis_buffers[0]
-        target[:, :t] = basis
-        self._basis = target[:, :t]
-        self._singular_values = np.array(singular_values, dtype=np.float64, copy=True)
-        self.n_samples_seen_ = int(n_samples_seen)
-        self.n_blocks_ = int(n_blocks)
-        if self.center and mean is not None:
-            self._mean_buffer[:] = mean
-            self._weight = float(weight)
-        self._last_rank_change = last_rank_change
 
     def __repr__(self) -> str:
         return (
@@ -1331,144 +555,9 @@ class FPCAEdge:
         )
 
 
-# -- helpers of get_state / from_state / from_subspace --------------------------------------
-
-_STATE_FORMAT = "FPCAEdge/2"
-_STATE_KEYS = (
-    "state_format",
-    "n_features",
-    "rank",
-    "block_size",
-    "oversample",
-    "adaptive",
-    "rank_bounds",
-    "holdoff",
-    "max_rank",
-    "forget",
-    "center",
-    "rank_",
-    "oversample_",
-    "n_samples_seen_",
-    "n_blocks_",
-    "basis",
-    "singular_values",
-    "pending",
-    "mean",
-    "mean_weight",
-    "last_rank_change",
-)
-_PRIVACY_STATE_KEYS = ("privacy", "clip_norm", "chunk_size", "n_flushed_")
-
-#: Largest ``|basis^T basis - I|`` entry accepted by `FPCAEdge.from_state`/`from_subspace`.
-_ORTHONORMAL_TOL = 1e-8
-
-
-def _state_privacy(
-    state: Mapping[str, object],
-) -> tuple[tuple[float, float] | None, float | None, int | None]:
-    """``(privacy, clip_norm, chunk_size)`` of a state; all None for ``FPCAEdge/1``."""
-    if state["state_format"] == "FPCAEdge/1":
-        return None, None, None
-    missing = [key for key in _PRIVACY_STATE_KEYS if key not in state]
-    if missing:
-        raise ValueError(f"FPCAEdge state is missing {missing[0]!r}")
-    if state["privacy"] is None:
-        return None, None, None
-    budget = _state_array(state, "privacy", 1)
-    if budget.shape != (2,):
-        raise ValueError(f"FPCAEdge state: privacy must have shape (2,), got {budget.shape}")
-    return (
-        (float(budget[0]), float(budget[1])),
-        _state_float(state, "clip_norm"),
-        _state_optional_int(state, "chunk_size"),
-    )
-
-
-def _state_int(state: Mapping[str, object], key: str) -> int:
-    value = state[key]
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        raise ValueError(f"FPCAEdge state: {key} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _state_optional_int(state: Mapping[str, object], key: str) -> int | None:
-    value = state[key]
-    if value is None:
-        return None
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        raise ValueError(f"FPCAEdge state: {key} must be an integer or None, got {value!r}")
-    return int(value)
-
-
-def _state_bool(state: Mapping[str, object], key: str) -> bool:
-    value = state[key]
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"FPCAEdge state: {key} must be a bool, got {value!r}")
-    return bool(value)
-
-
-def _state_float(state: Mapping[str, object], key: str) -> float:
-    value = state[key]
-    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
-        raise ValueError(f"FPCAEdge state: {key} must be a number, got {value!r}")
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"FPCAEdge state: {key} must be finite, got {out}")
-    return out
-
-
-def _state_array(state: Mapping[str, object], key: str, ndim: int) -> np.ndarray:
-    value = state[key]
-    if not isinstance(value, np.ndarray):
-        raise ValueError(f"FPCAEdge state: {key} must be an ndarray, got {type(value).__name__}")
-    if value.dtype != np.float64:
-        raise ValueError(f"FPCAEdge state: {key} must have dtype float64, got {value.dtype}")
-    if value.ndim != ndim:
-        raise ValueError(f"FPCAEdge state: {key} must be {ndim}-D, got shape {value.shape}")
-    if not np.isfinite(value).all():
-        raise ValueError(f"FPCAEdge state: {key} contains NaN or infinity")
-    return value
-
-
-def _check_basis(
-    basis: np.ndarray, sv: np.ndarray, n_features: int, max_rank: int, where: str
-) -> None:
-    """ValueError unless ``basis`` (d, t <= max_rank) is orthonormal and ``sv`` (t,) fits it."""
-    if basis.shape[0] != n_features or basis.shape[1] > max_rank:
-        raise ValueError(
-            f"{where}: basis must have shape ({n_features}, t) with t <= {max_rank}, "
-            f"got {basis.shape}"
-        )
-    if sv.shape != (basis.shape[1],):
-        raise ValueError(
-            f"{where}: singular_values must have shape ({basis.shape[1]},), got {sv.shape}"
-        )
-    if not (np.isfinite(basis).all() and np.isfinite(sv).all()):
-        raise ValueError(f"{where}: basis or singular_values contain NaN or infinity")
-    if basis.shape[1]:
-        error = float(np.max(np.abs(basis.T @ basis - np.eye(basis.shape[1]))))
-        if not error <= _ORTHONORMAL_TOL:
-            raise ValueError(
-                f"{where}: basis is not orthonormal (max |B^T B - I| = {error:.3g} > "
-                f"{_ORTHONORMAL_TOL:g})"
-            )
-    if np.any(sv < 0.0) or np.any(sv[1:] > sv[:-1]):
-        raise ValueError(f"{where}: singular_values must be non-negative and non-increasing")
-
-
-def _mean_weight(n_samples: int, block_size: int, forget: float) -> float:
-    """Effective count behind the mean after ``n_samples`` in blocks (as `_centre_rows`)."""
-    full, rest = divmod(n_samples, block_size)
-    decay = forget * forget
-    if forget == 1.0:
-        weight = float(full * block_size)  # the recurrence below, exactly (integers < 2**53)
-    else:
-        weight = 0.0
-        for _ in range(full):  # stops at the recurrence's floating-point fixed point
-            updated = decay * weight + block_size
-            if updated == weight:
-                break
-            weight = updated
-    if rest:
-        weight = decay * weight + rest
-    return weight
+# The examples of the methods `FPCAEdge` inherits from its mixins run with this module's
+# doctests (they name `FPCAEdge`, which their own modules import only for type checking).
+__test__ = {
+    "FPCAEdge.from_state": StateMixin.from_state.__doc__,
+    "FPCAEdge.from_subspace": SnapshotMixin.from_subspace.__doc__,
+}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Subspace", "flip_signs"]
+__all__ = ["BasisShape", "Subspace", "flip_signs"]
 
 
 def flip_signs(basis: np.ndarray, *, copy: bool = True) -> np.ndarray:
@@ -48,8 +48,29 @@ def flip_signs(basis: np.ndarray, *, copy: bool = True) -> np.ndarray:
     return basis
 
 
+class BasisShape:
+    """Mixin: ``n_features`` and ``rank`` read off an orthonormal ``basis`` attribute.
+
+    For any class holding a ``basis`` ndarray of shape ``(n_features, rank)``: a
+    `Subspace`, or the current global basis of a FedPower server.
+    """
+
+    __slots__ = ()
+    basis: np.ndarray
+
+    @property
+    def n_features(self) -> int:
+        """Dimension ``d`` of the ambient space (rows of ``basis``)."""
+        return int(self.basis.shape[0])
+
+    @property
+    def rank(self) -> int:
+        """Number of basis vectors ``r`` (columns of ``basis``)."""
+        return int(self.basis.shape[1])
+
+
 @dataclass(frozen=True, eq=False)
-class Subspace:
+class Subspace(BasisShape):
     """A rank-``r`` subspace summary: ``basis``, ``singular_values``, ``n_samples``, ``mean``.
 
     Parameters
@@ -111,16 +132,6 @@ class Subspace:
     def empty(cls, n_features: int) -> Subspace:
         """The rank-0 subspace of ``n_features`` dimensions summarising no samples."""
         return cls(np.zeros((n_features, 0)), np.zeros(0), 0)
-
-    @property
-    def n_features(self) -> int:
-        """Dimension ``d`` of the ambient space."""
-        return int(self.basis.shape[0])
-
-    @property
-    def rank(self) -> int:
-        """Number of basis vectors ``r``."""
-        return int(self.basis.shape[1])
 
     @property
     def centered(self) -> bool:

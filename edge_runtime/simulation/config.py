@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from edge_runtime.agents.settings import AgentSettings
+from edge_runtime.settings import AgentSettings
 
 __all__ = ["Faults", "Feed", "Link", "SimulationConfig", "SimulationResult"]
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.topology import NodeConfig, Topology
+from edge_runtime.topology import DEFAULT_PREFIX, NodeConfig, Topology
+from edge_runtime.topology.topics import default_sensor_topic
 
 __all__ = ["balanced_topology", "low_rank_data"]
 
@@ -78,9 +79,14 @@ def balanced_topology(
             )
     for leaf in leaves:
         nodes[leaf] = NodeConfig(
-            leaf, parent_of[leaf], rank, block_size, sensor_topic=f"sensors/{leaf}", **node_options
+            leaf,
+            parent_of[leaf],
+            rank,
+            block_size,
+            sensor_topic=default_sensor_topic(leaf),
+            **node_options,
         )
-    return Topology(name=name, prefix="fpca", nodes=nodes, root="root")
+    return Topology(name=name, prefix=DEFAULT_PREFIX, nodes=nodes, root="root")
 
 
 def low_rank_data(

@@ -27,7 +27,7 @@ Modules (one concept each; the cores do no I/O):
                `source_id`
 `lines`        `LineSplitter` (bytes -> lines, bounded), `LineParser` (line -> reading or
                a reject reason, counted); the CSV and JSON line formats
-`backoff`      `Backoff`: capped exponential restart delays with jitter
+`backoff`      `restart_backoff`: a source's restart delays (`edge_runtime.backoff.Backoff`)
 `ratelimit`    `LogRateLimiter`: the first few log lines per interval, then a count
 `cursor`       `FileCursor`, `CursorLog`: where a file source resumes
 `base`         `Source` (lifecycle, bounded queue, numbering), `SourceError`
@@ -48,7 +48,7 @@ Exception tree
                       unplugged, a file rotated) are handled and logged, never raised
 """
 
-from edge_runtime.sources.backoff import Backoff
+from edge_runtime.backoff import Backoff
 from edge_runtime.sources.base import RejectCallback, Source, SourceError, SourceState
 from edge_runtime.sources.command import CommandSource
 from edge_runtime.sources.cursor import CursorLog, FileCursor

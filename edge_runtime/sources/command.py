@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Unpack
 
-from edge_runtime.sources.backoff import Backoff
+from edge_runtime.sources.backoff import restart_backoff
 from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
 from edge_runtime.sources.ratelimit import LogRateLimiter
@@ -165,7 +165,7 @@ class CommandSource(Source):
         self.starts = 0
         self.last_returncode: int | None = None
         settings = self.settings
-        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, self.rng)
+        self.backoff = restart_backoff(settings, self.rng)
         self._stderr_limit = LogRateLimiter(
             settings.stderr_lines_per_interval, settings.log_interval_s
         )

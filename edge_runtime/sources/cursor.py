@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from edge_runtime.atomicfile import fsync_directory, replace_file, temp_name
 
 __all__ = [
     "HEAD_BYTES",
@@ -256,21 +256,6 @@ def write_cursor_file(path: Path, payload: bytes) -> None:
         If the directory is missing or not writable, or the disk is full (the temporary
         file is removed then).
     """
-    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(payload)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    replace_file(path, payload, temp=path.parent / temp_name(path, 12), mode=0o644)
     with contextlib.suppress(OSError):  # some file systems cannot fsync a directory
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(path.parent)

@@ -31,7 +31,7 @@ import concurrent.futures
 from types import ModuleType
 from typing import Any, Unpack
 
-from edge_runtime.sources.backoff import Backoff
+from edge_runtime.sources.backoff import restart_backoff
 from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
 from edge_runtime.sources.spec import SourceSpec
@@ -94,8 +94,7 @@ class SerialSource(Source):
         self.port = spec.port
         self.baudrate = spec.baudrate
         self.opens = 0
-        settings = self.settings
-        self.backoff = Backoff(settings.restart_initial_s, settings.restart_max_s, self.rng)
+        self.backoff = restart_backoff(self.settings, self.rng)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _status_extra(self) -> dict[str, object]:

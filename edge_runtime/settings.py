@@ -1,4 +1,10 @@
-"""Connection settings shared by every agent: every timeout, bound and cadence, named."""
+"""Connection settings shared by every MQTT client of the package: `AgentSettings`.
+
+The agents, the replay, the model watcher, the runner, the dashboard and the simulation
+all talk to the broker with one `AgentSettings` (address, credentials, TLS, every timeout,
+bound and cadence, named); `credentials_from_env` reads the MQTT credentials from the
+environment. Stdlib only: the bottom of the runtime's layers, below `edge_runtime.agents`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import ssl
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
+
+from edge_runtime.backoff import Backoff
 
 __all__ = ["AgentSettings", "credentials_from_env"]
 
@@ -151,6 +159,23 @@ class AgentSettings:
             "tls_context": self.tls_context(),
             "timeout": self.timeout_s,
         }
+
+    def reconnect_backoff(self) -> Backoff:
+        """A fresh `Backoff` for the delays between connection attempts, seconds.
+
+        Full jitter: after ``k`` consecutive failures a delay uniform in
+        ``[reconnect_min_s, min(reconnect_max_s, reconnect_min_s * 2**k)]`` (never below
+        ``reconnect_min_s``; a ``reconnect_max_s`` below it counts as equal), drawn from the
+        instance's own generator. Used by every client that reconnects: the agents, the
+        replay, `edge_runtime.monitor.wait_online` and the dashboard.
+
+        Raises
+        ------
+        ValueError
+            If ``reconnect_min_s`` is not a positive finite number of seconds.
+        """
+        high = max(self.reconnect_max_s, self.reconnect_min_s)
+        return Backoff(self.reconnect_min_s, high, jitter="full")
 
     def with_credentials_from_env(self) -> AgentSettings:
         """These settings with username and password taken from the environment if unset."""

@@ -7,7 +7,8 @@ message            payload                     topic (see `edge_runtime.topology
 `ReplyMessage`     msgpack map, schema v1      ``<prefix>/<path>/reply`` (a leaf's)
 =================  ==========================  =====================================
 
-The same rules as every message of `edge_runtime.wire` (and its field checks are reused):
+The same rules as every message of `edge_runtime.wire` (its field checks, parsers and
+array codecs, `edge_runtime.wire.fields` and `edge_runtime.wire.arrays`, are reused):
 the size limit is checked before parsing, ext types are refused, every field has an exact
 type, byte lengths must match the declared shape, numbers must be finite; any bytes give a
 message or a `WireError` (reasons of `edge_runtime.wire.REASONS`; a bad round is ``"seq"``).
@@ -31,34 +32,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-import msgpack
 import numpy as np
 
 from edge_runtime.fedpower.power import orthonormalise
-from edge_runtime.wire import (
+from edge_runtime.wire.arrays import (
     _DTYPES,
-    _SEQ_LIMIT,
+    _blob,
+    _check_dtype_option,
+    _check_finite,
+    _check_orthonormal,
+    _dims,
+    _rounded,
+    _tolerance,
+    _widen,
+)
+from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    FLOAT32_ORTHONORMALITY_TOL,
     MAX_EPOCH_CHARS,
-    MAX_ID_CHARS,
     MAX_N_FEATURES,
-    ORTHONORMALITY_TOL,
     SCHEMA_VERSION,
-    PrivacyParams,
     WireError,
-    _check_options,
-    _check_payload,
-    _check_size,
+    _check_message,
+    _deployment,
     _fail_type,
     _float,
     _int,
     _node_id,
-    _privacy_from_wire,
-    _require,
+    _pack,
+    _read_map,
     _seq_map,
     _text,
     _unpack,
+)
+from edge_runtime.wire.privacy import (
+    PrivacyParams,
+    _check_privacy_type,
+    _privacy_from_wire,
+    _privacy_to_wire,
 )
 
 __all__ = [
@@ -80,29 +90,50 @@ _REPLY_KEYS = ("v", "node", "epoch", "round", "n", "d", "r", "dtype", "y", "ts",
 
 
 def initial_basis(seed: int, n_features: int, rank: int) -> np.ndarray:
-    """``Z_0``: the orthonormalised ``(n_features, rank)`` Gaussian matrix of ``seed``."""
+    """``Z_0``: the orthonormalised ``(n_features, rank)`` Gaussian matrix of ``seed``.
+
+    The start of FedPower (Algorithm 3) when a round carries no basis: every leaf draws the
+    same ``G`` from ``numpy.random.default_rng(seed)`` and orthonormalises it
+    (`edge_runtime.fedpower.orthonormalise`), so all start from one ``Z_0``.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the round (`RoundMessage.seed`).
+    n_features : int
+        ``d``, rows.
+    rank : int
+        ``r``, columns, ``1 <= rank <= n_features``.
+
+    Returns
+    -------
+    ndarray of shape (n_features, rank), float64
+        Orthonormal columns.
+    """
     g = np.random.default_rng(seed).standard_normal((n_features, rank))
     return orthonormalise(g)
 
 
-def _matrix(label: str, value: object, *, d: int | None = None, r: int | None = None) -> np.ndarray:
+def _matrix(label: str, value: object) -> np.ndarray:
+    """A read-only finite float64 copy of a ``(d, r)`` ndarray with ``1 <= r <= d``."""
     if not isinstance(value, np.ndarray) or value.ndim != 2:
         _fail_type(label, value, "a 2-D ndarray")
     rows, cols = value.shape
-    if not (1 <= cols <= rows <= MAX_N_FEATURES) or (d, r) not in ((None, None), (rows, cols)):
+    if not 1 <= cols <= rows <= MAX_N_FEATURES:
         raise WireError("shape", f"{label} has shape {value.shape}, expected (d, r), 1 <= r <= d")
     out = np.array(value, dtype=np.float64)
-    bad = int(np.count_nonzero(~np.isfinite(out)))
-    if bad:
-        raise WireError("non_finite", f"{label} has {bad} non-finite entries (NaN or inf)")
+    _check_finite(label, out)
     out.setflags(write=False)
     return out
 
 
 @dataclass(frozen=True, eq=False)
 class RoundMessage:
-    """The root's call for round ``round`` (FedPower, Algorithm 3), retained on
-    ``<prefix>/<root>/round``.
+    """The root's call for round ``round``, retained on ``<prefix>/<root>/round``.
+
+    The server step of FedPower's Algorithm 3 (Guo et al., "FedPower: Privacy-Preserving
+    Distributed Eigenspace Estimation", arXiv:2103.00704): the global basis the leaves
+    start their ``p_k`` local power iterations from.
 
     Parameters
     ----------
@@ -115,17 +146,27 @@ class RoundMessage:
     rank : int
         ``r``, columns of the basis and of the replies.
     basis : ndarray of shape (d, r) or None
-        The global basis ``Z`` (orthonormal); None: start from `initial_basis` ``(seed)``.
+        The global basis ``Z`` (orthonormal, ``1 <= r <= d``; stored as a read-only float64
+        copy); None: start from `initial_basis` ``(seed)``.
     local_steps : int
         ``p_k``: local power iterations of this round, 1 .. `MAX_LOCAL_STEPS`.
     timeout_s : float
-        Seconds the round stays open at most (the root's clock decides; informational).
-    seed : int
-        Seed of ``Z_0`` (used when ``basis`` is None).
-    timestamp : float
-        Wall-clock seconds of the round's start.
-    deployment : str or None
-        The topology's name.
+        Seconds the round stays open at most, > 0 (the root's clock decides; informational).
+    seed : int, default 0
+        Seed of ``Z_0`` (used when ``basis`` is None), ``0 <= seed < 2**63``.
+    timestamp : float, default 0.0
+        Wall-clock seconds of the round's start (``time.time()``); finite.
+    deployment : str or None, default None
+        The topology's name (1-128 characters).
+
+    Raises
+    ------
+    WireError
+        ``node_id`` (``root``), ``epoch``, ``seq`` (a round < 1), ``rank`` (< 1, or not the
+        basis's columns), ``field_type`` (also ``local_steps`` out of range, ``timeout_s``
+        <= 0, a ``basis`` that is not a 2-D ndarray), ``shape``, ``non_finite``.
+
+    Equality is identity (``basis`` is an array).
     """
 
     root: str
@@ -154,9 +195,7 @@ class RoundMessage:
         object.__setattr__(self, "timeout_s", timeout)
         object.__setattr__(self, "seed", _int("seed", self.seed, "field_type"))
         object.__setattr__(self, "timestamp", _float("ts", self.timestamp))
-        if self.deployment is not None:
-            dep = _text("deployment", self.deployment, "field_type", MAX_ID_CHARS)
-            object.__setattr__(self, "deployment", dep)
+        object.__setattr__(self, "deployment", _deployment("deployment", self.deployment))
         if self.basis is not None:
             basis = _matrix("basis", self.basis)
             if basis.shape[1] != self.rank:
@@ -202,12 +241,25 @@ class ReplyMessage:
         The last local product ``Y``; finite, not orthonormal.
     n_samples : int
         Samples of the leaf's second-moment matrix, >= 1 (its weight).
-    timestamp : float
-    privacy : PrivacyParams or None
+    timestamp : float, default 0.0
+        Wall-clock seconds of the reply (``time.time()``); finite.
+    privacy : PrivacyParams or None, default None
         The guarantee of ``y`` (None: no noise).
-    sources : mapping of str to int
-        Last sequence number per sensor source the reply covers (as a snapshot's).
-    deployment : str or None
+    sources : mapping of str to int, default {}
+        Last sequence number per sensor source the reply covers (as a snapshot's); stored
+        as a read-only copy.
+    deployment : str or None, default None
+        The topology's name (1-128 characters).
+
+    Raises
+    ------
+    WireError
+        ``node_id``, ``epoch``, ``seq`` (a round < 1), ``field_type`` (also for a ``y``
+        that is not a 2-D ndarray), ``shape`` (``y`` not ``(d, r)`` with
+        ``1 <= r <= d <= MAX_N_FEATURES``), ``non_finite``, ``n_samples`` (< 1),
+        ``source``.
+
+    Equality is identity (``y`` is an array).
     """
 
     node_id: str
@@ -227,25 +279,23 @@ class ReplyMessage:
         object.__setattr__(self, "y", _matrix("y", self.y))
         object.__setattr__(self, "n_samples", _int("n", self.n_samples, "n_samples", low=1))
         object.__setattr__(self, "timestamp", _float("ts", self.timestamp))
-        if self.privacy is not None and not isinstance(self.privacy, PrivacyParams):
-            _fail_type("privacy", self.privacy, "PrivacyParams or None")
+        _check_privacy_type(self.privacy, PrivacyParams)
         object.__setattr__(self, "sources", _seq_map("sources", self.sources))
-        if self.deployment is not None:
-            dep = _text("deployment", self.deployment, "field_type", MAX_ID_CHARS)
-            object.__setattr__(self, "deployment", dep)
+        object.__setattr__(self, "deployment", _deployment("deployment", self.deployment))
 
     @property
     def n_features(self) -> int:
+        """``d``, rows of ``y``."""
         return int(self.y.shape[0])
 
     @property
     def rank(self) -> int:
+        """``r``, columns of ``y``."""
         return int(self.y.shape[1])
 
 
 def _to_wire(label: str, matrix: np.ndarray, dtype: str) -> bytes:
-    with np.errstate(over="ignore", invalid="ignore"):
-        wire = np.ascontiguousarray(matrix, dtype=_DTYPES[dtype])
+    wire = _rounded(matrix, dtype)
     bad = int(np.count_nonzero(~np.isfinite(wire)))
     if bad:
         raise WireError("non_finite", f"{label} has {bad} entries that are not finite in {dtype}")
@@ -257,28 +307,9 @@ def _from_wire(label: str, blob: object, d: int, r: int, dtype: object) -> np.nd
         _fail_type("dtype", dtype, "a str")
     if dtype not in _DTYPES:
         raise WireError("dtype", f"dtype {dtype!r} is not supported, expected float64 or float32")
-    wire_dtype = np.dtype(_DTYPES[dtype])
-    if not isinstance(blob, bytes):
-        _fail_type(label, blob, "bytes")
-    if len(blob) != d * r * wire_dtype.itemsize:
-        raise WireError(
-            "byte_length",
-            f"{label} has {len(blob)} bytes, expected {d * r * wire_dtype.itemsize} "
-            f"({d * r} {dtype} values for d={d}, r={r})",
-        )
-    out = np.frombuffer(blob, dtype=wire_dtype).reshape(d, r).astype(np.float64)
-    bad = int(np.count_nonzero(~np.isfinite(out)))
-    if bad:
-        raise WireError("non_finite", f"{label} has {bad} non-finite entries (NaN or inf)")
+    out = _widen(_blob(label, blob, d * r, dtype, f"d={d}, r={r}"), dtype, (d, r))
+    _check_finite(label, out)
     return out
-
-
-def _shape(obj: Mapping[str, object]) -> tuple[int, int]:
-    d = _int("d", obj["d"], "shape", low=1, high=MAX_N_FEATURES + 1)
-    r = _int("r", obj["r"], "rank", low=1, high=_SEQ_LIMIT)
-    if r > d:
-        raise WireError("rank", f"rank r={r} exceeds n_features d={d}")
-    return d, r
 
 
 def encode_round(
@@ -287,9 +318,23 @@ def encode_round(
     dtype: Literal["float64", "float32"] = "float64",
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> bytes:
-    """Encode a round as a msgpack map (keys ``v, root, epoch, round, d, r, dtype, basis,
-    steps, timeout, ts`` and ``seed``, ``dep`` when set; ``d`` and ``basis`` nil without a
-    basis). The basis is checked orthonormal after rounding to ``dtype``.
+    """Encode a round as a msgpack map.
+
+    Parameters
+    ----------
+    msg : RoundMessage
+    dtype : {"float64", "float32"}, default "float64"
+        Wire precision of the basis.
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+        Refuse to produce a payload above this many bytes.
+
+    Returns
+    -------
+    bytes
+        Keys ``v, root, epoch, round, d, r, dtype, basis, steps, timeout, ts, seed`` and
+        ``dep`` when set; ``basis`` is ``d * r`` little-endian values of ``dtype`` in C order,
+        ``d`` and ``basis`` nil without a basis. The basis is checked orthonormal after
+        rounding to ``dtype`` (`ORTHONORMALITY_TOL` / `FLOAT32_ORTHONORMALITY_TOL`).
 
     Raises
     ------
@@ -298,17 +343,12 @@ def encode_round(
     ValueError
         An unknown ``dtype`` or a bad ``max_bytes``.
     """
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    _check_options(max_bytes)
-    if not isinstance(msg, RoundMessage):
-        _fail_type("msg", msg, "a RoundMessage")
+    _check_dtype_option(dtype)
+    _check_message(msg, RoundMessage, "msg", max_bytes)
     basis = None
     if msg.basis is not None:
         basis = _to_wire("basis", msg.basis, dtype)
-        rounded = np.frombuffer(basis, dtype=_DTYPES[dtype]).reshape(msg.basis.shape)
-        tol = ORTHONORMALITY_TOL if dtype == "float64" else FLOAT32_ORTHONORMALITY_TOL
-        _check_orthonormal(rounded.astype(np.float64), tol)
+        _check_orthonormal(_widen(basis, dtype, msg.basis.shape), _tolerance(dtype))
     obj: dict[str, object] = {
         "v": SCHEMA_VERSION,
         "root": msg.root,
@@ -325,34 +365,43 @@ def encode_round(
     }
     if msg.deployment is not None:
         obj["dep"] = msg.deployment
-    return _check_size(msgpack.packb(obj, use_bin_type=True), "round message", max_bytes)
-
-
-def _check_orthonormal(basis: np.ndarray, tol: float) -> None:
-    gram = basis.T @ basis
-    gram[np.diag_indices(basis.shape[1])] -= 1.0
-    error = float(np.abs(gram).max())
-    if not error <= tol:
-        raise WireError(
-            "not_orthonormal",
-            f"basis is not orthonormal: max |U^T U - I| = {error:.3g}, expected <= {tol:g}",
-        )
+    return _pack(obj, "round message", max_bytes)
 
 
 def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RoundMessage:
-    """Decode and validate a round from `encode_round`; `WireError` for anything else."""
-    _check_options(max_bytes)
-    data = _check_payload(payload, "round", max_bytes)
-    obj = _require(_unpack(data, "round"), _ROUND_KEYS, "round message")
+    """Decode and validate a round from `encode_round`.
+
+    Parameters
+    ----------
+    payload : bytes
+        The root's retained ``<prefix>/<root>/round`` payload.
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+        Size limit in bytes, checked before parsing.
+
+    Returns
+    -------
+    RoundMessage
+        Its basis (if any) float64 ``(d, r)``, float32 payloads widened exactly.
+
+    Raises
+    ------
+    WireError
+        For anything else, never another exception for any bytes: ``too_large``,
+        ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``, ``version``,
+        ``missing_field``, ``shape``, ``rank``, ``dtype``, ``byte_length``, ``non_finite``,
+        ``not_orthonormal`` and those of `RoundMessage`.
+    ValueError
+        For an invalid ``max_bytes``.
+    """
+    obj = _read_map(
+        payload, _unpack, what="round", keys=_ROUND_KEYS, label="round message", max_bytes=max_bytes
+    )
     basis = None
     r = _int("r", obj["r"], "rank", low=1, high=MAX_N_FEATURES + 1)
     if obj["basis"] is not None:
-        d, r = _shape(obj)
+        d, r = _dims(obj, min_rank=1)
         basis = _from_wire("basis", obj["basis"], d, r, obj["dtype"])
-        dtype = obj["dtype"]
-        _check_orthonormal(
-            basis, ORTHONORMALITY_TOL if dtype == "float64" else FLOAT32_ORTHONORMALITY_TOL
-        )
+        _check_orthonormal(basis, _tolerance(obj["dtype"]))  # type: ignore[arg-type]
     return RoundMessage(
         root=obj["root"],  # type: ignore[arg-type]
         epoch=obj["epoch"],  # type: ignore[arg-type]
@@ -373,8 +422,24 @@ def encode_reply(
     dtype: Literal["float64", "float32"] = "float64",
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> bytes:
-    """Encode a reply as a msgpack map (keys ``v, node, epoch, round, n, d, r, dtype, y, ts,
-    privacy`` and ``src``, ``dep`` when set).
+    """Encode a reply as a msgpack map.
+
+    Parameters
+    ----------
+    msg : ReplyMessage
+        The leaf's product ``Y`` of the round, its weight and guarantee.
+    dtype : {"float64", "float32"}, default "float64"
+        Wire precision of ``y``: ``"float32"`` halves the payload (values above the float32
+        range are refused, not rounded to inf).
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+        Largest payload produced, in bytes (``too_large`` above).
+
+    Returns
+    -------
+    bytes
+        Keys ``v, node, epoch, round, n, d, r, dtype, y, ts, privacy`` and ``src``, ``dep``
+        when set; ``y`` is ``d * r`` little-endian values of ``dtype`` in C order,
+        ``privacy`` the map of a subspace message's or nil.
 
     Raises
     ------
@@ -384,12 +449,8 @@ def encode_reply(
     ValueError
         An unknown ``dtype`` or a bad ``max_bytes``.
     """
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    _check_options(max_bytes)
-    if not isinstance(msg, ReplyMessage):
-        _fail_type("msg", msg, "a ReplyMessage")
-    p = msg.privacy
+    _check_dtype_option(dtype)
+    _check_message(msg, ReplyMessage, "msg", max_bytes)
     obj: dict[str, object] = {
         "v": SCHEMA_VERSION,
         "node": msg.node_id,
@@ -401,29 +462,43 @@ def encode_reply(
         "dtype": dtype,
         "y": _to_wire("y", msg.y, dtype),
         "ts": msg.timestamp,
-        "privacy": None
-        if p is None
-        else {
-            "epsilon": p.epsilon,
-            "delta": p.delta,
-            "clip_norm": p.clip_norm,
-            "mechanism": p.mechanism,
-            "neighbours": p.neighbours,
-        },
+        "privacy": _privacy_to_wire(msg.privacy),
     }
     if msg.sources:
         obj["src"] = dict(msg.sources)
     if msg.deployment is not None:
         obj["dep"] = msg.deployment
-    return _check_size(msgpack.packb(obj, use_bin_type=True), "reply message", max_bytes)
+    return _pack(obj, "reply message", max_bytes)
 
 
 def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ReplyMessage:
-    """Decode and validate a reply from `encode_reply`; `WireError` for anything else."""
-    _check_options(max_bytes)
-    data = _check_payload(payload, "reply", max_bytes)
-    obj = _require(_unpack(data, "reply"), _REPLY_KEYS, "reply message")
-    d, r = _shape(obj)
+    """Decode and validate a reply from `encode_reply`.
+
+    Parameters
+    ----------
+    payload : bytes
+        A leaf's ``<prefix>/<path>/reply`` payload; at most ``max_bytes`` bytes are parsed
+        (a longer payload is ``too_large`` unread).
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+
+    Returns
+    -------
+    ReplyMessage
+        ``y`` float64 ``(d, r)``, float32 payloads widened exactly.
+
+    Raises
+    ------
+    WireError
+        For any payload that is not a valid reply (never another exception): the reasons
+        of `decode_round` but ``not_orthonormal`` (``y`` is no basis), and ``privacy`` and
+        the reasons of `ReplyMessage`.
+    ValueError
+        If ``max_bytes`` is not an int >= 1.
+    """
+    obj = _read_map(
+        payload, _unpack, what="reply", keys=_REPLY_KEYS, label="reply message", max_bytes=max_bytes
+    )
+    d, r = _dims(obj, min_rank=1)
     y = _from_wire("y", obj["y"], d, r, obj["dtype"])
     return ReplyMessage(
         node_id=obj["node"],  # type: ignore[arg-type]

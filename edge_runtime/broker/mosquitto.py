@@ -1,21 +1,8 @@
-"""Find or start a Mosquitto broker, or parse the URL of one to connect to.
+"""A private Mosquitto on the loopback interface: find the binary, pick a port, run it.
 
-The runtime needs one MQTT broker. A user either names one (``--broker
-mqtt://HOST:PORT``, parsed by `parse_broker_url`) or lets the runtime start a
-private Mosquitto on the loopback interface (`LocalMosquitto`), found by
-`find_mosquitto`.
-
-`LocalMosquitto` derives its configuration from the shipped
-``broker_config/mosquitto.conf`` (packaged as ``edge_runtime/resources/mosquitto.conf``):
-it keeps the queue, size and persistence settings and replaces the listener,
-the persistence location and the log destination with its own (`derive_config`),
-so that every instance has its own free port and its own temporary directory.
-
-Exceptions::
-
-    RuntimeError
-     └── BrokerError      no broker binary, bad URL, broker failed to start or stop
-
+`LocalMosquitto` starts ``mosquitto`` (found by `find_mosquitto`) on ``127.0.0.1`` and a
+free port (`free_port`), with the configuration `edge_runtime.broker.config.derive_config`
+writes into its own temporary directory, waits until it serves, and stops it in order.
 Stdlib only.
 """
 
@@ -31,43 +18,29 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from types import TracebackType
-from urllib.parse import urlsplit
 
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.broker.config import (
+    CONFIG_NAME,
+    LOCAL_HOST,
+    LOG_NAME,
+    default_template,
+    derive_config,
+)
+from edge_runtime.broker.url import BrokerAddress, BrokerError
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
     "DEFAULT_STOP_TIMEOUT_S",
-    "DERIVED_CONFIG_DROPPED_KEYS",
     "FREE_PORT_ATTEMPTS",
-    "LOCAL_HOST",
     "MOSQUITTO_FALLBACK_PATHS",
     "MOSQUITTO_NOT_FOUND",
-    "MQTTS_PORT",
-    "MQTT_PORT",
     "PORT_RETRIES",
     "START_POLL_INTERVAL_S",
-    "BrokerAddress",
-    "BrokerError",
     "LocalMosquitto",
-    "derive_config",
     "find_mosquitto",
     "free_port",
-    "parse_broker_url",
 ]
-
-MQTT_PORT = 1883
-"""Default port of ``mqtt://`` URLs (IANA, MQTT over TCP)."""
-
-MQTTS_PORT = 8883
-"""Default port of ``mqtts://`` URLs (IANA, MQTT over TLS)."""
-
-LOCAL_HOST = "127.0.0.1"
-"""Interface a `LocalMosquitto` listens on: loopback only, never the network."""
 
 MOSQUITTO_FALLBACK_PATHS: tuple[str, ...] = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
 """Where `find_mosquitto` looks when ``mosquitto`` is not on ``PATH`` (Debian puts it in
@@ -95,120 +68,8 @@ DEFAULT_START_TIMEOUT_S = 5.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
 """Seconds `LocalMosquitto.stop` waits after SIGTERM (and again after SIGKILL)."""
 
-DERIVED_CONFIG_DROPPED_KEYS = frozenset(
-    {
-        "listener",
-        "port",
-        "bind_address",
-        "persistence_location",
-        "log_dest",
-        "pid_file",
-        "user",
-        "allow_anonymous",
-    }
-)
-"""Options of the template that `derive_config` comments out and replaces."""
-
-_LOG_NAME = "mosquitto.log"
-_CONFIG_NAME = "mosquitto.conf"
 _ADDRESS_IN_USE = "Address already in use"
 _RUNNING = re.compile(r"mosquitto version \S+ running")
-_LOG_TYPES = ("error", "warning", "notice", "information")
-_URL_FORM = "expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]"
-
-
-class BrokerError(EdgeRuntimeError, RuntimeError):
-    """No broker binary, a bad broker URL, or a broker that failed to start or stop."""
-
-
-# ---------------------------------------------------------------------------
-# Broker URLs
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BrokerAddress:
-    """Where to connect: ``host``, TCP ``port`` and whether to use TLS (``tls``)."""
-
-    host: str
-    port: int
-    tls: bool
-
-    @property
-    def url(self) -> str:
-        """The address as a URL, e.g. ``"mqtt://127.0.0.1:1883"`` (IPv6 hosts in brackets)."""
-        scheme = "mqtts" if self.tls else "mqtt"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
-
-
-def parse_broker_url(url: str) -> BrokerAddress:
-    """Parse ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``.
-
-    Parameters
-    ----------
-    url : str
-        ``mqtt://`` (plain TCP, default port 1883) or ``mqtts://`` (TLS, default port
-        8883) followed by a host name, an IPv4 address or a bracketed IPv6 address, and
-        optionally ``:PORT`` (1-65535) and a trailing ``/``.
-
-    Returns
-    -------
-    BrokerAddress
-
-    Raises
-    ------
-    BrokerError
-        For any other form (another or no scheme, no host, a bad port, user
-        credentials, a path, query or fragment, whitespace); the one-line message names
-        the URL and the expected form.
-
-    Examples
-    --------
-    >>> parse_broker_url("mqtt://pi-hub.local")
-    BrokerAddress(host='pi-hub.local', port=1883, tls=False)
-    >>> parse_broker_url("mqtts://[::1]:8884")
-    BrokerAddress(host='::1', port=8884, tls=True)
-    """
-
-    def bad(reason: str) -> BrokerError:
-        return BrokerError(f"bad broker URL {url!r}: {reason}; {_URL_FORM}")
-
-    if not isinstance(url, str):
-        raise bad(f"not a string but {type(url).__name__}")
-    if not url or any(ch.isspace() for ch in url):
-        raise bad("empty or contains whitespace")
-    if "://" not in url:
-        raise bad("no scheme")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    if parts.scheme not in ("mqtt", "mqtts"):
-        raise bad(f"unsupported scheme {parts.scheme!r}")
-    if "@" in parts.netloc:
-        raise bad("credentials in the URL are not supported")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise bad("unexpected path, query or fragment")
-    host = parts.hostname
-    if not host:
-        raise bad("no host")
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if port is None:
-        if parts.netloc.endswith(":"):
-            raise bad("empty port")
-        port = MQTTS_PORT if parts.scheme == "mqtts" else MQTT_PORT
-    if not 1 <= port <= 65535:
-        raise bad("port is not a number in 1-65535")
-    return BrokerAddress(host=host, port=port, tls=parts.scheme == "mqtts")
-
-
-# ---------------------------------------------------------------------------
-# Finding the binary and a port
-# ---------------------------------------------------------------------------
 
 
 def find_mosquitto() -> str:
@@ -274,85 +135,6 @@ def free_port(host: str = LOCAL_HOST, low: int = 20000, high: int = 60000) -> in
     raise BrokerError(
         f"no free TCP port on {host} in [{low}, {high}) after {FREE_PORT_ATTEMPTS} attempts"
     )
-
-
-# ---------------------------------------------------------------------------
-# A private Mosquitto
-# ---------------------------------------------------------------------------
-
-
-def _default_template() -> str:
-    """Text of the packaged ``edge_runtime/resources/mosquitto.conf``."""
-    ref = resources.files("edge_runtime") / "resources" / _CONFIG_NAME
-    try:
-        return ref.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BrokerError(f"cannot read the packaged Mosquitto config {ref}: {exc}") from exc
-
-
-def derive_config(template: str, *, port: int, data_dir: str | os.PathLike[str]) -> str:
-    """The configuration a `LocalMosquitto` runs with, derived from ``template``.
-
-    Every line of ``template`` whose option is in `DERIVED_CONFIG_DROPPED_KEYS`
-    (``listener``, ``port``, ``bind_address``, ``persistence_location``, ``log_dest``,
-    ``pid_file``, ``user``, ``allow_anonymous``) is commented out; then these lines
-    are appended::
-
-        persistence_location <data_dir>/
-        log_dest file <data_dir>/mosquitto.log
-        log_type error
-        log_type warning
-        log_type notice
-        log_type information
-        user root                        (only when running as root, see below)
-        listener <port> 127.0.0.1
-        allow_anonymous true
-
-    The ``log_type`` lines are Mosquitto's defaults, stated so that a template that
-    narrows them cannot hide the ``information`` line ``mosquitto version X running``,
-    which `LocalMosquitto.start` waits for (``log_type`` lines add up).
-
-    Mosquitto started as root drops to the ``mosquitto`` user, which could not
-    write the caller's private temporary directory; ``user root`` keeps it running
-    as the caller. Run as any other user, Mosquitto ignores ``user``, so the line is
-    left out.
-
-    Parameters
-    ----------
-    template : str
-        Text of a Mosquitto 2.0 configuration file. Listener-specific options must
-        not follow its ``listener`` line (they would apply to the appended listener).
-    port : int
-        TCP port of the loopback listener.
-    data_dir : path
-        Directory for the persistence database and the log.
-
-    Raises
-    ------
-    BrokerError
-        If ``data_dir`` contains a line break (it could not be written into the file).
-    """
-    data_dir = os.fspath(data_dir)
-    if "\n" in data_dir or "\r" in data_dir:
-        raise BrokerError(f"directory {data_dir!r} contains a line break")
-    lines = []
-    for line in template.splitlines():
-        words = line.split(None, 1)
-        if words and not words[0].startswith("#") and words[0] in DERIVED_CONFIG_DROPPED_KEYS:
-            lines.append(f"# replaced by edge_runtime.broker: {line.strip()}")
-        else:
-            lines.append(line)
-    lines += [
-        "",
-        "# --- appended by edge_runtime.broker.LocalMosquitto ---",
-        f"persistence_location {os.path.join(data_dir, '')}",
-        f"log_dest file {os.path.join(data_dir, _LOG_NAME)}",
-        *(f"log_type {log_type}" for log_type in _LOG_TYPES),
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        lines.append("user root")
-    lines += [f"listener {port} {LOCAL_HOST}", "allow_anonymous true", ""]
-    return "\n".join(lines)
 
 
 def _read_log(log_path: Path, offset: int) -> str:
@@ -498,12 +280,12 @@ class LocalMosquitto:
     @property
     def log_path(self) -> Path | None:
         """``<data_dir>/mosquitto.log``; None when there is no directory."""
-        return None if self._data_dir is None else self._data_dir / _LOG_NAME
+        return None if self._data_dir is None else self._data_dir / LOG_NAME
 
     @property
     def config_path(self) -> Path | None:
         """``<data_dir>/mosquitto.conf`` (the derived config); None when there is no directory."""
-        return None if self._data_dir is None else self._data_dir / _CONFIG_NAME
+        return None if self._data_dir is None else self._data_dir / CONFIG_NAME
 
     def __repr__(self) -> str:
         where = "no port" if self.port is None else self.url
@@ -550,7 +332,7 @@ class LocalMosquitto:
 
     def _read_template(self) -> str:
         if self._config is None:
-            return _default_template()
+            return default_template()
         try:
             return self._config.read_text(encoding="utf-8")
         except OSError as exc:
@@ -574,8 +356,8 @@ class LocalMosquitto:
     def _launch(self, executable: str, template: str, port: int, timeout_s: float) -> None:
         if self._data_dir is None:
             raise BrokerError("LocalMosquitto has no directory (internal error)")
-        config_path = self._data_dir / _CONFIG_NAME
-        log_path = self._data_dir / _LOG_NAME
+        config_path = self._data_dir / CONFIG_NAME
+        log_path = self._data_dir / LOG_NAME
         config_path.write_text(derive_config(template, port=port, data_dir=self._data_dir))
         offset = log_path.stat().st_size if log_path.exists() else 0
         with log_path.open("ab") as log:
@@ -607,7 +389,7 @@ class LocalMosquitto:
         log_path: Path,
         offset: int,
     ) -> None:
-        config_path = log_path.with_name(_CONFIG_NAME)
+        config_path = log_path.with_name(CONFIG_NAME)
         deadline = time.monotonic() + timeout_s
         while True:
             returncode = proc.poll()
@@ -684,10 +466,5 @@ class LocalMosquitto:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

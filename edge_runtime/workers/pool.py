@@ -1,20 +1,9 @@
-"""Agents hosted in processes: `AgentHost` (this process) and `WorkerPool` (N processes).
+"""Agents hosted in worker processes (`WorkerPool`), one group of `assign_nodes` each.
 
-`edge-runtime run --workers N` spreads the agents of a topology over N worker processes
-so that N cores run them (one asyncio loop per process; each agent keeps its own MQTT
-connection, so nothing changes for the broker or the other agents). `assign_nodes`
-chooses which agents each worker hosts; the main process keeps the replay and the
-model watcher.
-
-A worker is started with the ``"spawn"`` method (a fresh interpreter: the parent has
-an event loop and threads, which ``fork`` would copy in an undefined state), hosts its
-agents in an `AgentHost`, sends ``ready`` once every agent is connected, runs until the
-parent sends ``stop`` (or the pipe to the parent closes: the parent died), then stops
-its agents (final snapshots) and sends back a `WorkerReport`. BLAS runs one thread per
-worker. A worker that fails sends its error as one line (and prints the traceback at log
-level debug). Every wait of the parent is bounded: a worker that fails to start, dies, or
-does not answer ends the run with a one-line `WorkerError`, and every worker is
-terminated (SIGTERM, then SIGKILL) on the way out.
+The protocol between the parent and a worker is in the `edge_runtime.workers` docstring:
+a spawned interpreter hosts its agents in an `AgentHost`, sends ``ready``, runs until the
+parent sends ``stop`` (or dies), then sends back its `WorkerReport`; every wait of the
+parent is bounded and ends in a one-line `WorkerError`.
 """
 
 from __future__ import annotations
@@ -24,8 +13,6 @@ import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
-import os
-import resource
 import signal
 import sys
 import time
@@ -34,100 +21,18 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
-from edge_runtime.agents import Agent, AgentSettings, create_agent
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
+from edge_runtime.workers.host import AgentHost, WorkerError, WorkerReport, format_nodes
 
-__all__ = [
-    "START_METHOD",
-    "AgentHost",
-    "AgentReport",
-    "WorkerError",
-    "WorkerPool",
-    "WorkerReport",
-    "assign_nodes",
-    "cpu_time_s",
-    "peak_rss_bytes",
-]
+__all__ = ["START_METHOD", "WorkerPool", "assign_nodes"]
 
 START_METHOD = "spawn"
-"""multiprocessing start method of the workers (never ``fork``: see the module doc)."""
+"""multiprocessing start method of the workers (never ``fork``: see `edge_runtime.workers`)."""
 
 T = TypeVar("T")
-
-
-class WorkerError(EdgeRuntimeError, RuntimeError):
-    """An agent host failed: a worker did not start, died, or an agent did not connect.
-
-    The message is one line, naming the worker and what happened.
-    """
-
-
-@dataclass(frozen=True)
-class AgentReport:
-    """Counters of one agent at its end.
-
-    ``merges`` is 0 for leaves; ``rejects`` sums every reject reason; ``undelivered``
-    counts snapshots whose echo never came back (see `Agent.publish_snapshot`).
-    """
-
-    node: str
-    messages_published: int = 0
-    bytes_published: int = 0
-    merges: int = 0
-    rejects: int = 0
-    undelivered: int = 0
-
-    @classmethod
-    def of(cls, agent: Agent) -> AgentReport:
-        """The counters of ``agent`` now."""
-        return cls(
-            node=agent.node_id,
-            messages_published=agent.stats.messages_published,
-            bytes_published=agent.stats.bytes_published,
-            merges=int(getattr(agent, "merges", 0)),
-            rejects=int(sum(dict(agent.rejects).values())),
-            undelivered=int(agent.undelivered),
-        )
-
-
-@dataclass(frozen=True)
-class WorkerReport:
-    """What one host process sends back: its agents' counters and its own resources.
-
-    ``peak_rss_bytes`` is the process's peak resident set size (`peak_rss_bytes`);
-    ``cpu_s`` its user + system CPU time in seconds.
-    """
-
-    pid: int
-    agents: tuple[AgentReport, ...]
-    peak_rss_bytes: int
-    cpu_s: float
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process, bytes.
-
-    ``VmHWM`` of ``/proc/self/status`` on Linux: ``getrusage``'s ``ru_maxrss`` survives
-    ``exec``, so a spawned worker would report at least its parent's peak (measured: a
-    parent at 420 MB gives a fresh spawned child ``ru_maxrss`` = 420 MB, ``VmHWM`` 15 MB).
-    Elsewhere ``ru_maxrss`` (KiB on Linux and BSD, bytes on macOS).
-    """
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def cpu_time_s() -> float:
-    """User + system CPU seconds of this process so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 # ------------------------------------------------------------------------- assignment
@@ -182,122 +87,6 @@ def assign_nodes(topology: Topology, workers: int) -> list[list[str]]:
         groups.append(order[start:end])
         start = end
     return groups
-
-
-# ------------------------------------------------------------------------ in process
-class AgentHost:
-    """Host the agents of ``nodes`` in this process's event loop.
-
-    ``async with AgentHost(...) as host`` creates the agents (``restore_from_broker``
-    off: a run starts from a clean broker), starts them and waits until every one is
-    connected; `close` stops them all at once (each publishes its final snapshot) and
-    returns their counters. Leaving the block closes them too.
-
-    Parameters
-    ----------
-    topology : Topology
-    nodes : sequence of str
-        Node ids to host.
-    settings : AgentSettings
-    n_features : int
-        Width of the readings (each leaf's ``n_features``).
-    connect_timeout_s : float, optional
-        Seconds for every agent to connect; default ``3 * settings.timeout_s``.
-
-    Raises
-    ------
-    WorkerError
-        On entering, if some agent is not connected within ``connect_timeout_s``.
-    """
-
-    def __init__(
-        self,
-        topology: Topology,
-        nodes: Sequence[str],
-        settings: AgentSettings,
-        n_features: int,
-        *,
-        connect_timeout_s: float | None = None,
-    ) -> None:
-        self.topology = topology
-        self.nodes = list(nodes)
-        self.settings = settings
-        self.n_features = n_features
-        self.connect_timeout_s = (
-            3 * settings.timeout_s if connect_timeout_s is None else connect_timeout_s
-        )
-        self.agents: list[Agent] = []
-        self._report: WorkerReport | None = None
-
-    @property
-    def workers(self) -> int:
-        """Processes hosting agents: 1 (this one)."""
-        return 1
-
-    async def __aenter__(self) -> AgentHost:
-        self.agents = [
-            create_agent(
-                self.topology,
-                node,
-                self.settings,
-                n_features=self.n_features,
-                restore_from_broker=False,
-            )
-            for node in self.nodes
-        ]
-        try:
-            for agent in self.agents:
-                await agent.__aenter__()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.connect_timeout_s
-            for agent in self.agents:
-                await agent.wait_connected(max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            missing = [a.node_id for a in self.agents if not a.connected.is_set()]
-            await self.close()
-            raise WorkerError(
-                f"{len(missing)} of {len(self.agents)} agents ({_names(missing)}) did not "
-                f"connect to the broker at {self.settings.host}:{self.settings.port} within "
-                f"{self.connect_timeout_s:g} s"
-            ) from None
-        except BaseException:
-            await self.close()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def guard(self, work: Awaitable[T]) -> T:
-        """Await ``work`` (in this process nothing else can fail on its own)."""
-        return await work
-
-    async def close(self) -> list[WorkerReport]:
-        """Stop every agent (final snapshots, in parallel); idempotent.
-
-        Bounded: each agent's `Agent.aclose` gives up after ``3 * timeout_s`` seconds.
-        """
-        if self._report is None:
-            for agent in self.agents:
-                agent.stop()
-            await asyncio.gather(*(agent.aclose() for agent in self.agents))
-            self._report = WorkerReport(
-                pid=os.getpid(),
-                agents=tuple(AgentReport.of(a) for a in self.agents),
-                peak_rss_bytes=peak_rss_bytes(),
-                cpu_s=cpu_time_s(),
-            )
-        return [self._report]
-
-
-def _names(nodes: Sequence[str], shown: int = 3) -> str:
-    more = len(nodes) - shown
-    return ", ".join(nodes[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 # ------------------------------------------------------------------ worker processes
@@ -406,7 +195,8 @@ class _Worker:
         return bool(multiprocessing.connection.wait([self.process.sentinel], timeout=0))
 
     def name(self, total: int) -> str:
-        return f"worker {self.index + 1}/{total} ({len(self.nodes)} agents: {_names(self.nodes)})"
+        agents = f"{len(self.nodes)} agents: {format_nodes(self.nodes)}"
+        return f"worker {self.index + 1}/{total} ({agents})"
 
 
 _WHEN = {"ready": "while starting", "stopped": "while stopping its agents"}
@@ -520,12 +310,7 @@ class WorkerPool:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._terminate(grace_s=0.0 if self._reports is None else 5.0)
 
     async def guard(self, work: Awaitable[T]) -> T:

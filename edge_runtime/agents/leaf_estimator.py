@@ -1,0 +1,154 @@
+"""A leaf's estimator and the privacy guarantee it publishes under. No I/O, no clock.
+
+`LeafEstimator` is the part of `LeafCore` that makes and checks the leaf's estimator
+(`FPCAEdge`, or a FedPower leaf's `GramEstimator`): its settings for a reading width, the
+continual-release horizon, whether a restored one may continue under the configured
+guarantee, and what a snapshot taken now would summarise (a private leaf's pending rows are
+not released yet). `snapshot_privacy` and `configured_privacy` state the two guarantees
+compared: the estimator's own and the topology's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edge_runtime.fpca import FPCAEdge
+from edge_runtime.fpca.privacy import NEIGHBOURS, noise_std
+from edge_runtime.topology import NodeConfig
+from edge_runtime.wire import PrivacyParams
+
+__all__ = ["LeafEstimator", "configured_privacy", "snapshot_privacy"]
+
+
+def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
+    """The guarantee of ``est``'s snapshots: its own privacy settings (budget, clip norm,
+    mechanism; replace-one neighbours, `edge_runtime.fpca.privacy.NEIGHBOURS`), or None."""
+    if est.privacy is None or est.clip_norm is None or est.mechanism is None:
+        return None
+    epsilon, delta = est.privacy
+    return PrivacyParams(
+        epsilon, delta, est.clip_norm, mechanism=est.mechanism, neighbours=NEIGHBOURS
+    )
+
+
+def configured_privacy(config: NodeConfig) -> PrivacyParams | None:
+    """The guarantee a leaf configured with ``config`` publishes under, or None."""
+    if config.epsilon is None or config.delta is None or config.clip_norm is None:
+        return None
+    assert config.mechanism is not None  # NodeConfig sets it with privacy
+    return PrivacyParams(
+        config.epsilon,
+        config.delta,
+        config.clip_norm,
+        mechanism=config.mechanism,
+        neighbours=NEIGHBOURS,
+    )
+
+
+class LeafEstimator:
+    """The estimator part of `LeafCore` (a mixin: `LeafCore` holds the attributes below).
+
+    Attributes
+    ----------
+    config : NodeConfig
+        The leaf's settings (rank, block size, privacy, ...).
+    privacy : PrivacyParams or None
+        The configured guarantee (`configured_privacy`).
+    noise : int, numpy.random.Generator or None
+        What a new private estimator draws its noise from (a seed, a generator, or None:
+        the operating system's entropy).
+    estimator : FPCAEdge or None
+        None until the width of a reading is known.
+    """
+
+    config: NodeConfig
+    privacy: PrivacyParams | None
+    noise: int | Any | None
+    estimator: FPCAEdge | None
+
+    @property
+    def horizon(self) -> int:
+        """The continual-release horizon this leaf's estimator runs with (1 unless the
+        mechanism is "gaussian", `NodeConfig.release_horizon`)."""
+        horizon = self.config.release_horizon
+        return 1 if self.privacy is None or horizon is None else horizon
+
+    def estimator_options(self, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values.
+
+        Raises
+        ------
+        ValueError
+            If the default block of a private "gaussian" leaf is too large
+            (`NodeConfig.block_size_for`).
+        """
+        cfg = self.config
+        rank = min(cfg.rank, n_features)
+        privacy: dict[str, Any] = {}
+        if self.privacy is not None:
+            privacy = {
+                "privacy": (self.privacy.epsilon, self.privacy.delta),
+                "clip_norm": self.privacy.clip_norm,
+                "mechanism": self.privacy.mechanism,
+                "horizon": self.horizon,
+                "chunk_size": cfg.chunk_size,
+                "random_state": self.noise,
+            }
+        return {
+            "rank": rank,
+            "block_size": cfg.block_size_for(n_features),
+            "oversample": None
+            if cfg.oversample is None
+            else min(cfg.oversample, n_features - rank),
+            "adaptive": cfg.adaptive,
+            "rank_bounds": cfg.rank_bounds,
+            "holdoff": cfg.holdoff,
+            "forget": cfg.forget,
+            "center": cfg.center,
+            **privacy,
+        }
+
+    @staticmethod
+    def estimator_from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
+        """The estimator of a checkpoint's ``state`` (`FPCAEdge.from_state`)."""
+        return FPCAEdge.from_state(state, random_state=random_state)
+
+    def new_estimator(self, n_features: int) -> FPCAEdge:
+        """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
+        delta bound, a default block too large), here rather than at the first block."""
+        options = self.estimator_options(n_features)
+        if self.privacy is not None and self.privacy.mechanism == "fpca-eq8":
+            noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
+        return FPCAEdge(n_features, **options)
+
+    def privacy_mismatch(self, est: FPCAEdge) -> str | None:
+        """Why a restored estimator ``est`` may not continue under this leaf's configuration,
+        or None: another guarantee (`snapshot_privacy`: budget, clip norm, mechanism, or
+        privacy at all) or another continual-release horizon."""
+        privacy = snapshot_privacy(est)
+        if privacy != self.privacy:
+            return f"privacy {privacy}, configured {self.privacy}"
+        if self.privacy is not None and est.horizon != self.horizon:
+            return f"release horizon {est.horizon}, configured {self.horizon}"
+        return None
+
+    @property
+    def n_samples(self) -> int:
+        """Samples ingested so far."""
+        return 0 if self.estimator is None else self.estimator.n_samples_seen_
+
+    def cells(self) -> int:
+        """Matrix cells a block update touches (the shell offloads large ones to a thread)."""
+        est = self.estimator
+        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+
+    def snapshot_n(self) -> int:
+        """Samples a snapshot taken now would summarise (a private leaf's pending rows are
+        not in it until they are flushed)."""
+        est = self.estimator
+        if est is None:
+            return 0
+        if est.privacy is None:
+            return est.n_samples_seen_
+        return est.n_samples_seen_ - est.n_pending_

@@ -1,0 +1,153 @@
+"""A leaf's rejected readings: counted by reason and source, logged journal-friendly.
+
+Every rejected reading is counted by reason (``rejects``) and by source
+(``extra["rejected_by_source"]``: a local source's id; for an MQTT payload its ``src``, else
+the sensor topic). Per reason the first `REJECT_LOG_BURST` rejections of a
+`REJECT_LOG_INTERVAL_S` interval are logged as ``message_rejected`` lines (readings clipped
+into ``valid_range``: ``readings_clipped``), the rest as one ``messages_rejected_suppressed``
+(``readings_clipped_suppressed``) line per reason and interval with their count (issue 11,
+item 4): a sensor sending 50 bad readings per second costs ``burst + 1`` lines per reason
+per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import msgpack
+
+from edge_runtime.sources import LogRateLimiter
+from edge_runtime.topology import NodeConfig
+
+__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafRejects", "RejectLog", "peek_source"]
+
+REJECT_LOG_BURST = 3
+"""Rejections of one reason logged individually per interval (then summarised)."""
+
+REJECT_LOG_INTERVAL_S = 10.0
+"""Seconds of one reject-log interval: ``REJECT_LOG_BURST`` lines per reason, then one
+``messages_rejected_suppressed`` summary line with the count of the others."""
+
+_MAX_SOURCE_CHARS = 128  # longest source id counted under its own name (the wire's limit)
+
+
+class RejectLog:
+    """Journal-friendly reject logging (issue 11, item 4), time as an argument, no I/O.
+
+    Per reason, the first ``burst`` rejections of an interval are logged individually; the
+    rest are only counted and reported as one summary line per reason once the interval
+    that suppressed them ended (`due`), so a sensor sending 50 bad readings per second
+    costs ``burst + 1`` lines per reason per interval.
+    """
+
+    def __init__(self, burst: int, interval_s: float) -> None:
+        self.burst = burst
+        self.interval_s = interval_s
+        self._limits: dict[str, LogRateLimiter] = {}
+        self._due: dict[str, float] = {}
+
+    def allow(self, reason: str, now: float) -> tuple[bool, int]:
+        """Whether to log this rejection individually, and how many earlier ones were
+        suppressed and not reported yet (to report with it)."""
+        limit = self._limits.get(reason)
+        if limit is None:
+            limit = self._limits[reason] = LogRateLimiter(self.burst, self.interval_s)
+        log_it, suppressed = limit.allow(now)
+        if log_it and suppressed:  # reported with this line: no summary due for them
+            self._due.pop(reason, None)
+        elif not log_it:
+            self._due.setdefault(reason, now + self.interval_s)
+        return log_it, suppressed
+
+    def due(self, now: float) -> dict[str, int]:
+        """Reasons whose suppressed rejections are due for a summary line, with counts."""
+        ready = [reason for reason, at in self._due.items() if now >= at]
+        out = {}
+        for reason in ready:
+            del self._due[reason]
+            count = self._limits[reason].flush()
+            if count:
+                out[reason] = count
+        return out
+
+    def flush(self) -> dict[str, int]:
+        """Every suppressed count not reported yet (on shutdown)."""
+        self._due.clear()
+        out = {reason: limit.flush() for reason, limit in self._limits.items()}
+        return {reason: count for reason, count in out.items() if count}
+
+
+def peek_source(payload: bytes) -> str | None:
+    """The ``src`` of a readings payload that failed validation, if it has a usable one
+    (JSON or msgpack map with a short string ``src``); None otherwise. Best effort: the
+    payload is already known to be at most the size limit."""
+    try:
+        text = payload.lstrip()
+        obj = json.loads(text) if text[:1] == b"{" else msgpack.unpackb(payload, raw=False)
+    except Exception:  # any undecodable payload simply has no source
+        return None
+    if isinstance(obj, dict):
+        src = obj.get("src")
+        if isinstance(src, str) and 0 < len(src) <= _MAX_SOURCE_CHARS:
+            return src
+    return None
+
+
+class LeafRejects:
+    """The reject counting and logging of `LeafAgent` (a mixin over its core and log).
+
+    The agent provides ``_core`` (`LeafCore`: ``count_reject``, ``rejects``, ``clipped``),
+    ``_reject_log`` (a `RejectLog`), ``log``, ``config`` and ``_source_spec``.
+    """
+
+    _core: Any
+    _reject_log: RejectLog
+    _source_spec: Any
+    config: NodeConfig
+    log: Any
+
+    def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
+        """Count one rejected reading or message by reason and by source (``source``, else
+        ``topic``), and log it journal-friendly (`_RejectLog`: the first
+        `REJECT_LOG_BURST` per reason and interval, then one summary line)."""
+        count_as = source or topic or "?"
+        self._core.count_reject(reason, count_as)
+        self._log_reject(reason, topic, count_as, detail)
+
+    def _log_range(self, reason: str, source: str, detail: str) -> None:
+        """The core's `RangeHook`: readings outside ``valid_range`` were rejected (already
+        counted) or clipped; logged as `reject` logs."""
+        topic = "" if self._source_spec is not None else self.config.sensor_topic or ""
+        self._log_reject(reason, topic, source, detail)
+
+    def _log_reject(self, reason: str, topic: str, source: str, detail: str) -> None:
+        log_it, suppressed = self._reject_log.allow(reason, time.monotonic())
+        if not log_it:
+            return
+        extra = {"suppressed": suppressed} if suppressed else {}
+        self.log.warning(
+            "readings_clipped" if reason == "clipped" else "message_rejected",
+            reason=reason,
+            topic=topic,
+            source=source,
+            detail=detail,
+            count=self._log_count(reason),
+            **extra,
+        )
+
+    def _log_count(self, reason: str) -> int:
+        return self._core.clipped if reason == "clipped" else self._core.rejects[reason]
+
+    def _log_suppressed(self, counts: dict[str, int]) -> None:
+        for reason, suppressed in counts.items():
+            self.log.warning(
+                "readings_clipped_suppressed"
+                if reason == "clipped"
+                else "messages_rejected_suppressed",
+                reason=reason,
+                suppressed=suppressed,
+                interval_s=REJECT_LOG_INTERVAL_S,
+                count=self._log_count(reason),
+            )

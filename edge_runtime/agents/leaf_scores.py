@@ -1,0 +1,94 @@
+"""A leaf's anomaly scores: the root's model in, scores documents out.
+
+With the node's ``score`` = ``"reading"`` or ``"interval"``, the leaf subscribes to the
+root's model (``<prefix>/<root>/model``, retained), scores every accepted reading block
+against it (`edge_runtime.agents.scoring_core.ScoringCore`: Q, T^2, their limits at
+``score_alpha`` and the flag, after the reading is applied) and publishes the documents on
+``<prefix>/<path>/scores`` (not retained, QoS ``settings.scores_qos``) from its work loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiomqtt
+import numpy as np
+
+from edge_runtime.agents.scoring_core import encode_document
+from edge_runtime.topology import Topology
+from edge_runtime.wire import WireError, decode_subspace
+
+__all__ = ["MAX_QUEUED_SCORES", "LeafScores"]
+
+MAX_QUEUED_SCORES = 10_000
+"""Scores documents waiting to be published at most; beyond, the oldest are dropped
+(counted in ``extra["scores_dropped"]``)."""
+
+
+class LeafScores:
+    """The scoring part of `LeafAgent` (a mixin over `Agent`).
+
+    The status document's ``extra`` carries ``scored``, ``anomalies``, ``anomaly_rate`` (a
+    fraction), ``last_q`` and ``scores_dropped`` (documents dropped beyond
+    `MAX_QUEUED_SCORES`). With ``score = "off"`` (the default) nothing of this exists: no
+    subscription, no documents, the same status document as before.
+
+    The agent provides ``_core`` (its ``scoring``), ``_scores``, ``_scores_dropped``,
+    ``settings``, ``topology``, ``node_id``, ``log``, ``publish``, ``reject`` and ``wake``.
+    """
+
+    _core: Any
+    _scores: list[bytes]
+    _scores_dropped: int
+    settings: Any
+    topology: Topology
+    node_id: str
+    log: Any
+
+    def _on_model(self, topic: str, payload: bytes) -> None:
+        """The root's model (retained): the scoring core takes it if newer."""
+        scoring = self._core.scoring
+        assert scoring is not None
+        if not payload:
+            return  # a cleared retained model
+        try:
+            msg = decode_subspace(payload, max_bytes=self.settings.max_payload_bytes)
+        except WireError as exc:
+            self.reject(f"model_{exc.reason}", topic, str(exc))
+            return
+        if scoring.offer_model(msg) is None:
+            self.log.info("model_received", seq=msg.seq, rank=msg.rank, n_samples=msg.n_samples)
+        self.wake()
+
+    def _score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
+        """Score an applied block (``O(n d r)``, in the event loop) and queue its documents."""
+        scoring = self._core.scoring
+        if scoring is None:
+            return
+        try:
+            docs = scoring.score(block, source=source, seq=seq, timestamp=time.time())
+        except ValueError as exc:  # e.g. a width the model does not have
+            self.reject("score", "", str(exc), source=source)
+            return
+        self._queue_scores([encode_document(doc) for doc in docs])
+
+    def _queue_scores(self, payloads: list[bytes]) -> None:
+        self._scores.extend(payloads)
+        excess = len(self._scores) - MAX_QUEUED_SCORES
+        if excess > 0:
+            del self._scores[:excess]
+            self._scores_dropped += excess
+
+    async def _publish_scores(self, client: aiomqtt.Client, now: float) -> None:
+        scoring = self._core.scoring
+        if scoring is None:
+            return
+        doc = scoring.interval_document(now, time.time())
+        if doc is not None:
+            self._queue_scores([encode_document(doc)])
+        topic = self.topology.scores_topic(self.node_id)
+        while self._scores:
+            payload = self._scores[0]
+            await self.publish(client, topic, payload, retain=False, qos=self.settings.scores_qos)
+            self._scores.pop(0)

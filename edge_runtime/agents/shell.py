@@ -1,0 +1,129 @@
+"""What the agents' async shells share around their synchronous cores.
+
+Every agent (`LeafAgent`, `AggregatorAgent`, the FedPower agents) is an async shell over a
+core (`edge_runtime.agents.core.NodeCore`): the shell moves bytes, the core decides. The
+pieces of shell code several roles need are here, once:
+
+- `status_policy_of`: the status-document policy of an agent's settings;
+- `CoreShell`: numerics under the core's lock, in a worker thread when large
+  (`CoreShell._numerics`), and the status document's fields every role fills alike
+  (`CoreShell.status_document`);
+- `SnapshotViews`: read-only views of the core's last published snapshot;
+- `decode_or_reject`: decode an inbound payload, or count and log why not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from edge_runtime.agents.policy import StatusPolicy
+from edge_runtime.settings import AgentSettings
+from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError
+
+__all__ = ["CoreShell", "SnapshotViews", "decode_or_reject", "status_policy_of"]
+
+T = TypeVar("T")
+
+
+def status_policy_of(settings: AgentSettings) -> StatusPolicy:
+    """The `StatusPolicy` of an agent with ``settings``: a status document at least every
+    ``status_heartbeat_s`` seconds, at most one per ``status_min_interval_s`` seconds."""
+    return StatusPolicy(settings.status_heartbeat_s, settings.status_min_interval_s)
+
+
+def decode_or_reject(
+    agent: Any, topic: str, payload: object, decode: Callable[..., T], max_bytes: int
+) -> T | None:
+    """``decode(payload, max_bytes=max_bytes)``, or None after counting a reject on
+    ``agent`` (`Agent.reject`).
+
+    Parameters
+    ----------
+    agent : Agent
+        Counts and logs the reject: reason ``payload_type`` for a payload that is not bytes,
+        else the `WireError`'s ``reason``.
+    topic : str
+        The MQTT topic the payload came on (logged).
+    payload : object
+        The message payload (bytes expected).
+    decode : callable
+        A wire decoder (`edge_runtime.wire.decode_subspace`, ``decode_round`` ...) taking
+        the payload's bytes and ``max_bytes``.
+    max_bytes : int
+        Largest payload accepted, bytes (`AgentSettings.max_payload_bytes`).
+
+    Returns
+    -------
+    object or None
+        The decoded message; None when rejected (never raises `WireError`).
+    """
+    if not isinstance(payload, bytes | bytearray):
+        agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+        return None
+    try:
+        return decode(bytes(payload), max_bytes=max_bytes)
+    except WireError as exc:
+        agent.reject(exc.reason, topic, str(exc))
+        return None
+
+
+class CoreShell:
+    """Mixin of an `Agent` over a core: its numerics gate and its status document.
+
+    The agent provides ``_core`` (with ``cells()`` where `_numerics` is used, and
+    ``rejects``), ``_lock`` (an `asyncio.Lock`, where `_numerics` is used), ``settings``,
+    ``node_id``, ``role``, ``uptime_s()`` and the stop flag of `Agent`.
+    """
+
+    _core: Any
+    _lock: asyncio.Lock
+    _stop: asyncio.Event
+    settings: AgentSettings
+    node_id: str
+    role: str
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` under the core lock, in a worker thread when the problem is large
+        (``core.cells() >= settings.offload_min_cells``): an inbound message handled
+        meanwhile waits for it instead of racing it, and the event loop keeps running."""
+        async with self._lock:
+            if self._core.cells() >= self.settings.offload_min_cells:
+                return await asyncio.to_thread(fn)
+            return fn()
+
+    def status_document(
+        self,
+        *,
+        rank: int,
+        n_samples: int,
+        seq: int,
+        epoch: str,
+        extra: dict[str, object],
+        privacy: PrivacyStatus | None = None,
+    ) -> StatusDetail:
+        """The status document (`StatusDetail`) with the fields every role fills alike:
+        ``node_id``, ``role``, ``online`` (not stopping), the core's ``rejects`` by reason
+        and ``uptime_s`` (seconds, rounded to milliseconds); the rest as given."""
+        return StatusDetail(
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            rank=rank,
+            n_samples=n_samples,
+            seq=seq,
+            epoch=epoch,
+            rejects=dict(self._core.rejects),
+            uptime_s=round(self.uptime_s(), 3),
+            extra=extra,
+            privacy=privacy,
+        )
+
+
+class SnapshotViews:
+    """Mixin: read-only views of the last snapshot an agent's core published."""
+
+    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
+    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
+    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")

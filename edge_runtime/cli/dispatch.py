@@ -1,0 +1,118 @@
+"""One parsed command run, and the boundary between the runtime and the user: what the
+command raises becomes one line on stderr and an exit status, never a traceback.
+
+Translated (`failure`): `CliError` (its own status); the runtime's bad-input errors
+(`TopologyError`, `DatasetError`, `BrokerError`, `AclError`, `BridgeError` and any other
+``ValueError``, such as a `WireError` from msgpack or JSON) as status 2; ``ssl.SSLError``
+(a certificate or key that cannot be loaded) as status 2; ``aiomqtt.MqttError`` and any
+other ``OSError`` (a broker that cannot be reached or drops the connection) as status 1.
+Files are read below the command line, which names them: a topology or data path that is
+a folder or unreadable is a `TopologyError` or `DatasetError`. ``KeyboardInterrupt`` is
+status 130 (`edge_runtime.cli.main`). Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ssl
+import sys
+from collections.abc import Awaitable, Callable
+
+import aiomqtt
+from threadpoolctl import threadpool_limits
+
+from edge_runtime.acl import AclError
+from edge_runtime.broker import BrokerError
+from edge_runtime.cli import EXIT_FAILED, EXIT_USAGE, CliError
+from edge_runtime.cli.configs import cmd_acl, cmd_bridge
+from edge_runtime.cli.run import cmd_agent, cmd_replay, cmd_run
+from edge_runtime.cli.watch import cmd_dashboard, cmd_watch
+from edge_runtime.datasets import DatasetError
+from edge_runtime.logs import configure_logging
+from edge_runtime.topology import TopologyError
+
+__all__ = ["COMMANDS", "DEFAULT_LOG_LEVEL", "dispatch", "failure"]
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "run": cmd_run,
+    "agent": cmd_agent,
+    "replay": cmd_replay,
+    "watch": cmd_watch,
+    "acl": cmd_acl,
+    "bridge": cmd_bridge,
+    "dashboard": cmd_dashboard,
+}
+"""The handler of each sub-command: ``await handler(args)`` is its exit status."""
+
+DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
+"""The log level of each command without ``--log-level``."""
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the command ``args.command`` with its arguments; returns its exit status.
+
+    Sets ``args.log_level`` to the command's default (`DEFAULT_LOG_LEVEL`) when not
+    given, configures logging, and runs the handler in a new event loop with one BLAS
+    thread. An error `failure` translates is printed as one line on stderr
+    (``edge-runtime: error: ...``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        As `edge_runtime.cli.parser.build_parser` parses them.
+
+    Returns
+    -------
+    int
+        The handler's status, or the translated error's (1 or 2).
+
+    Raises
+    ------
+    KeyboardInterrupt
+        On Ctrl-C (`edge_runtime.cli.main` makes it status 130).
+    Exception
+        Whatever `failure` does not translate (a bug: its traceback is wanted).
+    """
+    args.log_level = args.log_level or DEFAULT_LOG_LEVEL[args.command]
+    try:
+        configure_logging(args.log_level)
+        # Small matrices: one BLAS thread is faster and leaves the other core to the loop.
+        with threadpool_limits(limits=1):
+            return asyncio.run(COMMANDS[args.command](args))
+    except Exception as raised:
+        translated = failure(raised)
+        if translated is None:
+            raise
+        message, code = translated
+    print(f"edge-runtime: error: {message}", file=sys.stderr)
+    return code
+
+
+def failure(raised: BaseException) -> tuple[str, int] | None:
+    """The line (after ``edge-runtime: error:``) and exit status for an error a command
+    raised, or None for one that is not translated (see the module docstring).
+
+    Parameters
+    ----------
+    raised : BaseException
+        An exception group stands for its first leaf (``asyncio.TaskGroup`` wraps the
+        errors of its tasks in groups).
+    """
+    exc = _innermost(raised)
+    if isinstance(exc, CliError):
+        return str(exc), exc.code
+    if isinstance(exc, TopologyError | DatasetError | BrokerError | AclError | ValueError):
+        return str(exc), EXIT_USAGE
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc}", EXIT_USAGE
+    if isinstance(exc, aiomqtt.MqttError | OSError):
+        return f"cannot talk to the MQTT broker: {exc}", EXIT_FAILED
+    return None
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (TaskGroup wraps errors in groups)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,134 @@
+"""The commands that follow a running tree from its broker: ``watch`` (a line per root
+model) and ``dashboard`` (a live web page; needs the ``dashboard`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import json
+import math
+import sys
+
+from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
+from edge_runtime.cli.inputs import broker_settings
+from edge_runtime.cli.output import model_line
+from edge_runtime.monitor import ModelWatcher
+from edge_runtime.topology import load_topology
+from edge_runtime.wire import SubspaceMessage
+
+__all__ = ["cmd_dashboard", "cmd_watch"]
+
+
+async def cmd_watch(args: argparse.Namespace) -> int:
+    """``edge-runtime watch``: one line (or ``--json`` object) on stdout per root model,
+    with every node's liveness and the quarantined clients.
+
+    Returns
+    -------
+    int
+        0 once the root covers ``--until-samples`` samples.
+
+    Raises
+    ------
+    CliError
+        Exit 1 when ``--timeout`` seconds pass first (naming the samples covered).
+    """
+    topology = load_topology(args.topology)
+    settings = broker_settings(args.broker, args)
+
+    watcher = ModelWatcher(topology, settings, watch_nodes=True, stale_after_s=args.stale_after)
+
+    def show(model: SubspaceMessage) -> None:
+        line = model_line(model)
+        line["nodes"] = watcher.node_states()
+        quarantined = watcher.quarantined()
+        line["quarantined"] = quarantined
+        if args.json:
+            print(json.dumps(line), flush=True)
+            return
+        states = line["nodes"]
+        assert isinstance(states, dict)
+        down = [f"{node} {state}" for node, state in states.items() if state != "online"]
+        print(
+            f"root n_samples={line['n_samples']} rank={line['rank']} "
+            f"leaves={len(line['leaves_covered'])} seq={line['seq']}"  # type: ignore[arg-type]
+            + (
+                ""
+                if model.privacy is None
+                else f" privacy=({model.privacy.epsilon:g}, {model.privacy.delta:g})-DP"
+                f" mechanism={model.privacy.mechanism} neighbours={model.privacy.neighbours}"
+            )
+            + f" | nodes online {len(states) - len(down)}/{len(states)}"
+            + (f" ({', '.join(down)})" if down else "")
+            + (
+                " | quarantined: " + ", ".join(f"{c} ({r})" for c, r in quarantined.items())
+                if quarantined
+                else ""
+            ),
+            flush=True,
+        )
+
+    watcher.on_update = show
+    target = args.until_samples
+    timeout = args.timeout if args.timeout is not None else math.inf
+    async with watcher:
+        try:
+            await watcher.wait_until(
+                lambda m: target is not None and m is not None and m.n_samples >= target,
+                timeout,
+            )
+        except TimeoutError:
+            have = 0 if watcher.model is None else watcher.model.n_samples
+            goal = "" if target is None else f" of {target}"
+            raise CliError(
+                f"watch timed out after {args.timeout:g} s (--timeout): "
+                f"the root covers {have}{goal} samples",
+                EXIT_FAILED,
+            ) from None
+    return EXIT_OK
+
+
+async def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Run the dashboard of ``args`` (``topology``, ``broker``, ``host``, ``port``,
+    ``stale_after``) until interrupted; 0 on a clean stop.
+
+    Raises
+    ------
+    CliError
+        If aiohttp is missing, the topology or broker settings are invalid, or the
+        address cannot be listened on (in use, not available, not permitted).
+    """
+    try:
+        from edge_runtime.dashboard.server import serve_dashboard
+    except ImportError as exc:
+        raise CliError(
+            f"the dashboard needs aiohttp ({exc.name or exc}): "
+            "pip install 'edge-runtime[dashboard]'"
+        ) from None
+    topology = load_topology(args.topology)
+    settings = broker_settings(args.broker, args)
+
+    def ready(url: str) -> None:
+        print(
+            f"dashboard of {topology.name} on {url} (Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        await serve_dashboard(
+            topology,
+            settings,
+            args.host,
+            args.port,
+            stop=asyncio.Event(),
+            stale_after_s=args.stale_after,
+            on_ready=ready,
+        )
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+        raise
+    return EXIT_OK

@@ -1,0 +1,416 @@
+"""The aggregation tree (`Topology`): its nodes, walks over the tree and their topic names.
+
+A `Topology` is validated on construction, whether parsed from TOML
+(`edge_runtime.topology.loading`) or built directly: one tree (`parents.check_tree`), the
+rules between a node's role and its settings (leaves read sensors and may be private,
+aggregators do neither), and FedPower's rules. Topic names come from
+`edge_runtime.topology.topics`; the dataset split from `edge_runtime.datasets.split`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+
+from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+from edge_runtime.datasets import split as data_split
+from edge_runtime.datasets.split import SPLITS
+from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
+from edge_runtime.topology import topics
+from edge_runtime.topology.checks import (
+    TopologyError,
+    aggregator_privacy_message,
+    aggregator_sensor_message,
+    aggregator_source_message,
+    check_kind,
+    prefix_problem,
+)
+from edge_runtime.topology.fedpower_config import FedPowerConfig, fedpower_private_leaf
+from edge_runtime.topology.keys import ALGORITHMS, BUILTIN_DEFAULTS, PRIVACY_KEYS, SENSOR_KEYS
+from edge_runtime.topology.node import NodeConfig
+from edge_runtime.topology.parents import check_tree, root_paths
+
+__all__ = ["Topology"]
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated aggregation tree with its topic names and dataset split.
+
+    Parameters
+    ----------
+    name : str
+        Name of the deployment (for logs and summaries).
+    prefix : str
+        Topic prefix, e.g. ``"fpca"``: no ``+``/``#``/NUL, no leading/trailing ``/``, no empty
+        level, not starting with ``$``.
+    nodes : Mapping[str, NodeConfig]
+        Every node by id, in file order (kept as a read-only mapping).
+    root : str
+        Id of the one node without a parent.
+    dataset : str or None, default None
+        Built-in dataset name or a file path (relative to ``source_path``'s folder), or None.
+    split : str, default "contiguous"
+        One of `SPLITS`, see `split_rows`.
+    source_path : Path or None, default None
+        The TOML file this came from, if any.
+    algorithm : {"fpca", "fedpower"}, default "fpca"
+        The federated algorithm (`ALGORITHMS`): FPCA's asynchronous merges, or FedPower's
+        rounds of local power iterations (the root is the server).
+    fedpower : FedPowerConfig, default FedPowerConfig()
+        The round settings when ``algorithm = "fedpower"`` (ignored otherwise).
+
+    Raises
+    ------
+    TopologyError
+        If the nodes do not form one tree rooted at ``root`` with at least one leaf, a leaf has
+        no sensor topic or an aggregator has one, an aggregator has a privacy setting, two
+        leaves share a ``noise_seed``, or another field is invalid.
+
+    Notes
+    -----
+    Every method taking a ``node_id`` raises `TopologyError` when it is not a node of the
+    topology (the message lists up to ten node ids). A FedPower topology replaces each
+    private leaf by a copy with FedPower's mechanism (`fedpower_private_leaf`).
+    """
+
+    name: str
+    prefix: str
+    nodes: Mapping[str, NodeConfig]
+    root: str
+    dataset: str | None = None
+    split: str = "contiguous"
+    source_path: Path | None = None
+    algorithm: str = "fpca"
+    fedpower: FedPowerConfig = field(default_factory=FedPowerConfig)
+    _children: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _paths: Mapping[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or self.name == "":
+            raise TopologyError(f"name must be a non-empty string, got {self.name!r}")
+        check_kind("topology", "prefix", self.prefix)
+        problem = prefix_problem(self.prefix)
+        if problem is not None:
+            raise TopologyError(f"prefix {self.prefix!r} is not a valid topic prefix: it {problem}")
+        if self.split not in SPLITS:
+            raise TopologyError(
+                f"split must be one of {', '.join(map(repr, SPLITS))}, got {self.split!r}"
+            )
+        if self.algorithm not in ALGORITHMS:
+            raise TopologyError(
+                f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+                f"got {self.algorithm!r}"
+            )
+        if not isinstance(self.fedpower, FedPowerConfig):
+            raise TopologyError(f"fedpower must be a FedPowerConfig, got {self.fedpower!r}")
+        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
+            raise TopologyError(f"dataset must be a non-empty string, got {self.dataset!r}")
+        nodes = dict(self.nodes)
+        for key, node in nodes.items():
+            if not isinstance(node, NodeConfig) or node.id != key:
+                raise TopologyError(f"nodes[{key!r}] must be a NodeConfig with id {key!r}")
+        parents = {node_id: node.parent for node_id, node in nodes.items()}
+        root = check_tree(parents)
+        if root != self.root:
+            raise TopologyError(f"root is {self.root!r}, but the node without a parent is {root!r}")
+        children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+        for node_id, parent in parents.items():
+            if parent is not None:
+                children[parent].append(node_id)
+        for node_id, node in nodes.items():
+            if children[node_id] and node.sensor_topic is not None:
+                raise TopologyError(
+                    f"node {node_id!r} has children, so it is an aggregator and must not have "
+                    f"a sensor_topic (got {node.sensor_topic!r})"
+                )
+            if not children[node_id] and node.sensor_topic is None:
+                raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
+            if children[node_id] and node.source is not None:
+                raise TopologyError(aggregator_source_message(node_id))
+            if children[node_id]:
+                for key in PRIVACY_KEYS:
+                    if getattr(node, key) is not None:
+                        raise TopologyError(aggregator_privacy_message(node_id, key))
+                for key in SENSOR_KEYS:
+                    if getattr(node, key) != BUILTIN_DEFAULTS[key]:
+                        raise TopologyError(aggregator_sensor_message(node_id, key))
+        n_leaves = sum(1 for node_id in nodes if not children[node_id])
+        for node_id, node in nodes.items():
+            if node.score != "off" and (children[node_id] or self.algorithm != "fpca"):
+                what = "an aggregator" if children[node_id] else f"a {self.algorithm} leaf"
+                raise TopologyError(
+                    f"node {node_id!r}: score = {node.score!r} is not supported on {what} "
+                    "(FPCA leaves only)"
+                )
+        if self.algorithm != "fedpower":
+            for node_id, node in nodes.items():
+                if node.mechanism == FEDPOWER_MECHANISM:
+                    raise TopologyError(
+                        f"leaf {node_id!r}: mechanism {FEDPOWER_MECHANISM!r} needs "
+                        'algorithm = "fedpower"'
+                    )
+        if self.algorithm == "fedpower":
+            for node_id, node in nodes.items():
+                if node.epsilon is not None:
+                    nodes[node_id] = fedpower_private_leaf(node_id, node, self.fedpower)
+            q = self.fedpower.quorum
+            if isinstance(q, int) and q > n_leaves:
+                raise TopologyError(
+                    f"topology: fedpower_quorum {q} exceeds the number of leaves {n_leaves}"
+                )
+        seeds: dict[int, str] = {}
+        for node_id, node in nodes.items():
+            if node.noise_seed is None:
+                continue
+            if node.noise_seed in seeds:
+                raise TopologyError(
+                    f"nodes {seeds[node.noise_seed]!r} and {node_id!r} share noise_seed "
+                    f"{node.noise_seed}: their noise would cancel in the difference of their "
+                    "snapshots; give each leaf its own seed"
+                )
+            seeds[node.noise_seed] = node_id
+        paths = root_paths(parents)
+        object.__setattr__(self, "nodes", MappingProxyType(nodes))
+        object.__setattr__(
+            self, "_children", MappingProxyType({k: tuple(v) for k, v in children.items()})
+        )
+        object.__setattr__(self, "_paths", MappingProxyType(paths))
+        if self.source_path is not None:
+            object.__setattr__(self, "source_path", Path(self.source_path))
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.name,
+                self.prefix,
+                tuple(self.nodes.values()),
+                self.root,
+                self.dataset,
+                self.split,
+                self.source_path,
+                self.algorithm,
+                self.fedpower,
+            )
+        )
+
+    # -- tree -------------------------------------------------------------------------------
+
+    def _node(self, node_id: str) -> NodeConfig:
+        try:
+            return self.nodes[node_id]
+        except (KeyError, TypeError):
+            known = list(self.nodes)
+            shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+            raise TopologyError(
+                f"unknown node {node_id!r} in topology {self.name!r} (nodes: {shown})"
+            ) from None
+
+    def children(self, node_id: str) -> list[str]:
+        """Ids of the children of ``node_id``, in file order (empty for a leaf).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        self._node(node_id)
+        return list(self._children[node_id])
+
+    def is_leaf(self, node_id: str) -> bool:
+        """Whether ``node_id`` has no children (and so reads sensors and runs FPCA-Edge).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        self._node(node_id)
+        return not self._children[node_id]
+
+    def leaves(self) -> list[str]:
+        """Ids of all leaves, in file order."""
+        return [node_id for node_id, kids in self._children.items() if not kids]
+
+    def aggregators(self) -> list[str]:
+        """Ids of all nodes with children (the root included), in file order."""
+        return [node_id for node_id, kids in self._children.items() if kids]
+
+    def leaves_under(self, node_id: str) -> list[str]:
+        """Leaves in the subtree of ``node_id``, in file order (``[node_id]`` for a leaf).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        prefix = self.path(node_id)
+        return [
+            leaf
+            for leaf in self.leaves()
+            if self._paths[leaf] == prefix or self._paths[leaf].startswith(prefix + "/")
+        ]
+
+    def reading_norm_sq_bound(self, node_id: str, n_features: int) -> float | None:
+        """Largest squared Euclidean norm of one reading of ``n_features`` values that any
+        leaf under ``node_id`` (the node itself for a leaf) passes to its estimator: the
+        maximum over those leaves of `NodeConfig.reading_norm_sq_bound`, ``sum_j
+        max(lo_j**2, hi_j**2)`` of its ``valid_range``. None if one of them declares no
+        range, or per-feature bounds of another width.
+
+        Parameters
+        ----------
+        node_id : str
+            Any node.
+        n_features : int
+            Values per reading, >= 1.
+
+        Returns
+        -------
+        float or None
+            In the readings' squared units.
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        ValueError
+            If ``n_features < 1``.
+        """
+        bounds = [
+            self.nodes[leaf].reading_norm_sq_bound(n_features)
+            for leaf in self.leaves_under(node_id)
+        ]
+        if any(bound is None for bound in bounds):
+            return None
+        return max(bounds)  # type: ignore[type-var]
+
+    def max_reading_rate(self, node_id: str) -> float | None:
+        """Readings per second the leaves under ``node_id`` (the node itself for a leaf) can
+        produce at most: the sum of their declared ``max_reading_rate``; None if one of them
+        declares none.
+
+        Returns
+        -------
+        float or None
+            Readings per second.
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        rates = [self.nodes[leaf].max_reading_rate for leaf in self.leaves_under(node_id)]
+        if any(rate is None for rate in rates):
+            return None
+        return float(sum(rates))  # type: ignore[arg-type]
+
+    def path(self, node_id: str) -> str:
+        """The chain of ids from the root to ``node_id``, e.g. ``"root/site-a/pi-01"``: the
+        ``<path>`` of its topic names (`edge_runtime.topology.topics`).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        self._node(node_id)
+        return self._paths[node_id]
+
+    # -- topics (built by `edge_runtime.topology.topics`; see Notes for an unknown node) --
+
+    def subspace_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/subspace``: the node's latest snapshot (retained, QoS 1)."""
+        return topics.node_topic(self.prefix, self.path(node_id), topics.SUBSPACE)
+
+    def status_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/status``: ``online`` / ``offline`` (retained, Last Will)."""
+        return topics.node_topic(self.prefix, self.path(node_id), topics.STATUS)
+
+    def status_detail_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/status/detail``: the JSON status document (retained)."""
+        return topics.node_topic(self.prefix, self.path(node_id), topics.STATUS_DETAIL)
+
+    def scores_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/scores``: a scoring leaf's anomaly scores (JSON, not retained;
+        `edge_runtime.agents.scoring_core`)."""
+        return topics.node_topic(self.prefix, self.path(node_id), topics.SCORES)
+
+    def confirm_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/confirm``: a leaf's reading confirmations (JSON, retained).
+
+        Maps each sensor source to the last sequence number the leaf ingested and the last
+        one that is durable (see `edge_runtime.wire.ConfirmMessage`).
+        """
+        return topics.node_topic(self.prefix, self.path(node_id), topics.CONFIRM)
+
+    def model_topic(self) -> str:
+        """``<prefix>/<root>/model``: the global estimate (retained)."""
+        return topics.node_topic(self.prefix, self.path(self.root), topics.MODEL)
+
+    def round_topic(self) -> str:
+        """``<prefix>/<root>/round``: FedPower's round message from the root (retained)."""
+        return topics.node_topic(self.prefix, self.path(self.root), topics.ROUND)
+
+    def reply_topic(self, node_id: str) -> str:
+        """``<prefix>/<path>/reply``: a FedPower leaf's reply to a round (not retained)."""
+        return topics.node_topic(self.prefix, self.path(node_id), topics.REPLY)
+
+    def children_filter(self, node_id: str) -> str:
+        """``<prefix>/<path>/+/subspace``: the filter matching the snapshots of the children.
+
+        Defined for leaves too (it then matches nothing the topology publishes).
+        """
+        return topics.children_filter(self.prefix, self.path(node_id))
+
+    # -- data -------------------------------------------------------------------------------
+
+    def split_rows(self, n_rows: int) -> dict[str, np.ndarray]:
+        """Deal rows ``0 .. n_rows-1`` of a dataset to the leaves; every row exactly once.
+
+        ``"contiguous"``: leaf ``i`` (file order) gets one contiguous range, the ranges in leaf
+        order, of ``n_rows * share_i / sum(shares)`` rows rounded by the largest-remainder
+        method (exact rational arithmetic; ties go to the earlier leaf), so each count is within
+        1 of its exact quota. ``"round-robin"``: row ``j`` goes to leaf ``j % n_leaves``; shares
+        are ignored. With fewer rows than leaves some leaves get none.
+
+        Parameters
+        ----------
+        n_rows : int
+            Number of rows (samples) in the dataset, >= 0.
+
+        Returns
+        -------
+        dict of leaf id -> ndarray of shape (n_leaf_rows,), int64
+            Increasing row indices, keys in leaf file order.
+
+        Raises
+        ------
+        ValueError
+            If ``n_rows`` is not a non-negative integer.
+        """
+        leaves = self.leaves()
+        shares = [self.nodes[leaf].share for leaf in leaves]
+        return dict(zip(leaves, data_split.split_rows(n_rows, shares, self.split), strict=True))
+
+    def dataset_path(self) -> Path | None:
+        """The file of the configured dataset, or ``None`` if there is no ``dataset``.
+
+        A built-in name (see `edge_runtime.datasets.BUILTIN_DATASETS`; it wins over a file of the
+        same name) gives the file shipped in the package. Otherwise ``~`` is expanded and a
+        relative path is taken relative to the TOML file's folder (the working directory when
+        the topology was parsed from a string). The file's existence is not checked here.
+        `edge_runtime.datasets.load_dataset` accepts the result in every case.
+        """
+        if self.dataset is None:
+            return None
+        if self.dataset in BUILTIN_DATASETS:
+            return builtin_dataset_path(self.dataset)
+        path = Path(self.dataset).expanduser()
+        if not path.is_absolute() and self.source_path is not None:
+            path = self.source_path.parent / path
+        return path

@@ -1,0 +1,268 @@
+"""Sensor readings: the rows a leaf receives on ``sensors/<node id>``, as JSON or msgpack.
+
+`SensorReadings` is a batch of readings, one per row, shape ``(n_readings, n_features)``
+float64, with the id and sequence number of the source that numbered them. A sensor sends
+a flat array (one reading), a 2-D array, or the map ``{"src", "seq", "x"}``, in JSON (for
+devices without msgpack) or msgpack; `decode_readings` takes any of them, `encode_readings`
+writes the array or map form. Readings are the only payloads whose format is guessed (JSON
+when the first non-whitespace byte is ``[`` or ``{``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from edge_runtime.wire.fields import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_ID_CHARS,
+    WireError,
+    _check_options,
+    _check_payload,
+    _check_size,
+    _fail_type,
+    _int,
+    _load_json,
+    _pack,
+    _text,
+    _unpack,
+)
+
+__all__ = ["MAX_READING_ROWS", "SensorReadings", "decode_readings", "encode_readings"]
+
+MAX_READING_ROWS = 100_000
+"""Most readings (rows) one sensor payload may carry."""
+
+_STRIP = b" \t\r\n"
+
+
+@dataclass(frozen=True, eq=False)
+class SensorReadings:
+    """A batch of sensor readings for a leaf, as received on its sensor topic.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n_readings, n_features), float64
+        One reading per row (a 1-D array is one reading); finite; at most
+        `MAX_READING_ROWS` rows; stored as a read-only float64 copy.
+    source : str or None
+        Id of the producing sensor (1-128 characters), if it numbers its readings.
+    seq : int or None
+        The source's sequence number of the first row (rows are consecutive),
+        ``0 <= seq < 2**63``.
+
+    Raises
+    ------
+    WireError
+        ``field_type`` (non-numeric values), ``shape`` (not 1-D or 2-D), ``ragged``,
+        ``empty``, ``too_many_rows``, ``non_finite``, ``source``, ``seq``.
+    """
+
+    values: np.ndarray
+    source: str | None = None
+    seq: int | None = None
+
+    def __post_init__(self) -> None:
+        values = _values_array(self.values)
+        if values.ndim == 1:
+            values = values.reshape(1, -1)
+        values.setflags(write=False)
+        object.__setattr__(self, "values", values)
+        if self.source is not None:
+            object.__setattr__(self, "source", _text("source", self.source, "source", MAX_ID_CHARS))
+        if self.seq is not None:
+            object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
+
+
+def _values_array(values: object) -> np.ndarray:
+    """``values`` as a fresh finite float64 array of 1 or 2 dimensions (encoder side)."""
+    try:
+        arr = np.asarray(values)
+    except ValueError:
+        raise WireError("ragged", "readings rows have different lengths") from None
+    if arr.dtype.kind not in "iuf":
+        raise WireError("field_type", f"readings must be numbers, got array of dtype {arr.dtype}")
+    if arr.ndim not in (1, 2):
+        raise WireError("shape", f"readings have shape {arr.shape}, expected 1-D or 2-D")
+    if arr.size == 0:
+        raise WireError("empty", f"readings have shape {arr.shape}, expected at least one value")
+    rows = 1 if arr.ndim == 1 else arr.shape[0]
+    if rows > MAX_READING_ROWS:
+        raise WireError("too_many_rows", f"{rows} readings, expected at most {MAX_READING_ROWS}")
+    arr = np.array(arr, dtype=np.float64, copy=True)
+    if not np.isfinite(arr).all():
+        raise WireError("non_finite", "readings contain NaN or inf")
+    return arr
+
+
+def _check_numbers(row: list[object], index: int) -> None:
+    for column, value in enumerate(row):
+        kind = type(value)
+        if kind is float or kind is int:
+            continue
+        if kind is list:
+            raise WireError(
+                "shape", f"reading {index} has an array at column {column}, expected a number"
+            )
+        _fail_type(f"reading {index} column {column}", value, "a number (int or float)")
+
+
+def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
+    if not isinstance(body, list):
+        _fail_type("readings", body, "an array of numbers or a 2-D array")
+    if not body:
+        raise WireError("empty", "readings are empty, expected at least one reading")
+    if isinstance(body[0], list):
+        if len(body) > MAX_READING_ROWS:
+            raise WireError(
+                "too_many_rows", f"{len(body)} readings, expected at most {MAX_READING_ROWS}"
+            )
+        width = len(body[0])
+        for i, row in enumerate(body):
+            if not isinstance(row, list):
+                raise WireError(
+                    "shape", f"reading {i} is {type(row).__name__}, but reading 0 is an array"
+                )
+            if len(row) != width:
+                raise WireError(
+                    "ragged", f"reading {i} has {len(row)} values, reading 0 has {width}"
+                )
+        rows = body
+    else:
+        width = len(body)
+        rows = [body]
+    if width == 0:
+        raise WireError("empty", "readings have no values, expected at least one per reading")
+    for i, row in enumerate(rows):
+        _check_numbers(row, i)
+    if n_features is not None and width != n_features:
+        extra = f" ({len(rows)} readings)" if len(rows) > 1 else ""
+        raise WireError("width", f"reading has {width} values, expected {n_features}{extra}")
+    try:
+        values = np.array(rows, dtype=np.float64)
+    except OverflowError:
+        raise WireError("non_finite", "readings hold an integer out of float64 range") from None
+    finite = np.isfinite(values)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise WireError(
+            "non_finite",
+            f"reading {i} column {j} is {float(values[i, j])!r}, expected a finite number",
+        )
+    return values
+
+
+def encode_readings(
+    values: object,
+    *,
+    source: str | None = None,
+    seq: int | None = None,
+    fmt: Literal["msgpack", "json"] = "msgpack",
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> bytes:
+    """Encode sensor readings as a sensor publishes them.
+
+    Parameters
+    ----------
+    values : array_like of shape (n_features,) or (n_readings, n_features)
+        Finite numbers; a 1-D array is one reading and is sent as a flat array.
+    source, seq : optional
+        When either is given the payload is the map ``{"src": source, "seq": seq, "x": values}``
+        (keys with None are left out); otherwise the bare array.
+    fmt : {"msgpack", "json"}
+    max_bytes : int
+        Refuse to produce a payload above this size.
+
+    Returns
+    -------
+    bytes
+        Floats are written as float64 (msgpack) or shortest round-trip decimals (JSON), so
+        `decode_readings` reproduces ``values`` exactly.
+
+    Raises
+    ------
+    WireError
+        As `SensorReadings`, and ``too_large``.
+    ValueError
+        For an unknown ``fmt`` or invalid ``max_bytes``.
+    """
+    if fmt not in ("msgpack", "json"):
+        raise ValueError(f"fmt must be 'msgpack' or 'json', got {fmt!r}")
+    _check_options(max_bytes)
+    arr = _values_array(values)
+    readings = SensorReadings(arr, source, seq)  # validates source and seq
+    body = arr.tolist()
+    obj: object = body
+    if source is not None or seq is not None:
+        obj = {
+            key: value
+            for key, value in (("src", readings.source), ("seq", readings.seq), ("x", body))
+            if value is not None
+        }
+    if fmt == "json":
+        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))  # ASCII: \uXXXX escapes
+        return _check_size(text.encode("utf-8"), "readings", max_bytes)
+    return _pack(obj, "readings", max_bytes)
+
+
+def decode_readings(
+    payload: bytes,
+    *,
+    n_features: int | None = None,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> SensorReadings:
+    """Decode sensor readings in any of the accepted forms.
+
+    Accepted (JSON when the first non-whitespace byte is ``[`` or ``{``, else msgpack):
+    an array of numbers (one reading), a 2-D array (one reading per row), or a map
+    ``{"src": str, "seq": int, "x": <array or 2-D array>}`` where ``src`` and ``seq`` may be
+    absent or nil. Unknown map keys are ignored.
+
+    Parameters
+    ----------
+    payload : bytes
+    n_features : int or None
+        Required width of each reading; None accepts any (consistent) width.
+    max_bytes : int
+        Size limit in bytes, checked before parsing.
+
+    Returns
+    -------
+    SensorReadings
+        ``values`` of shape (n_readings, n_features), float64.
+
+    Raises
+    ------
+    WireError
+        For anything else; never any other exception for any bytes. Reasons: ``too_large``,
+        ``not_json``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``missing_field``,
+        ``field_type`` (strings, bools, nil, maps as values), ``shape`` (nested deeper than 2
+        or mixed), ``ragged``, ``empty``, ``width``, ``too_many_rows``, ``non_finite``
+        (including JSON ``NaN``/``Infinity``), ``source``, ``seq``.
+    ValueError
+        For invalid ``n_features`` or ``max_bytes``.
+    """
+    if n_features is not None and (
+        isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1
+    ):
+        raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
+    _check_options(max_bytes)
+    data = _check_payload(payload, "readings", max_bytes)
+    if data.lstrip(_STRIP)[:1] in (b"[", b"{"):
+        obj = _load_json(data, "readings")
+    else:
+        obj = _unpack(data, "readings")
+    source = seq = None
+    if isinstance(obj, dict):
+        if "x" not in obj:
+            raise WireError("missing_field", "readings map lacks field 'x'")
+        if obj.get("src") is not None:
+            source = _text("src", obj["src"], "source", MAX_ID_CHARS)
+        if obj.get("seq") is not None:
+            seq = _int("seq", obj["seq"], "seq")
+        obj = obj["x"]
+    values = _readings_from_wire(obj, n_features)
+    return SensorReadings(values, source, seq)
