@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
@@ -20,6 +19,7 @@ import structlog
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
+    PrivacyParams,
     StatusDetail,
     SubspaceMessage,
     WireError,
@@ -90,20 +90,17 @@ def leaves_reporting(model: SubspaceMessage | None, expected: Mapping[str, int])
     return sum(1 for leaf, n in expected.items() if prov.get(leaf, 0) == n)
 
 
-def privacy_of(model: SubspaceMessage | None) -> dict[str, float | str] | None:
-    """The differential-privacy guarantee a model reports, as JSON-ready data.
+def privacy_of(model: SubspaceMessage | None) -> PrivacyParams | None:
+    """The differential-privacy guarantee a model reports: its own ``privacy``.
 
-    ``{"epsilon", "delta", "clip_norm", "mechanism", "neighbours"}``: each reading the
-    model covers is ``(epsilon, delta)``-DP with respect to everything published, for
-    neighbouring datasets under ``neighbours`` (``"replace-one"``), by ``mechanism``
-    (``"gaussian"``, ``"fpca-eq8"``, or ``"fpca-eq8+gaussian"`` over leaves of both); the
-    weakest guarantee over the leaves, see
-    `edge_runtime.agents.aggregator.weakest_privacy`. None when there is no model or some
-    covered leaf publishes without noise.
+    A `PrivacyParams`: each reading the model covers is ``(epsilon, delta)``-DP with
+    respect to everything published, for neighbouring datasets under ``neighbours``
+    (``"replace-one"``), by ``mechanism`` (``"gaussian"``, ``"fpca-eq8"``, or
+    ``"fpca-eq8+gaussian"`` over leaves of both); the weakest guarantee over the leaves,
+    see `edge_runtime.agents.aggregator.weakest_privacy`. None when there is no model or
+    some covered leaf publishes without noise. Its JSON map is `PrivacyParams.to_json`.
     """
-    if model is None or model.privacy is None:
-        return None
-    return dataclasses.asdict(model.privacy)  # exactly the fields of `PrivacyParams`
+    return None if model is None else model.privacy
 
 
 def quarantined_children(detail: StatusDetail) -> dict[str, str]:
@@ -269,7 +266,7 @@ class ModelWatcher:
         return dict(sorted(out.items()))
 
     @property
-    def privacy(self) -> dict[str, float | str] | None:
+    def privacy(self) -> PrivacyParams | None:
         """The latest model's guarantee (`privacy_of`): None without one."""
         return privacy_of(self.model)
 

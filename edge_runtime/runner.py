@@ -23,7 +23,7 @@ from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy
 from edge_runtime.replay import Replayer, ReplayStats
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.wire import SubspaceMessage
+from edge_runtime.wire import PrivacyParams, SubspaceMessage
 from edge_runtime.workers import (
     AgentHost,
     WorkerPool,
@@ -70,9 +70,10 @@ class RunSummary:
     float64 would take (``samples * n_features * 8``); ``sensor_*`` count the replay.
     ``error_ratio`` compares the root's basis with the offline rank-r SVD of all the
     replayed rows, r being the root's rank (1.0 is optimal). ``privacy`` is the root
-    model's differential-privacy guarantee, ``{"epsilon", "delta", "clip_norm",
-    "mechanism", "neighbours"}`` (the weakest over the leaves, `privacy_of`), or None when
-    some leaf publishes without noise.
+    model's differential-privacy guarantee, a `PrivacyParams` (the weakest over the leaves,
+    `privacy_of`; in `as_dict` its map ``{"epsilon", "delta", "clip_norm", "mechanism",
+    "neighbours"}``, `PrivacyParams.to_json`), or None when some leaf publishes without
+    noise.
 
     Throughput and latency are measured here, on one clock (``time.monotonic``), as the
     model watcher receives the root's models: ``readings_per_s`` is ``samples`` over the
@@ -111,7 +112,7 @@ class RunSummary:
     rejects: int
     wall_s: float
     covered: bool
-    privacy: dict[str, float | str] | None = None
+    privacy: PrivacyParams | None = None
     readings_per_s: float | None = None
     latency_p50_s: float | None = None
     latency_p95_s: float | None = None
@@ -123,8 +124,10 @@ class RunSummary:
     rounds: int | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The summary as a JSON-ready mapping."""
-        return asdict(self)
+        """The summary as a JSON-ready mapping (``privacy`` as `PrivacyParams.to_json`)."""
+        out = asdict(self)
+        out["privacy"] = None if self.privacy is None else self.privacy.to_json()
+        return out
 
 
 async def clear_retained(topology: Topology, settings: AgentSettings) -> None:

@@ -321,16 +321,17 @@ async def run_tree(broker, topology: Topology, data: dict[str, np.ndarray]) -> S
         for leaf, rows in data.items():
             await publish_rows(broker, topology.nodes[leaf].sensor_topic, rows)
         model = await watcher.wait_until(lambda m: covers(m, expected), 15)
-        assert watcher.privacy == (
+        assert watcher.privacy == model.privacy
+        assert (None if watcher.privacy is None else list(watcher.privacy.to_json().items())) == (
             None
             if model.privacy is None
-            else {
-                "epsilon": model.privacy.epsilon,
-                "delta": model.privacy.delta,
-                "clip_norm": model.privacy.clip_norm,
-                "mechanism": model.privacy.mechanism,
-                "neighbours": model.privacy.neighbours,
-            }
+            else [
+                ("epsilon", model.privacy.epsilon),
+                ("delta", model.privacy.delta),
+                ("clip_norm", model.privacy.clip_norm),
+                ("mechanism", model.privacy.mechanism),
+                ("neighbours", model.privacy.neighbours),
+            ]
         )
         await wait_for(lambda: root.snapshot is not None and covers(root.snapshot, expected))
         assert root.snapshot.privacy == model.privacy
@@ -360,13 +361,16 @@ async def test_a_private_gaussian_tree_carries_its_mechanism_and_neighbours_to_t
     )
     assert model.privacy == PARAMS
     assert (model.privacy.mechanism, model.privacy.neighbours) == ("gaussian", "replace-one")
-    assert privacy_of(model) == {
-        "epsilon": PARAMS.epsilon,
-        "delta": PARAMS.delta,
-        "clip_norm": PARAMS.clip_norm,
-        "mechanism": "gaussian",
-        "neighbours": "replace-one",
-    }
+    assert privacy_of(model) == PrivacyParams(
+        PARAMS.epsilon, PARAMS.delta, PARAMS.clip_norm, "gaussian", "replace-one"
+    )
+    assert list(privacy_of(model).to_json().items()) == [
+        ("epsilon", PARAMS.epsilon),
+        ("delta", PARAMS.delta),
+        ("clip_norm", PARAMS.clip_norm),
+        ("mechanism", "gaussian"),
+        ("neighbours", "replace-one"),
+    ]
 
 
 @pytest.mark.mqtt

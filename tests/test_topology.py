@@ -21,6 +21,7 @@ from edge_runtime.topology import (
     load_topology,
     parse_topology,
 )
+from edge_runtime.wire import PrivacyParams
 
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
 
@@ -570,8 +571,9 @@ def test_privacy_defaults_apply_to_leaves_and_aggregators_only_report() -> None:
         0.5, 1e-5, 10.0, 4, 7
     )  # fmt: skip
     assert type(a.clip_norm) is float
-    assert a.privacy == (0.5, 1e-5)
-    assert (b.privacy, b.noise_seed) == ((1.0, 1e-5), None)
+    assert a.privacy == PrivacyParams(0.5, 1e-5, 10.0, mechanism="fpca-eq8")
+    assert (a.privacy.neighbours, type(a.privacy.clip_norm)) == ("replace-one", float)
+    assert (b.privacy, b.noise_seed) == (PrivacyParams(1.0, 1e-5, 10.0, "fpca-eq8"), None)
     for aggregator in ("root", "site"):
         config = topology.nodes[aggregator]
         assert config.privacy is None

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.agents.leaf_estimator import estimator_privacy
 from edge_runtime.fedpower import LocalGram, local_iterations
 from edge_runtime.fedpower.accounting import (
     fedpower_noise_std,
@@ -33,7 +34,8 @@ class GramEstimator:
     rebuilds ``S`` from it) and what makes its readings durable; the federation never reads
     it. A private estimator's Gram is never published (`FedPowerLeafCore`).
 
-    Privacy (``privacy = (epsilon, delta)`` with ``clip_norm`` and ``iterations`` ``T``):
+    Privacy (a `PrivacyParams` ``privacy`` and ``iterations`` ``T``; its plain numbers for
+    `edge_runtime.fedpower` come from `edge_runtime.agents.leaf_estimator.estimator_privacy`):
     rows are clipped into the unit ball (`LocalGram` ``clip_norm``) and `iterate` adds
     i.i.d. Gaussian noise to every local product. ``noise_std_`` is ``sigma =
     fedpower_noise_std(epsilon, delta, T, power_step_sensitivity(rank))`` in the units of
@@ -51,7 +53,8 @@ class GramEstimator:
         ``r``, columns of the basis a round iterates (capped at ``d``).
     privacy : PrivacyParams, optional
         The guarantee (``epsilon``, ``delta``, ``clip_norm``, ``mechanism``); default None:
-        no clipping, no noise.
+        no clipping, no noise. Kept as the attribute ``privacy`` (``params`` is the same
+        object), with ``clip_norm`` and ``mechanism`` read from it.
     iterations : int, optional
         ``T``, local iterations the budget covers; required (``>= 1``) with ``privacy``.
     random_state : int, numpy.random.Generator or None, optional
@@ -83,11 +86,8 @@ class GramEstimator:
         self.n_blocks_ = 0
         self.n_releases_ = 0  # local iterations run (each one a noisy release when private)
         self.n_clipped_ = 0
-        self.params = privacy
+        self.privacy: PrivacyParams | None = privacy
         if privacy is None:
-            self.privacy: tuple[float, float] | None = None
-            self.clip_norm: float | None = None
-            self.mechanism: str | None = None
             self.iterations: int | None = None
             self.noise_std_: float | None = None
             self.gram = LocalGram(n_features)
@@ -96,18 +96,29 @@ class GramEstimator:
                 raise ValueError(
                     f"a private FedPower leaf needs iterations T >= 1, got {iterations}"
                 )
-            self.privacy = (privacy.epsilon, privacy.delta)
-            self.clip_norm = privacy.clip_norm
-            self.mechanism = privacy.mechanism
+            numbers = estimator_privacy(privacy)
+            epsilon, delta = numbers["privacy"]
             self.iterations = int(iterations)
             self.noise_std_ = fedpower_noise_std(
-                privacy.epsilon,
-                privacy.delta,
-                self.iterations,
-                power_step_sensitivity(self.rank_),
+                epsilon, delta, self.iterations, power_step_sensitivity(self.rank_)
             )
-            self.gram = LocalGram(n_features, clip_norm=privacy.clip_norm)
+            self.gram = LocalGram(n_features, clip_norm=numbers["clip_norm"])
         self.rng = np.random.default_rng(random_state)
+
+    @property
+    def params(self) -> PrivacyParams | None:
+        """The guarantee (``privacy``), as `FedPowerLeafCore.privacy_mismatch` compares it."""
+        return self.privacy
+
+    @property
+    def clip_norm(self) -> float | None:
+        """The guarantee's clip norm (None: not private), as `FPCAEdge.clip_norm`."""
+        return None if self.privacy is None else self.privacy.clip_norm
+
+    @property
+    def mechanism(self) -> str | None:
+        """The guarantee's mechanism (None: not private), as `FPCAEdge.mechanism`."""
+        return None if self.privacy is None else self.privacy.mechanism
 
     @property
     def last_noise_std_(self) -> float | None:
@@ -190,16 +201,9 @@ class GramEstimator:
             "fedpower_iterations_run": self.n_releases_,
             "fedpower_clipped": self.n_clipped_,
         }
-        p = self.params
+        p = self.privacy
         if p is not None:
-            state["fedpower_privacy"] = {
-                "epsilon": p.epsilon,
-                "delta": p.delta,
-                "clip_norm": p.clip_norm,
-                "mechanism": p.mechanism,
-                "neighbours": p.neighbours,
-                "iterations": self.iterations,
-            }
+            state["fedpower_privacy"] = {**p.to_json(), "iterations": self.iterations}
         return state
 
     @classmethod
@@ -222,7 +226,7 @@ class GramEstimator:
             iterations=iterations,
             random_state=random_state,
         )
-        clip = None if privacy is None else privacy.clip_norm
+        clip = out.gram.clip_norm  # the guarantee's, set by __init__
         out.gram = LocalGram.from_state({"gram": gram, "n_samples": n, "clip_norm": clip})
         out.n_blocks_ = int(state.get("fedpower_blocks", 0))
         out.n_releases_ = int(state.get("fedpower_iterations_run", 0))

@@ -24,11 +24,7 @@ import numpy as np
 
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.leaf_durability import LeafDurability
-from edge_runtime.agents.leaf_estimator import (
-    LeafEstimator,
-    configured_privacy,
-    snapshot_privacy,
-)
+from edge_runtime.agents.leaf_estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf_intake import GAP_WEIGHT, LeafIntake, RangeHook
 from edge_runtime.agents.leaf_restore import LeafRestore
 from edge_runtime.agents.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
@@ -43,7 +39,6 @@ __all__ = [
     "IDLE_GAPS",
     "LeafCore",
     "RangeHook",
-    "configured_privacy",
     "snapshot_privacy",
 ]
 
@@ -139,7 +134,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.checkpointed_blocks = 0
         self.checkpointed_n = -1
         self.restored_from: str | None = None
-        self.privacy: PrivacyParams | None = configured_privacy(config)
+        self.privacy: PrivacyParams | None = config.privacy
         self.noise: int | np.random.Generator | None = config.noise_seed
         self.noise_restarts = 0
         self._now = now

@@ -4,8 +4,11 @@
 (`FPCAEdge`, or a FedPower leaf's `GramEstimator`): its settings for a reading width, the
 continual-release horizon, whether a restored one may continue under the configured
 guarantee, and what a snapshot taken now would summarise (a private leaf's pending rows are
-not released yet). `snapshot_privacy` and `configured_privacy` state the two guarantees
-compared: the estimator's own and the topology's.
+not released yet). The guarantee compared is a `PrivacyParams` on both sides: the
+estimator's own (`snapshot_privacy`) and the topology's (`NodeConfig.privacy`).
+`estimator_privacy` is the one place a `PrivacyParams` becomes the plain-number arguments
+of the numerics (`FPCAEdge`'s ``privacy=(epsilon, delta)``, ``clip_norm``, ``mechanism``),
+which sit below the wire layer and take no `PrivacyParams`.
 """
 
 from __future__ import annotations
@@ -18,31 +21,33 @@ from edge_runtime.fpca.privacy import NEIGHBOURS, noise_std
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import PrivacyParams
 
-__all__ = ["LeafEstimator", "configured_privacy", "snapshot_privacy"]
+__all__ = ["LeafEstimator", "estimator_privacy", "snapshot_privacy"]
+
+
+def estimator_privacy(params: PrivacyParams) -> dict[str, Any]:
+    """The arguments of the numerics for the guarantee ``params``: ``privacy=(epsilon,
+    delta)``, ``clip_norm`` and ``mechanism`` of `FPCAEdge` (and of
+    `edge_runtime.fedpower.fedpower_noise_std` / `LocalGram` through `GramEstimator`,
+    which reads them here too). The one conversion from `PrivacyParams` to plain numbers;
+    `snapshot_privacy` is its inverse."""
+    return {
+        "privacy": (params.epsilon, params.delta),
+        "clip_norm": params.clip_norm,
+        "mechanism": params.mechanism,
+    }
 
 
 def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
     """The guarantee of ``est``'s snapshots: its own privacy settings (budget, clip norm,
-    mechanism; replace-one neighbours, `edge_runtime.fpca.privacy.NEIGHBOURS`), or None."""
-    if est.privacy is None or est.clip_norm is None or est.mechanism is None:
+    mechanism; replace-one neighbours, `edge_runtime.fpca.privacy.NEIGHBOURS`), or None.
+    A FedPower leaf's `GramEstimator` holds its `PrivacyParams` already."""
+    if est.privacy is None or isinstance(est.privacy, PrivacyParams):
+        return est.privacy
+    if est.clip_norm is None or est.mechanism is None:
         return None
     epsilon, delta = est.privacy
     return PrivacyParams(
         epsilon, delta, est.clip_norm, mechanism=est.mechanism, neighbours=NEIGHBOURS
-    )
-
-
-def configured_privacy(config: NodeConfig) -> PrivacyParams | None:
-    """The guarantee a leaf configured with ``config`` publishes under, or None."""
-    if config.epsilon is None or config.delta is None or config.clip_norm is None:
-        return None
-    assert config.mechanism is not None  # NodeConfig sets it with privacy
-    return PrivacyParams(
-        config.epsilon,
-        config.delta,
-        config.clip_norm,
-        mechanism=config.mechanism,
-        neighbours=NEIGHBOURS,
     )
 
 
@@ -54,7 +59,7 @@ class LeafEstimator:
     config : NodeConfig
         The leaf's settings (rank, block size, privacy, ...).
     privacy : PrivacyParams or None
-        The configured guarantee (`configured_privacy`).
+        The configured guarantee (`NodeConfig.privacy`).
     noise : int, numpy.random.Generator or None
         What a new private estimator draws its noise from (a seed, a generator, or None:
         the operating system's entropy).
@@ -88,9 +93,7 @@ class LeafEstimator:
         privacy: dict[str, Any] = {}
         if self.privacy is not None:
             privacy = {
-                "privacy": (self.privacy.epsilon, self.privacy.delta),
-                "clip_norm": self.privacy.clip_norm,
-                "mechanism": self.privacy.mechanism,
+                **estimator_privacy(self.privacy),
                 "horizon": self.horizon,
                 "chunk_size": cfg.chunk_size,
                 "random_state": self.noise,

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
 
 from edge_runtime.monitor import privacy_of
 from edge_runtime.runner import Progress, RunSummary
-from edge_runtime.wire import SubspaceMessage
+from edge_runtime.wire import PrivacyParams, SubspaceMessage
 
 __all__ = ["ProgressLine", "model_line", "print_summary", "privacy_text"]
 
@@ -76,22 +75,24 @@ def print_summary(s: RunSummary) -> None:
     print("\n".join(lines))
 
 
-def privacy_text(privacy: Mapping[str, float | str] | None) -> str:
+def privacy_text(privacy: PrivacyParams | None) -> str:
     """The guarantee line of `run`: budget per reading, neighbouring relation, mechanism,
     clip norm (`privacy_of`)."""
     if privacy is None:
         return "none (some leaf publishes without noise)"
     return (
-        f"({privacy['epsilon']:g}, {privacy['delta']:g})-DP per reading, "
-        f"{privacy['neighbours']} neighbours, mechanism {privacy['mechanism']}, "
-        f"clip norm {privacy['clip_norm']:g}"
+        f"({privacy.epsilon:g}, {privacy.delta:g})-DP per reading, "
+        f"{privacy.neighbours} neighbours, mechanism {privacy.mechanism}, "
+        f"clip norm {privacy.clip_norm:g}"
     )
 
 
 def model_line(model: SubspaceMessage) -> dict[str, object]:
     """The root model as ``watch`` reports it: ``n_samples``, ``rank``,
     ``leaves_covered`` (sorted leaf ids with samples), ``seq``, ``epoch``, ``timestamp``
-    (Unix seconds) and ``privacy`` (`privacy_of`, None without a guarantee)."""
+    (Unix seconds) and ``privacy`` (`privacy_of` as `PrivacyParams.to_json`, None without
+    a guarantee)."""
+    privacy = privacy_of(model)
     return {
         "n_samples": model.n_samples,
         "rank": model.rank,
@@ -99,7 +100,7 @@ def model_line(model: SubspaceMessage) -> dict[str, object]:
         "seq": model.seq,
         "epoch": model.epoch,
         "timestamp": model.timestamp,
-        "privacy": privacy_of(model),
+        "privacy": None if privacy is None else privacy.to_json(),
     }
 
 

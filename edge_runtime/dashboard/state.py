@@ -14,7 +14,7 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
 * the root's model (`edge_runtime.wire.SubspaceMessage` on ``<prefix>/<root>/model``): its
   singular values and each component's share of the captured energy (``sigma_i^2 /
   sum sigma^2``, a scree plot), samples, rank, leaves covered and privacy
-  (`edge_runtime.monitor.privacy_of`);
+  (`edge_runtime.monitor.privacy_of`, as `edge_runtime.wire.PrivacyParams.to_json`);
 * anomaly rates over time: per node, the last `HISTORY_POINTS` ``(t, rate)`` pairs, ``t``
   in seconds of the same clock.
 
@@ -248,6 +248,7 @@ class DashboardState:
             return None
         sv = [float(s) for s in model.subspace.singular_values]
         energy = sum(s * s for s in sv)
+        privacy = privacy_of(model)
         return {
             "seq": model.seq,
             "epoch": model.epoch,
@@ -259,7 +260,7 @@ class DashboardState:
             "explained": [s * s / energy for s in sv] if energy > 0 else [0.0 for _ in sv],
             "leaves_covered": sorted(k for k, v in model.provenance.items() if v > 0),
             "provenance": dict(model.provenance),
-            "privacy": privacy_of(model),
+            "privacy": None if privacy is None else privacy.to_json(),
             "timestamp": model.timestamp,
             "age_s": None if self.model_heard is None else now - self.model_heard,
         }

@@ -102,7 +102,9 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
         ``(epsilon, delta)``, ``epsilon > 0``, ``0 < delta < 1``: make everything the
         estimator returns ``(epsilon, delta)``-differentially private per sample
         (replace-one neighbours) by ``mechanism`` (see Notes). None (the default) adds
-        no noise.
+        no noise. Plain numbers, so the numerics stand alone: above them a guarantee is an
+        `edge_runtime.wire.PrivacyParams`, turned into ``privacy``, ``clip_norm`` and
+        ``mechanism`` in one place, `edge_runtime.agents.leaf_estimator.estimator_privacy`.
     clip_norm : float or None, default=None
         Required with ``privacy``: samples are clipped to this Euclidean norm ``C`` (in
         the data's units) and divided by it, so they lie in the unit ball the guarantee

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.fpca.privacy import gaussian_default_block_size
+from edge_runtime.fpca.privacy import NEIGHBOURS, gaussian_default_block_size
 from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import check_n_features
 from edge_runtime.topology.node_checks import check_node
+from edge_runtime.wire.privacy import PrivacyParams
 
 __all__ = ["NodeConfig"]
 
@@ -198,11 +199,25 @@ class NodeConfig:
     max_reading_rate: float | None = None
 
     @property
-    def privacy(self) -> tuple[float, float] | None:
-        """``(epsilon, delta)`` of a private leaf, or None (published without noise)."""
-        if self.epsilon is None or self.delta is None:
+    def privacy(self) -> PrivacyParams | None:
+        """The guarantee a private leaf publishes under, or None (published without noise).
+
+        A `edge_runtime.wire.PrivacyParams` of ``epsilon``, ``delta``, ``clip_norm``, the
+        node's ``mechanism`` and replace-one neighbours (`edge_runtime.fpca.privacy.
+        NEIGHBOURS`): the one type of a guarantee above the numerics. The leaf turns it into
+        the plain-number arguments of `edge_runtime.fpca.FPCAEdge` in one place,
+        `edge_runtime.agents.leaf_estimator.estimator_privacy`.
+        """
+        if self.epsilon is None or self.delta is None or self.clip_norm is None:
             return None
-        return (self.epsilon, self.delta)
+        assert self.mechanism is not None  # set with privacy (`check_node`)
+        return PrivacyParams(
+            self.epsilon,
+            self.delta,
+            self.clip_norm,
+            mechanism=self.mechanism,
+            neighbours=NEIGHBOURS,
+        )
 
     def block_size_for(self, n_features: int) -> int:
         """The block size this node's estimator uses for readings of ``n_features`` values.

@@ -1,6 +1,9 @@
 """Differential-privacy guarantees on the wire: a snapshot's, and a node's status ledger.
 
-`PrivacyParams` is the guarantee a subspace message (and a FedPower reply) carries;
+`PrivacyParams` is the guarantee a subspace message (and a FedPower reply) carries, and the
+one type of a privacy guarantee above the numerics (a node's configured one,
+`edge_runtime.topology.NodeConfig.privacy`; a model's, `edge_runtime.monitor.privacy_of`;
+`PrivacyParams.to_json` its JSON map);
 `PrivacyStatus` the ledger of a status document (the guarantee plus the noise scale and
 counts). Both check the same budget fields (``_set_budget``), and the maps they travel as are
 read and written here only: ``_privacy_to_wire`` / ``_privacy_from_wire`` for the msgpack
@@ -81,6 +84,20 @@ class PrivacyParams:
 
     def __post_init__(self) -> None:
         _set_budget(self)
+
+    def to_json(self) -> dict[str, float | str]:
+        """The guarantee as a JSON (or msgpack) map: keys ``epsilon, delta, clip_norm,
+        mechanism, neighbours`` in this order. The one place the guarantee becomes a map:
+        the ``privacy`` map of a subspace message or a FedPower reply
+        (``_privacy_to_wire``), of ``edge-runtime run --json`` and ``watch``
+        (`edge_runtime.cli.output`) and of the dashboard's model."""
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "clip_norm": self.clip_norm,
+            "mechanism": self.mechanism,
+            "neighbours": self.neighbours,
+        }
 
 
 def _privacy_name(label: str, value: object) -> str:
@@ -221,15 +238,7 @@ def _check_privacy_type(value: object, kind: type) -> None:
 def _privacy_to_wire(privacy: PrivacyParams | None) -> dict[str, str | float] | None:
     """The ``privacy`` map of a subspace message or a FedPower reply (nil for None): keys
     ``epsilon, delta, clip_norm, mechanism, neighbours`` in this order."""
-    if privacy is None:
-        return None
-    return {
-        "epsilon": privacy.epsilon,
-        "delta": privacy.delta,
-        "clip_norm": privacy.clip_norm,
-        "mechanism": privacy.mechanism,
-        "neighbours": privacy.neighbours,
-    }
+    return None if privacy is None else privacy.to_json()
 
 
 def _budget_map(value: object, nil: str) -> dict[object, object] | None:
