@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.sources import Source, SourceError, open_source
 
 __all__ = ["LeafSource"]
@@ -156,12 +157,5 @@ class LeafSource:
         if self._source_state == "running":
             self._source_state = "closed"
         await source.aclose()
-        if task is not None and not task.done():
-            task.cancel()
         if task is not None:
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+            await cancel_and_wait(task)

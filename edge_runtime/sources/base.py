@@ -27,6 +27,7 @@ from typing import ClassVar, TypedDict
 import numpy as np
 import structlog
 
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.sources.lines import LineParser
 from edge_runtime.sources.ratelimit import LogRateLimiter
@@ -260,13 +261,7 @@ class Source(ABC):
         task, self._task = self._task, None
         try:
             if task is not None and not task.done():
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if current is not None and current.cancelling():
-                        raise
+                await cancel_and_wait(task)
         finally:
             self._close_sync()
             while not self._queue.empty():
