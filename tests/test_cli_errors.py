@@ -234,7 +234,9 @@ def test_a_replay_to_an_unreachable_broker_is_one_line_and_exit_1(tmp_path) -> N
         "--wait-online", "0", timeout_s=60,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
-    assert one_line(result).startswith("edge-runtime: error: cannot talk to the MQTT broker: ")
+    assert one_line(result).startswith(
+        f"edge-runtime: error: cannot talk to the MQTT broker {broker}: "
+    )
     assert result.stdout == ""
 
 

@@ -302,6 +302,7 @@ ERROR_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("id subspace", D + ROOT + node("subspace", "root"), ("'subspace'", "reserved")),
     ("id status", D + ROOT + node("status", "root"), ("'status'", "reserved")),
     ("id model", D + ROOT + node("model", "root"), ("'model'", "reserved")),
+    ("id scores", D + ROOT + node("scores", "root"), ("'scores'", "reserved")),
     ("long id", D + ROOT + node("x" * 65, "root"), ("'" + "x" * 65 + "'", "65 characters")),
     ("missing id", D + ROOT + "[[nodes]]\nparent = 'root'\n", ("nodes[1]", "no id")),
     ("id not a string", D + ROOT + "[[nodes]]\nid = 7\n", ("nodes[1]", "id must be a string")),

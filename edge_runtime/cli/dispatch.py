@@ -81,7 +81,7 @@ def dispatch(args: argparse.Namespace) -> int:
         with threadpool_limits(limits=1):
             return asyncio.run(COMMANDS[args.command](args))
     except Exception as raised:
-        translated = failure(raised)
+        translated = failure(raised, getattr(args, "broker", None))
         if translated is None:
             raise
         message, code = translated
@@ -89,7 +89,7 @@ def dispatch(args: argparse.Namespace) -> int:
     return code
 
 
-def failure(raised: BaseException) -> tuple[str, int] | None:
+def failure(raised: BaseException, broker: str | None = None) -> tuple[str, int] | None:
     """The line (after ``edge-runtime: error:``) and exit status for an error a command
     raised, or None for one that is not translated (see the module docstring).
 
@@ -98,6 +98,9 @@ def failure(raised: BaseException) -> tuple[str, int] | None:
     raised : BaseException
         An exception group stands for its first leaf (``asyncio.TaskGroup`` wraps the
         errors of its tasks in groups).
+    broker : str or None
+        The ``--broker`` URL of the command, named in a connection error; None when the
+        command started its own broker.
     """
     exc = _innermost(raised)
     if isinstance(exc, CliError):
@@ -107,7 +110,8 @@ def failure(raised: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {exc}", EXIT_USAGE
     if isinstance(exc, aiomqtt.MqttError | OSError):
-        return f"cannot talk to the MQTT broker: {exc}", EXIT_FAILED
+        where = "" if broker is None else f" {broker}"
+        return f"cannot talk to the MQTT broker{where}: {exc}", EXIT_FAILED
     return None
 
 

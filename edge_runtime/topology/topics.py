@@ -62,7 +62,7 @@ ROUND = "round"
 """Kind of the root's FedPower round topic."""
 
 RESERVED_IDS: frozenset[str] = frozenset(
-    {"subspace", "status", "model", "confirm", "round", "reply"}
+    {"subspace", "status", "model", "confirm", "scores", "round", "reply"}
 )
 """Ids that would collide with the topic names a node publishes under its path."""
 
