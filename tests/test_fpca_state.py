@@ -239,7 +239,7 @@ def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
         (_set("mean_weight", 21.0), "mean_weight"),
         (_set("mean_weight", None), "mean_weight"),
         (_set("last_rank_change", 9), "last_rank_change"),
-        (_set("last_rank_change", 0), "last_rank_change"),
+        (_set("last_rank_change", -1), "last_rank_change"),
     ],
 )
 def test_from_state_rejects_an_inconsistent_state_naming_the_field(mutate: Any, field: str) -> None:
@@ -416,3 +416,17 @@ def test_from_subspace_rejects_bad_snapshots() -> None:
         FPCAEdge.from_subspace(good, rank=2, block_size=5, adaptive=True, current_rank=6)
     with pytest.raises(ValueError, match="current_rank"):
         FPCAEdge.from_subspace(good, rank=2, block_size=5, adaptive=True, current_rank=0)
+
+
+def test_a_rank_change_at_a_flush_before_the_first_full_block_round_trips() -> None:
+    """Adaptive rank may grow at a `flush` of a short first block (n_blocks_ still 0); the
+    state records last_rank_change 0, and `from_state` restores it and continues alike."""
+    rows = stream(3, 30, 10)
+    est = FPCAEdge(10, 2, 100, adaptive=True).partial_fit(rows).flush()
+    assert (est.n_blocks_, est._last_rank_change) == (0, 0) and est.rank_ > 2
+    back = FPCAEdge.from_state(est.get_state())
+    assert back._last_rank_change == 0
+    more = stream(4, 250, 10)
+    np.testing.assert_array_equal(
+        back.partial_fit(more).get_state()["basis"], est.partial_fit(more).get_state()["basis"]
+    )

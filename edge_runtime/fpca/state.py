@@ -293,9 +293,10 @@ class StateMixin:
             raise ValueError("FPCAEdge state: mean and mean_weight must be None when not center")
 
         last = _state_optional_int(state, "last_rank_change")
-        if last is not None and not (edge.adaptive and 1 <= last <= n_blocks):
+        # 0 is a rank change at a `flush` before the first full block (n_blocks_ was 0).
+        if last is not None and not (edge.adaptive and 0 <= last <= n_blocks):
             raise ValueError(
-                f"FPCAEdge state: last_rank_change {last} must be None or in [1, n_blocks_ "
+                f"FPCAEdge state: last_rank_change {last} must be None or in [0, n_blocks_ "
                 f"{n_blocks}] (and only with adaptive=True)"
             )
 
