@@ -235,6 +235,24 @@ def _mark(passed: bool | None) -> str:
     return {True: "pass", False: "**FAIL**", None: "n/a"}[passed]
 
 
+def _checks_table(checks: Sequence[Check] | Sequence[anomaly_report.Check]) -> str:
+    """Done-when items as a Markdown table: item, measured, target, result."""
+    return _table(
+        ["item", "measured", "target", "result"],
+        [[c.item, c.measured, c.target, _mark(c.passed)] for c in checks],
+    )
+
+
+def _checks_section(
+    title: str, checks: Sequence[Check] | Sequence[anomaly_report.Check], note: str
+) -> list[str]:
+    """A ``## Done-when check (TITLE)`` section of the report (its table, then ``note``) as
+    Markdown lines; none when ``checks`` is empty (that benchmark did not run)."""
+    if not checks:
+        return []
+    return [f"## Done-when check ({title})", "", _checks_table(checks), "", note, ""]
+
+
 def done_when(res: Results) -> list[Check]:
     """Evaluate the Done-when items of issue 3 on ``res``."""
     checks: list[Check] = []
@@ -613,7 +631,6 @@ def _memory_section(res: Results) -> list[str]:
 
 def write_report(res: Results, out_dir: Path) -> Path:
     """Write ``out_dir/REPORT.md`` for ``res``; returns its path."""
-    checks = done_when(res)
     lines = [
         "# FPCA-Edge benchmark report",
         "",
@@ -623,66 +640,31 @@ def write_report(res: Results, out_dir: Path) -> Path:
         "",
         "## Done-when check (issue 3)",
         "",
-        _table(
-            ["item", "measured", "target", "result"],
-            [[c.item, c.measured, c.target, _mark(c.passed)] for c in checks],
-        ),
+        _checks_table(done_when(res)),
         "",
     ]
-    privacy_checks = privacy_done_when(res)
-    if privacy_checks:
-        lines += [
-            "## Done-when check (issues 5 and 10: differential privacy)",
-            "",
-            _table(
-                ["item", "measured", "target", "result"],
-                [[c.item, c.measured, c.target, _mark(c.passed)] for c in privacy_checks],
-            ),
-            "",
-            "Details, the reasons and every number in section (f).",
-            "",
-        ]
-    fleet_checks = fleet_done_when(res)
-    if fleet_checks:
-        lines += [
-            "## Done-when check (issue 9: flow control, measured by the fleet benchmark)",
-            "",
-            _table(
-                ["item", "measured", "target", "result"],
-                [[c.item, c.measured, c.target, _mark(c.passed)] for c in fleet_checks],
-            ),
-            "",
-            "Details and every number in section (g).",
-            "",
-        ]
-    fedpower_checks = fedpower_done_when(res)
-    if fedpower_checks:
-        lines += [
-            "## Done-when check (issue 12: FedPower beside FPCA, measured by benchmark (h))",
-            "",
-            _table(
-                ["item", "measured", "target", "result"],
-                [[c.item, c.measured, c.target, _mark(c.passed)] for c in fedpower_checks],
-            ),
-            "",
-            "Details and every number in section (h).",
-            "",
-        ]
-    anomaly_checks = anomaly_report.checks(res.anomaly)
-    if anomaly_checks:
-        lines += [
-            "## Done-when check (issue 13: anomaly flags, measured by benchmark (i))",
-            "",
-            _table(
-                ["item", "measured", "target", "result"],
-                [[c.item, c.measured, c.target, _mark(c.passed)] for c in anomaly_checks],
-            ),
-            "",
-            "Blocked on this data: section (i) shows that no alpha = 0.01 limit reaches the "
-            "targets for one faulty mote among 48 on Motes light (oracle table), while the same "
-            "detector does on data that fit its model (synthetic control).",
-            "",
-        ]
+    lines += _checks_section(
+        "issues 5 and 10: differential privacy",
+        privacy_done_when(res),
+        "Details, the reasons and every number in section (f).",
+    )
+    lines += _checks_section(
+        "issue 9: flow control, measured by the fleet benchmark",
+        fleet_done_when(res),
+        "Details and every number in section (g).",
+    )
+    lines += _checks_section(
+        "issue 12: FedPower beside FPCA, measured by benchmark (h)",
+        fedpower_done_when(res),
+        "Details and every number in section (h).",
+    )
+    lines += _checks_section(
+        "issue 13: anomaly flags, measured by benchmark (i)",
+        anomaly_report.checks(res.anomaly),
+        "Blocked on this data: section (i) shows that no alpha = 0.01 limit reaches the "
+        "targets for one faulty mote among 48 on Motes light (oracle table), while the same "
+        "detector does on data that fit its model (synthetic control).",
+    )
     lines += [
         "## Environment",
         "",

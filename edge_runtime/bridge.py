@@ -123,12 +123,6 @@ def _check_site(topology: Topology, site: object) -> str:
     return site
 
 
-def _subtree(topology: Topology, site: str) -> list[str]:
-    """``site`` and every node below it, in the topology's file order."""
-    path = topology.path(site)
-    return [n for n in topology.nodes if n == site or topology.path(n).startswith(path + "/")]
-
-
 def bridge_topics(topology: Topology, site: str) -> list[BridgeTopic]:
     """The topics the bridge of ``site`` carries, out topics first, without duplicates.
 
@@ -152,7 +146,7 @@ def bridge_topics(topology: Topology, site: str) -> list[BridgeTopic]:
         If ``site`` is not a node of ``topology``, or is its root or a leaf.
     """
     _check_site(topology, site)
-    nodes = _subtree(topology, site)
+    nodes = topology.subtree(site)
     leaves = topology.leaves_under(site)
     topics = [
         BridgeTopic(topology.subspace_topic(site), "out", "subspace", f"{site}'s snapshot, up")

@@ -64,7 +64,7 @@ FORMAT_VERSION = 1
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 _HEADER_MEMBER = "header"
-_TEMP_SUFFIX = TEMP_SUFFIX
+_TEMP_HEX_DIGITS = 16  # random hex digits of a temporary name (`_temp_pattern` matches them)
 # One save at a time in this process, so removing stray temporary files never removes
 # the file of a save in progress. Writers in other processes are not coordinated: one
 # writing process per checkpoint path.
@@ -79,11 +79,12 @@ class CheckpointError(EdgeRuntimeError, ValueError):
 
 
 def _temp_name(path: Path) -> str:
-    return temp_name(path, 16)
+    return temp_name(path, _TEMP_HEX_DIGITS)
 
 
 def _temp_pattern(path: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{16}}{re.escape(_TEMP_SUFFIX)}")
+    digits = f"[0-9a-f]{{{_TEMP_HEX_DIGITS}}}"
+    return re.compile(rf"\.{re.escape(path.name)}\.{digits}{re.escape(TEMP_SUFFIX)}")
 
 
 def _plain(value: object, where: str) -> object:

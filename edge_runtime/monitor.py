@@ -192,7 +192,6 @@ class ModelWatcher:
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._client: aiomqtt.Client | None = None
-        self._subscribed = asyncio.Event()
 
     async def __aenter__(self) -> ModelWatcher:
         self._client = aiomqtt.Client(**self.settings.client_kwargs())

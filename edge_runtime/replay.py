@@ -15,12 +15,11 @@ import numpy as np
 import structlog
 
 from edge_runtime.delivery import LeafDelivery
-from edge_runtime.monitor import wait_online
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_confirm, encode_readings
 
-__all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "new_run_id", "wait_online"]
+__all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "new_run_id"]
 
 DEFAULT_BATCH_SIZE = 64
 """Readings per message when replaying as fast as possible (benchmarks/fleet.py)."""

@@ -64,7 +64,28 @@ def prepare(out: Path, seed: int) -> tuple[Path, np.ndarray]:
 
 
 def tally(docs: list[dict], topology_path: Path, labels: np.ndarray) -> dict[str, dict]:
-    """Precision and recall per kind from score documents (one per reading)."""
+    """Precision and recall per kind from score documents (one per reading).
+
+    The rules of `precision_recall.score_faults` over the scored readings only: every
+    false alarm is charged to every kind.
+
+    Parameters
+    ----------
+    docs : list of dict
+        Decoded ``<prefix>/<leaf>/scores`` documents (``source`` ``replay:<run>:<leaf>``,
+        ``seq`` the reading's position in the leaf's rows, ``anomaly``); others are skipped.
+    topology_path : Path
+        The topology that was run: `Topology.split_rows` maps ``(leaf, seq)`` to a row.
+    labels : ndarray of shape (n_samples,), int
+        Index into `faults.KINDS` per row (`faults.FaultyData.labels`).
+
+    Returns
+    -------
+    dict of str to dict
+        Per kind (``clean`` first): ``scored``, ``unscored``, ``flagged`` (counts of
+        readings), ``recall`` and ``precision`` (NaN where undefined; ``clean``'s recall
+        is the false-alarm rate).
+    """
     rows_of = load_topology(topology_path).split_rows(labels.shape[0])
     flagged = np.zeros(labels.shape[0], dtype=bool)
     scored = np.zeros(labels.shape[0], dtype=bool)

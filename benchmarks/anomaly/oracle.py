@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.fpca import FPCAEdge
-from edge_runtime.fpca.scoring import AnomalyScorer, total_energy
+from benchmarks.anomaly.precision_recall import fit_scorer
+from edge_runtime.fpca.scoring import AnomalyScorer
 
 __all__ = ["FULL_SCALE", "VARIANTS", "OracleRow", "needed_share", "oracle", "scaled_score"]
 
@@ -55,7 +55,20 @@ class OracleRow:
 
 
 def scaled_score(scorer: AnomalyScorer, x: np.ndarray) -> np.ndarray:
-    """``max(Q / Q_alpha, T^2 / T^2_alpha)`` per reading: > 1 exactly where it is flagged."""
+    """``max(Q / Q_alpha, T^2 / T^2_alpha)`` per reading: > 1 exactly where it is flagged.
+
+    Parameters
+    ----------
+    scorer : AnomalyScorer
+        Its limits ``q_limit_`` (Jackson-Mudholkar) and ``t2_limit_`` (F) scale the scores.
+    x : ndarray of shape (n_samples, n_features)
+        Readings in the model's units.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+        Dimensionless, >= 0.
+    """
     s = scorer.score(x)
     return np.maximum(s.q / scorer.q_limit_, s.t2 / scorer.t2_limit_)
 
@@ -85,7 +98,17 @@ def oracle(
     Parameters
     ----------
     data : ndarray of shape (n_samples, n_features)
-        Clean readings (lux).
+        Clean readings (lux), ``n_samples > 50``.
+    rates : tuple of float, default=(0.01, 0.001)
+        Clean false-alarm rates in (0, 1) at which the recall is measured.
+    rank, oversample, alpha : int, int, float
+        The model and limits (`precision_recall.fit_scorer`).
+    n_cases : int, default=2000
+        Readings drawn per variant (rows 50 onwards, seeded) before ``min_effect``.
+    min_effect : float, default=50.0
+        Least change (lux) of the faulty mote's reading for a case to count.
+    seed : int, default=0
+        Seed of `numpy.random.default_rng` for the cases.
 
     Returns
     -------
@@ -96,10 +119,7 @@ def oracle(
         `scaled_score` of the clean readings.
     """
     n, d = data.shape
-    est = FPCAEdge(d, rank, oversample=oversample, center=True).fit(data)
-    scorer = AnomalyScorer(
-        est.tracked_subspace, alpha, rank=rank, total_energy=total_energy(data, centered=True)
-    )
+    scorer = fit_scorer(data, rank=rank, oversample=oversample, alpha=alpha)
     clean = scaled_score(scorer, data)
     rng = np.random.default_rng(seed)
     rows_at = rng.integers(50, n, n_cases)

@@ -36,6 +36,7 @@ __all__ = [
     "RANK",
     "SEED",
     "Row",
+    "fit_scorer",
     "main",
     "markdown_table",
     "motes",
@@ -70,6 +71,48 @@ def motes(dropouts: str) -> np.ndarray:
     return fill_dropouts(data) if dropouts == "filled" else data
 
 
+def fit_scorer(
+    train: np.ndarray,
+    *,
+    rank: int = RANK,
+    oversample: int = OVERSAMPLE,
+    alpha: float = ALPHA,
+) -> AnomalyScorer:
+    """The leaf's scorer for a model fitted on ``train`` (the protocol of the module).
+
+    ``FPCAEdge(d, rank, oversample=oversample, center=True)`` fitted on ``train``; its
+    tracked subspace (``rank + oversample`` directions) with ``rank`` model directions
+    and ``total_energy(train, centered=True)``, so the Q limit (Jackson & Mudholkar 1979,
+    `edge_runtime.fpca.scoring.q_limit`) and the T^2 limit (F-based,
+    `edge_runtime.fpca.scoring.t2_limit`) are the library's, at significance ``alpha``.
+
+    Parameters
+    ----------
+    train : ndarray of shape (n_train, n_features)
+        Clean readings (lux, or any unit: Q is in its square), finite, ``n_train > rank``.
+    rank : int, default=RANK
+        Model directions ``r`` (scores, T^2).
+    oversample : int, default=OVERSAMPLE
+        Extra tracked directions ``p``, whose eigenvalues enter the Q limit.
+    alpha : float, default=ALPHA
+        Significance in (0, 1) of both limits.
+
+    Returns
+    -------
+    AnomalyScorer
+        ``flags(x)`` is the leaf's rule ``Q > Q_alpha or T^2 > T^2_alpha``.
+
+    Raises
+    ------
+    ValueError
+        As `FPCAEdge` and `AnomalyScorer` (too few rows, a rank above ``n_features``).
+    """
+    est = FPCAEdge(train.shape[1], rank, oversample=oversample, center=True).fit(train)
+    return AnomalyScorer(
+        est.tracked_subspace, alpha, rank=rank, total_energy=total_energy(train, centered=True)
+    )
+
+
 def score_faults(
     train: np.ndarray,
     stream: np.ndarray,
@@ -90,6 +133,16 @@ def score_faults(
         Clean readings the model is fitted on.
     stream : ndarray of shape (n_samples, n_features)
         Clean readings to inject faults into; rows ``[start, n_samples)`` are scored.
+    start : int
+        First scored (and possibly faulty) row of ``stream``.
+    setting : str
+        The ``setting`` column of the rows (e.g. ``"Motes, filled"``).
+    seed : int, default=SEED
+        Seed of the fault placement (`faults.inject_faults`).
+    config : FaultConfig or None, default=None
+        Fault magnitudes and counts; None means ``FaultConfig()`` (lux).
+    rank, oversample, alpha
+        As `fit_scorer`.
 
     Returns
     -------
@@ -97,11 +150,7 @@ def score_faults(
         ``clean`` first (``recall`` = the false-alarm rate, ``precision`` NaN), then one
         row per fault kind of `faults.KINDS`.
     """
-    d = train.shape[1]
-    est = FPCAEdge(d, rank, oversample=oversample, center=True).fit(train)
-    scorer = AnomalyScorer(
-        est.tracked_subspace, alpha, rank=rank, total_energy=total_energy(train, centered=True)
-    )
+    scorer = fit_scorer(train, rank=rank, oversample=oversample, alpha=alpha)
     faulty = inject_faults(stream, start=start, seed=seed, config=config)
     flags = scorer.flags(faulty.data[start:])
     labels = faulty.labels[start:]

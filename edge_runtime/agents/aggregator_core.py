@@ -295,9 +295,29 @@ class AggregatorCore(NodeCore):
 
     # ------------------------------------------------------------------- merge
     def pending_cells(self) -> int:
-        """Matrix cells the pending merge touches (the shell offloads large ones)."""
-        cells = sum(self.children[c].snapshot.subspace.basis.size for c in self._dirty)
+        """Matrix cells the pending merge touches (the shell offloads large ones): the
+        changed children's and, with an influence cap, the siblings whose factor changes
+        with them (`merge` updates those too)."""
+        if not self._dirty:
+            return 0  # nothing changed: no factor changes either
+        _, _, rescaled = self._plan()
+        pending = self._dirty | rescaled
+        cells = sum(self.children[c].snapshot.subspace.basis.size for c in pending)
         return cells * max(1, len(self.child_ids).bit_length())
+
+    def _plan(self) -> tuple[dict[str, SubspaceMessage], dict[str, float], set[str]]:
+        """The snapshots the merge includes (not `_excluded`), their influence factors
+        (`influence_scales`, all 1 without a cap), and the children whose factor differs
+        from the one they were merged with."""
+        # list(): the event loop may add a child while a worker thread merges
+        included = {c: r.snapshot for c, r in list(self.children.items()) if not self._excluded(c)}
+        scales = (
+            dict.fromkeys(included, 1.0)
+            if self.influence_cap is None
+            else influence_scales(included, self.influence_cap)
+        )
+        rescaled = {c for c, f in scales.items() if f != self._scales.get(c, 1.0)}
+        return included, scales, rescaled
 
     def merge(self) -> tuple[Subspace | None, list[SubspaceMessage]]:
         """Put the changed children into the merge tree (numerics; thread-safe).
@@ -305,15 +325,8 @@ class AggregatorCore(NodeCore):
         Returns the merged subspace and the snapshots it covers.
         """
         with self.tree_lock:
-            included = {c: r.snapshot for c, r in self.children.items() if not self._excluded(c)}
-            scales = (
-                {c: 1.0 for c in included}
-                if self.influence_cap is None
-                else influence_scales(included, self.influence_cap)
-            )
-            for child, scale in scales.items():
-                if scale != self._scales.get(child, 1.0):
-                    self._dirty.add(child)
+            included, scales, rescaled = self._plan()
+            self._dirty |= rescaled
             dirty, self._dirty = self._dirty, set()
             for child in self.child_ids:
                 if child not in dirty:

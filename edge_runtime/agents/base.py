@@ -19,7 +19,6 @@ import abc
 import asyncio
 import contextlib
 import enum
-import math
 import re
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ import structlog
 
 from edge_runtime.agents.core import NodeCore
 from edge_runtime.agents.discovery import AgentDiscovery, remove_discovery
+from edge_runtime.agents.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import ack, enable_manual_ack
 from edge_runtime.settings import AgentSettings
@@ -46,7 +46,6 @@ __all__ = ["Agent", "AgentState", "AgentStats", "remove_discovery"]
 
 MIN_SLEEP_S = 0.002  # least pause of the work loop, seconds (no busy loop on a due decision)
 MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked this often)
-REJECT_LOG_INTERVAL_S = 10.0  # one log line per rejection reason per this many seconds
 RECONNECT_LOG_INTERVAL_S = 300.0  # during an outage, a line at least this often (seconds)
 ONLINE = b"online"
 OFFLINE = b"offline"
@@ -109,6 +108,8 @@ class Agent(abc.ABC):
     """
 
     role: str = "agent"
+    reject_log_burst: int = 1
+    """``message_rejected`` lines per reason per `REJECT_LOG_INTERVAL_S` (`reject`)."""
 
     def __init__(self, topology: Topology, node_id: str, settings: AgentSettings) -> None:
         if node_id not in topology.nodes:
@@ -126,7 +127,7 @@ class Agent(abc.ABC):
         self._started = time.monotonic()
         self._own_topic = topology.subspace_topic(node_id)
         self._wake = asyncio.Event()
-        self._reject_logged: dict[str, float] = {}
+        self._reject_log = RejectLog(self.reject_log_burst, REJECT_LOG_INTERVAL_S)
         self.failed_attempts = 0  # failed connection attempts since the last connection
         # delays between connection attempts: full jitter, from this agent's own generator
         self.backoff = settings.reconnect_backoff()
@@ -267,8 +268,8 @@ class Agent(abc.ABC):
         """Count and log one rejected inbound message.
 
         Every rejection is counted in ``core.rejects[reason]`` (reported in the status
-        document); at most one ``message_rejected`` line per reason per
-        ``REJECT_LOG_INTERVAL_S`` (10) seconds is logged.
+        document); at most `reject_log_burst` (1) ``message_rejected`` lines per reason per
+        ``REJECT_LOG_INTERVAL_S`` (10) seconds are logged (`RejectLog`).
 
         Parameters
         ----------
@@ -280,10 +281,8 @@ class Agent(abc.ABC):
             One line saying what was wrong.
         """
         self.core.rejects[reason] += 1
-        now = time.monotonic()
-        if now - self._reject_logged.get(reason, -math.inf) < REJECT_LOG_INTERVAL_S:
+        if not self._reject_log.allow(reason, time.monotonic())[0]:
             return
-        self._reject_logged[reason] = now
         self.log.warning(
             "message_rejected",
             reason=reason,

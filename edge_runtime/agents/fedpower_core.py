@@ -30,13 +30,12 @@ from __future__ import annotations
 from edge_runtime.agents.aggregator_core import weakest_guarantee
 from edge_runtime.agents.fedpower_estimator import GramEstimator
 from edge_runtime.agents.fedpower_leaf_core import FedPowerLeafCore
-from edge_runtime.agents.fedpower_root_core import FedPowerRootCore, largest_angle, schedule_of
+from edge_runtime.agents.fedpower_root_core import FedPowerRootCore, largest_angle
 
 __all__ = [
     "FedPowerLeafCore",
     "FedPowerRootCore",
     "GramEstimator",
     "largest_angle",
-    "schedule_of",
     "weakest_guarantee",
 ]

@@ -7,7 +7,6 @@ rounds, when to close them and what model to publish.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Mapping, Sequence
 
@@ -15,13 +14,14 @@ import numpy as np
 
 from edge_runtime.agents.aggregator_core import weakest_guarantee
 from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy
+from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy, largest_angle
 from edge_runtime.fedpower import FedPowerServer, Schedule
 from edge_runtime.fedpower.aggregation import procrustes_rotation
+from edge_runtime.fedpower.power import initial_basis
 from edge_runtime.fpca import Subspace
 from edge_runtime.topology import FedPowerConfig
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
-from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage, initial_basis
+from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage
 
 __all__ = ["FedPowerRootCore", "largest_angle", "schedule_of"]
 
@@ -30,12 +30,6 @@ def schedule_of(config: FedPowerConfig) -> Schedule:
     """The (unbounded) `Schedule` of a topology's FedPower settings."""
     decay = None if config.decay == "none" else config.decay
     return Schedule(config.local_steps, decay=decay)
-
-
-def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest principal angle between the column spaces of orthonormal ``a`` and ``b``."""
-    residual = b - a @ (a.T @ b)
-    return float(math.asin(min(1.0, float(np.linalg.norm(residual, 2)))))
 
 
 class FedPowerRootCore(NodeCore):

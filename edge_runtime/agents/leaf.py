@@ -25,7 +25,6 @@ from edge_runtime.agents.leaf_rejects import (
     REJECT_LOG_BURST,
     REJECT_LOG_INTERVAL_S,
     LeafRejects,
-    RejectLog,
     peek_source,
 )
 from edge_runtime.agents.leaf_scores import LeafScores
@@ -49,8 +48,6 @@ from edge_runtime.wire import (
 )
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
-
-_RejectLog = RejectLog  # its name before it moved to `edge_runtime.agents.leaf_rejects`
 
 
 class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews, CoreShell, Agent):
@@ -145,6 +142,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     """
 
     role = "leaf"
+    reject_log_burst = REJECT_LOG_BURST
     core_class: type[LeafCore] = LeafCore
     """The core's class (a FedPower leaf swaps in `FedPowerLeafCore`)."""
 
@@ -172,7 +170,6 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._source_task: asyncio.Task[None] | None = None
         self._source_state = "none" if self._source_spec is None else "unopened"
         self.source_error: SourceError | None = None
-        self._reject_log = RejectLog(REJECT_LOG_BURST, REJECT_LOG_INTERVAL_S)
         self._core = self.core_class(
             self.config,
             policy=publish_policy_for(self.config, leaf=True),

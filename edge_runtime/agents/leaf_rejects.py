@@ -18,65 +18,15 @@ from typing import Any
 
 import msgpack
 
-from edge_runtime.sources import LogRateLimiter
+from edge_runtime.agents.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.topology import NodeConfig
 
-__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafRejects", "RejectLog", "peek_source"]
+__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafRejects", "peek_source"]
 
 REJECT_LOG_BURST = 3
 """Rejections of one reason logged individually per interval (then summarised)."""
 
-REJECT_LOG_INTERVAL_S = 10.0
-"""Seconds of one reject-log interval: ``REJECT_LOG_BURST`` lines per reason, then one
-``messages_rejected_suppressed`` summary line with the count of the others."""
-
 _MAX_SOURCE_CHARS = 128  # longest source id counted under its own name (the wire's limit)
-
-
-class RejectLog:
-    """Journal-friendly reject logging (issue 11, item 4), time as an argument, no I/O.
-
-    Per reason, the first ``burst`` rejections of an interval are logged individually; the
-    rest are only counted and reported as one summary line per reason once the interval
-    that suppressed them ended (`due`), so a sensor sending 50 bad readings per second
-    costs ``burst + 1`` lines per reason per interval.
-    """
-
-    def __init__(self, burst: int, interval_s: float) -> None:
-        self.burst = burst
-        self.interval_s = interval_s
-        self._limits: dict[str, LogRateLimiter] = {}
-        self._due: dict[str, float] = {}
-
-    def allow(self, reason: str, now: float) -> tuple[bool, int]:
-        """Whether to log this rejection individually, and how many earlier ones were
-        suppressed and not reported yet (to report with it)."""
-        limit = self._limits.get(reason)
-        if limit is None:
-            limit = self._limits[reason] = LogRateLimiter(self.burst, self.interval_s)
-        log_it, suppressed = limit.allow(now)
-        if log_it and suppressed:  # reported with this line: no summary due for them
-            self._due.pop(reason, None)
-        elif not log_it:
-            self._due.setdefault(reason, now + self.interval_s)
-        return log_it, suppressed
-
-    def due(self, now: float) -> dict[str, int]:
-        """Reasons whose suppressed rejections are due for a summary line, with counts."""
-        ready = [reason for reason, at in self._due.items() if now >= at]
-        out = {}
-        for reason in ready:
-            del self._due[reason]
-            count = self._limits[reason].flush()
-            if count:
-                out[reason] = count
-        return out
-
-    def flush(self) -> dict[str, int]:
-        """Every suppressed count not reported yet (on shutdown)."""
-        self._due.clear()
-        out = {reason: limit.flush() for reason, limit in self._limits.items()}
-        return {reason: count for reason, count in out.items() if count}
 
 
 def peek_source(payload: bytes) -> str | None:
@@ -110,7 +60,7 @@ class LeafRejects:
 
     def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
         """Count one rejected reading or message by reason and by source (``source``, else
-        ``topic``), and log it journal-friendly (`_RejectLog`: the first
+        ``topic``), and log it journal-friendly (`RejectLog`: the first
         `REJECT_LOG_BURST` per reason and interval, then one summary line)."""
         count_as = source or topic or "?"
         self._core.count_reject(reason, count_as)

@@ -69,7 +69,8 @@ __all__ = [
 ]
 
 #: Readings/s assumed for a leaf that declares no ``max_reading_rate``: above the whole
-#: fleet's replay rate measured on this machine (28,869 readings/s, section (g)).
+#: fleet's replay rate measured on this machine (28,869 readings/s, `benchmarks/README.md`,
+#: section (g)).
 DEFAULT_MAX_READING_RATE = 100_000.0
 #: Seconds of slack added to the time between two snapshots in the rate bound.
 RATE_SLACK_S = 5.0
@@ -77,6 +78,7 @@ RATE_SLACK_S = 5.0
 ENERGY_RTOL = 1e-3
 #: A child may start a new epoch at most this often per `RESET_WINDOW_S`.
 MAX_RESETS = 3
+#: Seconds of the sliding window `MAX_RESETS` counts in (aggregator clock).
 RESET_WINDOW_S = 60.0
 #: The reasons `check_snapshot` returns (each quarantines the child).
 PLAUSIBILITY_REASONS: tuple[str, ...] = (
@@ -126,7 +128,8 @@ def child_bounds(topology: Topology, child: str) -> ChildBounds:
 
 
 def energy(msg: SubspaceMessage) -> float:
-    """``sum(Sigma^2)`` of a snapshot (sensor units squared)."""
+    """``sum(Sigma^2)`` of a snapshot's singular values ``(k,)``: the squared Frobenius norm
+    of the data it summarises (sensor units squared; about its mean when centred)."""
     s = np.asarray(msg.subspace.singular_values, dtype=np.float64)
     return float(np.dot(s, s))
 
@@ -203,7 +206,24 @@ def influence_scales(
     exceeds ``cap`` times its siblings' pooled energy per sample.
 
     Computed on the unscaled snapshots (one pass; scaling one child never changes another's
-    factor). A child with no siblings holding samples, or no samples, gets 1.
+    factor). A child gets 1 without a reference: fewer than `MIN_SIBLINGS` siblings holding
+    samples and energy, siblings holding fewer samples than it, or no samples or energy of
+    its own. Energies are `energy` (sensor units squared); scaling the singular values by
+    ``f`` scales a child's energy by ``f**2``. The cap is a policy of this runtime (issue
+    14, item 3; `DEFAULT_INFLUENCE_CAP` from the measurement in the module docstring), not
+    from the FPCA paper.
+
+    Parameters
+    ----------
+    snapshots : mapping of str to SubspaceMessage
+        The latest snapshot of each child the merge includes.
+    cap : float, default `DEFAULT_INFLUENCE_CAP`
+        Largest ratio of a child's energy per sample to its siblings' pooled one.
+
+    Returns
+    -------
+    dict of str to float
+        The factor in ``(0, 1]`` of each child of ``snapshots``.
 
     Raises
     ------

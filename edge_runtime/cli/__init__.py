@@ -15,8 +15,8 @@ small board) is exit status 130 too. The rest, top to bottom:
 - `edge_runtime.cli.dispatch`: one parsed command run, and what it raises translated
   into one line and an exit status.
 - `edge_runtime.cli.inputs`: arguments turned into a topology, data and broker settings.
-- `edge_runtime.cli.run` (``run``, ``agent``, ``replay``), `edge_runtime.cli.watch`,
-  `edge_runtime.cli.configs` (``acl``, ``bridge``), `edge_runtime.cli.dashboard`: the
+- `edge_runtime.cli.run` (``run``, ``agent``, ``replay``), `edge_runtime.cli.watch`
+  (``watch``, ``dashboard``), `edge_runtime.cli.configs` (``acl``, ``bridge``): the
   commands.
 - `edge_runtime.cli.output`: the progress line, the run summary, the model line.
 """

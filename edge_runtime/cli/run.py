@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import aiomqtt
 
-from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents import create_agent
 from edge_runtime.agents.discovery import remove_discovery
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
@@ -26,6 +26,7 @@ from edge_runtime.cli.inputs import (
 )
 from edge_runtime.cli.output import ProgressLine, print_summary
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
+from edge_runtime.monitor import wait_online
 from edge_runtime.plots import (
     PlotError,
     RunRecorder,
@@ -34,8 +35,9 @@ from edge_runtime.plots import (
     require_matplotlib,
     write_plots,
 )
-from edge_runtime.replay import Replayer, wait_online
+from edge_runtime.replay import Replayer
 from edge_runtime.runner import run_topology
+from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import load_topology
 from edge_runtime.workers import WorkerError

@@ -41,15 +41,12 @@ async def cmd_watch(args: argparse.Namespace) -> int:
     watcher = ModelWatcher(topology, settings, watch_nodes=True, stale_after_s=args.stale_after)
 
     def show(model: SubspaceMessage) -> None:
-        line = model_line(model)
-        line["nodes"] = watcher.node_states()
+        states = watcher.node_states()
         quarantined = watcher.quarantined()
-        line["quarantined"] = quarantined
+        line = model_line(model) | {"nodes": states, "quarantined": quarantined}
         if args.json:
             print(json.dumps(line), flush=True)
             return
-        states = line["nodes"]
-        assert isinstance(states, dict)
         down = [f"{node} {state}" for node, state in states.items() if state != "online"]
         print(
             f"root n_samples={line['n_samples']} rank={line['rank']} "

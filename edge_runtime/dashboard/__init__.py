@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_runtime.dashboard.state import DashboardState, liveness
+from edge_runtime.dashboard.state import DashboardState
+from edge_runtime.monitor import liveness
 
 __all__ = ["DashboardState", "liveness", "serve_dashboard"]
 

@@ -39,11 +39,7 @@ class Follower:
         self.failed_attempts = 0
         self.last_error: str | None = None
         self._changed = asyncio.Condition()
-        self._backoff = settings.reconnect_backoff()
-
-    def _backoff_s(self, attempt: int) -> float:
-        """Seconds to wait after ``attempt`` failures (`AgentSettings.reconnect_backoff`)."""
-        return self._backoff.delay_s(attempt)
+        self._backoff = settings.reconnect_backoff()  # delays after failed_attempts
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -72,7 +68,7 @@ class Follower:
             if stop.is_set():
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._backoff_s(self.failed_attempts))
+                await asyncio.wait_for(stop.wait(), self._backoff.delay_s(self.failed_attempts))
 
     async def _connection(self, stop: asyncio.Event) -> None:
         async with aiomqtt.Client(

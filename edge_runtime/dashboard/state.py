@@ -45,7 +45,7 @@ from edge_runtime.wire import (
     decode_subspace,
 )
 
-__all__ = ["HISTORY_POINTS", "LIVENESS", "DashboardState", "liveness"]
+__all__ = ["HISTORY_POINTS", "DashboardState"]
 
 HISTORY_POINTS = 360
 """Anomaly-rate points kept per node (an hour at one status document per 10 s)."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from edge_runtime.fedpower._checks import as_basis, as_square, check_steps
 
-__all__ = ["local_iterations", "orthonormalise"]
+__all__ = ["initial_basis", "local_iterations", "orthonormalise"]
 
 
 def orthonormalise(y: np.ndarray) -> np.ndarray:
@@ -37,6 +37,36 @@ def orthonormalise(y: np.ndarray) -> np.ndarray:
     q, r = np.linalg.qr(y)
     signs = np.where(np.diag(r) < 0.0, -1.0, 1.0)
     return q * signs
+
+
+def initial_basis(seed: int, n_features: int, rank: int) -> np.ndarray:
+    """``Z_0``: the orthonormalised ``(n_features, rank)`` Gaussian matrix of ``seed``.
+
+    The start of FedPower (Algorithm 3) when a round carries no basis: every leaf draws the
+    same ``G`` from ``numpy.random.default_rng(seed)`` (standard normal entries) and
+    orthonormalises it (`orthonormalise`), so all start from one ``Z_0``.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the round (`edge_runtime.wire.fedpower.RoundMessage.seed`), ``>= 0``.
+    n_features : int
+        ``d``, rows.
+    rank : int
+        ``r``, columns, ``1 <= rank <= n_features``.
+
+    Returns
+    -------
+    ndarray of shape (n_features, rank), float64
+        Orthonormal columns.
+
+    Raises
+    ------
+    ValueError
+        From numpy, for a negative ``seed`` or a negative dimension.
+    """
+    g = np.random.default_rng(seed).standard_normal((n_features, rank))
+    return orthonormalise(g)
 
 
 def local_iterations(

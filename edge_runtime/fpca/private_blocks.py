@@ -331,7 +331,6 @@ class PrivateBlocksMixin:
         self.clip_norm = settings.clip_norm
         self.mechanism = settings.mechanism
         self.horizon = settings.horizon
-        self._rng = settings.rng
         self.last_noise_std_: float | None = None
         self.n_releases_ = 0
         self.n_clipped_ = 0

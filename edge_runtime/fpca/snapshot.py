@@ -49,17 +49,24 @@ class SnapshotMixin:
         if self.privacy is not None or not self._n_pending:
             mean = self._mean_buffer.copy() if self.center else None
             return self._basis, self._singular_values, mean, self.n_samples_seen_ - self._n_pending
-        return (*self._fold_pending(), self.n_samples_seen_)
+        basis, sv, mean, _ = self._fold_pending()
+        return basis, sv, mean, self.n_samples_seen_
 
-    def _fold_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Basis, singular values and mean with the pending rows folded in (new arrays)."""
+    def _fold_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, float]:
+        """Basis, singular values, mean and mean weight with the pending rows folded in.
+
+        The arrays are new; the weight is `centre_rows`' (``self._weight`` when not
+        ``center``), so `FPCAEdge.flush` can adopt all four as its state.
+        """
         mean = self._mean_buffer.copy() if self.center else None
         k = self._n_pending
         rows = np.empty((k + 1, self.n_features))
         rows[:k] = self._buffer[:k]
-        n_cols = k
+        n_cols, weight = k, self._weight
         if mean is not None:
-            n_cols = centre_rows(rows, k, mean, self._weight, np.empty_like(mean), self.forget)[0]
+            n_cols, weight = centre_rows(
+                rows, k, mean, self._weight, np.empty_like(mean), self.forget
+            )
         basis, sv = svd_update(
             self._basis,
             self._singular_values,
@@ -68,7 +75,7 @@ class SnapshotMixin:
             self.forget,
             check_rank=self.rank_,
         )
-        return basis, sv, mean
+        return basis, sv, mean, weight
 
     @property
     def tracked_subspace(self) -> Subspace:

@@ -534,11 +534,11 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
         if self.privacy is not None:
             self._apply_private(k)
             return self
-        basis, sv, mean = self._fold_pending()
+        basis, sv, mean, weight = self._fold_pending()
         self._set_state(basis, sv)
         if mean is not None:
             self._mean_buffer[:] = mean
-            self._weight = (self.forget * self.forget) * self._weight + k
+            self._weight = weight
         self._end_block(k)
         return self
 

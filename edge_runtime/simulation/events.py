@@ -34,18 +34,21 @@ class Draws:
         self._in = 0
 
     def uniform(self) -> float:
+        """The next draw from the uniform distribution on [0, 1)."""
         if self._iu == self.block:
             self._u, self._iu = self.rng.random(self.block), 0
         self._iu += 1
         return float(self._u[self._iu - 1])
 
     def normal(self) -> float:
+        """The next draw from the standard normal distribution."""
         if self._in == self.block:
             self._n, self._in = self.rng.standard_normal(self.block), 0
         self._in += 1
         return float(self._n[self._in - 1])
 
     def between(self, bounds: tuple[float, float]) -> float:
+        """A uniform draw in ``[low, high)`` of ``bounds`` (e.g. seconds of a fault)."""
         low, high = bounds
         return low + (high - low) * self.uniform()
 

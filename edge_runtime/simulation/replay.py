@@ -23,7 +23,8 @@ __all__ = ["ReplayModel", "ReplayStream"]
 
 @dataclass(kw_only=True)
 class ReplayStream(LeafDelivery):
-    """The replay's view of one leaf (as ``edge_runtime.replay.ReplayStream``)."""
+    """The replay's view of one leaf: a `LeafDelivery` (as in `edge_runtime.replay.Replayer`)
+    with the leaf's dataset rows, its start and its interval between batches (virtual s)."""
 
     rows: np.ndarray
     start: float

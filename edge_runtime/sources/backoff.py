@@ -4,7 +4,7 @@ A source that fails (a command exiting, a port unplugged) is restarted after
 `restart_backoff`'s next delay: ``restart_initial_s`` doubling to ``restart_max_s``
 (`SourceSettings`), times a factor uniform in ``[0.5, 1)`` drawn from the source's own
 generator. `Backoff` itself lives in `edge_runtime.backoff` (shared with the reconnects of
-the agents and the replay) and is re-exported here and by `edge_runtime.sources`.
+the agents and the replay) and is re-exported by `edge_runtime.sources`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 from edge_runtime.backoff import Backoff
 from edge_runtime.sources.spec import SourceSettings
 
-__all__ = ["Backoff", "restart_backoff"]
+__all__ = ["restart_backoff"]
 
 
 def restart_backoff(settings: SourceSettings, rng: random.Random) -> Backoff:

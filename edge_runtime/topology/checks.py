@@ -20,6 +20,7 @@ __all__ = [
     "TopologyError",
     "aggregator_privacy_message",
     "aggregator_sensor_message",
+    "aggregator_sensor_topic_message",
     "aggregator_source_message",
     "check_keys",
     "check_kind",
@@ -252,6 +253,14 @@ def aggregator_sensor_message(node_id: str, key: str) -> str:
     return (
         f"node {node_id!r} has children, so it is an aggregator and reads no sensor: "
         f"remove {key} (a leaf's setting)"
+    )
+
+
+def aggregator_sensor_topic_message(node_id: str, topic: object) -> str:
+    """The message for a ``sensor_topic`` (``topic``) set on aggregator ``node_id``."""
+    return (
+        f"node {node_id!r} has children, so it is an aggregator and must not have "
+        f"a sensor_topic (got {topic!r})"
     )
 
 

@@ -20,6 +20,7 @@ from edge_runtime.topology.checks import (
     TopologyError,
     aggregator_privacy_message,
     aggregator_sensor_message,
+    aggregator_sensor_topic_message,
     aggregator_source_message,
     check_keys,
     check_kind,
@@ -202,10 +203,7 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
             if "source" in raw:
                 raise TopologyError(aggregator_source_message(node_id))
             if "sensor_topic" in raw:
-                raise TopologyError(
-                    f"node {node_id!r} has children, so it is an aggregator and must not have "
-                    f"a sensor_topic (got {raw['sensor_topic']!r})"
-                )
+                raise TopologyError(aggregator_sensor_topic_message(node_id, raw["sensor_topic"]))
             settings["sensor_topic"] = None
             for key in PRIVACY_KEYS:  # [defaults] privacy settings are the leaves'
                 if key in raw:

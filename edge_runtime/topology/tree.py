@@ -25,6 +25,7 @@ from edge_runtime.topology.checks import (
     TopologyError,
     aggregator_privacy_message,
     aggregator_sensor_message,
+    aggregator_sensor_topic_message,
     aggregator_source_message,
     check_kind,
     prefix_problem,
@@ -124,10 +125,7 @@ class Topology:
                 children[parent].append(node_id)
         for node_id, node in nodes.items():
             if children[node_id] and node.sensor_topic is not None:
-                raise TopologyError(
-                    f"node {node_id!r} has children, so it is an aggregator and must not have "
-                    f"a sensor_topic (got {node.sensor_topic!r})"
-                )
+                raise TopologyError(aggregator_sensor_topic_message(node_id, node.sensor_topic))
             if not children[node_id] and node.sensor_topic is None:
                 raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
             if children[node_id] and node.source is not None:
@@ -240,8 +238,8 @@ class Topology:
         """Ids of all nodes with children (the root included), in file order."""
         return [node_id for node_id, kids in self._children.items() if kids]
 
-    def leaves_under(self, node_id: str) -> list[str]:
-        """Leaves in the subtree of ``node_id``, in file order (``[node_id]`` for a leaf).
+    def subtree(self, node_id: str) -> list[str]:
+        """``node_id`` and every node below it, in file order (``[node_id]`` for a leaf).
 
         Raises
         ------
@@ -250,10 +248,21 @@ class Topology:
         """
         prefix = self.path(node_id)
         return [
-            leaf
-            for leaf in self.leaves()
-            if self._paths[leaf] == prefix or self._paths[leaf].startswith(prefix + "/")
+            node
+            for node in self._children
+            if self._paths[node] == prefix or self._paths[node].startswith(prefix + "/")
         ]
+
+    def leaves_under(self, node_id: str) -> list[str]:
+        """Leaves in the subtree of ``node_id`` (`subtree`), in file order (``[node_id]``
+        for a leaf).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        return [node for node in self.subtree(node_id) if not self._children[node]]
 
     def reading_norm_sq_bound(self, node_id: str, n_features: int) -> float | None:
         """Largest squared Euclidean norm of one reading of ``n_features`` values that any

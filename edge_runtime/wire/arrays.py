@@ -10,7 +10,7 @@ default tolerances (the package docstring's "Orthonormality tolerance" says why)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -31,6 +31,16 @@ def _check_dtype_option(dtype: object) -> None:
     """An encoder's ``dtype=`` option: `ValueError` unless ``"float64"`` or ``"float32"``."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+
+
+def _wire_dtype(value: object, expected: str, show: Callable[[object], str]) -> str:
+    """A decoded ``dtype`` field: ``field_type`` unless a str, ``dtype`` unless a key of
+    `_DTYPES` (the message shows ``value`` with ``show`` and names ``expected``)."""
+    if not isinstance(value, str):
+        _fail_type("dtype", value, "a str")
+    if value not in _DTYPES:
+        raise WireError("dtype", f"dtype {show(value)} is not supported, expected {expected}")
+    return value
 
 
 def _tolerance(

@@ -18,7 +18,8 @@ in the agents, as snapshots do; ``"float64"`` exact), C order, shape ``(d, r)``.
 A round's ``basis`` is the global basis ``Z`` (orthonormal, checked with the tolerances of
 a subspace); it is nil in the first round of a root that does not know ``d`` yet: the
 leaves then start from ``Z_0 = orth(G)``, ``G`` a ``(d, r)`` standard normal matrix drawn
-with ``numpy.random.default_rng(seed)`` (`initial_basis`), identical on every leaf.
+with ``numpy.random.default_rng(seed)`` (`edge_runtime.fedpower.power.initial_basis`,
+re-exported here), identical on every leaf.
 
 A reply's ``y`` is the last local product ``Y = A_l Q`` (FedPower; `edge_runtime.fedpower.
 local_iterations`): finite, of the round's shape, *not* orthonormal (never validated as a
@@ -34,9 +35,8 @@ from typing import Literal
 
 import numpy as np
 
-from edge_runtime.fedpower.power import orthonormalise
+from edge_runtime.fedpower.power import initial_basis
 from edge_runtime.wire.arrays import (
-    _DTYPES,
     _blob,
     _check_dtype_option,
     _check_finite,
@@ -45,6 +45,7 @@ from edge_runtime.wire.arrays import (
     _rounded,
     _tolerance,
     _widen,
+    _wire_dtype,
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -87,31 +88,6 @@ MAX_LOCAL_STEPS = 10_000
 
 _ROUND_KEYS = ("v", "root", "epoch", "round", "d", "r", "dtype", "basis", "steps", "timeout", "ts")
 _REPLY_KEYS = ("v", "node", "epoch", "round", "n", "d", "r", "dtype", "y", "ts", "privacy")
-
-
-def initial_basis(seed: int, n_features: int, rank: int) -> np.ndarray:
-    """``Z_0``: the orthonormalised ``(n_features, rank)`` Gaussian matrix of ``seed``.
-
-    The start of FedPower (Algorithm 3) when a round carries no basis: every leaf draws the
-    same ``G`` from ``numpy.random.default_rng(seed)`` and orthonormalises it
-    (`edge_runtime.fedpower.orthonormalise`), so all start from one ``Z_0``.
-
-    Parameters
-    ----------
-    seed : int
-        Seed of the round (`RoundMessage.seed`).
-    n_features : int
-        ``d``, rows.
-    rank : int
-        ``r``, columns, ``1 <= rank <= n_features``.
-
-    Returns
-    -------
-    ndarray of shape (n_features, rank), float64
-        Orthonormal columns.
-    """
-    g = np.random.default_rng(seed).standard_normal((n_features, rank))
-    return orthonormalise(g)
 
 
 def _matrix(label: str, value: object) -> np.ndarray:
@@ -303,11 +279,8 @@ def _to_wire(label: str, matrix: np.ndarray, dtype: str) -> bytes:
 
 
 def _from_wire(label: str, blob: object, d: int, r: int, dtype: object) -> np.ndarray:
-    if not isinstance(dtype, str):
-        _fail_type("dtype", dtype, "a str")
-    if dtype not in _DTYPES:
-        raise WireError("dtype", f"dtype {dtype!r} is not supported, expected float64 or float32")
-    out = _widen(_blob(label, blob, d * r, dtype, f"d={d}, r={r}"), dtype, (d, r))
+    kind = _wire_dtype(dtype, "float64 or float32", repr)
+    out = _widen(_blob(label, blob, d * r, kind, f"d={d}, r={r}"), kind, (d, r))
     _check_finite(label, out)
     return out
 

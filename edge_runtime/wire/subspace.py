@@ -20,7 +20,6 @@ import numpy as np
 
 from edge_runtime.fpca.subspace import Subspace
 from edge_runtime.wire.arrays import (
-    _DTYPES,
     FLOAT32_ORTHONORMALITY_TOL,
     ORTHONORMALITY_TOL,
     _blob,
@@ -31,6 +30,7 @@ from edge_runtime.wire.arrays import (
     _rounded,
     _tolerance,
     _widen,
+    _wire_dtype,
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -345,13 +345,7 @@ def decode_subspace(
     seq = _int("seq", obj["seq"], "seq")
     n_samples = _int("n", obj["n"], "n_samples")
     d, r = _dims(obj, min_rank=0)
-    dtype = obj["dtype"]
-    if not isinstance(dtype, str):
-        _fail_type("dtype", dtype, "a str")
-    if dtype not in _DTYPES:
-        raise WireError(
-            "dtype", f"dtype {_show(dtype)} is not supported, expected 'float64' or 'float32'"
-        )
+    dtype = _wire_dtype(obj["dtype"], "'float64' or 'float32'", _show)
     where = f"d={d}, r={r}"
     raw_basis = _blob("basis", obj["basis"], d * r, dtype, where)
     raw_sv = _blob("sv", obj["sv"], r, dtype, where)
