@@ -27,7 +27,8 @@ are subsampled: the first model, then a model each time coverage grew by another
 ``1 / (max_points - 2)`` of the rows, and the final model: at most ``max_points`` (default
 50) error ratios per run, whatever the number of updates.
 
-matplotlib is an optional extra (``pip install 'edge-runtime[plot]'``), imported only by
+matplotlib is an optional extra (``pip install './edge_runtime-<version>-py3-none-any.whl[plot]'``
+with the wheel file, or ``pip install '.[plot]'`` in a clone), imported only by
 `write_plots` / `require_matplotlib`; figures are drawn with the Agg canvas directly
 (``matplotlib.backends.backend_agg``), so the global pyplot backend is left alone.
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
+from edge_runtime import __version__
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fpca import error_ratio, projection_error
 from edge_runtime.wire import SubspaceMessage, WireError, decode_status
@@ -66,7 +69,11 @@ __all__ = [
 
 PLOT_FILES = ("coverage.png", "error-ratio.png", "scree.png", "anomalies.png")
 NO_ANOMALIES = "no anomaly scores in this run"
-_EXTRA_HINT = "install the plot extra: pip install 'edge-runtime[plot]'"
+_EXTRA_HINT = (
+    "install the plot extra into this environment from the edge-runtime wheel file: "
+    f"{sys.executable} -m pip install '/path/to/edge_runtime-{__version__}-py3-none-any.whl"
+    "[plot]' (in a clone of the repository: pip install '.[plot]'; edge-runtime is not on PyPI)"
+)
 
 
 class PlotError(EdgeRuntimeError):

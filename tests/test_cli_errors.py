@@ -3,6 +3,7 @@ exit code (2: bad input; 1: the goal was not reached), through the installed ent
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -289,3 +290,106 @@ def test_the_entry_point_module_loads_nothing_heavy_so_ctrl_c_is_caught_early() 
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == ""
+
+
+# --- issue 21: what a new user meets on the documented (password) broker ------------------
+
+
+@pytest.fixture
+def password_broker(tmp_path: Path):
+    """A Mosquitto with passwords (``leaf-1``: right, ``replay``: right) and no anonymous
+    clients, like broker_config/network.conf, on a free loopback port; stopped by pid."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text("leaf-1:right\nreplay:right\n", encoding="utf-8")
+    subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, timeout=30)
+    port = closed_port()
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(
+        f"user root\nper_listener_settings false\nallow_anonymous false\npassword_file {passwd}\n"
+        f"listener {port} 127.0.0.1\nuse_username_as_clientid true\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"mqtt://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_agent_with_a_wrong_password_names_the_user_and_file_not_reachability(
+    tmp_path, password_broker
+) -> None:
+    secret = tmp_path / "leaf-1.password"
+    secret.write_text("wrong\n", encoding="utf-8")
+    result = cli(
+        "agent", "--topology", MINIMAL, "--node", "leaf-1", "--broker", password_broker,
+        "--username", "leaf-1", "--password-file", str(secret), "--startup-timeout", "2",
+        timeout_s=40,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert "cannot reach" not in error
+    assert f"the broker at {password_broker} refused user 'leaf-1'" in error
+    assert f"--password-file {str(secret)!r}" in error and "password_file" in error
+
+
+def test_the_password_file_of_the_environment_is_named_too(tmp_path, password_broker) -> None:
+    secret = tmp_path / "credential"
+    secret.write_text("wrong\n", encoding="utf-8")
+    env = {**os.environ, "EDGE_MQTT_USERNAME": "leaf-1", "EDGE_MQTT_PASSWORD_FILE": str(secret)}
+    env.pop("EDGE_MQTT_PASSWORD", None)
+    result = subprocess.run(
+        [ENTRY, "watch", "--topology", MINIMAL, "--broker", password_broker, "--timeout", "5"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    line = one_line(result)
+    assert "refused user 'leaf-1'" in line and f"{str(secret)!r} ($EDGE_MQTT_PASSWORD_FILE)" in line
+
+
+def test_a_replay_without_credentials_on_a_password_broker_hints_at_username(
+    tmp_path, password_broker
+) -> None:
+    data = tmp_path / "readings.csv"
+    np.savetxt(data, np.random.default_rng(2).standard_normal((20, 4)), delimiter=",")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_MQTT_")}
+    result = subprocess.run(
+        [ENTRY, "replay", "--topology", MINIMAL, "--data", str(data), "--broker",
+         password_broker],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    line = one_line(result)
+    assert "cannot talk to" not in line
+    assert "without a user name" in line
+    assert "--username replay --password-file replay.password" in line
+
+
+def test_the_extra_hints_install_from_the_wheel_file_never_from_pypi(monkeypatch) -> None:
+    import asyncio
+
+    from edge_runtime.cli import CliError
+    from edge_runtime.cli.parser import build_parser
+    from edge_runtime.cli.watch import cmd_dashboard
+
+    monkeypatch.setitem(sys.modules, "edge_runtime.dashboard.server", None)
+    args = build_parser().parse_args(
+        ["dashboard", "--topology", MINIMAL, "--broker", "mqtt://127.0.0.1:1"]
+    )
+    with pytest.raises(CliError) as info:
+        asyncio.run(cmd_dashboard(args))
+    hint = str(info.value)
+    assert "-py3-none-any.whl[dashboard]'" in hint and "pip install '.[dashboard]'" in hint
+    assert "'edge-runtime[" not in hint and sys.executable in hint

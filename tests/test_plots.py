@@ -132,7 +132,7 @@ def test_plot_without_matplotlib_fails_up_front_naming_the_extra(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     line = one_error_line(proc)
-    assert "matplotlib" in line and "edge-runtime[plot]" in line
+    assert "matplotlib" in line and ".whl[plot]'" in line and "'edge-runtime[" not in line
     assert proc.stdout == ""  # failed before any run
     assert not (tmp_path / "out").exists()
 

@@ -26,6 +26,7 @@ from edge_runtime.acl import AclError
 from edge_runtime.broker import BrokerError
 from edge_runtime.cli import EXIT_FAILED, EXIT_USAGE, CliError
 from edge_runtime.cli.configs import cmd_acl, cmd_bridge
+from edge_runtime.cli.inputs import login_refused, login_refused_line
 from edge_runtime.cli.run import cmd_agent, cmd_replay, cmd_run
 from edge_runtime.cli.watch import cmd_dashboard, cmd_watch
 from edge_runtime.datasets import DatasetError
@@ -81,7 +82,7 @@ def dispatch(args: argparse.Namespace) -> int:
         with threadpool_limits(limits=1):
             return asyncio.run(COMMANDS[args.command](args))
     except Exception as raised:
-        translated = failure(raised, getattr(args, "broker", None))
+        translated = failure(raised, getattr(args, "broker", None), args)
         if translated is None:
             raise
         message, code = translated
@@ -89,7 +90,9 @@ def dispatch(args: argparse.Namespace) -> int:
     return code
 
 
-def failure(raised: BaseException, broker: str | None = None) -> tuple[str, int] | None:
+def failure(
+    raised: BaseException, broker: str | None = None, args: argparse.Namespace | None = None
+) -> tuple[str, int] | None:
     """The line (after ``edge-runtime: error:``) and exit status for an error a command
     raised, or None for one that is not translated (see the module docstring).
 
@@ -101,6 +104,10 @@ def failure(raised: BaseException, broker: str | None = None) -> tuple[str, int]
     broker : str or None
         The ``--broker`` URL of the command, named in a connection error; None when the
         command started its own broker.
+    args : argparse.Namespace, optional
+        The command's arguments: a login the broker refused names the user and where its
+        password came from (`edge_runtime.cli.inputs.login_refused_line`), not "cannot
+        talk to the broker".
     """
     exc = _innermost(raised)
     if isinstance(exc, CliError):
@@ -109,6 +116,8 @@ def failure(raised: BaseException, broker: str | None = None) -> tuple[str, int]
         return str(exc), EXIT_USAGE
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {exc}", EXIT_USAGE
+    if broker is not None and args is not None and login_refused(exc):
+        return login_refused_line(broker, args, exc), EXIT_FAILED
     if isinstance(exc, aiomqtt.MqttError | OSError):
         where = "" if broker is None else f" {broker}"
         return f"cannot talk to the MQTT broker{where}: {exc}", EXIT_FAILED

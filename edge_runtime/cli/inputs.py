@@ -6,19 +6,38 @@ a bad one is one line (`CliError`) before anything connects.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
+from aiomqtt.exceptions import MqttConnectError
 
 from edge_runtime.broker import parse_broker_url
 from edge_runtime.cli import CliError
 from edge_runtime.datasets import load_dataset
 from edge_runtime.homeassistant import discovery_messages
-from edge_runtime.settings import ENV_PASSWORD_FILE, AgentSettings, read_password_file
+from edge_runtime.settings import (
+    ENV_PASSWORD,
+    ENV_PASSWORD_FILE,
+    ENV_USERNAME,
+    AgentSettings,
+    read_password_file,
+)
 from edge_runtime.topology import Topology
 
-__all__ = ["broker_settings", "discovery_prefix", "load_data", "warn_narrow_data"]
+__all__ = [
+    "broker_settings",
+    "discovery_prefix",
+    "load_data",
+    "login_refused",
+    "login_refused_line",
+    "warn_narrow_data",
+]
+
+_REFUSED_CODES = frozenset({4, 5, 134, 135})  # CONNACK: bad user name or password, not authorised
+_REFUSED_TEXT = re.compile(r"\[code:13[45]\]|bad user ?name or password|not authori[sz]ed", re.I)
 
 
 def load_data(topology: Topology, path: Path | None) -> np.ndarray:
@@ -144,3 +163,73 @@ def discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
     except ValueError as exc:
         raise CliError(f"--discovery-prefix: {exc}") from None
     return str(args.discovery_prefix)
+
+
+def login_refused(error: BaseException | str | None) -> bool:
+    """Whether a connection error is the broker refusing the login (CONNACK "bad user name
+    or password" / "not authorised", MQTT 3.1.1 codes 4 and 5, MQTT 5 codes 134 and 135):
+    the broker was reached, the credentials are what is wrong.
+
+    Parameters
+    ----------
+    error : BaseException, str or None
+        An ``aiomqtt`` error, or its text (an agent keeps only ``str(error)``).
+    """
+    if isinstance(error, MqttConnectError):
+        rc = error.rc
+        return int(getattr(rc, "value", rc)) in _REFUSED_CODES  # type: ignore[arg-type]
+    return error is not None and bool(_REFUSED_TEXT.search(str(error)))
+
+
+def login_refused_line(url: str, args: argparse.Namespace, error: BaseException | str) -> str:
+    """One line for a login the broker refused, naming the user and where its password
+    came from (flag, environment or file), never the password itself.
+
+    Parameters
+    ----------
+    url : str
+        The ``--broker`` URL.
+    args : argparse.Namespace
+        The command's ``username`` and ``password_file`` (None when not given); the
+        environment (``EDGE_MQTT_USERNAME``, ``EDGE_MQTT_PASSWORD``,
+        ``EDGE_MQTT_PASSWORD_FILE``) as `broker_settings` reads it.
+    error : BaseException or str
+        What the broker answered, quoted at the end.
+    """
+    command = getattr(args, "command", None) or "COMMAND"
+    user = getattr(args, "username", None) or os.environ.get(ENV_USERNAME) or None
+    password_file = getattr(args, "password_file", None)
+    if password_file is not None:
+        source: str | None = f"--password-file {str(password_file)!r}"
+    elif os.environ.get(ENV_PASSWORD):
+        source = f"${ENV_PASSWORD}"
+    elif os.environ.get(ENV_PASSWORD_FILE):
+        source = f"{os.environ[ENV_PASSWORD_FILE]!r} (${ENV_PASSWORD_FILE})"
+    else:
+        source = None
+    if user is None:
+        suggested = _suggested_user(args)
+        return (
+            f"the broker at {url} refused a login without a user name ({error}): it requires "
+            f"credentials; pass --username USER --password-file FILE (or set ${ENV_USERNAME} "
+            f"and ${ENV_PASSWORD_FILE}), e.g. edge-runtime {command} ... --username "
+            f"{suggested} --password-file {suggested}.password"
+        )
+    if source is None:
+        return (
+            f"the broker at {url} refused user {user!r}, who gave no password ({error}): "
+            f"pass --password-file FILE (or set ${ENV_PASSWORD_FILE})"
+        )
+    return (
+        f"the broker at {url} refused user {user!r} with the password from {source} "
+        f"({error}): a wrong password, or no user {user!r} in the broker's password_file "
+        "(mosquitto_passwd; then reload Mosquitto)"
+    )
+
+
+def _suggested_user(args: argparse.Namespace) -> str:
+    """The user devices/INSTALL.md creates for a command (an agent's is its node id)."""
+    command = getattr(args, "command", None)
+    if command == "agent":
+        return str(getattr(args, "node", None) or "NODE")
+    return command if command in ("replay", "watch", "dashboard") else "USER"

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write PNGs into DIR (created if needed): root coverage and error ratio over "
         "time, scree plot of the final model, anomaly timeline; needs the plot extra "
-        "(pip install 'edge-runtime[plot]')",
+        "(pip install 'edge_runtime-VERSION-py3-none-any.whl[plot]' with the wheel file)",
     )
 
     agent = sub.add_parser(

@@ -22,6 +22,8 @@ from edge_runtime.cli.inputs import (
     broker_settings,
     discovery_prefix,
     load_data,
+    login_refused,
+    login_refused_line,
     warn_narrow_data,
 )
 from edge_runtime.cli.output import ProgressLine, print_summary
@@ -171,6 +173,13 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             except TimeoutError:
                 agent.stop()
                 tries = agent.failed_attempts
+                if login_refused(agent.last_connect_error):
+                    raise CliError(
+                        login_refused_line(args.broker, args, str(agent.last_connect_error))
+                        + f" ({tries} attempt{'s' if tries != 1 else ''} in "
+                        f"{args.startup_timeout:g} s)",
+                        EXIT_FAILED,
+                    ) from None
                 raise CliError(
                     f"cannot reach the broker at {args.broker} within {args.startup_timeout:g} "
                     f"s ({tries} attempt{'s' if tries != 1 else ''}, last error: "

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 
+from edge_runtime import __version__
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
 from edge_runtime.cli.inputs import broker_settings
 from edge_runtime.cli.output import model_line
@@ -101,8 +102,11 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
         from edge_runtime.dashboard.server import serve_dashboard
     except ImportError as exc:
         raise CliError(
-            f"the dashboard needs aiohttp ({exc.name or exc}): "
-            "pip install 'edge-runtime[dashboard]'"
+            f"the dashboard needs aiohttp ({exc.name or exc}): install the dashboard extra "
+            "into this environment from the edge-runtime wheel file: "
+            f"{sys.executable} -m pip install '/path/to/edge_runtime-{__version__}-py3-none-any"
+            ".whl[dashboard]' (in a clone of the repository: pip install '.[dashboard]'; "
+            "edge-runtime is not on PyPI)"
         ) from None
     topology = load_topology(args.topology)
     settings = broker_settings(args.broker, args)

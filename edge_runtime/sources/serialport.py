@@ -5,7 +5,8 @@ serial port: ``source = { kind = "serial", port = "/dev/ttyUSB0", baudrate = 115
 
 - pyserial is imported when a serial source is opened, so devices without serial sensors
   need not install it; without it `open_source` raises a one-line `SourceError` naming the
-  extra (``pip install 'edge-runtime[serial]'``).
+  extra (``pip install './edge_runtime-<version>-py3-none-any.whl[serial]'`` with the wheel
+  file, or ``pip install '.[serial]'`` in a clone).
 - The port is opened with ``timeout = settings.serial_timeout_s`` and read in one worker
   thread of the source's own (blocking reads never block the event loop; each returns
   within the timeout, so closing waits at most that long). Each read returns every byte
@@ -28,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 from types import ModuleType
 from typing import Any, Unpack
 
+from edge_runtime import __version__
 from edge_runtime.sources.backoff import restart_backoff
 from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
@@ -38,7 +41,12 @@ from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["SerialSource", "import_pyserial"]
 
-EXTRA_HINT = "pip install 'edge-runtime[serial]' (or pip install 'pyserial>=3.5')"
+EXTRA_HINT = (
+    "install the serial extra into this environment from the edge-runtime wheel file: "
+    f"{sys.executable} -m pip install '/path/to/edge_runtime-{__version__}-py3-none-any.whl"
+    "[serial]' (in a clone of the repository: pip install '.[serial]'; or just pip install "
+    "'pyserial>=3.5'; edge-runtime is not on PyPI)"
+)
 
 
 def import_pyserial() -> ModuleType:
