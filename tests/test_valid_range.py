@@ -234,7 +234,11 @@ SRC = "sensor-1"
 
 
 def core_for(
-    n_features: int | None = 4, *, checkpointing: bool = False, **settings: object
+    n_features: int | None = 4,
+    *,
+    checkpointing: bool = False,
+    checkpoint_interval_s: float = 60.0,
+    **settings: object,
 ) -> LeafCore:
     config = NodeConfig(id="leaf", parent="root", rank=2, block_size=4, **settings)  # type: ignore[arg-type]
     return LeafCore(
@@ -245,6 +249,7 @@ def core_for(
         now=0.0,
         n_features=n_features,
         checkpointing=checkpointing,
+        checkpoint_interval_s=checkpoint_interval_s,
     )
 
 
@@ -448,14 +453,14 @@ def test_a_checkpointing_leaf_checkpoints_rejected_readings_when_idle() -> None:
     feed(core, readings(8), 0, 0.0)
     t = publish_soon(core, 0.0)
     _, ingested, n, blocks = core.checkpoint_state()
-    core.checkpointed(ingested, n, blocks)
+    core.checkpointed(ingested, n, blocks, now=t)
     assert not core.checkpoint_due(t + 100.0, force=True)
     feed(core, np.full((2, 4), -1.0), 8, t)
     assert not core.checkpoint_due(t)
     assert core.snapshot_due(t + 10.0) is None  # no snapshot for them: the checkpoint
     assert core.checkpoint_due(t + 10.0)
     _, ingested, n, blocks = core.checkpoint_state()
-    core.checkpointed(ingested, n, blocks)
+    core.checkpointed(ingested, n, blocks, now=t + 10.0)
     assert core.durable == {SRC: 9} and not core.checkpoint_due(100.0, force=True)
 
 
@@ -673,13 +678,16 @@ def test_a_sensor_stuck_outside_its_range_is_confirmed_every_maximum_interval_wi
     checkpointing: bool,
 ) -> None:
     """A reading every 10 ms, every one out of range, for 12 s: the leaf makes them durable
-    every maximum publish interval (5 s) by a snapshot (or a checkpoint), and in between its
-    next wake-up is never due at once (no busy loop in the shell)."""
-    core = core_for(valid_range=(0.0, 100.0), checkpointing=checkpointing)
+    every maximum publish interval (5 s) by a snapshot (or every checkpoint interval, here
+    5 s, by a checkpoint), and in between its next wake-up is never due at once (no busy
+    loop in the shell)."""
+    core = core_for(
+        valid_range=(0.0, 100.0), checkpointing=checkpointing, checkpoint_interval_s=5.0
+    )
     feed(core, readings(8), 0, 0.0)
     t = publish_soon(core, 0.0)
     if checkpointing:
-        core.checkpointed(*core.checkpoint_state()[1:])
+        core.checkpointed(*core.checkpoint_state()[1:], now=t)
     published, checkpoints, spins = core.seq, core.checkpoints, 0
     start = t
     for i in range(1200):
@@ -687,7 +695,7 @@ def test_a_sensor_stuck_outside_its_range_is_confirmed_every_maximum_interval_wi
         feed(core, np.full((1, 4), 1e6), 8 + i, t)
         publish(core, t)
         if core.checkpoint_due(t):
-            core.checkpointed(*core.checkpoint_state()[1:])
+            core.checkpointed(*core.checkpoint_state()[1:], now=t)
         if core.confirm_due(t) is not None:  # and the rest of a shell's step
             core.confirm_sent(t)
         if core.status_due(t):

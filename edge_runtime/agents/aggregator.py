@@ -111,6 +111,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
+        self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
 
     @property
     def core(self) -> AggregatorCore:
@@ -149,7 +150,8 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         if msg is None:
             return
         was_quarantined = child in self._core.quarantined
-        reason = self._core.receive(child, msg, time.monotonic())
+        async with self._lock:  # never while a merge runs in a worker thread
+            reason = self._core.receive(child, msg, time.monotonic())
         if was_quarantined and child not in self._core.quarantined:
             self.log.warning("child_released", child=child, seq=msg.seq, epoch=msg.epoch)
         if reason in PLAUSIBILITY_REASONS and not was_quarantined:
@@ -189,12 +191,11 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         (``child_stale``), then the merge when the core decides (``subspace``, retained;
         the root also ``model``, retained), in a worker thread when large."""
         core = self._core
-        for child in core.check_staleness(now):
+        async with self._lock:
+            stale = core.check_staleness(now)
+        for child in stale:
             self.log.warning("child_stale", child=child, policy=self.config.stale_policy)
-        if core.pending_cells() >= self.settings.offload_min_cells:
-            reason = await asyncio.to_thread(core.snapshot_due, now)
-        else:
-            reason = core.snapshot_due(now)
+        reason = await self._numerics(lambda: core.snapshot_due(now))
         if reason is not None:
             await self._publish(client, reason)
 
@@ -228,7 +229,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         """Before disconnecting: the merge of every snapshot received, if unpublished
         (reason ``shutdown``)."""
         core = self._core
-        merged, _ = await asyncio.to_thread(core.merge)
+        merged, _ = await self._numerics(core.merge)
         if merged is not None and core.unpublished:
             await self._publish(client, "shutdown")
 

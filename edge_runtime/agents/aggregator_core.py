@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -201,7 +200,6 @@ class AggregatorCore(NodeCore):
         self.merges = 0
         self.duplicates = 0
         self.tree = MergeTree(self.child_ids)
-        self.tree_lock = threading.Lock()  # the shell may merge in a worker thread
         self._dirty: set[str] = set()
         self._merged_version = 0
         self._checked_version = -1
@@ -305,12 +303,16 @@ class AggregatorCore(NodeCore):
         cells = sum(self.children[c].snapshot.subspace.basis.size for c in pending)
         return cells * max(1, len(self.child_ids).bit_length())
 
+    def cells(self) -> int:
+        """Matrix cells the next merge touches (`pending_cells`): the shell runs a merge
+        this large in a worker thread, under its core lock."""
+        return self.pending_cells()
+
     def _plan(self) -> tuple[dict[str, SubspaceMessage], dict[str, float], set[str]]:
         """The snapshots the merge includes (not `_excluded`), their influence factors
         (`influence_scales`, all 1 without a cap), and the children whose factor differs
         from the one they were merged with."""
-        # list(): the event loop may add a child while a worker thread merges
-        included = {c: r.snapshot for c, r in list(self.children.items()) if not self._excluded(c)}
+        included = {c: r.snapshot for c, r in self.children.items() if not self._excluded(c)}
         scales = (
             dict.fromkeys(included, 1.0)
             if self.influence_cap is None
@@ -320,38 +322,36 @@ class AggregatorCore(NodeCore):
         return included, scales, rescaled
 
     def merge(self) -> tuple[Subspace | None, list[SubspaceMessage]]:
-        """Put the changed children into the merge tree (numerics; thread-safe).
+        """Put the changed children into the merge tree (numerics).
 
+        Not thread-safe, like every core: the shell serialises all calls on one core
+        (`CoreShell._numerics`), so no `receive` runs while a merge does.
         Returns the merged subspace and the snapshots it covers.
         """
-        with self.tree_lock:
-            included, scales, rescaled = self._plan()
-            self._dirty |= rescaled
-            dirty, self._dirty = self._dirty, set()
-            for child in self.child_ids:
-                if child not in dirty:
-                    continue
-                record = self.children[child]
-                sub = record.snapshot.subspace
-                if child not in included:
-                    self.tree.remove(child)
-                    self._scales.pop(child, None)
-                else:
-                    weight = scales[child] * (self.config.stale_weight if record.stale else 1.0)
-                    if weight != 1.0:  # downweight: stale and/or over its influence cap
-                        sub = Subspace(
-                            sub.basis, sub.singular_values * weight, sub.n_samples, sub.mean
-                        )
-                    self.tree.update(child, sub)
-                    self._scales[child] = scales[child]
-                self.merges += self.tree.merges_last_update
-                record.merged = True
-            covered = [included[c] for c in self.child_ids if c in included]
-            if dirty:
-                self._merged_version += 1
-                self._merged = self.tree.result
-                self._covered = covered
-            return self._merged, covered
+        included, scales, rescaled = self._plan()
+        dirty, self._dirty = self._dirty | rescaled, set()
+        for child in self.child_ids:
+            if child not in dirty:
+                continue
+            record = self.children[child]
+            sub = record.snapshot.subspace
+            if child not in included:
+                self.tree.remove(child)
+                self._scales.pop(child, None)
+            else:
+                weight = scales[child] * (self.config.stale_weight if record.stale else 1.0)
+                if weight != 1.0:  # downweight: stale and/or over its influence cap
+                    sub = Subspace(sub.basis, sub.singular_values * weight, sub.n_samples, sub.mean)
+                self.tree.update(child, sub)
+                self._scales[child] = scales[child]
+            self.merges += self.tree.merges_last_update
+            record.merged = True
+        covered = [included[c] for c in self.child_ids if c in included]
+        if dirty:
+            self._merged_version += 1
+            self._merged = self.tree.result
+            self._covered = covered
+        return self._merged, covered
 
     # ----------------------------------------------------------------- publish
     def snapshot_due(self, now: float) -> str | None:

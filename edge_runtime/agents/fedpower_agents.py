@@ -67,7 +67,7 @@ class FedPowerLeafAgent(LeafAgent):
         A leaf of ``topology``.
     *args, **kwargs
         As `LeafAgent` (``settings``, ``n_features``, ``state_dir``, ``checkpoint_every``,
-        ``restore_from_broker``).
+        ``checkpoint_interval_s``, ``restore_from_broker``).
 
     Raises
     ------

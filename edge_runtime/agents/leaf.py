@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiomqtt
@@ -20,6 +21,8 @@ import numpy as np
 from edge_runtime.agents.base import Agent
 from edge_runtime.agents.core import publish_policy_for
 from edge_runtime.agents.leaf_core import LeafCore, snapshot_privacy
+from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S
+from edge_runtime.agents.leaf_intake import Labelled
 from edge_runtime.agents.leaf_recovery import LeafRecovery
 from edge_runtime.agents.leaf_rejects import (
     REJECT_LOG_BURST,
@@ -129,8 +132,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     state_dir : Path, optional
         Folder of the leaf's checkpoint ``<node>.ckpt`` (and of a file source's resume
         cursors); default None: no checkpoint.
-    checkpoint_every : int, default 1
-        Checkpoint after this many completed blocks (and when idle, and on exit).
+    checkpoint_every : int, optional
+        Also checkpoint after this many completed blocks; default None: by time only.
+    checkpoint_interval_s : float, default 60
+        Most seconds between checkpoints while readings arrive; a checkpoint also follows
+        a pause of the stream (within ``max(idle_s, 10 s)``) and exit
+        (`edge_runtime.agents.leaf_durability`).
     restore_from_broker : bool, default True
         Without a checkpoint, resume from this leaf's own retained snapshot (read within
         ``settings.restore_wait_s`` seconds before connecting).
@@ -154,7 +161,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         *,
         n_features: int | None = None,
         state_dir: Path | None = None,
-        checkpoint_every: int = 1,
+        checkpoint_every: int | None = None,
+        checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         restore_from_broker: bool = True,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
@@ -179,6 +187,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             n_features=None,
             checkpointing=self.checkpoint_path is not None,
             checkpoint_every=checkpoint_every,
+            checkpoint_interval_s=checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
         )
@@ -262,24 +271,40 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
                 source = peek_source(bytes(payload))
             self.reject(exc.reason, topic, str(exc), source=source)
             return
-        now = time.monotonic()
-        for block, source, seq in self._core.accept_labelled(readings, now, origin=topic):
-            if await self._apply(block, readings.source):
-                self._score(block, source, seq)
+        await self._ingest(
+            lambda now: self._core.accept_labelled(readings, now, origin=topic), readings.source
+        )
         self.wake()
 
-    async def _apply(self, values: np.ndarray, source: str | None = None) -> bool:
-        """Feed ``values`` to the estimator; False (counted) if it refused them."""
+    async def _ingest(
+        self, release: Callable[[float], list[Labelled]], source: str | None = None
+    ) -> None:
+        """Sequence, screen and apply readings in one step under the core lock (`_numerics`),
+        so no checkpoint or snapshot taken meanwhile (possibly in a worker thread) sees a
+        source's sequence ahead of the estimator; then score the applied blocks and count
+        the ones the estimator refused (reason ``estimator``)."""
         core = self._core
-        try:
-            await self._numerics(lambda: core.apply(values, time.monotonic()))
-        except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
+
+        def ingest_now() -> list[tuple[np.ndarray, str | None, int | None, ValueError | None]]:
+            now = time.monotonic()
+            out: list[tuple[np.ndarray, str | None, int | None, ValueError | None]] = []
+            for block, src, seq in release(now):
+                try:
+                    core.apply(block, now)
+                except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
+                    out.append((block, src, seq, exc))
+                else:
+                    out.append((block, src, seq, None))
+            return out
+
+        for block, src, seq, error in await self._numerics(ingest_now):
+            if error is None:
+                self._score(block, src, seq)
+                continue
             topic = self.config.sensor_topic or ""
             if self._source is not None and source == self._source.source_id:
                 topic = ""
-            self.reject("estimator", topic, str(exc), source=source)
-            return False
-        return True
+            self.reject("estimator", topic, str(error), source=source)
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
@@ -291,9 +316,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         ``settings.qos``)."""
         core = self._core
         self._log_suppressed(self._reject_log.due(now))
-        for block, source, seq in core.expire_labelled(now):
-            if await self._apply(block, source):
-                self._score(block, source, seq)
+        if core.sequencer.held_rows:
+            await self._ingest(core.expire_labelled)
         await self._publish_scores(client, now)
         if core.flush_due(now):
             rows = await self._numerics(core.flush)

@@ -23,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.leaf_durability import LeafDurability
+from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S, LeafDurability
 from edge_runtime.agents.leaf_estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf_intake import GAP_WEIGHT, LeafIntake, RangeHook
 from edge_runtime.agents.leaf_restore import LeafRestore
@@ -64,8 +64,11 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     checkpointing : bool, default False
         Whether the shell writes checkpoints; then readings are durable once checkpointed,
         else once covered by a published snapshot.
-    checkpoint_every : int, default 1
-        Checkpoint after this many completed blocks (and when idle, and on exit).
+    checkpoint_every : int, optional
+        Also checkpoint after this many completed blocks; default None: by time only.
+    checkpoint_interval_s : float, default `CHECKPOINT_INTERVAL_S` (60)
+        Most seconds between checkpoints while readings arrive; a checkpoint also follows a
+        pause of the stream and exit (`LeafDurability`).
     echo_timeout_s : float, default 5
         Least bound of the echo check, seconds.
     gap_timeout_s : float, default 10
@@ -109,7 +112,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         now: float,
         n_features: int | None = None,
         checkpointing: bool = False,
-        checkpoint_every: int = 1,
+        checkpoint_every: int | None = None,
+        checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         echo_timeout_s: float = 5.0,
         gap_timeout_s: float = 10.0,
         root_id: str | None = None,
@@ -117,8 +121,12 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
-        if checkpoint_every < 1:
+        if checkpoint_every is not None and checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
+        if not checkpoint_interval_s > 0:
+            raise ValueError(
+                f"checkpoint_interval_s must be > 0 seconds, got {checkpoint_interval_s}"
+            )
         self.config = config
         self.confirm_policy = confirm_policy
         self.n_features = n_features
@@ -130,7 +138,10 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.snapshot: SubspaceMessage | None = None
         self.checkpointing = checkpointing
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval_s = float(checkpoint_interval_s)
+        self.last_checkpoint = now
         self.checkpoints = 0
+        self.checkpoint_failures = 0
         self.checkpointed_blocks = 0
         self.checkpointed_n = -1
         self.restored_from: str | None = None
@@ -140,7 +151,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self._now = now
         self._candidate_version = -1
         self._candidate_moved = False
-        self._input_version = 0
+        self._input_version = 0  # bumped whenever the estimator changes
+        self._checkpointed_version = self._captured_version = 0
         self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
         self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
@@ -204,6 +216,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             return 0
         pending = est.n_pending_
         est.flush()
+        self._input_version += 1  # masked rows: news for the snapshot and the checkpoint
         return pending
 
     def snapshot_due(self, now: float) -> str | None:
@@ -304,6 +317,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             times.append(now + min(1.0, self.sequencer.gap_timeout_s))
         if self.scoring is not None:
             times.append(self.scoring.next_wakeup(now))
+        times.append(self.checkpoint_deadline())
         return times
 
     # --------------------------------------------------------------- checkpoint
@@ -340,6 +354,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             "reconnects": max(0, self.connections - 1),
             "undelivered": self.undelivered,
             "checkpoints": self.checkpoints,
+            "checkpoint_failures": self.checkpoint_failures,
             "restored_from": self.restored_from,
             "last_update_age_s": None
             if math.isinf(self.last_input)

@@ -1,10 +1,30 @@
 """What a leaf has made durable, and what it confirms to its publishers.
 
-`LeafDurability` is the part of `LeafCore` that decides when to checkpoint
-(``checkpoint_every`` blocks, when idle with news, on exit), what a checkpoint holds, and
-the confirmations (`ConfirmMessage`: ingested, durable, gaps) publishers replay from
-(`ConfirmPolicy`). Readings are durable once a checkpoint covers them, or, without
-checkpoints, once a published snapshot does. No I/O, no clock.
+`LeafDurability` is the part of `LeafCore` that decides when to checkpoint, what a
+checkpoint holds, and the confirmations (`ConfirmMessage`: ingested, durable, gaps)
+publishers replay from (`ConfirmPolicy`). Readings are durable once a checkpoint covers
+them, or, without checkpoints, once a published snapshot does. No I/O, no clock: the time
+comes in as an argument, and `checkpoint_deadline` tells the shell when to look again.
+
+When a checkpointing leaf writes one (`checkpoint_due`), whenever something is new since
+the last one (readings applied, a private leaf's rows masked, or readings ingested and
+dropped):
+
+- **by time**: ``checkpoint_interval_s`` (default `CHECKPOINT_INTERVAL_S`, 60 s) after the
+  last checkpoint, so a stream that never pauses is durable at least that often;
+- **when the stream pauses**: once no reading came for the leaf's ``idle_s`` (the same
+  pause that triggers its trailing publish), but no sooner than `IDLE_CHECKPOINT_GAP_S`
+  after the last checkpoint, so readings at the end of a stream become durable within
+  ``max(idle_s, IDLE_CHECKPOINT_GAP_S)`` seconds and a stream that pauses often cannot
+  wear out an SD card;
+- **by blocks** (opt-in): after ``checkpoint_every`` completed blocks;
+- **on exit** (``force``).
+
+The trade-off: a publisher (``replay``) keeps every reading until it is durable, so the
+interval bounds how long readings wait in its window while a stream runs (at 100
+readings/s and 60 s: 6,000 readings), and what a power cut can make it re-send; the SD
+card sees one checkpoint (two ``fsync``) per interval: 1,440 a day at 60 s, measured in
+``benchmarks/longevity.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +36,14 @@ from edge_runtime.agents.policy import ConfirmPolicy
 from edge_runtime.agents.sequencing import SourceSequencer
 from edge_runtime.wire import ConfirmMessage, SubspaceMessage
 
-__all__ = ["LeafDurability"]
+__all__ = ["CHECKPOINT_INTERVAL_S", "IDLE_CHECKPOINT_GAP_S", "LeafDurability"]
+
+CHECKPOINT_INTERVAL_S = 60.0
+"""Default ``checkpoint_interval_s``: most seconds between checkpoints while new readings
+arrive (``benchmarks/longevity.py``: 1,440 checkpoints and 2,880 ``fsync`` a device-day)."""
+
+IDLE_CHECKPOINT_GAP_S = 10.0
+"""Least seconds between the last checkpoint and one written because the stream paused."""
 
 
 class LeafDurability:
@@ -28,10 +55,16 @@ class LeafDurability:
         Per source, the last sequence number a restart would not lose.
     checkpointing : bool
         Whether the shell writes checkpoints.
-    checkpoint_every : int
-        Checkpoint after this many completed blocks.
+    checkpoint_every : int or None
+        Also checkpoint after this many completed blocks (None: by time only).
+    checkpoint_interval_s : float
+        Most seconds between checkpoints while there is news.
+    last_checkpoint : float
+        When the last checkpoint was written (or the core was made), seconds.
     checkpoints : int
         Checkpoints written.
+    checkpoint_failures : int
+        Checkpoints that could not be written.
     checkpointed_blocks, checkpointed_n : int
         Blocks and samples the last checkpoint covers (``checkpointed_n = -1``: none).
     confirm_policy : ConfirmPolicy
@@ -46,13 +79,20 @@ class LeafDurability:
     snapshot: SubspaceMessage | None
     durable: dict[str, int]
     checkpointing: bool
-    checkpoint_every: int
+    checkpoint_every: int | None
+    checkpoint_interval_s: float
+    last_checkpoint: float
     checkpoints: int
+    checkpoint_failures: int
     checkpointed_blocks: int
     checkpointed_n: int
     confirm_policy: ConfirmPolicy
     session: str
     unpublished_since: float
+    last_input: float
+    _input_version: int
+    _checkpointed_version: int
+    _captured_version: int
     _last_confirm: float
     _confirm_sent: tuple[object, ...]
 
@@ -61,24 +101,37 @@ class LeafDurability:
         refused by it) since the state a restart resumes from, and nothing else: its
         snapshot (or checkpoint) taken again would make them durable."""
         if self.checkpointing:
-            return self.n_samples == self.checkpointed_n and self.ingested != self.durable
+            return not self._state_changed() and self.ingested != self.durable
         snap = self.snapshot
         return snap is not None and self.ingested != dict(snap.sources)
 
-    def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
-        """Checkpoint every ``checkpoint_every`` blocks, when idle with news, and on exit;
-        readings dropped since the last checkpoint (and nothing else) count as news too,
-        checkpointed when idle or after the maximum publish interval."""
-        if not self.checkpointing or (
-            self.n_samples == self.checkpointed_n and self.ingested == self.durable
-        ):
-            return False
+    def _state_changed(self) -> bool:
+        """The estimator changed (rows applied, or masked by a flush) since the last
+        checkpoint."""
+        return self._input_version != self._checkpointed_version
+
+    def checkpoint_news(self) -> bool:
+        """Whether a checkpoint now would record anything the last one did not."""
+        return self.checkpointing and (self._state_changed() or self.ingested != self.durable)
+
+    def checkpoint_deadline(self) -> float:
+        """When the next checkpoint falls due without new input, seconds (``inf``: none is
+        pending, ``-inf``: due now); see the module docstring for the rules."""
+        if not self.checkpoint_news():
+            return math.inf
         blocks = 0 if self.estimator is None else self.estimator.n_blocks_
-        if force or (self.idle(now) and self.snapshot_n() == self.published_n):
-            return True
-        if self._drops_uncovered() and now >= self.unpublished_since + self.policy.max_interval_s:
-            return True  # dropped readings that never pause: durable every maximum interval
-        return blocks - self.checkpointed_blocks >= self.checkpoint_every
+        every = self.checkpoint_every
+        if every is not None and blocks - self.checkpointed_blocks >= every:
+            return -math.inf
+        paused = max(self.last_input + self.idle_s, self.last_checkpoint + IDLE_CHECKPOINT_GAP_S)
+        return min(paused, self.last_checkpoint + self.checkpoint_interval_s)
+
+    def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
+        """Whether to write a checkpoint at ``now`` (seconds): there is news, and the
+        deadline (`checkpoint_deadline`) has come, or ``force`` (on exit)."""
+        if not self.checkpoint_news():
+            return False
+        return force or now >= self.checkpoint_deadline()
 
     def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
         """Everything a checkpoint holds, captured at one instant (numerics), and the
@@ -90,11 +143,22 @@ class LeafDurability:
         ingested = self.ingested
         state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
         blocks = 0 if est is None else est.n_blocks_
+        self._captured_version = self._input_version
         return state, ingested, self.n_samples, blocks
 
-    def checkpointed(self, ingested: Mapping[str, int], n_samples: int, blocks: int) -> None:
-        """A checkpoint covering ``ingested`` was written."""
+    def checkpointed(
+        self,
+        ingested: Mapping[str, int],
+        n_samples: int,
+        blocks: int,
+        *,
+        now: float,
+    ) -> None:
+        """The checkpoint `checkpoint_state` captured last (covering ``ingested``) was
+        written at ``now`` (seconds); readings applied meanwhile are news for the next."""
         self.checkpoints += 1
+        self.last_checkpoint = now
+        self._checkpointed_version = self._captured_version
         self.checkpointed_blocks = blocks
         self.checkpointed_n = n_samples
         self.durable = dict(ingested)
@@ -102,6 +166,13 @@ class LeafDurability:
         masked = est is None or est.privacy is None or est.n_pending_ == 0
         if self.snapshot_n() == self.published_n and masked:
             self.unpublished_since = math.inf  # (dropped readings were all that was new)
+
+    def checkpoint_failed(self, now: float) -> int:
+        """Writing the checkpoint failed at ``now`` (seconds): the next try follows the
+        same rules, counted from now (no busy retry). Returns the failures so far."""
+        self.checkpoint_failures += 1
+        self.last_checkpoint = now
+        return self.checkpoint_failures
 
     # ------------------------------------------------------------ confirmations
     def _confirm_key(self) -> tuple[object, ...]:

@@ -180,11 +180,25 @@ class LeafRecovery:
             return None
         return np.random.default_rng(np.random.SeedSequence([seed, restarts]))
 
-    async def checkpoint(self) -> None:
-        """Write the state atomically (temp file, fsync, rename), off the event loop."""
+    async def checkpoint(self) -> bool:
+        """Write the state atomically (temp file, fsync, rename), off the event loop;
+        False if the write failed (disk full, permissions: the previous checkpoint stays,
+        `LeafCore.checkpoint_failed` retries later; logged on failures 1, 2, 4, 8, ...)."""
         if self.checkpoint_path is None:
-            return
+            return False
         # captured at one instant: readings may be applied while the file is written
         state, ingested, n_samples, blocks = await self._numerics(self._core.checkpoint_state)
-        await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
-        self._core.checkpointed(ingested, n_samples, blocks)
+        try:
+            await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
+        except (OSError, CheckpointError) as exc:
+            failures = self._core.checkpoint_failed(time.monotonic())
+            if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
+                self.log.error(
+                    "checkpoint_failed",
+                    path=str(self.checkpoint_path),
+                    error=str(exc),
+                    failures=failures,
+                )
+            return False
+        self._core.checkpointed(ingested, n_samples, blocks, now=time.monotonic())
+        return True

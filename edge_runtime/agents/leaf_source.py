@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ class LeafSource:
 
     The agent provides ``_core``, ``_source_spec`` (the node's `SourceSpec` or None),
     ``_source``, ``_source_task``, ``_source_state``, ``source_error``, ``_state_dir``,
-    ``_apply``, ``_score``, ``wake``, ``stop``, ``_stop``, ``_task``, ``log`` and
+    ``_ingest``, ``wake``, ``stop``, ``_stop``, ``_task``, ``log`` and
     ``node_id``.
     """
 
@@ -127,9 +126,10 @@ class LeafSource:
         core = self._core
         try:
             async for readings in source.readings():
-                for block, src, seq in core.accept_labelled(readings, time.monotonic()):
-                    if await self._apply(block, source.source_id):
-                        self._score(block, src, seq)
+                await self._ingest(
+                    lambda now, batch=readings: core.accept_labelled(batch, now),
+                    source.source_id,
+                )
                 self.wake()
         except SourceError as exc:
             self._source_failed(exc)

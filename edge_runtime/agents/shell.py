@@ -7,7 +7,11 @@ pieces of shell code several roles need are here, once:
 - `status_policy_of`: the status-document policy of an agent's settings;
 - `CoreShell`: numerics under the core's lock, in a worker thread when large
   (`CoreShell._numerics`), and the status document's fields every role fills alike
-  (`CoreShell.status_document`);
+  (`CoreShell.status_document`). This is the one concurrency scheme of every agent: a core
+  is never thread-safe and owns no lock; its shell holds one `asyncio.Lock` around every
+  call that may run in a worker thread *and* around every call that changes what such a
+  call reads (a leaf's sequencing and apply, an aggregator's `receive`), so an inbound
+  message handled meanwhile waits instead of racing it;
 - `SnapshotViews`: read-only views of the core's last published snapshot;
 - `decode_or_reject`: decode an inbound payload, or count and log why not.
 """

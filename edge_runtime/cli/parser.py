@@ -116,10 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for the leaf's checkpoint (<node>.ckpt); default: no checkpoint",
     )
     agent.add_argument(
+        "--checkpoint-interval",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="most seconds between a leaf's checkpoints while readings arrive; it also "
+        "checkpoints when the stream pauses and on exit (default 60)",
+    )
+    agent.add_argument(
         "--checkpoint-every",
         type=positive_int,
-        default=1,
-        help="checkpoint after this many blocks (and when idle, and on exit); default 1",
+        default=None,
+        metavar="BLOCKS",
+        help="also checkpoint after this many blocks (default: by time only)",
     )
     agent.add_argument(
         "--startup-timeout",

@@ -161,6 +161,7 @@ async def cmd_agent(args: argparse.Namespace) -> int:
         options = {
             "state_dir": args.state_dir,
             "checkpoint_every": args.checkpoint_every,
+            "checkpoint_interval_s": args.checkpoint_interval,
         }
     agent = create_agent(topology, args.node, settings, n_features=args.n_features, **options)
     loop = asyncio.get_running_loop()

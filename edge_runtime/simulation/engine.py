@@ -321,7 +321,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             if core.checkpoint_due(now):
                 state, ingested, n_samples, blocks = core.checkpoint_state()
                 self.checkpoints[node.index] = state
-                core.checkpointed(ingested, n_samples, blocks)
+                core.checkpointed(ingested, n_samples, blocks, now=now)
             self._publish_confirm(node)
         else:  # AggregatorAgent.step
             core.check_staleness(now)
