@@ -1,0 +1,310 @@
+"""Every rule of a core that waits for time fires, on a virtual clock, with the shell waking
+only when the core says (issue 21, item 1).
+
+A small driver plays the shell: it steps a core exactly as `LeafAgent.step` /
+`AggregatorAgent.step` do, then "sleeps" until ``core.next_wakeup(now)`` or the next input,
+whichever is first, with no upper bound on the sleep. So a deadline a core forgets to
+report to its shell never fires here, and the test fails: that is how the leaf's idle
+durability bug was hidden (the readings after the last full block of a stream were never
+checkpointed, because nothing woke the shell for them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from edge_runtime.agents.aggregator_core import AggregatorCore
+from edge_runtime.agents.core import publish_policy_for
+from edge_runtime.agents.leaf_core import LeafCore
+from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.topology import NodeConfig
+from edge_runtime.wire import SensorReadings
+
+SRC = "replay:run:leaf"
+D = 4
+BLOCK = 10
+
+
+@dataclass
+class Events:
+    """What the shell did, with the virtual time."""
+
+    snapshots: list[tuple[float, str, int]] = field(default_factory=list)
+    checkpoints: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    confirms: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    statuses: list[float] = field(default_factory=list)
+    wakeups: int = 0
+
+
+def leaf(**config: object) -> LeafCore:
+    checkpointing = bool(config.pop("checkpointing", True))
+    interval = float(config.pop("checkpoint_interval_s", CHECKPOINT_INTERVAL_S))  # type: ignore[arg-type]
+    cfg = NodeConfig(id="leaf", parent="root", rank=2, block_size=BLOCK, **config)  # type: ignore[arg-type]
+    return LeafCore(
+        cfg,
+        policy=publish_policy_for(cfg, leaf=True),
+        status_policy=StatusPolicy(),
+        confirm_policy=ConfirmPolicy(),
+        now=0.0,
+        n_features=D,
+        checkpointing=checkpointing,
+        checkpoint_interval_s=interval,
+    )
+
+
+def leaf_step(core: LeafCore, now: float, ev: Events) -> None:
+    """`LeafAgent.step` without the I/O: expire, flush, snapshot, checkpoint, confirm, status."""
+    for block, _, _ in core.expire_labelled(now):
+        core.apply(block, now)
+    if core.flush_due(now):
+        core.flush()
+    reason = core.snapshot_due(now)
+    if reason is not None:
+        msg = core.make_snapshot(now, reason)
+        assert msg is not None
+        core.snapshot_published(msg, now)
+        ev.snapshots.append((now, reason, msg.n_samples))
+    if core.checkpoint_due(now):
+        _, ingested, n, blocks = core.checkpoint_state()
+        core.checkpointed(ingested, n, blocks, now=now)
+        ev.checkpoints.append((now, dict(ingested)))
+    confirm = core.confirm_due(now)
+    if confirm is not None:
+        core.confirm_sent(now)
+        ev.confirms.append((now, dict(confirm.durable)))
+    if core.status_due(now):
+        core.status_sent(now)
+        ev.statuses.append(now)
+
+
+def run_leaf(
+    core: LeafCore,
+    inputs: list[tuple[float, SensorReadings]],
+    until: float,
+    max_wakeups: int = 100_000,
+) -> Events:
+    """Deliver ``inputs`` (time-ordered) and otherwise sleep until ``next_wakeup``."""
+    ev = Events()
+    now, i = 0.0, 0
+    while now <= until:
+        while i < len(inputs) and inputs[i][0] <= now:
+            for block, _, _ in core.accept_labelled(inputs[i][1], now):
+                core.apply(block, now)
+            i += 1
+        leaf_step(core, now, ev)
+        ev.wakeups += 1
+        assert ev.wakeups <= max_wakeups, f"busy loop at t={now}"
+        wake = core.next_wakeup(now)
+        assert wake > now or math.isinf(wake) or wake == now, wake
+        wake = max(wake, now + 1e-3)  # the shell's MIN_SLEEP_S keeps it from spinning
+        nxt = inputs[i][0] if i < len(inputs) else math.inf
+        now = min(wake, nxt)
+        if math.isinf(now):
+            break
+    return ev
+
+
+def stream(n: int, rate: float, *, start: float = 0.0, batch: int = 1, seed: int = 0):
+    """``n`` readings of source ``SRC`` at ``rate`` readings/s, ``batch`` per message."""
+    x = np.random.default_rng(seed).normal(size=(n, D))
+    return [
+        (start + i / rate, SensorReadings(x[i : i + batch], SRC, i)) for i in range(0, n, batch)
+    ]
+
+
+# ----------------------------------------------------------------------- leaf durability
+@pytest.mark.parametrize("n", [7, 20, 25, 963])
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_every_reading_of_a_stream_that_ends_becomes_durable_and_confirmed(
+    n: int, checkpointing: bool
+) -> None:
+    """At any count (less than a block, block-aligned, a tail after the last full block):
+    within max(idle_s, IDLE_CHECKPOINT_GAP_S) + the confirmation interval of the last
+    reading, the leaf's confirmation says every reading is durable."""
+    core = leaf(checkpointing=checkpointing)
+    inputs = stream(n, 100.0, batch=8)
+    last = inputs[-1][0]
+    ev = run_leaf(core, inputs, until=last + 120.0)
+    assert core.durable == {SRC: n - 1}
+    assert ev.confirms and ev.confirms[-1][1] == {SRC: n - 1}
+    when = next(t for t, durable in ev.confirms if durable == {SRC: n - 1})
+    bound = max(core.idle_s, IDLE_CHECKPOINT_GAP_S if checkpointing else 0.0) + 0.5 + 0.1
+    assert when <= last + bound, f"confirmed durable {when - last:.2f} s after the last reading"
+    if checkpointing:
+        assert ev.checkpoints[-1][1] == {SRC: n - 1}
+
+
+def test_a_stream_that_never_pauses_is_checkpointed_every_interval_and_no_more_often() -> None:
+    """100 readings/s for 200 s, one per message: checkpoints at the interval (20 s here),
+    never closer together, and nothing more while the stream runs."""
+    core = leaf(checkpoint_interval_s=20.0)
+    inputs = stream(20_000, 100.0)
+    ev = run_leaf(core, inputs, until=199.0)
+    times = [t for t, _ in ev.checkpoints]
+    assert len(times) == 9, times  # at 20, 40, ..., 180 s
+    assert all(b - a >= 20.0 - 1e-9 for a, b in itertools.pairwise(times))
+    assert times[0] == pytest.approx(20.0, abs=0.02)
+
+
+def test_a_pause_checkpoints_no_sooner_than_the_gap_after_the_last_checkpoint() -> None:
+    """Bursts of 8 readings every 3 s: the leaf is idle between bursts (its usual gap is
+    short), but a checkpoint follows a pause at most every IDLE_CHECKPOINT_GAP_S."""
+    core = leaf()
+    inputs = []
+    for k in range(20):
+        inputs += stream(8, 1000.0, start=3.0 * k, seed=k)
+    inputs = _renumber(inputs)
+    ev = run_leaf(core, inputs, until=90.0)
+    times = [t for t, _ in ev.checkpoints]
+    assert all(b - a >= IDLE_CHECKPOINT_GAP_S - 1e-9 for a, b in itertools.pairwise(times))
+    assert core.durable == {SRC: 159}
+
+
+def _renumber(inputs):
+    """One source's sequence numbers across bursts."""
+    out, seq = [], 0
+    for t, r in inputs:
+        out.append((t, SensorReadings(r.values, SRC, seq)))
+        seq += len(r.values)
+    return out
+
+
+def test_a_private_leaf_masks_its_pending_rows_when_idle_then_makes_them_durable() -> None:
+    core = leaf(epsilon=1.0, delta=1e-5, clip_norm=10.0, noise_seed=1, mechanism="gaussian")
+    inputs = stream(25, 100.0, batch=5)
+    ev = run_leaf(core, inputs, until=60.0)
+    est = core.estimator
+    assert est is not None and est.n_pending_ == 0
+    assert core.durable == {SRC: 24} and ev.checkpoints[-1][1] == {SRC: 24}
+    assert ev.snapshots[-1][2] == 25
+
+
+# ----------------------------------------------------------------------- leaf publishing
+def test_the_trailing_publish_fires_once_the_stream_pauses() -> None:
+    core = leaf(checkpointing=False)
+    inputs = stream(25, 100.0, batch=5)
+    ev = run_leaf(core, inputs, until=30.0)
+    last = inputs[-1][0]
+    t, reason, n = ev.snapshots[-1]
+    assert n == 25 and reason in ("idle", "moved")  # the tail is in the last snapshot
+    assert t <= last + core.idle_s + 0.11
+
+
+def test_a_stream_that_never_pauses_publishes_within_the_maximum_interval() -> None:
+    core = leaf(checkpointing=False)
+    inputs = stream(3_000, 100.0)
+    ev = run_leaf(core, inputs, until=29.0)
+    times = [t for t, _, _ in ev.snapshots]
+    gaps = np.diff([0.0, *times, 29.0])
+    assert gaps.max() <= core.policy.max_interval_s + 0.02, gaps
+
+
+def test_confirmations_go_at_most_every_interval_with_a_trailing_one() -> None:
+    core = leaf(checkpointing=False)
+    inputs = stream(2_000, 100.0, batch=10)
+    ev = run_leaf(core, inputs, until=40.0)
+    times = [t for t, _ in ev.confirms]
+    assert all(b - a >= 0.5 - 1e-9 for a, b in itertools.pairwise(times))
+    assert ev.confirms[-1][1] == {SRC: 1999}
+
+
+def test_a_gap_nobody_fills_is_given_up_at_its_timeout() -> None:
+    core = leaf(checkpointing=False)
+    x = np.ones((5, D))
+    inputs = [(0.0, SensorReadings(x, SRC, 0)), (0.1, SensorReadings(x, SRC, 10))]
+    ev = run_leaf(core, inputs, until=30.0)
+    assert core.sequencer.gap_rows == 5 and core.n_samples == 10
+    assert core.durable == {SRC: 14}
+    released = next(t for t, _, n in ev.snapshots if n == 10)
+    assert (
+        0.1 + core.sequencer.gap_timeout_s <= released <= 0.1 + core.sequencer.gap_timeout_s + 1.2
+    )
+
+
+def test_the_status_heartbeat_fires_with_nothing_else_to_do() -> None:
+    core = leaf(checkpointing=False)
+    ev = run_leaf(core, [], until=95.0)
+    assert ev.statuses == pytest.approx([30.0, 60.0, 90.0])
+    assert ev.wakeups <= 5  # slept from one heartbeat to the next
+
+
+# ----------------------------------------------------------------------- aggregator
+def aggregator(**config: object) -> AggregatorCore:
+    cfg = NodeConfig(id="root", parent=None, rank=2, **config)  # type: ignore[arg-type]
+    return AggregatorCore(
+        cfg,
+        ["a", "b"],
+        policy=publish_policy_for(cfg, leaf=False),
+        status_policy=StatusPolicy(),
+        now=0.0,
+    )
+
+
+def snapshots_of(child: str, times: list[float]):
+    """Snapshots of ``child`` with growing n_samples, one per time."""
+    core = leaf(checkpointing=False)
+    core.node_id = child
+    core.config = NodeConfig(id=child, parent="root", rank=2, block_size=BLOCK)
+    x = np.random.default_rng(len(child)).normal(size=(10 * len(times), D))
+    out = []
+    for k, t in enumerate(times):
+        core.apply(x[10 * k : 10 * k + 10], t)
+        msg = core.make_snapshot(t, "moved")
+        assert msg is not None
+        out.append((t, child, msg))
+    return out
+
+
+def run_aggregator(core: AggregatorCore, arrivals, until: float) -> list[tuple[float, int]]:
+    published: list[tuple[float, int]] = []
+    now, i, wakeups = 0.0, 0, 0
+    while now <= until:
+        while i < len(arrivals) and arrivals[i][0] <= now:
+            _, child, msg = arrivals[i]
+            assert core.receive(child, msg, now) is None
+            i += 1
+        core.check_staleness(now)  # AggregatorAgent.step
+        reason = core.snapshot_due(now)
+        if reason is not None:
+            msg = core.make_snapshot(now, reason)
+            assert msg is not None
+            core.snapshot_published(msg, now)
+            published.append((now, msg.n_samples))
+        if core.status_due(now):
+            core.status_sent(now)
+        wakeups += 1
+        assert wakeups < 10_000
+        wake = max(core.next_wakeup(now), now + 1e-3)
+        nxt = arrivals[i][0] if i < len(arrivals) else math.inf
+        now = min(wake, nxt)
+        if math.isinf(now):
+            break
+    return published
+
+
+def test_an_aggregator_coalesces_a_burst_and_publishes_a_trailing_merge_covering_it() -> None:
+    core = aggregator()
+    times = [0.001 * k for k in range(50)]
+    arrivals = sorted(snapshots_of("a", times) + snapshots_of("b", times), key=lambda a: a[0])
+    published = run_aggregator(core, arrivals, until=5.0)
+    gaps = np.diff([t for t, _ in published])
+    assert (gaps >= core.policy.min_interval_s - 1e-9).all()
+    assert published[-1][1] == 1000  # the last arrival of each child is covered
+    assert published[-1][0] <= 0.049 + core.policy.max_interval_s + 0.06
+
+
+def test_a_silent_child_is_dropped_when_its_staleness_deadline_comes() -> None:
+    core = aggregator(stale_policy="drop", stale_after_s=20.0)
+    arrivals = sorted(
+        snapshots_of("a", [0.0]) + snapshots_of("b", [0.0, 5.0, 25.0]), key=lambda a: a[0]
+    )
+    published = run_aggregator(core, arrivals, until=60.0)
+    assert [n for t, n in published if t < 20.0][-1] == 30  # a (10) and b (20)
+    dropped = [t for t, n in published if n == 20 and t > 5.0]  # b alone: a silent since 0 s
+    assert dropped and 20.0 <= dropped[0] <= 20.2
