@@ -40,12 +40,81 @@ __all__ = [
     "Arrivals",
     "Progress",
     "RunSummary",
+    "Screening",
     "clear_retained",
     "fedpower_settled",
     "run_topology",
+    "screen_data",
 ]
 
 log = structlog.get_logger("edge_runtime.runner")
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What the leaves will do with a dataset, by their declared ``valid_range``.
+
+    Attributes
+    ----------
+    accepted, rejected : dict of leaf id to int
+        Readings each leaf keeps and drops (``out_of_range = "reject"``; a leaf with
+        ``"clip"`` keeps every reading, clipped).
+    reference : ndarray of shape (sum(accepted), n_features), float64
+        The readings the leaves learn from (kept rows, clipped where a leaf clips): what
+        the root's model is compared with.
+    kept : dict of leaf id to ndarray of shape (accepted[leaf],), int
+        Positions of the kept readings in each leaf's share (its replay order).
+    """
+
+    accepted: dict[str, int]
+    rejected: dict[str, int]
+    reference: np.ndarray
+    kept: dict[str, np.ndarray]
+
+    @property
+    def n_rejected(self) -> int:
+        """Readings dropped over all leaves."""
+        return sum(self.rejected.values())
+
+
+def screen_data(topology: Topology, data: np.ndarray) -> Screening:
+    """Split ``data`` over the leaves (`Topology.split_rows`) and screen each share as the
+    leaf will (`NodeConfig.rejects`; per-feature bounds of another width than the data
+    reject a leaf's whole share, as the leaf does).
+
+    Raises
+    ------
+    ValueError
+        If every reading is outside the leaves' ranges: one line naming the count, the
+        ranges and what to check.
+    """
+    accepted: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    kept_at: dict[str, np.ndarray] = {}
+    parts = []
+    for leaf, rows in topology.split_rows(data.shape[0]).items():
+        config = topology.nodes[leaf]
+        share = data[rows]
+        try:
+            dropped = config.rejects(share)
+        except ValueError:
+            dropped = np.ones(len(share), dtype=bool)
+        kept = share[~dropped]
+        bounds = None if config.out_of_range != "clip" else config.range_bounds(data.shape[1])
+        if bounds is not None:
+            kept = np.clip(kept, *bounds)
+        parts.append(kept)
+        accepted[leaf], rejected[leaf] = len(kept), int(dropped.sum())
+        kept_at[leaf] = np.flatnonzero(~dropped)
+    if data.shape[0] and not any(accepted.values()):
+        ranges = sorted({str(topology.nodes[leaf].valid_range) for leaf in accepted})
+        raise ValueError(
+            f"every one of the {data.shape[0]} readings is outside the leaves' valid_range "
+            f"({', '.join(ranges)}): nothing to learn; check the data's units or the "
+            "topology's valid_range"
+        )
+    reference = np.concatenate(parts) if parts else data[:0]
+    return Screening(accepted, rejected, reference, kept_at)
 
 
 @dataclass(frozen=True)
@@ -68,12 +137,13 @@ class RunSummary:
     ``messages`` / ``payload_bytes`` count what the agents published (subspace, model
     and status messages); ``raw_bytes`` is what shipping the readings themselves as
     float64 would take (``samples * n_features * 8``); ``sensor_*`` count the replay.
-    ``error_ratio`` compares the root's basis with the offline rank-r SVD of all the
-    replayed rows, r being the root's rank (1.0 is optimal). ``privacy`` is the root
-    model's differential-privacy guarantee, a `PrivacyParams` (the weakest over the leaves,
-    `privacy_of`; in `as_dict` its map ``{"epsilon", "delta", "clip_norm", "mechanism",
-    "neighbours"}``, `PrivacyParams.to_json`), or None when some leaf publishes without
-    noise.
+    ``error_ratio`` compares the root's basis with the offline rank-r SVD of the rows the
+    leaves accepted (all replayed rows unless a leaf's ``valid_range`` rejects some; those
+    are counted in ``out_of_range``), r being the root's rank (1.0 is optimal).
+    ``privacy`` is the root model's differential-privacy guarantee, a `PrivacyParams`
+    (the weakest over the leaves, `privacy_of`; in `as_dict` its map ``{"epsilon",
+    "delta", "clip_norm", "mechanism", "neighbours"}``, `PrivacyParams.to_json`), or None
+    when some leaf publishes without noise.
 
     Throughput and latency are measured here, on one clock (``time.monotonic``), as the
     model watcher receives the root's models: ``readings_per_s`` is ``samples`` over the
@@ -122,6 +192,7 @@ class RunSummary:
     workers: int = 1
     algorithm: str = "fpca"
     rounds: int | None = None
+    out_of_range: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """The summary as a JSON-ready mapping (``privacy`` as `PrivacyParams.to_json`)."""
@@ -293,7 +364,8 @@ async def run_topology(
     ------
     ValueError
         If ``workers`` is below 1, or ``data`` or ``rate`` is unfit for a `Replayer`
-        (not 2-D, a rate that is not positive, a leaf that reads a local source).
+        (not 2-D, a rate that is not positive, a leaf that reads a local source), or every
+        reading is outside the leaves' ``valid_range`` (`screen_data`).
     aiomqtt.MqttError
         If the broker cannot be reached.
     edge_runtime.workers.WorkerError
@@ -303,9 +375,10 @@ async def run_topology(
         raise ValueError(f"workers must be >= 1, got {workers}")
     start = time.monotonic()
     n_samples, n_features = data.shape
+    screening = screen_data(topology, data)  # what the leaves keep, before anything starts
     await clear_retained(topology, settings)
     replayer = Replayer(topology, data, settings, rate=rate)
-    expected = replayer.expected_samples()
+    expected = screening.accepted  # what the root must cover: the readings leaves keep
     arrivals = Arrivals(expected)
     sent = 0
     latest: SubspaceMessage | None = None
@@ -390,10 +463,13 @@ async def run_topology(
     if arrivals.all_covered_at is not None and first_sent is not None:
         elapsed = arrivals.all_covered_at - first_sent
         readings_per_s = round(replay.rows / elapsed, 1) if elapsed > 0 else None
-    latencies = arrivals.latencies(replayer.first_sent)
+    sent_kept = {
+        leaf: np.asarray(t)[screening.kept[leaf]] for leaf, t in replayer.first_sent.items()
+    }
+    latencies = arrivals.latencies(sent_kept)
     ratio = float("nan")
     if model is not None and model.rank > 0:
-        ratio = error_ratio(data, model.subspace.basis)
+        ratio = error_ratio(screening.reference, model.subspace.basis)
     return RunSummary(
         samples=replay.rows,
         n_features=n_features,
@@ -421,6 +497,7 @@ async def run_topology(
         workers=host.workers,
         algorithm=topology.algorithm,
         rounds=None if topology.algorithm != "fedpower" or model is None else model.seq,
+        out_of_range=screening.n_rejected,
     )
 
 

@@ -54,7 +54,14 @@ def print_summary(s: RunSummary) -> None:
         f"samples replayed    {s.samples} x {s.n_features} features",
         f"leaves reporting    {s.leaves_reporting}/{s.leaves_total}",
         f"root rank           {s.rank} (covers {s.root_n_samples} samples)",
-        f"error ratio         {s.error_ratio:.6f}  (vs offline rank-{s.rank} SVD; 1.0 optimal)",
+        f"error ratio         {s.error_ratio:.6f}  (vs offline rank-{s.rank} SVD"
+        + (f" of the {s.samples - s.out_of_range} accepted readings" if s.out_of_range else "")
+        + "; 1.0 optimal)",
+        *(
+            [f"out of range        {s.out_of_range} readings rejected by the leaves' valid_range"]
+            if s.out_of_range
+            else []
+        ),
         f"MQTT messages       {s.messages} ({s.payload_bytes} payload bytes, "
         f"{ratio:.2f}x the {s.raw_bytes} bytes of the raw readings)",
         f"sensor messages     {s.sensor_messages} ({s.sensor_bytes} bytes)",

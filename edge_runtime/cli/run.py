@@ -38,7 +38,7 @@ from edge_runtime.plots import (
     write_plots,
 )
 from edge_runtime.replay import Replayer
-from edge_runtime.runner import run_topology
+from edge_runtime.runner import run_topology, screen_data
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import load_topology
@@ -78,6 +78,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     data = load_data(topology, args.data)
     warn_narrow_data(topology, data)
+    try:  # at once, in one line: data the leaves would reject whole
+        screen_data(topology, data)
+    except ValueError as exc:
+        raise CliError(f"--data {args.data or 'motes-light'}: {exc}") from None
     with ExitStack() as stack:
         if args.broker:
             settings = broker_settings(args.broker, args)

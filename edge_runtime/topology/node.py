@@ -261,6 +261,31 @@ class NodeConfig:
             return None
         return len(self.valid_range[0])
 
+    def rejects(self, values: np.ndarray) -> np.ndarray:
+        """Which readings this leaf's ``valid_range`` rejects: those with any value outside
+        it, when ``out_of_range = "reject"`` (``"clip"`` and no range reject none).
+
+        Parameters
+        ----------
+        values : ndarray of shape (n_samples, n_features)
+            Readings, in the sensors' units.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), bool
+            True where the leaf drops the reading (`LeafCore.screen` does the same).
+
+        Raises
+        ------
+        ValueError
+            As `range_bounds` (per-feature bounds of another width).
+        """
+        bounds = self.range_bounds(values.shape[1])
+        if bounds is None or self.out_of_range == "clip":
+            return np.zeros(values.shape[0], dtype=bool)
+        lo, hi = bounds
+        return ((values < lo) | (values > hi)).any(axis=1)
+
     def range_bounds(self, n_features: int) -> tuple[np.ndarray, np.ndarray] | None:
         """``(lo, hi)``, each of shape ``(n_features,)`` float64, of ``valid_range`` for
         readings of ``n_features`` values; None without a range.
