@@ -308,3 +308,13 @@ def test_a_silent_child_is_dropped_when_its_staleness_deadline_comes() -> None:
     assert [n for t, n in published if t < 20.0][-1] == 30  # a (10) and b (20)
     dropped = [t for t, n in published if n == 20 and t > 5.0]  # b alone: a silent since 0 s
     assert dropped and 20.0 <= dropped[0] <= 20.2
+
+
+def test_a_status_document_follows_the_end_of_a_stream_without_waiting_for_the_heartbeat() -> None:
+    core = leaf()
+    inputs = stream(963, 100.0, batch=8)
+    ev = run_leaf(core, inputs, until=40.0)
+    last = inputs[-1][0]
+    durable_at = next(t for t, durable in ev.checkpoints if durable == {SRC: 962})
+    after = [t for t in ev.statuses if t >= durable_at]
+    assert after and after[0] <= durable_at + 2.0 + 1e-6, (last, durable_at, ev.statuses)

@@ -323,8 +323,14 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     # --------------------------------------------------------------- checkpoint
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
+        """As `NodeCore.health`, plus the samples of the last published snapshot and what
+        is durable: a status document follows each snapshot and checkpoint (at most every
+        ``status_min_interval_s``), so it never says ``n_samples 0`` after a stream until
+        the heartbeat."""
         return (
             *super().health(),
+            self.published_n,
+            tuple(sorted(self.durable.items())),
             self.sequencer.gap_rows,
             self.restored_from,
             self.clipped,
