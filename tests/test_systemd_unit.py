@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edge_runtime.cli import EXIT_USAGE
 from edge_runtime.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,9 +117,14 @@ def test_unit_runs_the_node_of_its_instance_name_with_checkpoints_in_its_state_d
 def test_unit_reads_broker_credentials_and_tls_options_from_its_environment(
     service: list[tuple[str, str]], argv: list[str]
 ) -> None:
-    assert values(service, "EnvironmentFile") == ["/etc/edge-runtime/agent.env"]
-    # The password file stays root-only: systemd hands the agent a private copy.
-    assert values(service, "LoadCredential") == ["mqtt-password:/etc/edge-runtime/mqtt-password"]
+    # The machine's settings, then (optional) the node's own: a later file wins.
+    assert values(service, "EnvironmentFile") == [
+        "/etc/edge-runtime/agent.env",
+        "-/etc/edge-runtime/%i.env",
+    ]
+    # The password file stays root-only: systemd hands the agent a private copy. One file
+    # per node id, so that a machine may run several nodes (an aggregator beside a leaf).
+    assert values(service, "LoadCredential") == ["mqtt-password:/etc/edge-runtime/%i.password"]
     env = environment(service)
     assert env[ENV_PASSWORD_FILE] == "%d/mqtt-password"
     assert env[ENV_USERNAME] == "%i"  # the ACL's user names are node ids
@@ -134,6 +140,9 @@ def test_unit_is_read_only_but_its_state_and_restarts_on_failure(
 ) -> None:
     assert one(service, "ProtectSystem") == "strict"
     assert one(service, "Restart") == "on-failure"
+    # Exit 2 is a configuration error (edge_runtime.cli.EXIT_USAGE): restarting every 5 s
+    # would fail the same way forever.
+    assert one(service, "RestartPreventExitStatus") == str(EXIT_USAGE)
     assert one(service, "NoNewPrivileges") == "true"
     assert one(service, "User") == "edge"
     assert one(service, "KillSignal") == "SIGTERM"  # the agent checkpoints and says "offline"
@@ -210,3 +219,28 @@ def test_systemd_analyze_verify_accepts_the_no_passwords_drop_in(tmp_path: Path)
     drop_ins.mkdir()
     shutil.copy(NO_PASSWORDS, drop_ins / NO_PASSWORDS.name)
     _verify(unit)
+
+
+def test_every_file_of_an_instance_is_named_after_its_node_so_nodes_can_share_a_machine(
+    service: list[tuple[str, str]],
+) -> None:
+    """Two instances on one machine (``@pi-01`` and ``@site-a``) share no writable state or
+    credential: whatever is per node carries %i."""
+    per_node = [
+        *values(service, "LoadCredential"),
+        *values(service, "StateDirectory"),
+        values(service, "EnvironmentFile")[-1],
+    ]
+    assert all("%i" in value for value in per_node), per_node
+    assert environment(service)[ENV_USERNAME] == "%i"
+
+
+def test_a_configuration_error_exits_2_so_the_unit_does_not_restart_it(tmp_path: Path) -> None:
+    """What RestartPreventExitStatus=2 relies on: the agent's configuration errors exit 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_runtime.cli", "agent", "--topology",
+         str(ROOT / "topologies" / "motes-light.toml"), "--node", "no-such-node",
+         "--broker", "mqtt://127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == EXIT_USAGE, proc.stderr
