@@ -1,0 +1,267 @@
+"""Acceptance benchmark: the deployment as documented under many seeded fault schedules.
+
+``python -m benchmarks.acceptance --seeds 20`` runs `tests/acceptance.py`'s scenario (a
+secured Mosquitto with passwords and the generated ACL, one ``edge-runtime agent`` process
+per node with its own state directory, ``edge-runtime replay``) on the Motes light data for
+seeds ``0 .. N-1`` at each of three replay rates (default: as fast as possible, 1000/s and
+100/s), each seed a schedule of ``--faults-per-run`` faults at moments drawn by
+``random.Random(seed)`` (`acceptance.schedule`), plus one run without faults per rate. The
+runs are interleaved (seed 0 at every rate, then seed 1, ...) so that a run cut short still
+reports every rate. After every run it rewrites ``<out>/acceptance.md`` (Markdown tables:
+passes / runs per rate and per fault kind, median durations, every failure with its reason
+and kept log directory) and ``<out>/acceptance.json`` (every run). A passing run's work
+directory is deleted; a failing one's is kept under ``<out>/acceptance-failures/``.
+
+The exit status is 0 when every run passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # tests/acceptance.py and tests/faults.py
+
+import acceptance as acc  # noqa: E402
+
+DEFAULT_OUT = ROOT / "benchmarks" / "report"
+DEFAULT_RATES = "max,1000,100"
+
+
+def parse_rates(text: str) -> list[float | None]:
+    out: list[float | None] = []
+    for word in text.split(","):
+        word = word.strip().lower()
+        out.append(None if word in ("max", "fast", "none") else float(word))
+    return out
+
+
+def rate_label(rate: float | None) -> str:
+    return "max" if rate is None else f"{rate:g}/s"
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(x: float | None, nd: int = 1) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.rstrip("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    dirty = [line[3:] for line in _git("status", "--porcelain").splitlines() if line[:2] != "??"]
+    try:
+        mosquitto = subprocess.run(
+            [acc.find_mosquitto(), "-h"], capture_output=True, text=True, timeout=10
+        ).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        mosquitto = "?"
+    return {
+        "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m benchmarks.acceptance " + " ".join(sys.argv[1:]),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "uncommitted changes in": ", ".join(dirty) or "none",
+        "machine": f"{os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+        "broker": mosquitto,
+    }
+
+
+def kinds_of(run: dict) -> list[str]:
+    return sorted({f["kind"] for f in run["faults"]})
+
+
+def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "acceptance.json").write_text(
+        json.dumps({"environment": env, "planned_runs": planned, "runs": runs}, indent=1)
+    )
+    rates = list(dict.fromkeys(r["rate_label"] for r in runs))
+    faulted = [r for r in runs if r["faults"]]
+    baseline = [r for r in runs if not r["faults"]]
+    lines = [
+        "# Acceptance: the deployment as documented, under seeded faults",
+        "",
+        "Written by `python -m benchmarks.acceptance` (issue 21, item 2; scenario in",
+        "`tests/acceptance.py`). Every run: Mosquitto from `broker_config/secured.conf`",
+        "(loopback listener, passwords hashed by `mosquitto_passwd`, the ACL of `edge-runtime",
+        "acl`), one `edge-runtime agent` process per node with the unit's `ExecStart`",
+        "(`--state-dir`, each node its own) and credentials, `edge-runtime replay` of the",
+        "Motes light data (7712 x 48, 8 leaves) with `--username replay`. A run passes when",
+        "the (last, possibly `--resume`d) replay exits 0 with nothing unconfirmed, every",
+        "leaf's retained confirmation reports every reading durable, the root's model covers",
+        "every accepted reading exactly, its largest principal angle to the offline no-fault",
+        f"model is below {acc.SAME_ANGLE_RAD:g} rad and its error ratio is the no-fault one",
+        f"(relative difference below {acc.SAME_ERROR_RTOL:g}), and no agent exited that the",
+        "schedule did not kill.",
+        "",
+        f"Runs done: {len(runs)} of {planned} planned.",
+        "",
+        "| | |",
+        "| --- | --- |",
+        *(f"| {k} | {v} |" for k, v in env.items()),
+        "",
+        "## Passes per replay rate",
+        "",
+        "Durations in seconds, medians over the runs with faults: *replay* from the first",
+        "replay's start to the last replay's exit 0, *model* from then to the root covering",
+        "every reading, *run* from the broker's start to the checks done (start-up of 11",
+        "processes included).",
+        "",
+        "| rate | fault schedules passed | replay s (median / max) | model s | run s "
+        "| re-sent readings (median) | no-fault run: passed, replay s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for rate in rates:
+        rs = [r for r in faulted if r["rate_label"] == rate]
+        base = [r for r in baseline if r["rate_label"] == rate]
+        passes = sum(r["passed"] for r in rs)
+        replay = [r["replay_s"] for r in rs]
+        resent = [r["replay_summary"].get("resent") for r in rs]
+        base_text = (
+            ", ".join(f"{'yes' if b['passed'] else 'NO'}, {_fmt(b['replay_s'])}" for b in base)
+            or "-"
+        )
+        lines.append(
+            f"| {rate} | **{passes} / {len(rs)}** | {_fmt(_median(replay))} / "
+            f"{_fmt(max((x for x in replay if x is not None), default=None))} | "
+            f"{_fmt(_median([r['model_s'] for r in rs]))} | "
+            f"{_fmt(_median([r['total_s'] for r in rs]))} | {_fmt(_median(resent), 0)} | "
+            f"{base_text} |"
+        )
+    kinds = [k for k in acc.KINDS if any(k in kinds_of(r) for r in faulted)]
+    lines += [
+        "",
+        "## Passes per fault kind",
+        "",
+        "A run counts under every kind its schedule contains (a schedule has",
+        "several faults), so the columns do not add up to the runs. Cell: passed / runs",
+        "(median replay seconds).",
+        "",
+        "| fault kind | " + " | ".join(rates) + " |",
+        "| --- | " + " | ".join("---" for _ in rates) + " |",
+    ]
+    for kind in kinds:
+        cells = []
+        for rate in rates:
+            rs = [r for r in faulted if r["rate_label"] == rate and kind in kinds_of(r)]
+            cells.append(
+                f"{sum(r['passed'] for r in rs)} / {len(rs)} "
+                f"({_fmt(_median([r['replay_s'] for r in rs]))})"
+                if rs
+                else "-"
+            )
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    failed = [r for r in runs if not r["passed"]]
+    lines += ["", "## Failures", ""]
+    if not failed:
+        lines.append("None.")
+    for r in failed:
+        faults = ", ".join(
+            f"{f['kind']}{'(' + f['node'] + ')' if f['node'] else ''}@{f['at_s']:.1f}s"
+            for f in r["faults"]
+        )
+        why = " | ".join(r["failures"])[:1500].replace("\n", " ")
+        lines.append(
+            f"- seed {r['seed']}, rate {r['rate_label']}, faults [{faults}]: {why} "
+            f"(logs: `{r['kept'] or r['work']}`)"
+        )
+    (out / "acceptance.md").write_text("\n".join(lines) + "\n")
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    rates = parse_rates(args.rates)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    scratch = Path(tempfile.mkdtemp(prefix="edge-acceptance-"))
+    keep = out / "acceptance-failures"
+    env = environment(args)
+    deployment = acc.motes_deployment(scratch / "deployment")
+    plan: list[tuple[int | None, float | None]] = []
+    if not args.no_baseline:
+        plan += [(None, rate) for rate in rates]
+    plan += [(seed, rate) for seed in seeds for rate in rates]
+    runs: list[dict] = []
+    t_start = time.monotonic()
+    try:
+        for i, (seed, rate) in enumerate(plan):
+            if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
+                print(f"deadline of {args.deadline_s:g} s reached: {len(plan) - i} runs not done")
+                break
+            faults = (
+                []
+                if seed is None
+                else acc.schedule(
+                    seed,
+                    deployment.topology,
+                    acc.expected_window_s(deployment, rate),
+                    n_faults=args.faults_per_run,
+                )
+            )
+            work = scratch / f"run-{i:03d}"
+            result = await acc.run_scenario(deployment, work, rate=rate, faults=faults, seed=seed)
+            row = result.to_json()
+            row["rate_label"] = rate_label(rate)
+            row["kept"] = None
+            if result.passed:
+                shutil.rmtree(work, ignore_errors=True)
+            else:
+                dest = keep / f"seed{seed}-{rate_label(rate).replace('/', '')}-{i:03d}"
+                shutil.rmtree(dest, ignore_errors=True)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(work), dest)
+                row["kept"] = str(dest)
+            runs.append(row)
+            print(f"[{i + 1}/{len(plan)}] {acc.describe(result)}", flush=True)
+            write_report(out, env, runs, len(plan))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0 if runs and all(r["passed"] for r in runs) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.acceptance", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=20, help="fault schedules per rate")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--rates",
+        default=DEFAULT_RATES,
+        help="comma-separated readings/s, 'max' = no --rate (default %(default)s)",
+    )
+    parser.add_argument("--faults-per-run", type=int, default=2)
+    parser.add_argument("--no-baseline", action="store_true", help="no run without faults")
+    parser.add_argument(
+        "--deadline-s", type=float, default=0.0, help="start no run after this many seconds"
+    )
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    args = parser.parse_args(argv)
+    if args.seeds < 0 or args.faults_per_run < 1:
+        parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
