@@ -179,6 +179,7 @@ class FedPowerLeafCore(LeafCore):
         z = r.start_basis(est.n_features_)
         y = est.iterate(z, r.local_steps)  # type: ignore[attr-defined]
         self.replies += 1
+        self._input_version += 1  # a private leaf spent budget: news for its checkpoint
         if self.private and not self.checkpointing:
             # Without a checkpoint nothing restores a private leaf's readings; once a reply
             # has released them (spent their budget) they are confirmed, so the publishers
