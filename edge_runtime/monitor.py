@@ -3,18 +3,22 @@ the nodes' liveness (for ``run``, ``watch`` and the dashboard).
 
 `ModelWatcher` keeps the latest valid model (and, optionally, every node's status);
 `liveness` is the one rule for "online" / "stale" / "offline" / "unknown" (the dashboard's
-too); `wait_online` waits for nodes' retained ``online`` status.
+too); `wait_online` waits for nodes' retained ``online`` status; `login_refused` and
+`connection_problem` say in one line what went wrong with a broker connection (the
+dashboard's and ``watch``'s words).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable, Mapping
 
 import aiomqtt
 import structlog
+from aiomqtt.exceptions import MqttConnectError
 
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
@@ -31,9 +35,11 @@ __all__ = [
     "LIVENESS",
     "STALE_AFTER_S",
     "ModelWatcher",
+    "connection_problem",
     "covers",
     "leaves_reporting",
     "liveness",
+    "login_refused",
     "privacy_of",
     "quarantined_children",
     "wait_online",
@@ -46,6 +52,55 @@ LIVENESS: tuple[str, ...] = ("online", "stale", "offline", "unknown")
 """The states a node is shown in (`liveness`)."""
 
 log = structlog.get_logger("edge_runtime.monitor")
+
+_REFUSED_CODES = frozenset({4, 5, 134, 135})  # CONNACK: bad user name or password, not authorised
+_REFUSED_TEXT = re.compile(r"\[code:13[45]\]|bad user ?name or password|not authori[sz]ed", re.I)
+
+
+def login_refused(error: BaseException | str | None) -> bool:
+    """Whether a connection error is the broker refusing the login (CONNACK "bad user name
+    or password" / "not authorised": MQTT 3.1.1 codes 4 and 5, MQTT 5 codes 134 and 135).
+    The broker was reached; the credentials are what is wrong.
+
+    Parameters
+    ----------
+    error : BaseException, str or None
+        An ``aiomqtt`` error, or its text (an agent keeps only ``str(error)``).
+    """
+    if isinstance(error, MqttConnectError):
+        rc = error.rc
+        return int(getattr(rc, "value", rc)) in _REFUSED_CODES  # type: ignore[arg-type]
+    return error is not None and bool(_REFUSED_TEXT.search(str(error)))
+
+
+def connection_problem(error: BaseException | str, settings: AgentSettings) -> str:
+    """One line for a broker connection that failed or was lost.
+
+    A refused login names the user (``settings.username``), or asks for one; a connection
+    lost after it was up, with a user name, says that with ``use_username_as_clientid``
+    (broker_config/network.conf, secured.conf) a second client logging in as the same user
+    takes the connection over: each tool needs its own user.
+    """
+    user = settings.username
+    where = f"{settings.host}:{settings.port}"
+    if login_refused(error):
+        if user is None:
+            return (
+                f"the broker at {where} requires a user name and password ({error}): "
+                "pass --username and --password-file"
+            )
+        return (
+            f"the broker at {where} refused user {user!r} ({error}): a wrong password, or no "
+            "such user in its password_file (check --password-file)"
+        )
+    line = f"lost the connection to the broker at {where} ({error})"
+    if user is not None:
+        line += (
+            f"; if another client logs in as {user!r} too, the broker (use_username_as_clientid)"
+            " lets only one of them stay: give each tool its own user (devices/INSTALL.md, "
+            "step 8)"
+        )
+    return line
 
 
 def liveness(
@@ -140,11 +195,17 @@ class ModelWatcher:
         than this many seconds ago is "online"; after that, "stale". Nodes send a status
         document at least every ``AgentSettings.status_heartbeat_s`` (30 s), so the default
         is 2.5 heartbeats.
+    on_connection : callable, optional
+        Called after the first connection with None when the connection is back, and with
+        the error when it is lost or a reconnection fails (`connection_problem` words it).
 
     Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`; `privacy`
     gives the current model's differential-privacy guarantee. Entering connects (one
     aiomqtt client, QoS 1 subscriptions) and starts the listening task; leaving cancels it
-    and disconnects. A lost connection is not re-opened: the model stays the last one.
+    and disconnects. A lost connection is re-opened after a full-jitter backoff delay
+    (`AgentSettings.reconnect_backoff`), for as long as the watcher runs; the model stays the
+    last one meanwhile, and the retained topics bring everything up to date on reconnection
+    (a model already seen is not reported again).
 
     Attributes
     ----------
@@ -152,6 +213,8 @@ class ModelWatcher:
         The latest valid model of this deployment (None until one arrives).
     updates : int
         Models taken.
+    disconnects : int
+        Connections lost (each followed by reconnection attempts).
     rejects : int
         Models refused (malformed, or of another deployment), each logged as
         ``model_rejected``.
@@ -173,7 +236,10 @@ class ModelWatcher:
         *,
         watch_nodes: bool = False,
         stale_after_s: float = STALE_AFTER_S,
+        on_connection: Callable[[BaseException | None], None] | None = None,
     ) -> None:
+        self.on_connection = on_connection
+        self.disconnects = 0
         self.watch_nodes = watch_nodes
         self.stale_after_s = stale_after_s
         self.online: dict[str, bool] = {}
@@ -194,13 +260,8 @@ class ModelWatcher:
         self._client: aiomqtt.Client | None = None
 
     async def __aenter__(self) -> ModelWatcher:
-        self._client = aiomqtt.Client(**self.settings.client_kwargs())
-        await self._client.__aenter__()
-        if self.watch_nodes:  # first, so retained statuses arrive before the model
-            for topic in self._topics:
-                await self._client.subscribe(topic, qos=1)
-        await self._client.subscribe(self.topology.model_topic(), qos=1)
-        self._task = asyncio.create_task(self._listen(self._client), name="model-watcher")
+        self._client = await self._connect()
+        self._task = asyncio.create_task(self._run(), name="model-watcher")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -208,8 +269,52 @@ class ModelWatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._client is not None:
-            await self._client.__aexit__(None, None, None)
+        await self._close()
+
+    async def _connect(self) -> aiomqtt.Client:
+        client = aiomqtt.Client(**self.settings.client_kwargs())
+        await client.__aenter__()
+        try:
+            if self.watch_nodes:  # first, so retained statuses arrive before the model
+                for topic in self._topics:
+                    await client.subscribe(topic, qos=1)
+            await client.subscribe(self.topology.model_topic(), qos=1)
+        except aiomqtt.MqttError:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.__aexit__(None, None, None)
+            raise
+        return client
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.__aexit__(None, None, None)
+
+    async def _run(self) -> None:
+        """Listen; after a lost connection, reconnect with backoff until cancelled."""
+        backoff = self.settings.reconnect_backoff()
+        while True:  # ends by cancellation (__aexit__); every failure waits a backoff delay
+            try:
+                if self._client is None:
+                    self._client = await self._connect()
+                    backoff.reset()
+                    log.info("watcher_reconnected", disconnects=self.disconnects)
+                    if self.on_connection is not None:
+                        self.on_connection(None)
+                await self._listen(self._client)
+                error: BaseException = aiomqtt.MqttError("the broker closed the connection")
+            except aiomqtt.MqttError as exc:
+                error = exc
+            if self._client is not None:
+                self.disconnects += 1
+            await self._close()
+            if self.on_connection is not None:  # it tells the user
+                log.info("watcher_disconnected", error=str(error), disconnects=self.disconnects)
+                self.on_connection(error)
+            else:
+                log.warning("watcher_disconnected", error=str(error), disconnects=self.disconnects)
+            await asyncio.sleep(backoff.next_delay())
 
     async def _listen(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
@@ -240,6 +345,9 @@ class ModelWatcher:
                     f"{self.topology.name!r}: give each deployment its own prefix",
                 )
                 continue
+            seen = self.model
+            if seen is not None and (seen.epoch, seen.seq) == (model.epoch, model.seq):
+                continue  # the retained model again, after a reconnection
             async with self._changed:
                 self.model = model
                 self.updates += 1

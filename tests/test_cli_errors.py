@@ -297,10 +297,11 @@ def test_the_entry_point_module_loads_nothing_heavy_so_ctrl_c_is_caught_early() 
 
 @pytest.fixture
 def password_broker(tmp_path: Path):
-    """A Mosquitto with passwords (``leaf-1``: right, ``replay``: right) and no anonymous
-    clients, like broker_config/network.conf, on a free loopback port; stopped by pid."""
+    """A Mosquitto with passwords (``leaf-1``, ``replay``, ``watch``: all "right"), no
+    anonymous clients and use_username_as_clientid, like broker_config/network.conf, on a
+    free loopback port; stopped by pid."""
     passwd = tmp_path / "passwd"
-    passwd.write_text("leaf-1:right\nreplay:right\n", encoding="utf-8")
+    passwd.write_text("leaf-1:right\nreplay:right\nwatch:right\n", encoding="utf-8")
     subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, timeout=30)
     port = closed_port()
     conf = tmp_path / "mosquitto.conf"
@@ -393,3 +394,44 @@ def test_the_extra_hints_install_from_the_wheel_file_never_from_pypi(monkeypatch
     hint = str(info.value)
     assert "-py3-none-any.whl[dashboard]'" in hint and "pip install '.[dashboard]'" in hint
     assert "'edge-runtime[" not in hint and sys.executable in hint
+
+
+def test_watch_survives_another_client_logging_in_as_its_user(tmp_path, password_broker) -> None:
+    """use_username_as_clientid: a second login as 'watch' kicks watch off. It says why in
+    one line, reconnects, and goes on (here until its --timeout), never a traceback."""
+    import asyncio
+
+    import aiomqtt
+
+    secret = tmp_path / "watch.password"
+    secret.write_text("right\n", encoding="utf-8")
+    proc = subprocess.Popen(
+        [ENTRY, "watch", "--topology", MINIMAL, "--broker", password_broker,
+         "--username", "watch", "--password-file", str(secret), "--timeout", "10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2.0)  # loading
+
+        async def intruder() -> None:
+            port = int(password_broker.rsplit(":", 1)[1])
+            for _ in range(4):  # one of these finds watch connected, whatever its load time
+                async with aiomqtt.Client(
+                    "127.0.0.1", port, username="watch", password="right", identifier="other"
+                ):
+                    await asyncio.sleep(0.3)
+                await asyncio.sleep(1.0)
+
+        asyncio.run(intruder())
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = err.splitlines()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and '"event"' not in err  # lines for people, no log records
+    lost = [line for line in lines if "lost the connection" in line]
+    assert lost and "another client logs in as 'watch'" in lost[0], err
+    assert any("reconnected" in line for line in lines), err
+    assert lines[-1].startswith("edge-runtime: error: watch timed out after 10 s"), err

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -348,3 +349,94 @@ async def test_screenshot_shows_every_node_of_the_motes_tree(
     target = os.environ.get("EDGE_DASHBOARD_SCREENSHOT")  # e.g. docs/dashboard.png
     if target:
         shutil.copyfile(png, target)
+
+
+# ------------------------------------------------------- issue 21: a refused login is shown
+def test_core_shows_why_the_broker_is_not_connected_until_it_is(motes: Topology) -> None:
+    state = DashboardState(motes)
+    state.set_connected(False, "the broker at h:1 refused user 'dashboard' (Not authorized)")
+    snap = state.snapshot(0.0)
+    assert snap["connected"] is False and "refused user 'dashboard'" in str(snap["broker_error"])
+    state.set_connected(True)
+    assert state.snapshot(0.0)["broker_error"] is None
+
+
+def test_the_page_shows_the_broker_error() -> None:
+    from edge_runtime.dashboard.page import PAGE_HTML
+
+    assert 'id="problem"' in PAGE_HTML and "s.broker_error" in PAGE_HTML
+
+
+@pytest.fixture
+def password_broker(tmp_path: Path):
+    """Mosquitto with one user (dashboard: "right"), no anonymous clients, on a free
+    loopback port; stopped by pid."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text("dashboard:right\n", encoding="utf-8")
+    subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, timeout=30)
+    port = 0
+    while port <= 20000:  # the tests' rule: loopback ports above 20000
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(
+        f"user root\nallow_anonymous false\npassword_file {passwd}\nlistener {port} 127.0.0.1\n"
+        "use_username_as_clientid true\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "expected"),
+    [
+        ("dashboard", "wrong", "refused user 'dashboard'"),
+        (None, None, "requires a user name and password"),
+    ],
+)
+async def test_a_refused_login_is_on_the_page_and_told_once_not_every_node_unknown(
+    motes: Topology, password_broker: int, username: str | None, password: str | None,
+    expected: str,
+) -> None:  # fmt: skip
+    pytest.importorskip("aiohttp", reason="the dashboard extra (aiohttp) is not installed")
+    from edge_runtime.dashboard.server import serve_dashboard
+
+    problems: list[str | None] = []
+    stop = asyncio.Event()
+    url: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    settings = AgentSettings(
+        host="127.0.0.1", port=password_broker, username=username, password=password,
+        reconnect_min_s=0.1, reconnect_max_s=0.3,
+    )  # fmt: skip
+    task = asyncio.create_task(
+        serve_dashboard(
+            motes, settings, "127.0.0.1", 0, stop=stop, on_ready=url.set_result,
+            on_problem=problems.append,
+        )
+    )  # fmt: skip
+    try:
+        base = await asyncio.wait_for(asyncio.shield(url), 10.0)
+        snap = await state_until(base, lambda s: s["broker_error"] is not None)
+        await asyncio.sleep(1.0)  # several failed attempts: still one line
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15.0)
+    assert snap["connected"] is False and expected in snap["broker_error"]
+    assert len(problems) == 1 and problems[0] is not None and expected in problems[0]

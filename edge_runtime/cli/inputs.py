@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
-from aiomqtt.exceptions import MqttConnectError
 
 from edge_runtime.broker import parse_broker_url
 from edge_runtime.cli import CliError
 from edge_runtime.datasets import load_dataset
 from edge_runtime.homeassistant import discovery_messages
+from edge_runtime.monitor import login_refused
 from edge_runtime.settings import (
     ENV_PASSWORD,
     ENV_PASSWORD_FILE,
@@ -35,9 +34,6 @@ __all__ = [
     "login_refused_line",
     "warn_narrow_data",
 ]
-
-_REFUSED_CODES = frozenset({4, 5, 134, 135})  # CONNACK: bad user name or password, not authorised
-_REFUSED_TEXT = re.compile(r"\[code:13[45]\]|bad user ?name or password|not authori[sz]ed", re.I)
 
 
 def load_data(topology: Topology, path: Path | None) -> np.ndarray:
@@ -163,22 +159,6 @@ def discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
     except ValueError as exc:
         raise CliError(f"--discovery-prefix: {exc}") from None
     return str(args.discovery_prefix)
-
-
-def login_refused(error: BaseException | str | None) -> bool:
-    """Whether a connection error is the broker refusing the login (CONNACK "bad user name
-    or password" / "not authorised", MQTT 3.1.1 codes 4 and 5, MQTT 5 codes 134 and 135):
-    the broker was reached, the credentials are what is wrong.
-
-    Parameters
-    ----------
-    error : BaseException, str or None
-        An ``aiomqtt`` error, or its text (an agent keeps only ``str(error)``).
-    """
-    if isinstance(error, MqttConnectError):
-        rc = error.rc
-        return int(getattr(rc, "value", rc)) in _REFUSED_CODES  # type: ignore[arg-type]
-    return error is not None and bool(_REFUSED_TEXT.search(str(error)))
 
 
 def login_refused_line(url: str, args: argparse.Namespace, error: BaseException | str) -> str:

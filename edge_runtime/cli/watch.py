@@ -15,7 +15,7 @@ from edge_runtime import __version__
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
 from edge_runtime.cli.inputs import broker_settings
 from edge_runtime.cli.output import model_line
-from edge_runtime.monitor import ModelWatcher
+from edge_runtime.monitor import ModelWatcher, connection_problem
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import SubspaceMessage
 
@@ -24,7 +24,8 @@ __all__ = ["cmd_dashboard", "cmd_watch"]
 
 async def cmd_watch(args: argparse.Namespace) -> int:
     """``edge-runtime watch``: one line (or ``--json`` object) on stdout per root model,
-    with every node's liveness and the quarantined clients.
+    with every node's liveness and the quarantined clients. A lost connection is re-opened
+    (one line on stderr says why it was lost, one that it is back).
 
     Returns
     -------
@@ -39,7 +40,28 @@ async def cmd_watch(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     settings = broker_settings(args.broker, args)
 
-    watcher = ModelWatcher(topology, settings, watch_nodes=True, stale_after_s=args.stale_after)
+    problem: list[str] = []  # the last connection problem shown, until reconnected
+
+    def connection(error: BaseException | None) -> None:
+        """One line on stderr when the connection is lost (and when a reconnection fails
+        differently), one when it is back; never a traceback."""
+        if error is None:
+            problem.clear()
+            print(f"edge-runtime watch: reconnected to {args.broker}", file=sys.stderr, flush=True)
+            return
+        line = connection_problem(error, settings)
+        if problem and problem[-1] == line:
+            return
+        problem[:] = [line]
+        print(f"edge-runtime watch: {line}; reconnecting", file=sys.stderr, flush=True)
+
+    watcher = ModelWatcher(
+        topology,
+        settings,
+        watch_nodes=True,
+        stale_after_s=args.stale_after,
+        on_connection=connection,
+    )
 
     def show(model: SubspaceMessage) -> None:
         states = watcher.node_states()
@@ -118,6 +140,11 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    def problem(line: str | None) -> None:
+        """One line on stderr per new broker problem (the page shows it too)."""
+        text = f"broker {args.broker}: connected" if line is None else line
+        print(f"edge-runtime dashboard: {text}", file=sys.stderr, flush=True)
+
     try:
         await serve_dashboard(
             topology,
@@ -127,6 +154,7 @@ async def cmd_dashboard(args: argparse.Namespace) -> int:
             stop=asyncio.Event(),
             stale_after_s=args.stale_after,
             on_ready=ready,
+            on_problem=problem,
         )
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):

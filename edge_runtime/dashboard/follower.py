@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import aiomqtt
 import structlog
 
 from edge_runtime.dashboard.state import DashboardState
+from edge_runtime.monitor import connection_problem
 from edge_runtime.settings import AgentSettings
 
 __all__ = ["Follower"]
@@ -29,12 +31,21 @@ log = structlog.get_logger("edge_runtime.dashboard")
 class Follower:
     """Keeps ``state`` up to date from the broker of ``settings``; `changed` wakes waiters.
 
-    Use ``await follower.run(stop)``; it returns once ``stop`` is set.
+    Use ``await follower.run(stop)``; it returns once ``stop`` is set. Why the broker is not
+    connected (`edge_runtime.monitor.connection_problem`: a refused login names the user)
+    goes to ``state.broker_error`` (on the page and in ``/state.json``) and, when it
+    changes, to ``on_problem`` (None once connected again).
     """
 
-    def __init__(self, state: DashboardState, settings: AgentSettings) -> None:
+    def __init__(
+        self,
+        state: DashboardState,
+        settings: AgentSettings,
+        on_problem: Callable[[str | None], None] | None = None,
+    ) -> None:
         self.state = state
         self.settings = settings
+        self.on_problem = on_problem
         self.connections = 0
         self.failed_attempts = 0
         self.last_error: str | None = None
@@ -62,8 +73,13 @@ class Follower:
             except aiomqtt.MqttError as exc:
                 self.last_error = str(exc)
                 self.failed_attempts += 1
-                log.warning("dashboard_disconnected", error=str(exc), attempt=self.failed_attempts)
-            self.state.set_connected(False)
+                problem = connection_problem(exc, self.settings)
+                log.info("dashboard_disconnected", error=str(exc), attempt=self.failed_attempts)
+                if problem != self.state.broker_error and self.on_problem is not None:
+                    self.on_problem(problem)
+                self.state.set_connected(False, problem)
+            else:
+                self.state.set_connected(False, self.state.broker_error)
             await self._notify()
             if stop.is_set():
                 break
@@ -79,6 +95,8 @@ class Follower:
             for topic in self.state.topics:
                 await client.subscribe(topic, qos=1)
             self.connections += 1
+            if self.state.broker_error is not None and self.on_problem is not None:
+                self.on_problem(None)
             self.state.set_connected(True)
             await self._notify()
             listen = asyncio.create_task(self._listen(client))

@@ -22,6 +22,7 @@ PAGE_HTML = r"""<!doctype html>
   h1 { font-size: 20px; margin: 0 0 4px; }
   h2 { font-size: 15px; margin: 0 0 6px; }
   .bar { color: #555; margin-bottom: 12px; }
+  .problem { color: #c62828; font-weight: 600; margin-bottom: 12px; }
   .grid { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
   .card { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 10px; }
   .wide { grid-column: 1 / 3; }
@@ -36,6 +37,7 @@ PAGE_HTML = r"""<!doctype html>
 <body>
 <h1>edge-runtime <span id="name"></span></h1>
 <div class="bar" id="bar">connecting&hellip;</div>
+<div class="problem" id="problem" hidden></div>
 <div class="grid">
   <div class="card wide"><h2>Tree</h2><svg id="tree" width="100%" height="260"></svg></div>
   <div class="card"><h2>Root model: scree plot</h2>
@@ -196,6 +198,9 @@ function render(s) {
     "broker " + (s.connected ? "connected" : "disconnected") + " \u00b7 " +
     c.online + " online, " + c.stale + " stale, " + c.offline + " offline, " + c.unknown +
     " unknown \u00b7 stale after " + s.stale_after_s + " s";
+  const problem = document.getElementById("problem");
+  problem.hidden = !s.broker_error;
+  problem.textContent = s.broker_error ? "broker: " + s.broker_error : "";
   drawTree(s); drawScree(s); drawAnomaly(s); drawRows(s);
   document.body.dataset.ready = "1";
 }

@@ -122,6 +122,7 @@ async def serve_dashboard(
     stop: asyncio.Event | None = None,
     stale_after_s: float = STALE_AFTER_S,
     on_ready: Callable[[str], None] | None = None,
+    on_problem: Callable[[str | None], None] | None = None,
 ) -> None:
     """Serve the live dashboard of ``topology`` on ``http://host:port/`` until ``stop``.
 
@@ -138,6 +139,9 @@ async def serve_dashboard(
         An online node silent this long is shown as stale.
     on_ready : callable, optional
         Called with the page's URL once the server listens.
+    on_problem : callable, optional
+        Called with one line when the broker connection fails or is lost for a new reason
+        (a refused login names the user), and with None once it is back.
 
     Raises
     ------
@@ -148,7 +152,7 @@ async def serve_dashboard(
     state = DashboardState(
         topology, stale_after_s=stale_after_s, max_payload_bytes=settings.max_payload_bytes
     )
-    follower = Follower(state, settings)
+    follower = Follower(state, settings, on_problem)
     runner = web.AppRunner(
         make_app(state, follower), handle_signals=False, access_log=None, shutdown_timeout=1.0
     )

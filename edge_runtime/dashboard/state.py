@@ -98,6 +98,7 @@ class DashboardState:
         self.model_heard: float | None = None
         self.rejects: dict[str, int] = {}
         self.connected = False
+        self.broker_error: str | None = None
         self.version = 0
         self._routes: dict[str, tuple[str, str]] = {}
         for node in topology.nodes:
@@ -168,10 +169,14 @@ class DashboardState:
         self.version += 1
         return True
 
-    def set_connected(self, connected: bool) -> None:
-        """Whether the follower is connected to the broker (shown on the page)."""
-        if connected != self.connected:
+    def set_connected(self, connected: bool, error: str | None = None) -> None:
+        """Whether the follower is connected to the broker, and if not, why (one line:
+        a refused login, an unreachable broker); both shown on the page. Connecting
+        clears the error."""
+        error = None if connected else error
+        if connected != self.connected or error != self.broker_error:
             self.connected = connected
+            self.broker_error = error
             self.version += 1
 
     def states(self, now: float) -> dict[str, str]:
@@ -230,6 +235,7 @@ class DashboardState:
             "root": topology.root,
             "now": now,
             "connected": self.connected,
+            "broker_error": self.broker_error,
             "stale_after_s": self.stale_after_s,
             "counts": counts,
             "nodes": nodes,
