@@ -221,6 +221,9 @@ class ModelWatcher:
     online, last_heard : dict
         With ``watch_nodes``: each node's last ``status`` (True for ``online``) and when it
         was last heard from (``time.monotonic()`` seconds).
+    reported_rank : dict
+        With ``watch_nodes``: the ``rank`` of each node's latest status document (for an
+        aggregator, the directions its snapshot tracks, see `tracked`).
 
     Raises
     ------
@@ -245,6 +248,7 @@ class ModelWatcher:
         self.online: dict[str, bool] = {}
         self.last_heard: dict[str, float] = {}
         self._quarantined: dict[str, dict[str, str]] = {}  # aggregator -> child -> reason
+        self.reported_rank: dict[str, int] = {}  # node -> rank in its status document
         self._topics: dict[str, tuple[str, str]] = {}
         for node in topology.nodes:
             self._topics[topology.status_topic(node)] = (node, "status")
@@ -363,6 +367,7 @@ class ModelWatcher:
             return
         if detail.node_id == node:
             self._quarantined[node] = quarantined_children(detail)
+            self.reported_rank[node] = detail.rank
 
     def quarantined(self) -> dict[str, str]:
         """Children their aggregator has quarantined (issue 14), with the reason, as the
@@ -371,6 +376,17 @@ class ModelWatcher:
         for children in self._quarantined.values():
             out.update(children)
         return dict(sorted(out.items()))
+
+    def tracked(self) -> int | None:
+        """How many directions the root's snapshot tracks (``rank + oversample``, its status
+        document's ``rank``), when that is more than the model's rank; the model on
+        ``<prefix>/<root>/model`` is that snapshot truncated to the configured ``rank``.
+        None when unknown (no status document yet, or ``watch_nodes`` off) or not more."""
+        reported = self.reported_rank.get(self.topology.root)
+        model = self.model
+        if reported is None or model is None or reported <= model.rank:
+            return None
+        return reported
 
     @property
     def privacy(self) -> PrivacyParams | None:

@@ -230,6 +230,10 @@ def test_per_node_commands_work_as_separate_processes_against_one_broker(mosquit
         assert updates[-1]["n_samples"] == 900
         assert sorted(updates[-1]["leaves_covered"]) == sorted(topo.leaves())
         assert updates[-1]["nodes"] == dict.fromkeys(topo.nodes, "online")
+        # The model is truncated to the configured rank; the root's snapshot (and its status
+        # document) carries rank + oversample directions: watch names both (issue 21).
+        assert updates[-1]["rank"] == topo.nodes[topo.root].rank == 5
+        assert updates[-1]["tracked"] in (None, 6, 7, 8, 9), updates  # None: no document yet
     finally:
         for proc in agents:
             proc.send_signal(signal.SIGTERM)

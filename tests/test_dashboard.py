@@ -440,3 +440,34 @@ async def test_a_refused_login_is_on_the_page_and_told_once_not_every_node_unkno
         await asyncio.wait_for(task, 15.0)
     assert snap["connected"] is False and expected in snap["broker_error"]
     assert len(problems) == 1 and problems[0] is not None and expected in problems[0]
+
+
+def test_an_aggregator_row_shows_its_rank_and_the_directions_it_tracks(motes: Topology) -> None:
+    """Issue 21: status documents of aggregators carry rank + oversample (20 in the Motes
+    tree), leaves their rank (10); the model has the configured rank (10). The row says
+    "10 (20 tracked)", not a bare 20 beside a model of rank 10."""
+    state = DashboardState(motes)
+    state.fold(motes.status_detail_topic("site-a"), detail("site-a", rank=20), 0.0)
+    state.fold(motes.status_detail_topic("pi-01"), detail("pi-01", rank=10), 0.0)
+    rows = {n["id"]: n for n in state.snapshot(0.0)["nodes"]}
+    assert (rows["site-a"]["rank"], rows["site-a"]["tracked"]) == (10, 20)
+    assert (rows["pi-01"]["rank"], rows["pi-01"]["tracked"]) == (10, None)
+    assert (rows["root"]["rank"], rows["root"]["tracked"]) == (None, None)
+    from edge_runtime.dashboard.page import PAGE_HTML
+
+    assert '" tracked)"' in PAGE_HTML
+
+
+def test_watch_names_the_directions_the_roots_snapshot_tracks(motes: Topology) -> None:
+    """``watch``'s "rank=10 (of 20 tracked)": the model's rank, and the root's status
+    document's when it is more (`ModelWatcher.tracked`)."""
+    from edge_runtime.monitor import ModelWatcher
+    from edge_runtime.wire import decode_subspace
+
+    watcher = ModelWatcher(motes, AgentSettings(), watch_nodes=True)
+    assert watcher.tracked() is None
+    watcher.model = decode_subspace(model(motes, [9.0, 5.0, 3.0]))
+    watcher._fold_detail("root", detail("root", rank=6))
+    assert watcher.tracked() == 6
+    watcher._fold_detail("root", detail("root", rank=3))
+    assert watcher.tracked() is None  # not more than the model's rank: nothing to add

@@ -66,14 +66,21 @@ async def cmd_watch(args: argparse.Namespace) -> int:
     def show(model: SubspaceMessage) -> None:
         states = watcher.node_states()
         quarantined = watcher.quarantined()
-        line = model_line(model) | {"nodes": states, "quarantined": quarantined}
+        tracked = watcher.tracked()
+        line = model_line(model) | {
+            "tracked": tracked,
+            "nodes": states,
+            "quarantined": quarantined,
+        }
         if args.json:
             print(json.dumps(line), flush=True)
             return
         down = [f"{node} {state}" for node, state in states.items() if state != "online"]
         print(
-            f"root n_samples={line['n_samples']} rank={line['rank']} "
-            f"leaves={len(line['leaves_covered'])} seq={line['seq']}"  # type: ignore[arg-type]
+            f"root n_samples={line['n_samples']} rank={line['rank']}"
+            + ("" if tracked is None else f" (of {tracked} tracked)")
+            + " "
+            + f"leaves={len(line['leaves_covered'])} seq={line['seq']}"  # type: ignore[arg-type]
             + (
                 ""
                 if model.privacy is None

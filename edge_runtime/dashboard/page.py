@@ -107,7 +107,7 @@ function drawTree(s) {
       '<text x="' + pos[n.id] + '" y="' + (y(n) + 29) + '" text-anchor="middle" fill="' + c +
       '">' + esc(n.state) + '</text>' +
       '<text x="' + pos[n.id] + '" y="' + (y(n) + 43) + '" text-anchor="middle">n=' +
-      esc(fmt(n.n_samples)) + ' r=' + esc(fmt(n.rank)) + '</text>' +
+      esc(fmt(n.n_samples)) + ' r=' + esc(rankText(n)) + '</text>' +
       '<text x="' + pos[n.id] + '" y="' + (y(n) + 57) + '" text-anchor="middle" fill="#555">' +
       (n.privacy ? "\u03b5=" + esc(fmt(n.privacy.epsilon)) : "no DP") + '</text></g>';
   }
@@ -185,10 +185,14 @@ function drawRows(s) {
     '<td>' + "\u00a0".repeat(2 * n.depth) + esc(n.id) + '</td>' +
     '<td class="state ' + esc(n.state) + '">' + esc(n.state) +
     (n.quarantined ? ' \u00b7 quarantined (' + esc(n.quarantined) + ')' : '') + '</td>' +
-    '<td>' + esc(fmt(n.n_samples)) + '</td><td>' + esc(fmt(n.rank)) + '</td>' +
+    '<td>' + esc(fmt(n.n_samples)) + '</td><td>' + esc(rankText(n)) + '</td>' +
     '<td>' + esc(fmt(n.seq)) + '</td><td>' + esc(privacyText(n.privacy)) + '</td>' +
     '<td>' + esc(fmt(n.anomaly_rate)) + '</td><td>' + esc(fmt(n.rejects)) + '</td></tr>'
   ).join("");
+}
+
+function rankText(n) {
+  return fmt(n.rank) + (n.tracked ? " (" + n.tracked + " tracked)" : "");
 }
 
 function render(s) {

@@ -7,7 +7,8 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
 * per node (in tree order): liveness ``online`` / ``stale`` / ``offline`` / ``unknown``
   (`edge_runtime.monitor.liveness`, the rule of `ModelWatcher.node_states`: an ``online``
   node silent for more than ``stale_after_s`` seconds is stale), and from its status document
-  (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank``, ``seq``, the privacy
+  (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank`` (and ``tracked``: the
+  directions an aggregator's snapshot carries beyond it, `_rank_view`), ``seq``, the privacy
   ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
   node reports one; ``quarantined``: the reason its aggregator quarantined it (the
   parent's ``extra["quarantined"]``, issue 14), else None;
@@ -59,6 +60,19 @@ class _Node:
     anomaly: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=HISTORY_POINTS)
     )
+
+
+def _rank_view(topology: Topology, node_id: str, detail: StatusDetail | None) -> dict[str, object]:
+    """``rank`` and ``tracked`` of a node's row. A leaf's status document reports its rank
+    (what its model keeps); an aggregator's reports the directions its snapshot tracks,
+    ``rank + oversample`` (default twice the rank), so that merges lose little, while the
+    model is truncated to the configured ``rank``: show that, and the tracked ones beside."""
+    if detail is None:
+        return {"rank": None, "tracked": None}
+    configured = topology.nodes[node_id].rank
+    if topology.is_leaf(node_id) or detail.rank <= configured:
+        return {"rank": detail.rank, "tracked": None}
+    return {"rank": configured, "tracked": detail.rank}
 
 
 def _anomaly_rate(extra: Mapping[str, object]) -> float | None:
@@ -210,7 +224,7 @@ class DashboardState:
                     "silent_s": None if node.last_heard is None else now - node.last_heard,
                     "role": None if detail is None else detail.role,
                     "n_samples": None if detail is None else detail.n_samples,
-                    "rank": None if detail is None else detail.rank,
+                    **_rank_view(topology, node_id, detail),
                     "seq": None if detail is None else detail.seq,
                     "uptime_s": None if detail is None else detail.uptime_s,
                     "rejects": None if detail is None else sum(detail.rejects.values()),
