@@ -41,6 +41,10 @@ publisher still gets its PUBACK; MQTT 5: PUBACK reason code 135, "not authorized
 granted) but checks read access on every message it delivers, retained ones included, and write
 access on a Last Will when it is sent. ``broker_config/SECURITY.md`` has the whole set-up.
 
+Several deployments on one broker: their ACLs concatenate (Mosquitto merges the sections of a
+user named twice, such as the replay user or a reader); `check_shared_broker` refuses what
+cannot be shared (a node id in two topologies, one model topic, one sensor topic).
+
 Stdlib only, besides the topology and `edge_runtime.bridge` (the bridges' topics).
 """
 
@@ -66,7 +70,14 @@ from edge_runtime.topology.topics import (
     everything_filter,
 )
 
-__all__ = ["BRIDGE_USER_PREFIX", "DEFAULT_REPLAY_USER", "AclError", "bridge_user", "generate_acl"]
+__all__ = [
+    "BRIDGE_USER_PREFIX",
+    "DEFAULT_REPLAY_USER",
+    "AclError",
+    "bridge_user",
+    "check_shared_broker",
+    "generate_acl",
+]
 
 DEFAULT_REPLAY_USER = "replay"
 """User name of the replay / sensor gateway in the generated ACL."""
@@ -344,3 +355,69 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
             "write", topology.scores_topic(node_id), "its anomaly scores (JSON, not retained)"
         )
     return section
+
+
+def check_shared_broker(
+    topologies: Sequence[Topology],
+    *,
+    readers: Sequence[str] = (),
+    replay: str | None = DEFAULT_REPLAY_USER,
+    bridges: Sequence[str] = (),
+) -> None:
+    """Check that several deployments can share one broker, their ACLs concatenated.
+
+    Mosquitto merges the sections of a user name that appears more than once in an
+    ``acl_file`` (measured with Mosquitto 2.0.11: ``tests/test_cli.py``), so the ACLs of two
+    topologies, each from `generate_acl`, may simply be concatenated; the replay user and the
+    readers then get the topics of both. What cannot be shared is a node id: the user name
+    of a node is its id, so two nodes with one id would log in as one user, each with the
+    other's topics, and with ``use_username_as_clientid`` take each other's connection over.
+
+    Parameters
+    ----------
+    topologies : sequence of Topology
+        The deployments of the broker.
+    readers, replay, bridges
+        As for `generate_acl` (the same for every topology).
+
+    Raises
+    ------
+    AclError
+        If a node id is in two topologies, or is the replay user, a reader or a bridge user
+        of another; if two topologies have the same model topic (prefix and root: their
+        topics would mix); or if two leaves of different topologies read one sensor topic.
+    """
+    shared = {*readers, *(() if replay is None else (replay,))}
+    owner: dict[str, str] = {}
+    models: dict[str, str] = {}
+    sensors: dict[str, str] = {}
+    for topology in topologies:
+        users = set(topology.nodes)
+        users |= {bridge_user(node) for node in bridges if node in topology.nodes}
+        for user in sorted(users):
+            if user in owner:
+                raise AclError(
+                    f"node id {user!r} is in topology {owner[user]!r} and in {topology.name!r}: "
+                    "user names are node ids, so one broker needs each id once; rename one"
+                )
+            if user in shared:
+                raise AclError(
+                    f"node id {user!r} of topology {topology.name!r} is also the replay user or "
+                    "a reader: rename one"
+                )
+            owner[user] = topology.name
+        model = topology.model_topic()
+        if model in models:
+            raise AclError(
+                f"topologies {models[model]!r} and {topology.name!r} share the model topic "
+                f"{model!r}: give each deployment its own prefix"
+            )
+        models[model] = topology.name
+        for leaf in topology.leaves():
+            sensor = str(topology.nodes[leaf].sensor_topic)
+            if sensor in sensors:
+                raise AclError(
+                    f"sensor topic {sensor!r} is read by {sensors[sensor]} and by leaf {leaf!r} "
+                    f"of {topology.name!r}: two deployments must not share sensor topics"
+                )
+            sensors[sensor] = f"leaf {leaf!r} of {topology.name!r}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -257,3 +258,96 @@ def test_acl_prints_one_section_per_node_and_the_replay_user():
     assert users == [*topo.nodes, "replay", "dashboard"]
     assert "topic write fpca/root/site-a/pi-01/subspace" not in proc.stdout  # readwrite only
     assert "topic readwrite fpca/root/site-a/pi-01/subspace" in proc.stdout
+
+
+# ------------------------------------------- issue 21: two deployments' ACLs on one broker
+def _deployment(tmp_path: Path, name: str, prefix: str, root: str, leaf: str) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        f'name = "{name}"\nprefix = "{prefix}"\n[defaults]\nrank = 2\nblock_size = 4\n'
+        f'[[nodes]]\nid = "{root}"\n[[nodes]]\nid = "{leaf}"\nparent = "{root}"\n'
+    )
+    return path
+
+
+def test_acl_of_two_deployments_refuses_a_node_id_they_share(tmp_path):
+    a = _deployment(tmp_path, "dep-a", "a", "root-a", "la")
+    b = _deployment(tmp_path, "dep-b", "b", "root-b", "la")
+    proc = cli("acl", str(a), str(b))
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "node id 'la' is in topology 'dep-a' and in 'dep-b'")
+    c = _deployment(tmp_path, "dep-c", "a", "root-a2", "lc")  # same prefix, another root: ok
+    assert cli("acl", str(a), str(c)).returncode == 0
+
+
+@pytest.mark.mqtt
+def test_two_deployments_acls_concatenated_share_one_broker(tmp_path):
+    """`edge-runtime acl A B` (or `cat` of two outputs) on Mosquitto: the replay user and
+    the reader, whose sections appear once per deployment, get the topics of both (the
+    broker merges a user's sections); a node of A still cannot write B's topics."""
+    import asyncio
+    import socket
+
+    import aiomqtt
+
+    a = _deployment(tmp_path, "dep-a", "a", "root-a", "la")
+    b = _deployment(tmp_path, "dep-b", "b", "root-b", "lb")
+    acl = cli("acl", str(a), str(b), "--reader", "dashboard")
+    assert acl.returncode == 0, acl.stderr
+    assert acl.stdout.count("\nuser replay\n") == 2 and acl.stdout.count("\nuser dashboard\n") == 2
+    (tmp_path / "acl").write_text(acl.stdout)
+    users = ["root-a", "la", "root-b", "lb", "replay", "dashboard"]
+    passwd = tmp_path / "passwd"
+    passwd.write_text("".join(f"{user}:pw\n" for user in users))
+    subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, timeout=30)
+    port = free_port("127.0.0.1", 20001, 65000)
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(
+        f"user root\nallow_anonymous false\npassword_file {passwd}\nacl_file {tmp_path / 'acl'}\n"
+        f"listener {port} 127.0.0.1\nuse_username_as_clientid true\n"
+    )
+    broker = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+    def client(user: str) -> aiomqtt.Client:
+        return aiomqtt.Client("127.0.0.1", port, username=user, password="pw")
+
+    async def received(user: str, filters: list[str], sends: list[tuple[str, str]]) -> set[str]:
+        got: set[str] = set()
+        async with client(user) as sub:
+            for topic in filters:
+                await sub.subscribe(topic, qos=1)
+            for sender, topic in sends:
+                async with client(sender) as pub:
+                    await pub.publish(topic, b"x", qos=1)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.5):
+                    async for message in sub.messages:
+                        got.add(str(message.topic))
+        return got
+
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        # the replay user writes both deployments' sensor topics (each leaf reads its own)
+        assert asyncio.run(received("la", ["sensors/la"], [("replay", "sensors/la")])) == {
+            "sensors/la"
+        }
+        assert asyncio.run(received("lb", ["sensors/lb"], [("replay", "sensors/lb")])) == {
+            "sensors/lb"
+        }
+        # the reader reads both prefixes; la's write into deployment b is dropped
+        sends = [
+            ("root-a", "a/root-a/subspace"),
+            ("root-b", "b/root-b/subspace"),
+            ("la", "b/root-b/lb/subspace"),
+        ]
+        got = asyncio.run(received("dashboard", ["a/#", "b/#"], sends))
+        assert got == {"a/root-a/subspace", "b/root-b/subspace"}
+    finally:
+        broker.terminate()
+        broker.wait(timeout=10)

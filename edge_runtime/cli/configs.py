@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from edge_runtime.acl import generate_acl
+from edge_runtime.acl import check_shared_broker, generate_acl
 from edge_runtime.bridge import bridge_user, generate_bridge
 from edge_runtime.broker import parse_broker_url
 from edge_runtime.cli import EXIT_OK, CliError
@@ -18,17 +18,29 @@ __all__ = ["cmd_acl", "cmd_bridge"]
 
 
 async def cmd_acl(args: argparse.Namespace) -> int:
-    """``edge-runtime acl``: print a Mosquitto ``acl_file`` for the topology on stdout
-    (`edge_runtime.acl.generate_acl`); 0, or an `AclError` for an unfit user or topic."""
-    topology = load_topology(args.topology)
-    text = generate_acl(
-        topology,
-        readers=args.reader,
-        replay=None if args.no_replay else args.replay_user,
-        bridges=args.bridge,
-        homeassistant=discovery_prefix(args, topology) if args.homeassistant else None,
-    )
-    sys.stdout.write(text)
+    """``edge-runtime acl``: print a Mosquitto ``acl_file`` for the topology (or for each of
+    several deployments sharing the broker, one after the other: Mosquitto merges a user's
+    sections) on stdout (`edge_runtime.acl.generate_acl`); 0, or an `AclError` for an unfit
+    user or topic, or for topologies that cannot share a broker
+    (`edge_runtime.acl.check_shared_broker`)."""
+    paths = args.topology if isinstance(args.topology, list) else [args.topology]
+    topologies = [load_topology(path) for path in paths]
+    replay = None if args.no_replay else args.replay_user
+    if len(topologies) > 1:
+        check_shared_broker(topologies, readers=args.reader, replay=replay, bridges=args.bridge)
+    texts = []
+    for topology in topologies:
+        bridges = [node for node in args.bridge if len(topologies) == 1 or node in topology.nodes]
+        texts.append(
+            generate_acl(
+                topology,
+                readers=args.reader,
+                replay=replay,
+                bridges=bridges,
+                homeassistant=discovery_prefix(args, topology) if args.homeassistant else None,
+            )
+        )
+    sys.stdout.write("\n".join(texts))
     return EXIT_OK
 
 

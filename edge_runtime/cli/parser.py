@@ -194,7 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         name="acl",
         help="print a Mosquitto acl_file for a topology (each device writes only its topics)",
     )
-    acl.add_argument("topology", type=Path, help="topology TOML file")
+    acl.add_argument(
+        "topology",
+        type=Path,
+        nargs="+",
+        help="topology TOML file; several: the deployments sharing one broker, their sections "
+        "one after the other (node ids must differ between them)",
+    )
     acl.add_argument("--reader", action="append", default=[], help="a read-only user (repeatable)")
     acl.add_argument("--replay-user", default="replay", help="user that publishes readings")
     acl.add_argument("--no-replay", action="store_true", help="no replay / gateway user")
