@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -82,8 +83,12 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return {
         "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m benchmarks.acceptance " + " ".join(sys.argv[1:]),
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        "uncommitted changes in": ", ".join(dirty) or "none",
+        "runtime": (
+            f"commit {snapshot[:10]} (a git archive of it; the working tree is not used)"
+            if (snapshot := os.environ.get("EDGE_ACCEPTANCE_COMMIT"))
+            else f"working tree at {_git('rev-parse', '--short', 'HEAD')}, uncommitted "
+            f"changes in: {', '.join(dirty) or 'none'}"
+        ),
         "machine": f"{os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}",
         "python": sys.version.split()[0],
         "broker": mosquitto,
@@ -242,7 +247,35 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0 if runs and all(r["passed"] for r in runs) else 1
 
 
+def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run this benchmark again in a ``git archive`` of ``--commit`` (default HEAD), with
+    ``PYTHONPATH`` pointing there, so every agent process of every run imports one fixed
+    version of the runtime even while the working tree changes."""
+    commit = _git("rev-parse", args.commit).strip()
+    snapshot = Path(tempfile.mkdtemp(prefix="edge-acceptance-src-"))
+    try:
+        archive = subprocess.run(
+            ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True, timeout=120
+        )
+        subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
+        env = {**os.environ, "PYTHONPATH": str(snapshot), "EDGE_ACCEPTANCE_COMMIT": commit}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"],
+            cwd=snapshot,
+            env=env,
+        )
+        try:
+            return child.wait()
+        except BaseException:  # Ctrl-C / SIGTERM: let the child stop its processes first
+            child.send_signal(signal.SIGINT)
+            child.wait(60)
+            raise
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.acceptance", description=__doc__)
     parser.add_argument("--seeds", type=int, default=20, help="fault schedules per rate")
     parser.add_argument("--first-seed", type=int, default=0)
@@ -257,10 +290,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--deadline-s", type=float, default=0.0, help="start no run after this many seconds"
     )
     parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument(
+        "--commit", default="HEAD", help="the committed runtime to run (default %(default)s)"
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="run the working tree as it is instead of a git archive of --commit",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
+    args.out = str(Path(args.out).resolve())
+    if not args.in_place:
+        argv = [a for a in argv if a != "--in-place"]
+        return in_snapshot(args, [*argv, "--out", args.out])
+    signal.signal(signal.SIGTERM, _interrupt)
     return asyncio.run(main_async(args))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the current run's processes are stopped in its ``finally``."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
