@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/acceptance.py and tests/faults.
 import acceptance as acc  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "report"
+HARNESS = ("tests/acceptance.py", "benchmarks/acceptance.py")
+"""Copied from the working tree into the archive of ``--commit``: the harness that runs."""
 DEFAULT_RATES = "max,1000,100"
 
 
@@ -84,7 +86,8 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         "started": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m benchmarks.acceptance " + " ".join(sys.argv[1:]),
         "runtime": (
-            f"commit {snapshot[:10]} (a git archive of it; the working tree is not used)"
+            f"commit {snapshot[:10]} (a git archive of it, with this harness: "
+            f"{', '.join(HARNESS)}; the working tree is not used)"
             if (snapshot := os.environ.get("EDGE_ACCEPTANCE_COMMIT"))
             else f"working tree at {_git('rev-parse', '--short', 'HEAD')}, uncommitted "
             f"changes in: {', '.join(dirty) or 'none'}"
@@ -258,6 +261,8 @@ def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
             ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True, timeout=120
         )
         subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
+        for harness in HARNESS:  # this version of the harness, whatever the commit's
+            shutil.copy2(ROOT / harness, snapshot / harness)
         env = {**os.environ, "PYTHONPATH": str(snapshot), "EDGE_ACCEPTANCE_COMMIT": commit}
         child = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"],
