@@ -183,6 +183,13 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
                 else "-"
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    noop = [r for r in faulted if any("already exited" in n for n in r.get("notes", []))]
+    lines += [
+        "",
+        f"A `replay_kill` that found the replay already exited (it had sent and confirmed "
+        f"everything) is a no-op: {len(noop)} of the runs above "
+        f"({', '.join(sorted({r['rate_label'] for r in noop})) or 'none'}).",
+    ]
     failed = [r for r in runs if not r["passed"]]
     lines += ["", "## Failures", ""]
     if not failed:
@@ -213,6 +220,13 @@ async def main_async(args: argparse.Namespace) -> int:
         plan += [(None, rate) for rate in rates]
     plan += [(seed, rate) for seed in seeds for rate in rates]
     runs: list[dict] = []
+    planned = len(plan)
+    previous = out / "acceptance.json"
+    if args.append and previous.exists():  # continue an earlier report (other seeds)
+        earlier = json.loads(previous.read_text())
+        runs = list(earlier["runs"])
+        planned += int(earlier.get("planned_runs", len(runs)))
+        env = {**earlier["environment"], f"appended ({env['started']})": env["command"]}
     t_start = time.monotonic()
     try:
         for i, (seed, rate) in enumerate(plan):
@@ -244,7 +258,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 row["kept"] = str(dest)
             runs.append(row)
             print(f"[{i + 1}/{len(plan)}] {acc.describe(result)}", flush=True)
-            write_report(out, env, runs, len(plan))
+            write_report(out, env, runs, planned)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0 if runs and all(r["passed"] for r in runs) else 1
@@ -296,6 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument(
+        "--report-only", action="store_true", help="rewrite acceptance.md from acceptance.json"
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add these runs to <out>/acceptance.json's (e.g. more seeds: --first-seed)",
+    )
+    parser.add_argument(
         "--commit", default="HEAD", help="the committed runtime to run (default %(default)s)"
     )
     parser.add_argument(
@@ -307,6 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
     args.out = str(Path(args.out).resolve())
+    if args.report_only:  # render acceptance.md again from acceptance.json
+        data = json.loads((Path(args.out) / "acceptance.json").read_text())
+        write_report(Path(args.out), data["environment"], data["runs"], data["planned_runs"])
+        return 0
     if not args.in_place:
         argv = [a for a in argv if a != "--in-place"]
         return in_snapshot(args, [*argv, "--out", args.out])
