@@ -191,6 +191,13 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
         f"({', '.join(sorted({r['rate_label'] for r in noop})) or 'none'}).",
     ]
     failed = [r for r in runs if not r["passed"]]
+    angle_only = [r for r in failed if all(f.startswith("model differs") for f in r["failures"])]
+    lines += [
+        "",
+        f"Of the {len(failed)} failed runs, {len(angle_only)} failed only the model check: "
+        "every reading durable and covered exactly, the same error ratio, but a largest "
+        f"principal angle above {acc.SAME_ANGLE_RAD:g} rad to the no-fault model.",
+    ]
     lines += ["", "## Failures", ""]
     if not failed:
         lines.append("None.")
@@ -200,9 +207,10 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
             for f in r["faults"]
         )
         why = " | ".join(r["failures"])[:1500].replace("\n", " ")
+        restored = "; ".join(r.get("restores", [])) or "not recorded"
         lines.append(
             f"- seed {r['seed']}, rate {r['rate_label']}, faults [{faults}]: {why} "
-            f"(logs: `{r['kept'] or r['work']}`)"
+            f"(restores: {restored}; logs: `{r['kept'] or r['work']}`)"
         )
     (out / "acceptance.md").write_text("\n".join(lines) + "\n")
 

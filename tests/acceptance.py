@@ -630,6 +630,7 @@ class RunResult:
     reference_error_ratio: float | None = None
     coverage_ok: bool = False
     notes: list[str] = field(default_factory=list)
+    restores: list[str] = field(default_factory=list)  # "<node>: <source> n_samples=<n>"
     work: str = ""
 
     @property
@@ -844,6 +845,7 @@ async def run_scenario(
             result.model_s = time.monotonic() - t_exit
             check_model(result, d, model)
             check_confirms(result, d, mon)
+            result.restores = restores(fleet)
             dead = fleet.dead()
             if dead:
                 result.failures.append(
@@ -856,6 +858,17 @@ async def run_scenario(
         await asyncio.to_thread(broker.stop)
         result.total_s = time.monotonic() - t_begin
     return result
+
+
+def restores(fleet: Fleet) -> list[str]:
+    """What each restarted leaf restored from (its ``restored`` log event): its checkpoint
+    or its retained snapshot, and how many samples."""
+    out = []
+    for proc in fleet.history:
+        for event in proc.events():
+            if event.get("event") == "restored":
+                out.append(f"{proc.name}: {event.get('source')} n_samples={event.get('n_samples')}")
+    return out
 
 
 def check_model(result: RunResult, d: Deployment, model: SubspaceMessage | None) -> None:
@@ -922,6 +935,8 @@ def describe(result: RunResult) -> str:
         f"(no-fault {_g(result.reference_error_ratio)}) replays={result.replays} "
         f"resent={result.replay_summary.get('resent')}"
     )
+    if result.restores:
+        head += f" restores=[{'; '.join(result.restores)}]"
     return head + ("" if result.passed else " :: " + " | ".join(result.failures))
 
 
