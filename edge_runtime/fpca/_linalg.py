@@ -52,7 +52,7 @@ import scipy.linalg as sla
 import scipy.linalg.blas as blas
 import scipy.linalg.lapack as lapack
 
-__all__ = ["GRAM_MIN_RATIO", "UpdateBuffers", "svd_update", "thin_svd"]
+__all__ = ["GRAM_MIN_RATIO", "TrackedBasis", "UpdateBuffers", "svd_update", "thin_svd"]
 
 #: The Gram formulations are used when ``s_r**2 >= GRAM_MIN_RATIO * s_1**2`` for the
 #: checked rank ``r`` (i.e. ``s_r >= 1e-3 * s_1``), else the QR + SVD formulation.
@@ -430,3 +430,73 @@ def svd_update(
         sv = sv[order]
         out_basis[:, :t] = out_basis[:, :t][:, order]
     return out_basis[:, :t], sv
+
+
+class TrackedBasis:
+    """A streaming state ``(U, S)`` in two preallocated basis buffers, swapped per update.
+
+    ``basis`` ``(d, t)`` (a view of one buffer) and ``singular_values`` ``(t)``, ``t <=
+    max_tracked``; each `update` (eq. (3), `svd_update`) writes the next basis into the
+    spare buffer, so no update allocates a basis. Memory: ``2 d max_tracked`` float64
+    values plus `UpdateBuffers`.
+    """
+
+    def __init__(self, n_features: int, max_tracked: int, max_cols: int) -> None:
+        self._buffers = (
+            np.empty((n_features, max_tracked), order="F"),
+            np.empty((n_features, max_tracked), order="F"),
+        )
+        self._work = UpdateBuffers(n_features, max_tracked, max_cols)
+        self.empty()
+
+    def empty(self) -> None:
+        """No directions."""
+        self._current = 0
+        self.basis = self._buffers[0][:, :0]
+        self.singular_values = np.zeros(0)
+
+    def update(
+        self,
+        cols: np.ndarray,
+        cols_singular_values: np.ndarray | None,
+        rank: int,
+        forget: float,
+        check_rank: int,
+    ) -> None:
+        """State <- `svd_update` of the state and ``cols`` ``(d, k)``, keeping ``rank``."""
+        out = self._buffers[1 - self._current]
+        self.basis, self.singular_values = svd_update(
+            self.basis,
+            self.singular_values,
+            cols,
+            rank,
+            forget,
+            cols_singular_values=cols_singular_values,
+            check_rank=check_rank,
+            out_basis=out,
+            buffers=self._work,
+        )
+        self._current = 1 - self._current
+
+    def set(self, basis: np.ndarray, singular_values: np.ndarray, *, spare: bool = True) -> None:
+        """State <- ``basis`` ``(d, t)`` copied into a buffer (the spare one), ``singular_values``.
+
+        ``singular_values`` is kept as given with ``spare``; copied into buffer 0 (a
+        restore) otherwise.
+        """
+        if spare:
+            out = self._buffers[1 - self._current]
+            self._current = 1 - self._current
+        else:
+            out = self._buffers[0]
+            self._current = 0
+            singular_values = np.array(singular_values, dtype=np.float64, copy=True)
+        t = basis.shape[1]
+        out[:, :t] = basis
+        self.basis = out[:, :t]
+        self.singular_values = singular_values
+
+    def truncate(self, keep: int) -> None:
+        """Keep the leading ``keep`` directions."""
+        self.basis = self.basis[:, :keep]
+        self.singular_values = self.singular_values[:keep]

@@ -8,14 +8,20 @@ import operator
 import numpy as np
 
 __all__ = [
+    "NotFittedError",
     "as_float",
     "as_float_array",
+    "check_batch",
     "check_finite_2d",
     "check_forget",
     "check_int",
     "check_positive",
     "check_samples",
 ]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """An estimator used before it learned anything (like scikit-learn's NotFittedError)."""
 
 
 def check_int(value: object, name: str, minimum: int) -> int:
@@ -59,11 +65,24 @@ def check_positive(value: object, name: str) -> float:
 
 
 def as_float_array(value: object, name: str) -> np.ndarray:
-    """``value`` as a float64 ndarray of any shape; TypeError naming ``name`` if not numeric."""
+    """``value`` as a float64 ndarray of any shape; TypeError naming ``name`` if not numeric.
+
+    A scipy sparse matrix or array is a TypeError too (densify it first).
+    """
+    if getattr(value, "format", None) in _SPARSE_FORMATS and hasattr(value, "toarray"):
+        raise TypeError(
+            f"{name} is a sparse {type(value).__name__}: sparse input is not "
+            "supported, pass a dense array (X.toarray())"
+        )
     try:
         return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a numeric array, got {type(value).__name__}") from None
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{name} must be a numeric array, got {type(value).__name__} ({exc})"
+        ) from None
+
+
+_SPARSE_FORMATS = frozenset({"csr", "csc", "coo", "bsr", "lil", "dok", "dia"})
 
 
 def check_finite_2d(x: np.ndarray, name: str) -> None:
@@ -73,15 +92,20 @@ def check_finite_2d(x: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} contains NaN or infinity (first in row {row}); expected finite")
 
 
+#: numpy dtype kinds accepted as samples: bool, integers, floats, and objects (converted).
+_REAL_KINDS = "biufO"
+
+
 def check_samples(samples: object, n_features: int) -> np.ndarray:
     """Samples ``X`` as a finite float64 array of shape ``(n_samples, n_features)``.
 
     A 1-D input is one sample (reshaped to ``(1, n_features)``); a numpy array of a
-    non-real dtype (bool is allowed, as an integer) and a non-numeric input are a
+    non-real dtype (bool is allowed, as an integer; an object array is converted
+    element-wise, as by scikit-learn) and a non-numeric or sparse input are a
     TypeError; another number of dimensions or of features, NaN or infinity a
     ValueError naming the value (`FPCAEdge.partial_fit`'s messages).
     """
-    if isinstance(samples, np.ndarray) and samples.dtype.kind not in "biuf":
+    if isinstance(samples, np.ndarray) and samples.dtype.kind not in _REAL_KINDS:
         raise TypeError(f"X must have a real numeric dtype, got {samples.dtype}")
     x = as_float_array(samples, "X")
     if x.ndim == 1:
@@ -93,5 +117,27 @@ def check_samples(samples: object, n_features: int) -> np.ndarray:
         )
     if x.shape[1] != n_features:
         raise ValueError(f"X has {x.shape[1]} features, expected {n_features}")
+    check_finite_2d(x, "X")
+    return x
+
+
+def check_batch(samples: object) -> np.ndarray:
+    """Samples ``X`` as a finite float64 2-D array of its own width (`check_samples`'s errors).
+
+    For `FPCAEdge` before it knows ``n_features``, and for `FPCAEdge.transform`: a 1-D
+    input is a ValueError (one sample or one feature? reshape it).
+    """
+    if isinstance(samples, np.ndarray) and samples.dtype.kind not in _REAL_KINDS:
+        raise TypeError(f"X must have a real numeric dtype, got {samples.dtype}")
+    x = as_float_array(samples, "X")
+    if x.ndim != 2:
+        raise ValueError(
+            f"X must be 2-D (n_samples, n_features), got {x.ndim}-D with shape {x.shape}. "
+            "Reshape your data: X.reshape(1, -1) for one sample"
+        )
+    if not x.shape[1]:
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={x.shape}) while a minimum of 1 is required."
+        )
     check_finite_2d(x, "X")
     return x

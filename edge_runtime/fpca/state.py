@@ -1,337 +1,277 @@
-"""Checkpoint and restore of an `FPCAEdge`: its state format ``"FPCAEdge/2"`` and its checks.
+"""The checkpoint format of `FPCAEdge`, ``"FPCAEdge/2"``: writing it and checking it.
 
-`StateMixin` gives `FPCAEdge` its `get_state` / `from_state` pair: everything needed to
-resume an estimator bit-exactly as plain values and arrays (what
-`edge_runtime.checkpoint.save_checkpoint` stores), and the validation of such a mapping
-read back from disk, one line naming the offending field. The ``_state_*`` readers and
-`check_basis` are shared with `edge_runtime.fpca.snapshot` (restoring from a published
-snapshot instead of a checkpoint).
+`FPCAEdge.get_state` returns, and `FPCAEdge.from_state` reads, a flat mapping of plain
+values and float64 arrays (what `edge_runtime.checkpoint.save_checkpoint` stores):
 
-The mixin holds no state of its own: it reads and writes the attributes `FPCAEdge`'s
-constructor and `reset` create (``_basis``, ``_singular_values``, ``_buffer``,
-``_n_pending``, ``_mean_buffer``, ``_weight``, ``_last_rank_change``, ``_gram``, ...).
+- ``"state_format"`` : str, ``"FPCAEdge/2"`` (``"FPCAEdge/1"``, which had no privacy
+  keys and no ``n_flushed_``, is still read).
+- The checked constructor parameters: ``"n_features"``, ``"rank"``, ``"block_size"``,
+  ``"holdoff"`` (int), ``"oversample"``, ``"max_rank"`` (int or None), ``"adaptive"``,
+  ``"center"`` (bool), ``"forget"`` (float), ``"rank_bounds"`` (ndarray of shape (2,)).
+- ``"rank_"``, ``"oversample_"``, ``"n_samples_seen_"``, ``"n_blocks_"``,
+  ``"n_flushed_"`` : int, the estimator's attributes of the same names.
+- ``"basis"`` : ndarray of shape (n_features, t), the tracked orthonormal basis as stored
+  (``t = n_tracked_``; signs as in the state, not normalised as in `subspace`);
+  ``"singular_values"`` : shape (t,).
+- ``"pending"`` : ndarray of shape (k, n_features), the ``0 <= k < block_size`` samples
+  of the partially filled block, oldest first.
+- ``"mean"`` : ndarray of shape (n_features,) and ``"mean_weight"`` : float (the
+  effective number of samples behind the mean, `edge_runtime.fpca.centring`) when
+  ``center``, else None for both.
+- ``"last_rank_change"`` : int or None, the block count at the last adaptive rank change
+  (the ``holdoff`` counter).
+- ``"privacy"`` : ndarray ``[epsilon, delta]`` of shape (2,) or None; ``"clip_norm"`` :
+  float or None; ``"chunk_size"`` : int or None; ``"mechanism"`` : str or None;
+  ``"horizon"`` : int; ``"n_releases_"``, ``"n_clipped_"`` : int (a state without them is
+  ``"fpca-eq8"`` with privacy, and counts 0).
+- With ``mechanism="gaussian"``, the `PrivateGram` keys ``"gram_*"``: the released running
+  sum, the open segment's exact sum and its noise key (secret: a checkpoint is as
+  sensitive as the raw readings it holds).
+
+Its arrays hold ``n_features * (t + k + 1) + t + 2`` float64 values (plus ``3 d**2`` with
+``"gaussian"``), i.e. ``O(n_features * (rank + oversample + block_size))``. The masks'
+random generator is not part of it: a restored estimator draws fresh noise (masks are
+never replayed; with ``"gaussian"`` the open segment is closed and a new key drawn,
+`PrivateGram.close_segment`).
+
+`constructor_kwargs` reads the parameters to build the estimator with, `read_learned` the
+rest, checked against them; `check_basis` is shared with `edge_runtime.fpca.snapshot`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from edge_runtime.fpca.streaming import FPCAEdge
+from edge_runtime.fpca.parameters import Params
 
-__all__ = ["STATE_FORMAT", "StateMixin", "check_basis"]
+__all__ = [
+    "STATE_FORMAT",
+    "Learned",
+    "check_basis",
+    "constructor_kwargs",
+    "make_state",
+    "read_learned",
+]
 
 
-class StateMixin:
-    """`get_state`, `from_state` and the restore step of `FPCAEdge` (see the module docstring)."""
+@dataclass
+class Learned:
+    """What an `FPCAEdge` has learned, beyond its parameters (the state's other keys)."""
 
-    __slots__ = ()
+    rank_: int
+    n_samples_seen_: int
+    n_blocks_: int
+    n_flushed_: int
+    basis: np.ndarray
+    singular_values: np.ndarray
+    pending: np.ndarray
+    mean: np.ndarray | None
+    mean_weight: float | None
+    last_rank_change: int | None
 
-    def get_state(self) -> dict[str, np.ndarray | int | float | bool | str | None]:
-        """Everything needed to resume this estimator bit-exactly, as plain values and arrays.
 
-        `from_state` of the result continues exactly where this instance is: for any
-        stream ``X`` and split ``k``, ``a.partial_fit(X[:k])`` then
-        ``FPCAEdge.from_state(a.get_state()).partial_fit(X[k:])`` ends in the
-        bitwise-identical state (and `subspace`) of ``partial_fit(X)`` on one instance.
-        Reading the state changes nothing. Its arrays hold ``n_features * (t + k + 1) +
-        t + 2`` float64 values (``t = n_tracked_`` directions, ``k < block_size`` pending
-        rows), i.e. ``O(n_features * (rank + oversample + block_size))``.
+def make_state(
+    params: Params,
+    learned: Learned,
+    n_releases: int,
+    n_clipped: int,
+    release_state: Mapping[str, object],
+) -> dict[str, object]:
+    """The checkpoint mapping (module docstring) of an estimator; new arrays only."""
+    return {
+        "state_format": STATE_FORMAT,
+        "n_features": params.n_features,
+        "rank": params.rank,
+        "block_size": params.block_size,
+        "oversample": params.oversample,
+        "adaptive": params.adaptive,
+        "rank_bounds": np.array(params.rank_bounds, dtype=np.float64),
+        "holdoff": params.holdoff,
+        "max_rank": params.max_rank,
+        "forget": params.forget,
+        "center": params.center,
+        "rank_": learned.rank_,
+        "oversample_": params.oversample_,
+        "n_samples_seen_": learned.n_samples_seen_,
+        "n_blocks_": learned.n_blocks_,
+        "n_flushed_": learned.n_flushed_,
+        "basis": np.array(learned.basis, dtype=np.float64, order="C"),
+        "singular_values": np.array(learned.singular_values, dtype=np.float64),
+        "pending": np.array(learned.pending, dtype=np.float64, order="C"),
+        "mean": None if learned.mean is None else learned.mean.copy(),
+        "mean_weight": learned.mean_weight,
+        "last_rank_change": learned.last_rank_change,
+        "privacy": None if params.privacy is None else np.array(params.privacy, dtype=np.float64),
+        "clip_norm": params.clip_norm,
+        "chunk_size": params.chunk_size,
+        "mechanism": params.mechanism,
+        "horizon": params.horizon,
+        "n_releases_": n_releases,
+        "n_clipped_": n_clipped,
+        **release_state,
+    }
 
-        Returns
-        -------
-        dict
-            New arrays (copies, float64) and Python scalars only, so it can be stored by
-            `edge_runtime.checkpoint.save_checkpoint` (or any ``npz`` + JSON writer):
 
-            - ``"state_format"`` : str, ``"FPCAEdge/2"`` (`from_state` also reads
-              ``"FPCAEdge/1"``, which had no privacy keys).
-            - The constructor parameters: ``"n_features"``, ``"rank"``,
-              ``"block_size"``, ``"holdoff"`` (int), ``"oversample"``, ``"max_rank"``
-              (int or None), ``"adaptive"``, ``"center"`` (bool), ``"forget"`` (float)
-              and ``"rank_bounds"`` (ndarray of shape (2,)).
-            - ``"rank_"``, ``"oversample_"``, ``"n_samples_seen_"``, ``"n_blocks_"``,
-              ``"n_flushed_"`` : int, the attributes of the same names.
-            - ``"basis"`` : ndarray of shape (n_features, t), the tracked orthonormal
-              basis as stored (``t = n_tracked_``; signs as in the state, not
-              normalised as in `subspace`); ``"singular_values"`` : shape (t,).
-            - ``"pending"`` : ndarray of shape (k, n_features), the ``0 <= k <
-              block_size`` samples of the partially filled block, oldest first.
-            - ``"mean"`` : ndarray of shape (n_features,) and ``"mean_weight"`` : float
-              (the effective number of samples behind the mean, see Notes of the
-              class) when ``center``, else None for both.
-            - ``"last_rank_change"`` : int or None, the block count at the last
-              adaptive rank change (the ``holdoff`` counter); None if there was none.
-            - ``"privacy"`` : ndarray ``[epsilon, delta]`` of shape (2,) or None;
-              ``"clip_norm"`` : float or None; ``"chunk_size"`` : int or None;
-              ``"mechanism"`` : str or None; ``"horizon"`` : int; ``"n_releases_"``,
-              ``"n_clipped_"`` : int (a state without them is ``"fpca-eq8"`` with
-              privacy, and counts 0).
-            - With ``mechanism="gaussian"``, the `PrivateGram` keys ``"gram_*"``: the
-              released running sum, the open segment's exact sum and its noise key
-              (secret: a checkpoint is as sensitive as the raw readings it holds).
+def constructor_kwargs(state: object) -> dict[str, object]:
+    """The constructor's parameters stored in ``state`` (all but ``random_state``).
 
-            The mask's random generator is not part of the state: an estimator
-            restored by `from_state` draws fresh noise (masks are never replayed, so
-            re-sent samples never get a mask that was already published); with
-            ``"gaussian"`` it closes the open segment of the continual release and starts
-            a new one with a fresh key (`PrivateGram.close_segment`).
-        """
-        k = self._n_pending
-        return {
-            "state_format": STATE_FORMAT,
-            "n_features": self.n_features,
-            "rank": self.rank,
-            "block_size": self.block_size,
-            "oversample": self.oversample,
-            "adaptive": self.adaptive,
-            "rank_bounds": np.array(self.rank_bounds, dtype=np.float64),
-            "holdoff": self.holdoff,
-            "max_rank": self.max_rank,
-            "forget": self.forget,
-            "center": self.center,
-            "rank_": self.rank_,
-            "oversample_": self.oversample_,
-            "n_samples_seen_": self.n_samples_seen_,
-            "n_blocks_": self.n_blocks_,
-            "n_flushed_": self.n_flushed_,
-            "basis": np.array(self._basis, dtype=np.float64, order="C"),
-            "singular_values": np.array(self._singular_values, dtype=np.float64),
-            "pending": np.array(self._buffer[:k], dtype=np.float64, order="C"),
-            "mean": self._mean_buffer.copy() if self.center else None,
-            "mean_weight": float(self._weight) if self.center else None,
-            "last_rank_change": self._last_rank_change,
-            "privacy": None if self.privacy is None else np.array(self.privacy, dtype=np.float64),
-            "clip_norm": self.clip_norm,
-            "chunk_size": self.chunk_size,
-            "mechanism": self.mechanism,
-            "horizon": self.horizon,
-            "n_releases_": self.n_releases_,
-            "n_clipped_": self.n_clipped_,
-            **({} if self._gram is None else self._gram.get_state()),
-        }
+    Raises
+    ------
+    ValueError
+        One line naming the field: ``state`` not a mapping, a missing key, an unknown
+        ``state_format``, a malformed ``privacy`` or ``rank_bounds``, a wrong type.
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"FPCAEdge state must be a mapping, got {type(state).__name__}")
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"FPCAEdge state is missing {missing[0]!r}")
+    if state["state_format"] not in (STATE_FORMAT, "FPCAEdge/1"):
+        raise ValueError(
+            f"FPCAEdge state: state_format must be {STATE_FORMAT!r}, got {state['state_format']!r}"
+        )
+    privacy, clip_norm, chunk_size = _state_privacy(state)
+    mechanism = state.get("mechanism") or ("fpca-eq8" if privacy is not None else "gaussian")
+    bounds = _state_array(state, "rank_bounds", 1)
+    if bounds.shape != (2,):
+        raise ValueError(f"FPCAEdge state: rank_bounds must have shape (2,), got {bounds.shape}")
+    return {
+        "n_features": _state_int(state, "n_features"),
+        "rank": _state_int(state, "rank"),
+        "block_size": _state_int(state, "block_size"),
+        "oversample": _state_optional_int(state, "oversample"),
+        "adaptive": _state_bool(state, "adaptive"),
+        "rank_bounds": (float(bounds[0]), float(bounds[1])),
+        "holdoff": _state_int(state, "holdoff"),
+        "max_rank": _state_optional_int(state, "max_rank"),
+        "forget": _state_float(state, "forget"),
+        "center": _state_bool(state, "center"),
+        "privacy": privacy,
+        "clip_norm": clip_norm,
+        "chunk_size": chunk_size,
+        "mechanism": mechanism,
+        "horizon": state.get("horizon", 1),
+    }
 
-    @classmethod
-    def from_state(
-        cls,
-        state: Mapping[str, object],
-        *,
-        random_state: int | np.random.Generator | None = None,
-    ) -> FPCAEdge:
-        """A new estimator resuming bit-exactly from a `get_state` result.
 
-        With privacy, "bit-exactly" holds for the state; the masks of later blocks come
-        from ``random_state``, never from the generator of the saved estimator.
+def read_learned(state: Mapping[str, object], params: Params) -> Learned:
+    """The learned part of ``state``, checked against the estimator's ``params``.
 
-        Parameters
-        ----------
-        state : mapping
-            As returned by `get_state` (the arrays may be read-only or of any memory
-            layout; they are copied). Keys that `get_state` does not produce are
-            ignored, so a checkpoint may carry the caller's own keys alongside.
-        random_state : int, numpy Generator or None, default=None
-            Source of the masks of later blocks with privacy (None: fresh OS entropy).
-
-        Returns
-        -------
-        FPCAEdge
-            Its preallocated buffers are the constructor's, so its memory is bounded
-            exactly as for a new instance.
-
-        Raises
-        ------
-        ValueError
-            One line naming the offending field, if ``state`` is not a mapping, lacks a
-            key, has a value of the wrong type, dtype (float64 required) or shape,
-            non-finite values, a basis whose columns are not orthonormal within 1e-8
-            (max-abs entry of ``basis^T basis - I``), negative or increasing singular
-            values, more directions than the rank allows, or counters that contradict
-            each other (e.g. ``n_samples_seen_`` vs ``n_blocks_ * block_size`` plus the
-            pending rows, the rank outside its bounds, the mean weight vs the counts).
-            Constructor parameters are checked by the constructor; its TypeError
-            becomes a ValueError here.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> X = np.random.default_rng(0).normal(size=(130, 6))
-        >>> first = FPCAEdge(6, 2, 20, center=True).partial_fit(X[:77])
-        >>> resumed = FPCAEdge.from_state(first.get_state()).partial_fit(X[77:])
-        >>> whole = FPCAEdge(6, 2, 20, center=True).partial_fit(X)
-        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
-        True
-        """
-        if not isinstance(state, Mapping):
-            raise ValueError(f"FPCAEdge state must be a mapping, got {type(state).__name__}")
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"FPCAEdge state is missing {missing[0]!r}")
-        if state["state_format"] not in (STATE_FORMAT, "FPCAEdge/1"):
+    Raises
+    ------
+    ValueError
+        One line naming the offending field: a value of the wrong type, dtype (float64
+        required) or shape, non-finite values, a basis whose columns are not orthonormal
+        within 1e-8 (max-abs entry of ``basis^T basis - I``), negative or increasing
+        singular values, more directions than the rank allows, or counters that
+        contradict each other (``n_samples_seen_`` vs ``n_blocks_ * block_size`` plus the
+        flushed and pending rows, the rank outside its bounds, the mean weight vs the
+        counts).
+    """
+    d, b = params.n_features, params.block_size
+    oversample_ = _state_int(state, "oversample_")
+    if oversample_ != params.oversample_:
+        raise ValueError(
+            f"FPCAEdge state: oversample_ {oversample_} does not match the parameters "
+            f"(expected {params.oversample_})"
+        )
+    rank_ = _state_int(state, "rank_")
+    if params.adaptive:
+        if not 1 <= rank_ <= params.rank_cap:
             raise ValueError(
-                f"FPCAEdge state: state_format must be {STATE_FORMAT!r}, "
-                f"got {state['state_format']!r}"
+                f"FPCAEdge state: rank_ {rank_} is outside [1, {params.rank_cap}] "
+                "(adaptive rank bounds)"
             )
-        privacy, clip_norm, chunk_size = _state_privacy(state)
-        mechanism = state.get("mechanism") or ("fpca-eq8" if privacy is not None else "gaussian")
-        horizon = state.get("horizon", 1)
-        bounds = _state_array(state, "rank_bounds", 1)
-        if bounds.shape != (2,):
+    elif rank_ != params.rank:
+        raise ValueError(
+            f"FPCAEdge state: rank_ {rank_} differs from rank {params.rank} (adaptive=False)"
+        )
+
+    basis = _state_array(state, "basis", 2)
+    sv = _state_array(state, "singular_values", 1)
+    check_basis(basis, sv, d, params.n_target(rank_), "FPCAEdge state")
+    t = basis.shape[1]
+
+    pending = _state_array(state, "pending", 2)
+    if pending.shape[1:] != (d,) or pending.shape[0] >= b:
+        raise ValueError(
+            f"FPCAEdge state: pending must have shape (k, {d}) with k < block_size {b}, "
+            f"got {pending.shape}"
+        )
+    n_pending = pending.shape[0]
+    n_seen = _state_int(state, "n_samples_seen_")
+    n_blocks = _state_int(state, "n_blocks_")
+    if n_seen < 0 or n_blocks < 0:
+        raise ValueError(
+            f"FPCAEdge state: n_samples_seen_ {n_seen} and n_blocks_ {n_blocks} must be >= 0"
+        )
+    # Samples summarised by the basis beyond the full blocks: those of short blocks
+    # (`flush`) and, after `from_subspace` of a snapshot taken within a block, the
+    # snapshot's remainder. FPCAEdge/1 states had no flush: fewer than one block.
+    if state["state_format"] == "FPCAEdge/1":
+        flushed = n_seen - n_blocks * b - n_pending
+        consistent = 0 <= flushed < b
+    else:
+        flushed = _state_int(state, "n_flushed_")
+        consistent = flushed >= 0 and n_seen == n_blocks * b + flushed + n_pending
+    if not consistent:
+        raise ValueError(
+            f"FPCAEdge state: n_samples_seen_ {n_seen} does not match n_blocks_ {n_blocks} "
+            f"* block_size {b} + n_flushed_ {flushed} + {n_pending} pending rows"
+        )
+    applied = n_seen - n_pending > 0
+    if applied != (t > 0):
+        raise ValueError(
+            f"FPCAEdge state: basis has {t} directions after {n_seen - n_pending} "
+            "samples applied (must be 0 exactly when none were)"
+        )
+
+    mean = state["mean"]
+    weight = state["mean_weight"]
+    if params.center:
+        mean = _state_array(state, "mean", 1)
+        if mean.shape != (d,):
+            raise ValueError(f"FPCAEdge state: mean must have shape ({d},), got {mean.shape}")
+        weight = _state_float(state, "mean_weight")
+        limit = n_seen - n_pending
+        if (
+            not 0.0 <= weight <= limit
+            or (weight > 0.0) != applied
+            or (params.forget == 1.0 and weight != limit)
+        ):
             raise ValueError(
-                f"FPCAEdge state: rank_bounds must have shape (2,), got {bounds.shape}"
+                f"FPCAEdge state: mean_weight {weight} is inconsistent with {limit} samples "
+                f"applied and forget {params.forget}"
             )
-        try:
-            edge = cls(
-                _state_int(state, "n_features"),
-                _state_int(state, "rank"),
-                _state_int(state, "block_size"),
-                oversample=_state_optional_int(state, "oversample"),
-                adaptive=_state_bool(state, "adaptive"),
-                rank_bounds=(float(bounds[0]), float(bounds[1])),
-                holdoff=_state_int(state, "holdoff"),
-                max_rank=_state_optional_int(state, "max_rank"),
-                forget=_state_float(state, "forget"),
-                center=_state_bool(state, "center"),
-                privacy=privacy,
-                clip_norm=clip_norm,
-                chunk_size=chunk_size,
-                random_state=random_state,
-                mechanism=mechanism,  # type: ignore[arg-type]
-                horizon=horizon,  # type: ignore[arg-type]
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"FPCAEdge state: {exc}") from None
-        if edge._gram is not None:
-            edge._gram.set_state(state)
-            edge._gram.close_segment()  # never reuse the saved key (see close_segment)
-        for key in ("n_releases_", "n_clipped_"):
-            count = state.get(key, 0)
-            if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
-                raise ValueError(f"FPCAEdge state: {key} must be an integer >= 0, got {count!r}")
-            setattr(edge, key, int(count))
-        d, b = edge.n_features, edge.block_size
+    elif mean is not None or weight is not None:
+        raise ValueError("FPCAEdge state: mean and mean_weight must be None when not center")
 
-        oversample_ = _state_int(state, "oversample_")
-        if oversample_ != edge.oversample_:
-            raise ValueError(
-                f"FPCAEdge state: oversample_ {oversample_} does not match the parameters "
-                f"(expected {edge.oversample_})"
-            )
-        rank_ = _state_int(state, "rank_")
-        if edge.adaptive:
-            if not 1 <= rank_ <= edge._rank_cap:
-                raise ValueError(
-                    f"FPCAEdge state: rank_ {rank_} is outside [1, {edge._rank_cap}] "
-                    "(adaptive rank bounds)"
-                )
-        elif rank_ != edge.rank:
-            raise ValueError(
-                f"FPCAEdge state: rank_ {rank_} differs from rank {edge.rank} (adaptive=False)"
-            )
-        edge.rank_ = rank_
-
-        basis = _state_array(state, "basis", 2)
-        sv = _state_array(state, "singular_values", 1)
-        check_basis(basis, sv, d, edge._n_target(), "FPCAEdge state")
-        t = basis.shape[1]
-
-        pending = _state_array(state, "pending", 2)
-        if pending.shape[1:] != (d,) or pending.shape[0] >= b:
-            raise ValueError(
-                f"FPCAEdge state: pending must have shape (k, {d}) with k < block_size {b}, "
-                f"got {pending.shape}"
-            )
-        n_pending = pending.shape[0]
-        n_seen = _state_int(state, "n_samples_seen_")
-        n_blocks = _state_int(state, "n_blocks_")
-        if n_seen < 0 or n_blocks < 0:
-            raise ValueError(
-                f"FPCAEdge state: n_samples_seen_ {n_seen} and n_blocks_ {n_blocks} must be >= 0"
-            )
-        # Samples summarised by the basis beyond the full blocks: those of short blocks
-        # (`flush`) and, after `from_subspace` of a snapshot taken within a block, the
-        # snapshot's remainder. FPCAEdge/1 states had no flush: fewer than one block.
-        if state["state_format"] == "FPCAEdge/1":
-            flushed = n_seen - n_blocks * b - n_pending
-            consistent = 0 <= flushed < b
-        else:
-            flushed = _state_int(state, "n_flushed_")
-            consistent = flushed >= 0 and n_seen == n_blocks * b + flushed + n_pending
-        if not consistent:
-            raise ValueError(
-                f"FPCAEdge state: n_samples_seen_ {n_seen} does not match n_blocks_ {n_blocks} "
-                f"* block_size {b} + n_flushed_ {flushed} + {n_pending} pending rows"
-            )
-        applied = n_seen - n_pending > 0
-        if applied != (t > 0):
-            raise ValueError(
-                f"FPCAEdge state: basis has {t} directions after {n_seen - n_pending} "
-                "samples applied (must be 0 exactly when none were)"
-            )
-
-        mean = state["mean"]
-        weight = state["mean_weight"]
-        if edge.center:
-            mean = _state_array(state, "mean", 1)
-            if mean.shape != (d,):
-                raise ValueError(f"FPCAEdge state: mean must have shape ({d},), got {mean.shape}")
-            weight = _state_float(state, "mean_weight")
-            limit = n_seen - n_pending
-            if (
-                not 0.0 <= weight <= limit
-                or (weight > 0.0) != applied
-                or (edge.forget == 1.0 and weight != limit)
-            ):
-                raise ValueError(
-                    f"FPCAEdge state: mean_weight {weight} is inconsistent with {limit} samples "
-                    f"applied and forget {edge.forget}"
-                )
-        elif mean is not None or weight is not None:
-            raise ValueError("FPCAEdge state: mean and mean_weight must be None when not center")
-
-        last = _state_optional_int(state, "last_rank_change")
-        # 0 is a rank change at a `flush` before the first full block (n_blocks_ was 0).
-        if last is not None and not (edge.adaptive and 0 <= last <= n_blocks):
-            raise ValueError(
-                f"FPCAEdge state: last_rank_change {last} must be None or in [0, n_blocks_ "
-                f"{n_blocks}] (and only with adaptive=True)"
-            )
-
-        edge._restore(basis, sv, n_seen, n_blocks, mean, weight, last)
-        edge.n_flushed_ = flushed
-        edge._buffer[:n_pending] = pending
-        edge._n_pending = n_pending
-        return edge
-
-    def _restore(
-        self,
-        basis: np.ndarray,
-        singular_values: np.ndarray,
-        n_samples_seen: int,
-        n_blocks: int,
-        mean: np.ndarray | None,
-        weight: float,
-        last_rank_change: int | None,
-    ) -> None:
-        """Copy checked state into this freshly reset instance's buffers (no pending rows)."""
-        t = basis.shape[1]
-        self._current = 0
-        target = self._basis_buffers[0]
-        target[:, :t] = basis
-        self._basis = target[:, :t]
-        self._singular_values = np.array(singular_values, dtype=np.float64, copy=True)
-        self.n_samples_seen_ = int(n_samples_seen)
-        self.n_blocks_ = int(n_blocks)
-        if self.center and mean is not None:
-            self._mean_buffer[:] = mean
-            self._weight = float(weight)
-        self._last_rank_change = last_rank_change
+    last = _state_optional_int(state, "last_rank_change")
+    # 0 is a rank change at a `flush` before the first full block (n_blocks_ was 0).
+    if last is not None and not (params.adaptive and 0 <= last <= n_blocks):
+        raise ValueError(
+            f"FPCAEdge state: last_rank_change {last} must be None or in [0, n_blocks_ "
+            f"{n_blocks}] (and only with adaptive=True)"
+        )
+    return Learned(
+        rank_=rank_,
+        n_samples_seen_=n_seen,
+        n_blocks_=n_blocks,
+        n_flushed_=flushed,
+        basis=basis,
+        singular_values=sv,
+        pending=pending,
+        mean=mean,  # type: ignore[arg-type]
+        mean_weight=weight,  # type: ignore[arg-type]
+        last_rank_change=last,
+    )
 
 
-# -- helpers of get_state / from_state / from_subspace --------------------------------------
+# -- field readers ------------------------------------------------------------------------
 
 STATE_FORMAT = "FPCAEdge/2"
 _STATE_KEYS = (

@@ -1,255 +1,115 @@
 """FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (2)-(4)).
 
-`FPCAEdge` buffers samples into blocks and updates its rank-``r`` state by one block
-update per full block (eq. (3), `edge_runtime.fpca._linalg.svd_update`). The concepts it
-combines live in their own modules: the mean bookkeeping of ``center=True``
-(`edge_runtime.fpca.centring`), the adaptive rank of eq. (4)
-(`edge_runtime.fpca.adaptive_rank`), the private block path
-(`edge_runtime.fpca.private_blocks`), checkpoint and restore (`edge_runtime.fpca.state`)
-and the snapshots it reports and resumes from (`edge_runtime.fpca.snapshot`).
+One estimator class, `FPCAEdge`; the maths it runs are functions of their own modules:
+the block update (eq. (3), `edge_runtime.fpca._linalg.svd_update`), the centred mean
+(`edge_runtime.fpca.centring`), the adaptive rank (eq. (4),
+`edge_runtime.fpca.adaptive_rank`), the release mechanism of a private block
+(`edge_runtime.fpca.release`), the parameter checks (`edge_runtime.fpca.parameters`), the
+checkpoint format (`edge_runtime.fpca.state`) and snapshots (`edge_runtime.fpca.snapshot`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from edge_runtime.fpca import private_blocks as _private
-from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
-from edge_runtime.fpca._validation import check_forget, check_int, check_samples
-from edge_runtime.fpca.adaptive_rank import check_rank_bounds, rank_cap, rank_step
+from edge_runtime.fpca._linalg import TrackedBasis
+from edge_runtime.fpca._validation import NotFittedError, check_batch, check_samples
+from edge_runtime.fpca.adaptive_rank import rank_step
 from edge_runtime.fpca.centring import centre_rows
-from edge_runtime.fpca.private_blocks import PrivateBlocksMixin
-from edge_runtime.fpca.private_gram import PrivateGram
-from edge_runtime.fpca.snapshot import SnapshotMixin
-from edge_runtime.fpca.state import StateMixin
+from edge_runtime.fpca.parameters import PARAM_NAMES, Param, Params, check_params
+from edge_runtime.fpca.release import Fold, make_release
+from edge_runtime.fpca.snapshot import fold_pending, read_snapshot
+from edge_runtime.fpca.state import Learned, constructor_kwargs, make_state, read_learned
+from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["FPCAEdge"]
 
 
-class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
-    """Streaming rank-``r`` subspace of a sample stream, updated one block at a time.
+class FPCAEdge:
+    """Streaming rank-``r`` PCA of a sample stream, one block update at a time (FPCA-Edge).
 
-    Samples are buffered into blocks of ``block_size`` rows; each full block ``B``
-    updates the state by the truncated SVD of ``[forget * U S, B^T]`` (eq. (3)),
-    computed from the current basis and the block only. The state tracks
-    ``rank_ + oversample_`` directions (at most ``n_features``) and reports the leading
-    ``rank_`` of them (`subspace`); `tracked_subspace` is all of them.
-
-    **Memory** is bounded and does not grow with the stream: with ``t = min(rank +
-    oversample, n_features)`` tracked directions (``max_rank + oversample`` if
-    ``adaptive``) and ``b = block_size``, the estimator holds at most ``n_features *
-    (3 t + b + 3) + min(n_features, t + b + 1)**2 + t`` float64 values in arrays
-    allocated once by the constructor (two basis buffers, one work array, the block
-    buffer, the mean and one square work matrix), i.e. ``O(n_features * (rank +
-    oversample + block_size))`` -- 62 KB at d = 48, r = 10, b = 50. An update
-    allocates only temporaries of at most a few times that size (LAPACK workspaces,
-    ``t``-sized products), freed before it returns; `partial_fit` also makes one
-    boolean mask of its input (the finiteness check). ``tests/test_fpca_memory.py``
-    streams 10^6 samples and checks with `tracemalloc` that the traced memory after
-    block 100 and after the last block differ by under 2 KB. **Time** per block is
-    ``O(n_features * (t + b)**2 + min(n_features, t + b)**3)``, i.e.
-    ``O(n_features * (t + b))`` per sample for fixed sizes.
-
-    The result depends only on the sequence of samples, not on how it is chunked
-    across `partial_fit` calls: any chunking gives bitwise-identical state.
+    Samples (rows) are buffered into blocks of ``b = block_size``; each full block ``B``
+    updates the state to the truncated SVD of ``[forget * U S, B^T]`` (eq. (3)), from the
+    current basis and the block only. The state tracks ``t = min(rank_ + oversample_,
+    n_features)`` directions and reports the leading ``rank_``. **Memory** is constant and
+    allocated once: at most ``n_features * (3 t + b + 3) + min(n_features, t + b + 1)**2 +
+    t`` float64 values (62 KB at d = 48, r = 10, b = 50; ``tests/test_fpca_memory.py``),
+    plus ``3 d**2`` with ``mechanism="gaussian"``. **Time** per block: ``O(n_features (t +
+    b)**2 + min(n_features, t + b)**3)``. Any chunking into `partial_fit` calls gives the
+    bitwise-identical state. A scikit-learn transformer, without depending on it.
 
     Parameters
     ----------
-    n_features : int
-        Dimension ``d`` of each sample, >= 1.
+    n_features : int or None
+        ``d >= 1``; None: from the first `fit`/`partial_fit` (each `fit` re-learns it).
+        Given, the parameters are checked (TypeError, ValueError naming the value,
+        `~.parameters.check_params`) and memory allocated here, else at the first fit.
     rank : int
-        Initial (and, unless ``adaptive``, fixed) reported rank ``r``,
-        ``1 <= rank <= n_features`` (and ``<= block_size``, ``<= max_rank`` if
-        ``adaptive``).
+        Reported rank ``r`` (the initial one if ``adaptive``), ``1 <= rank <= d``.
     block_size : int or None, default=None
-        Number of samples ``b`` per block update, >= 1. Larger blocks are more
-        accurate and cost more memory and time per update. None means 50 without
-        privacy and, with privacy, ``T`` of Lemma 2.2 for a mask whose expected
-        spectral norm is a tenth of a unit-ball covariance's largest possible
-        eigenvalue (`edge_runtime.fpca.privacy.default_block_size`).
+        ``b >= 1`` samples per update; None: 50, or with privacy the mechanism's
+        (`edge_runtime.fpca.privacy.gaussian_default_block_size`, ``default_block_size``).
     oversample : int or None, default=None
-        Extra directions ``p >= 0`` tracked beyond the reported rank (capped so that
-        at most ``n_features`` are tracked). None means ``min(rank, n_features -
-        rank)``, i.e. twice the rank is tracked; see Notes for the trade-off. With
-        ``mechanism="gaussian"`` None means ``n_features - rank``: every direction of
-        the released ``(d, d)`` sum is kept and published, so merges upstream add the
-        leaves' whole releases (Motes light, 8 leaves, eps 1, one release per leaf:
-        median root error ratio over 100 seeds 2.940, against 3.019 over 200 seeds with
-        ``min(rank, d - rank)``; `benchmarks` section (f)).
+        Extra directions ``p >= 0``; None: ``min(rank, d - rank)`` (``d - rank`` with
+        ``"gaussian"``).
     adaptive : bool, default=False
-        If True, adjust the rank after each block by eq. (4) (see Notes).
+        Move the rank after each block by eq. (4) (`edge_runtime.fpca.adaptive_rank`).
     rank_bounds : tuple of (float, float), default=(0.01, 0.10)
-        ``(lower, upper)`` bounds on the relative weight of the last reported singular
-        value, ``0 < lower < upper < 1``; only used when ``adaptive``.
+        Eq. (4)'s ``0 < lower < upper < 1`` on the last direction's relative weight.
     holdoff : int, default=1
-        Minimum number of blocks between two adaptive rank changes, >= 1.
+        Minimum blocks between two adaptive rank changes.
     max_rank : int or None, default=None
-        Upper limit of the adaptive rank, >= ``rank``; None means no limit beyond
-        ``min(n_features, block_size)``.
+        Limit of the adaptive rank; None: ``min(d, block_size)``.
     forget : float, default=1.0
-        Forgetting factor ``lambda`` in (0, 1] of eq. (2), applied to the tracked
-        singular values before each block update: a sample ``j`` blocks old weighs
-        ``lambda**(2 j)`` in the covariance the state summarises. 1.0 weighs all
-        samples equally.
+        ``lambda`` in (0, 1] of eq. (2): a sample ``j`` blocks old weighs ``lambda**(2 j)``.
     center : bool, default=False
-        If False (the paper's default), summarise the raw samples: the basis spans
-        their leading directions around the origin, so with a large mean the first
-        direction is roughly the mean's. If True, summarise the samples minus their
-        streaming mean (PCA in the usual statistical sense, like scikit-learn's
-        ``IncrementalPCA``); `subspace` then carries ``mean``, and merges of centred
-        summaries combine the means (`merge_subspaces`). Not with ``privacy``.
+        Summarise the samples minus their streaming mean (Ross et al. 2008, as
+        scikit-learn's PCA); False (the paper's) summarises them about the origin.
     privacy : tuple of (float, float) or None, default=None
-        ``(epsilon, delta)``, ``epsilon > 0``, ``0 < delta < 1``: make everything the
-        estimator returns ``(epsilon, delta)``-differentially private per sample
-        (replace-one neighbours) by ``mechanism`` (see Notes). None (the default) adds
-        no noise. Plain numbers, so the numerics stand alone: above them a guarantee is an
-        `edge_runtime.wire.PrivacyParams`, turned into ``privacy``, ``clip_norm`` and
-        ``mechanism`` in one place, `edge_runtime.agents.leaf_estimator.estimator_privacy`.
+        ``(epsilon, delta)``: all results are ``(epsilon, delta)``-DP per sample,
+        replace-one (`edge_runtime.fpca.release`). Not with ``center``.
     clip_norm : float or None, default=None
-        Required with ``privacy``: samples are clipped to this Euclidean norm ``C`` (in
-        the data's units) and divided by it, so they lie in the unit ball the guarantee
-        assumes. A ``C`` near the typical sample norm keeps most samples intact; a
-        larger one clips fewer samples but scales the noise up relative to the data.
+        Required with ``privacy``: samples are clipped to this norm ``C`` (data units).
     chunk_size : int or None, default=None
-        With ``mechanism="fpca-eq8"``: columns ``c`` of the masked covariance built at a
-        time (eq. (7)), >= 1; None means ``min(n_features, block_size)``. Extra memory
-        ``2 n_features c`` floats.
+        ``"fpca-eq8"``: columns ``c`` of eq. (7) per chunk; None: ``min(d, b)``.
     random_state : int, numpy Generator or None, default=None
-        With ``privacy``: the source of the masks (None: fresh OS entropy). Seed it
-        for reproducible runs; never reuse a seed across restarts of one stream.
+        With ``privacy``, the noise's source (None: OS entropy); never reuse a seed
+        across restarts of one stream.
     mechanism : {"gaussian", "fpca-eq8"}, default="gaussian"
-        With ``privacy``: ``"gaussian"``, the analytic Gaussian mechanism on each
-        block's Gram matrix kept as a running noisy sum (`edge_runtime.fpca.private_gram`);
-        ``"fpca-eq8"``, streaming MOD-SuLQ as printed in the paper (eq. (7)-(8)), kept
-        for reproduction (its noise carries a factor ``d``). Without ``block_size``,
-        the default block size is `privacy.gaussian_default_block_size` (gaussian) or
-        `privacy.default_block_size` (Lemma 2.2, fpca-eq8).
+        With ``privacy``: the analytic Gaussian mechanism on each block's Gram matrix,
+        or the paper's streaming MOD-SuLQ (eq. (5)-(8)), kept for reproduction.
     horizon : int, default=1
-        With ``mechanism="gaussian"``: releases per segment of the square-root
-        factorisation of continual release (`edge_runtime.fpca.continual`), 1-4096. 1
-        noises every block independently; ``H`` blocks published as prefix sums cost
-        ``multiplier(H)**2`` (1.49 at H = 4, 2.39 at 64) times one release's noise instead
-        of ``sqrt(H)``. ``forget < 1`` needs ``horizon=1``.
+        ``"gaussian"``: releases per segment of the continual release
+        (`edge_runtime.fpca.continual`), 1-4096; ``forget < 1`` needs 1.
 
     Attributes
     ----------
-    n_features_ : int
-        Number of features, equal to ``n_features``.
-    rank_ : int
-        Current reported rank.
-    oversample_ : int
-        Number of extra tracked directions ``p`` (fewer are tracked when ``rank_ + p``
-        exceeds ``n_features``).
-    n_tracked_ : int
-        Directions currently in the state, ``<= min(rank_ + oversample_, n_features)``
-        (fewer until enough samples arrived).
-    n_samples_seen_ : int
-        Number of samples passed to `partial_fit` since the last reset, including
-        those pending in the partially filled block.
-    n_blocks_ : int
-        Number of full blocks applied since the last reset.
-    n_flushed_ : int
-        Samples applied in short blocks by `flush` (or, after `from_subspace`, summarised
-        by the snapshot beyond its full blocks): ``n_samples_seen_ = n_blocks_ *
-        block_size + n_flushed_ + n_pending_``.
+    components_ : ndarray of shape (r, n_features)
+        The reported directions as rows, ``r <= rank_`` (`subspace`'s basis, transposed);
+        also ``singular_values_``, ``explained_variance_``, ``explained_variance_ratio_``.
     mean_ : ndarray of shape (n_features,) or None
-        Mean of the full blocks applied so far (exponentially weighted if ``forget <
-        1``) when ``center``, else None. `subspace` also folds in the pending rows.
-    block_size : int
-        The block size ``b``.
-    privacy : tuple of (float, float) or None
-        ``(epsilon, delta)`` as given (floats), or None.
-    clip_norm : float or None
-        ``C`` with privacy, else None.
-    chunk_size : int or None
-        ``c`` with privacy, else None.
-    last_noise_std_ : float or None
-        ``gaussian``: ``sigma``, the std of the entries of each release's ``W`` (unit-ball
-        Gram units); ``fpca-eq8``: ``omega`` of the last masked block. None before the
-        first release, or without privacy.
-    mechanism : str or None
-        The mechanism with privacy, else None.
-    horizon : int
-        As the parameter.
-    n_releases_ : int
-        Private blocks released (full and flushed).
-    n_clipped_ : int
-        Samples whose norm exceeded ``clip_norm`` (scaled down to it).
-
-    Raises
-    ------
-    TypeError
-        If an integer parameter is not an integer.
-    ValueError
-        If a parameter is out of the ranges above; the message names the value.
+        With ``center``, the mean of the applied blocks.
+    n_samples_seen_ : int
+        ``n_blocks_ * block_size + n_flushed_ + n_pending_``: full blocks, samples of
+        short blocks (`flush`, `from_subspace`) and pending ones.
+    n_features_, n_features_in_, rank_, oversample_, n_tracked_ : int
+        ``d``, the current reported rank, ``p``, the directions in the state.
+    n_releases_, n_clipped_, last_noise_std_ : int, int, float or None
+        Private blocks released and samples clipped (never reset); the last release's
+        noise std in unit-ball units.
+    n_features, rank, block_size, ... : the parameters
+        Checked once configured (``block_size``, ``chunk_size`` resolved, ``mechanism``
+        None without privacy); `get_params` returns them as given.
 
     Notes
     -----
-    Block update, eq. (3) of Grammenos et al. (2020): ``[U, S] = SVD_t([lambda U S,
-    B])`` with ``B`` the ``(d, b)`` block whose columns are samples (our rows, so
-    ``B`` is the transposed buffer) and ``t = rank_ + oversample_`` tracked
-    directions. It is computed exactly (to rounding) without an SVD of the ``d x (t +
-    b)`` concatenation: by a symmetric eigendecomposition of the ``d x d`` Gram matrix
-    when ``d <= t + b``, of the ``(t + b) x (t + b)`` one otherwise, and by Alg. 2's QR
-    + SVD when the reported directions are too ill-conditioned for a Gram matrix
-    (``s_r < 1e-3 s_1``); see ``edge_runtime/fpca/_linalg.py`` and
-    ``benchmarks/README.md`` for the measurements behind these choices.
-
-    Oversampling: each block update truncates, and the truncated ``(t+1)``-th
-    direction is lost for good; a direction that becomes important later (drift, or
-    data arriving in an order that reveals it late) is then recovered only slowly.
-    Tracking ``p`` extra directions keeps a margin below the reported ones. Measured
-    single-node error ratios (vs the offline rank-10 SVD) with rank 10, b = 50:
-
-    =================================  ======  ======  ======  ======  ======
-    data (d = 48), worst case          p = 0   p = 2   p = 5   p = 10  p = 20
-    =================================  ======  ======  ======  ======  ======
-    Motes light                        1.0432  1.0325  1.0055  1.0008  1.0001
-    Motes light, reversed in time      1.0576  1.0165  1.0080  1.0023  1.0001
-    drifting low-rank, 2 seeds         1.1485  1.0930  1.0033  1.0001  1.0000
-    synthetic sensors, 3 seeds         1.2767  --      1.0063  1.0002  1.0000
-    =================================  ======  ======  ======  ======  ======
-
-    (Synthetic sensors: grouped sinusoids with random walks, stuck-at-zero sensors and
-    a regime change half-way.) At d = 400, rank 50, b = 50 (power-law spectra and a
-    drifting stream) the worst ratios were 1.045 (p = 0), 1.0097 (p = 25) and 1.0008
-    (p = 50).
-
-    ``p = rank`` (the default) was within 1.0023 on every stream tried (ranks 2 to 20);
-    ``p = rank / 2`` was not (up to 1.012 at rank 5). At equal state (``2 r`` tracked
-    directions) it is below Frequent Directions with ``2 r`` rows on Motes (1.0008
-    against ~1.003). The price: per block ``t + b`` instead of ``r + b`` columns, i.e. about
-    ``((2r + b) / (r + b))**2`` times the work for large ``d`` (1.36x at r = 10,
-    b = 50) and none for ``d <= t + b``, where the cost is set by ``d``; published
-    subspaces of ``tracked_subspace`` are twice as large.
-
-    Forgetting (eq. (2)) and centring (``center=True``): ``S <- lambda S`` before each
-    block; a centred block is centred on its own mean and a mean-correction column is
-    appended (Ross et al. 2008), with the mean forgotten by the same weights. Written out
-    in `edge_runtime.fpca.centring`.
-
-    Adaptive rank, eq. (4): after each block the rank moves by one when the weight of the
-    last reported singular value leaves ``rank_bounds``, at most once per ``holdoff``
-    blocks; see `edge_runtime.fpca.adaptive_rank`.
-
-    BLAS threads: the per-block problems are small, and OpenBLAS's threads do not
-    speed them up; on a busy machine they slow them down badly (measured on 2 loaded
-    cores, d = 48, b = 200: 5-7.7 ms per block with OpenBLAS's default 2 threads,
-    0.5 ms with 1). This class does not change the process's threading; run it under
-    ``threadpoolctl.threadpool_limits(limits=1, user_api="blas")`` (or set it once per
-    process) where other work competes for the cores.
-
-    Differential privacy: ``mechanism="gaussian"`` (the default) releases each clipped
-    block's Gram matrix plus symmetric Gaussian noise once and keeps the leading
-    eigenpairs of the released running sum; ``"fpca-eq8"`` is streaming MOD-SuLQ (eq.
-    (5)-(8)), a masked covariance per block folded in by eq. (3). Each sample lies in one
-    block, so the stream is ``(epsilon, delta)``-DP per sample (replace-one) and all the
-    estimator returns is post-processing; the raw block is zeroed after its release, and
-    with privacy `subspace` never folds in pending rows. Both mechanisms, their units
-    and memory are written out in `edge_runtime.fpca.private_blocks`.
-
-    Singular vectors get deterministic signs in every result (the largest-|.| entry of
-    each basis column is positive); the internal state's signs are arbitrary.
+    Grammenos et al. (2020): block update eq. (3), forgetting eq. (2), adaptive rank eq.
+    (4), streaming MOD-SuLQ eq. (5)-(8). Results have deterministic signs (the
+    largest-|.| entry of each column positive). Per-block problems are small: run under
+    ``threadpoolctl.threadpool_limits(1, "blas")`` where other work competes. Accuracy,
+    oversampling and speed are measured in ``benchmarks/report/REPORT.md``.
 
     References
     ----------
@@ -271,14 +131,22 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
     (500, 25, 3, 6)
     >>> error_ratio(X, edge.subspace.basis) < 1.001
     True
-    >>> centred = FPCAEdge(12, 3, 20, center=True).fit(X + 5.0)
-    >>> bool(np.allclose(centred.subspace.mean, X.mean(axis=0) + 5.0))
+    >>> centred = FPCAEdge(None, 3, 20, center=True).fit(X + 5.0)
+    >>> bool(np.allclose(centred.mean_, X.mean(axis=0) + 5.0))
     True
+    >>> centred.transform(X[:4]).shape, centred.components_.shape
+    ((4, 3), (3, 12))
     """
+
+    # The parameters as attributes: checked once configured (`parameters.Param`).
+    n_features, rank, block_size, oversample = Param(), Param(), Param(), Param()
+    adaptive, rank_bounds, holdoff, max_rank = Param(), Param(), Param(), Param()
+    forget, center, privacy, clip_norm = Param(), Param(), Param(), Param()
+    chunk_size, random_state, mechanism, horizon = Param(), Param(), Param(), Param()
 
     def __init__(
         self,
-        n_features: int,
+        n_features: int | None,
         rank: int,
         block_size: int | None = None,
         *,
@@ -296,140 +164,114 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
         mechanism: str = "gaussian",
         horizon: int = 1,
     ) -> None:
-        self.n_features = check_int(n_features, "n_features", 1)
-        self.rank = check_int(rank, "rank", 1)
-        self.center = bool(center)
-        # Every privacy parameter passes through here (`private_blocks.check_privacy`).
-        settings = self._init_privacy(
-            _private.check_privacy(privacy, clip_norm, random_state, mechanism, horizon, center)
-        )
-        if block_size is None:
-            block_size = _private.default_block_size(settings, self.n_features)
-        self.block_size = check_int(block_size, "block_size", 1)
-        self.chunk_size = _private.check_chunk_size(
-            chunk_size, self.mechanism, self.n_features, self.block_size
-        )
-        self.oversample = None if oversample is None else check_int(oversample, "oversample", 0)
-        self.adaptive = bool(adaptive)
-        self.holdoff = check_int(holdoff, "holdoff", 1)
-        self.max_rank = None if max_rank is None else check_int(max_rank, "max_rank", 1)
-        self.forget = check_forget(forget)
-        self.rank_bounds = check_rank_bounds(rank_bounds)
-        d = self.n_features
-        self._rank_cap = rank_cap(self.rank, d, self.block_size, self.adaptive, self.max_rank)
-        self.n_features_ = d
-        if self.oversample is None and settings.gram:
-            self.oversample_ = d - self.rank  # all of the released sum's directions
-        elif self.oversample is None:
-            self.oversample_ = min(self.rank, d - self.rank)
-        else:
-            self.oversample_ = self.oversample
-        max_tracked = min(d, self._rank_cap + self.oversample_)
-        n_cols = self.block_size + int(self.center)
-        # Preallocated, never reallocated: the block buffer (rows are samples; with
-        # center=True one more row for the mean-correction column), two basis buffers
-        # (the current state and the next one, swapped after each block) and the
-        # work arrays of the update.
+        given = locals()
+        self._given = {name: given[name] for name in PARAM_NAMES}
+        self._checked: Params | None = None
+        if n_features is not None:
+            self._configure(n_features)
+
+    # -- configuration (scikit-learn's parameter protocol) ------------------------------
+
+    def get_params(self, deep: bool = True) -> dict[str, object]:
+        """The constructor's parameters as given (scikit-learn's protocol; ``deep`` unused)."""
+        return dict(self._given)
+
+    def set_params(self, **params: object) -> FPCAEdge:
+        """Record parameters as given (scikit-learn's protocol); ``self``, now unfitted.
+
+        The learned state is dropped; the next `fit` or `partial_fit` checks the
+        parameters. ValueError if a name is not a constructor parameter.
+        """
+        unknown = sorted(set(params) - set(PARAM_NAMES))
+        if unknown:
+            raise ValueError(
+                f"Invalid parameter {unknown[0]!r} for estimator FPCAEdge. "
+                f"Valid parameters are: {sorted(PARAM_NAMES)!r}."
+            )
+        if params:
+            given = {**self._given, **params}
+            self.__dict__.clear()
+            self._given, self._checked = given, None
+        return self
+
+    def _configure(self, n_features: int) -> None:
+        """Check the parameters for ``n_features``; allocate the buffers; empty state."""
+        params, rng = check_params(self._given, n_features)
+        release = make_release(params, rng)
+        release.reset()  # may raise (forget with horizon); the gaussian release's first key
+        d, t, n_cols = params.n_features, params.max_tracked, params.block_size + params.center
+        self._checked, self._release = params, release
+        self.n_features_, self.oversample_ = d, params.oversample_
+        # Allocated once: the block (+ the mean-correction row if centred), basis, mean.
         self._buffer = np.empty((n_cols, d))
-        self._basis_buffers = (
-            np.empty((d, max_tracked), order="F"),
-            np.empty((d, max_tracked), order="F"),
-        )
-        self._work = UpdateBuffers(d, max_tracked, n_cols)
+        self._state = TrackedBasis(d, t, n_cols)
         self._mean_buffer = np.zeros(d)
         self._block_mean = np.empty(d)
-        if self.chunk_size is not None:
-            width = min(self.chunk_size, d)
-            self._chunk = np.empty((d, width), order="F")
-            self._noise = np.empty((d, width))
-        self._gram: PrivateGram | None = None  # set by reset() with mechanism "gaussian"
-        self.reset()
+        self._empty()
 
-    def reset(self) -> FPCAEdge:
-        """Forget all samples: rank back to ``rank``, no blocks, empty subspace.
+    def _params(self) -> Params:
+        if self._checked is None:
+            raise NotFittedError("FPCAEdge is not fitted: call fit or partial_fit first")
+        return self._checked
 
-        Returns
-        -------
-        self
-        """
-        self.rank_ = self.rank
+    def _empty(self) -> None:
+        """The learned state of no samples (the release mechanism is not touched)."""
+        self.rank_ = self._params().rank
         self.n_samples_seen_ = 0
         self.n_blocks_ = 0
         self.n_flushed_ = 0
         self._n_pending = 0
-        self._current = 0
-        self._basis = self._basis_buffers[0][:, :0]
-        self._singular_values = np.zeros(0)
+        self._state.empty()
         self._mean_buffer.fill(0.0)
         self._weight = 0.0  # effective number of samples behind the mean (center=True)
         self._last_rank_change: int | None = None
-        if self.privacy is not None and self.mechanism == "gaussian":
-            # a fresh released sum: the old one is of old samples
-            self._gram = _private.new_gram(self._privacy_settings, self.n_features, self.forget)
+
+    def reset(self) -> FPCAEdge:
+        """Forget all samples (``"gaussian"``: a new released sum, new key); ``self``."""
+        self._params()
+        self._release.reset()
+        self._empty()
         return self
 
-    @property
-    def n_tracked_(self) -> int:
-        """Number of directions in the state (see the class docstring)."""
-        return int(self._basis.shape[1])
+    # -- learning -------------------------------------------------------------------------
 
-    @property
-    def mean_(self) -> np.ndarray | None:
-        """Mean of the applied blocks when ``center``, else None (a copy)."""
-        return self._mean_buffer.copy() if self.center else None
+    def partial_fit(self, X: np.ndarray, y: None = None) -> FPCAEdge:  # noqa: N803
+        """Add samples ``X`` ``(n_samples, n_features)``; each completed block updates; ``self``.
 
-    def _n_target(self) -> int:
-        """Directions the next update keeps: ``min(rank_ + oversample_, n_features)``."""
-        return min(self.rank_ + self.oversample_, self.n_features)
-
-    def partial_fit(self, X: np.ndarray) -> FPCAEdge:  # noqa: N803 (scikit-learn name)
-        """Add samples to the stream; every completed block updates the subspace.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features) or (n_features,)
-            New samples as rows; a 1-D array is one sample; zero rows is a no-op.
-            Copied into the block buffer, never modified or kept. Checked once per
-            call (not per block).
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ValueError
-            If ``X`` has the wrong number of features (``"X has 46 features,
-            expected 48"``), is not 1-D or 2-D, or contains NaN or infinity. The
-            state is unchanged then (``X`` is checked before any sample is used).
-        TypeError
-            If ``X`` is not numeric.
+        1-D ``X`` is one sample (once ``n_features`` is known); zero rows is a no-op; ``X``
+        is copied, never modified or kept; ``y`` is ignored. Raises ValueError for a wrong
+        number of features (``"X has 46 features, expected 48"``), not 1-D or 2-D, NaN or
+        infinity, TypeError if not real numeric; the state is unchanged then.
         """
-        return self._consume(check_samples(X, self.n_features))
+        if self._checked is None:
+            n_features = self._given["n_features"]
+            self._configure(check_batch(X).shape[1] if n_features is None else n_features)
+        x = check_samples(X, self._params().n_features)
+        return self._consume(x)
 
-    def fit(self, X: np.ndarray) -> FPCAEdge:  # noqa: N803 (scikit-learn name)
-        """`reset`, then `partial_fit` ``X``: the subspace of ``X`` alone.
+    def fit(self, X: np.ndarray, y: None = None) -> FPCAEdge:  # noqa: N803
+        """`reset`, then `partial_fit` ``X``: the subspace of ``X`` alone; ``self``.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ValueError, TypeError
-            As `partial_fit`; ``X`` is checked before the state is reset.
+        Errors as `partial_fit` (and for zero samples), before the state is reset. With
+        ``n_features=None``, ``X`` must be 2-D and sets it afresh.
         """
-        x = check_samples(X, self.n_features)
+        if self._given["n_features"] is None:
+            x = check_batch(X)  # re-learns n_features: checked before anything changes
+        else:
+            if self._checked is None:
+                self._configure(self._given["n_features"])
+            x = check_samples(X, self._params().n_features)
+        if not x.shape[0]:
+            raise ValueError(f"fit needs at least one sample, got X of shape {x.shape}")
+        if self._given["n_features"] is None:
+            self._configure(x.shape[1])
+            return self._consume(x)
         return self.reset()._consume(x)
 
     def _consume(self, x: np.ndarray) -> FPCAEdge:
         """Copy checked samples ``x`` into the block buffer, applying each full block."""
         n = x.shape[0]
-        b = self.block_size
+        b = self._params().block_size
         buffer = self._buffer
         start = 0
         while start < n:  # one iteration per block touched: <= n / block_size + 1
@@ -439,115 +281,314 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
             self._n_pending = pending + take
             start += take
             if self._n_pending == b:
-                self._apply_block()
+                self._apply_block(b)
         self.n_samples_seen_ += n
         return self
 
-    def _apply_block(self) -> None:
-        """Apply the full block in the buffer (eq. (3)), centred first when ``center``."""
-        if self.privacy is not None:
-            self._apply_private(self.block_size)
-            return
-        if self.center:
+    def _apply_block(self, k: int) -> None:
+        """Apply the first ``k`` buffered rows as one block: release, then eq. (3)."""
+        p = self._params()
+        rows = self._buffer[:k]
+        if p.center:  # never with privacy
             n_cols, self._weight = centre_rows(
-                self._buffer,
-                self.block_size,
-                self._mean_buffer,
-                self._weight,
-                self._block_mean,
-                self.forget,
+                self._buffer, k, self._mean_buffer, self._weight, self._block_mean, p.forget
             )
-            cols = self._buffer[:n_cols].T
+            rows = self._buffer[:n_cols]
+        step = self._release.release(rows, p.n_target(self.rank_), self.rank_)
+        if isinstance(step, Fold):
+            self._state.update(*step, p.n_target(self.rank_), p.forget, self.rank_)
         else:
-            cols = self._buffer.T
-        self._update(cols)
-        self._end_block(self.block_size)
-
-    def _update(self, cols: np.ndarray, cols_singular_values: np.ndarray | None = None) -> None:
-        """State <- the block update (eq. (3)) of the state and ``cols`` (d, k), double-buffered."""
-        out = self._basis_buffers[1 - self._current]
-        self._basis, self._singular_values = svd_update(
-            self._basis,
-            self._singular_values,
-            cols,
-            self._n_target(),
-            self.forget,
-            cols_singular_values=cols_singular_values,
-            check_rank=self.rank_,
-            out_basis=out,
-            buffers=self._work,
-        )
-        self._current = 1 - self._current
-
-    def _set_state(self, basis: np.ndarray, singular_values: np.ndarray) -> None:
-        """State <- ``basis`` (d, t) copied into the spare basis buffer, and ``singular_values``."""
-        out = self._basis_buffers[1 - self._current]
-        t = basis.shape[1]
-        out[:, :t] = basis
-        self._basis = out[:, :t]
-        self._singular_values = singular_values
-        self._current = 1 - self._current
+            self._state.set(*step)
+        self._end_block(k)
 
     def _end_block(self, k: int) -> None:
         """After an applied block of ``k`` samples: empty buffer, counts, eq. (4)'s rank step."""
+        p = self._params()
         self._n_pending = 0
-        if k == self.block_size:  # a full block, or a short one (`flush`)
+        if k == p.block_size:  # a full block, or a short one (`flush`)
             self.n_blocks_ += 1
         else:
             self.n_flushed_ += k
-        if self.adaptive:
-            step = rank_step(
-                self._singular_values,
-                self.rank_,
-                self._rank_cap,
-                self.rank_bounds,
-                self.n_blocks_,
-                self._last_rank_change,
-                self.holdoff,
-            )
-            if step:
-                self.rank_ += step
-                if step < 0:  # the last tracked direction is dropped at once
-                    keep = self._n_target()
-                    self._basis = self._basis[:, :keep]
-                    self._singular_values = self._singular_values[:keep]
-                self._last_rank_change = self.n_blocks_
+        if not p.adaptive:
+            return
+        sv, last = self._state.singular_values, self._last_rank_change
+        step = rank_step(sv, self.rank_, p.rank_cap, p.rank_bounds, self.n_blocks_, last, p.holdoff)
+        if step:
+            self.rank_ += step
+            if step < 0:  # the last tracked direction is dropped at once
+                self._state.truncate(p.n_target(self.rank_))
+            self._last_rank_change = self.n_blocks_
 
     def flush(self) -> FPCAEdge:
-        """Apply the pending partial block now, as a short block (a no-op if none is pending).
+        """Apply the pending partial block now, as a short block (a no-op if none); ``self``.
 
-        Without privacy the pending rows are folded in by the block update (eq. (3)), as
-        `subspace` does on a copy, but into the state. With privacy they get a masked
-        summary whose noise is calibrated to their number ``k < block_size``
-        (``noise_std(epsilon, delta, d, k)``): the guarantee holds for any block size,
-        but each flush adds as much noise energy as a full block, so flush only when the
-        stream pauses or ends (a leaf flushes after ``idle_flush_s`` without readings).
-        The next block starts empty; ``n_flushed_`` counts the short block's samples.
-
-        Returns
-        -------
-        self
+        Without privacy the pending rows are folded in by eq. (3), as `subspace` does on a
+        copy. With privacy they are released as a block of ``k < block_size`` rows whose
+        noise is calibrated to ``k``: each flush adds as much noise as a full block, so
+        flush only when the stream pauses or ends (a leaf flushes after ``idle_flush_s``).
         """
-        k = self._n_pending
+        k = self._n_pending if self._checked is not None else 0
         if not k:
             return self
-        if self.privacy is not None:
-            self._apply_private(k)
+        p = self._params()
+        if p.privacy is not None:
+            self._apply_block(k)
             return self
-        basis, sv, mean, weight = self._fold_pending()
-        self._set_state(basis, sv)
+        basis, sv, mean, weight = self._folded()
+        self._state.set(basis, sv)
         if mean is not None:
             self._mean_buffer[:] = mean
             self._weight = weight
         self._end_block(k)
         return self
 
+    # -- what it reports --------------------------------------------------------------------
+
+    def _folded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, float]:
+        p, pending = self._params(), self._buffer[: self._n_pending]
+        mean = self._mean_buffer if p.center else None
+        return fold_pending(self._state, pending, mean, self._weight, p, self.rank_)
+
+    def _snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+        """Basis, singular values, mean and sample count of a snapshot (module `snapshot`)."""
+        p = self._params()
+        if p.privacy is not None or not self._n_pending:
+            mean = self._mean_buffer.copy() if p.center else None
+            n = self.n_samples_seen_ - self._n_pending
+            return self._state.basis, self._state.singular_values, mean, n
+        basis, sv, mean, _ = self._folded()
+        return basis, sv, mean, self.n_samples_seen_
+
     @property
-    def n_pending_(self) -> int:
-        """Samples waiting in the partially filled block (not yet in the state)."""
-        return self._n_pending
+    def tracked_subspace(self) -> Subspace:
+        """All ``t`` tracked directions, pending rows folded in (not with privacy), what a leaf
+        publishes: ``basis`` ``(d, t)``, ``singular_values`` ``(t,)``, ``n_samples``
+        summarised, ``mean`` if ``center``. Reading it changes nothing."""
+        basis, sv, mean, n = self._snapshot()
+        return Subspace(flip_signs(basis), sv.copy(), n, mean)
+
+    @property
+    def subspace(self) -> Subspace:
+        """The leading ``r <= rank_`` directions of `tracked_subspace` (none before a sample)."""
+        basis, sv, mean, n = self._snapshot()
+        r = min(self.rank_, basis.shape[1])
+        return Subspace(flip_signs(basis[:, :r]), sv[:r].copy(), n, mean)
+
+    n_tracked_ = property(lambda self: int(self._state.basis.shape[1]), doc="Directions held.")
+    n_pending_ = property(lambda self: self._n_pending, doc="Samples in the partial block.")
+    n_features_in_ = property(lambda self: self.n_features_, doc="``n_features_``.")
+    n_releases_ = property(lambda self: self._release.n_releases, doc="Private releases.")
+    n_clipped_ = property(lambda self: self._release.n_clipped, doc="Samples clipped.")
+    last_noise_std_ = property(lambda self: self._release.last_noise_std, doc="Unit-ball units.")
+    _gram = property(lambda self: self._release.gram, doc="The gaussian release's Gram sum.")
+
+    @property
+    def mean_(self) -> np.ndarray | None:
+        """Mean of the applied blocks when ``center`` (a copy), else None; `subspace` ``.mean``
+        (what `transform` centres on) also folds in the pending rows."""
+        return self._mean_buffer.copy() if self._params().center else None
+
+    def _fitted_subspace(self) -> Subspace:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError("FPCAEdge has summarised no sample: fit or partial_fit first")
+        return self.subspace
+
+    @property
+    def components_(self) -> np.ndarray:
+        """``(r, n_features)``: the reported directions as rows (`subspace` ``.basis.T``)."""
+        return self._fitted_subspace().basis.T.copy()
+
+    @property
+    def singular_values_(self) -> np.ndarray:
+        """``(r,)``: the reported singular values (`subspace` ``.singular_values``)."""
+        return self._fitted_subspace().singular_values
+
+    @property
+    def explained_variance_(self) -> np.ndarray:
+        """``(r,)``: ``singular_values_**2 / (n_samples - 1)`` (about 0 unless ``center``)."""
+        snap = self._fitted_subspace()
+        return snap.singular_values**2 / max(snap.n_samples - 1, 1)
+
+    @property
+    def explained_variance_ratio_(self) -> np.ndarray:
+        """``(r,)``: shares of the variance of the *tracked* directions (`tracked_subspace`).
+
+        The total variance is not kept (what the updates truncate is lost): an upper bound
+        of the share of the total, exact when all ``n_features`` directions are tracked.
+        """
+        snap = self._fitted_subspace()
+        total = float(np.sum(self.tracked_subspace.singular_values**2))
+        return snap.singular_values**2 / total if total > 0.0 else snap.singular_values * 0.0
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """True once the state summarises at least one sample (`subspace` has a direction)."""
+        if self._checked is None:
+            return False
+        private = self._checked.privacy is not None
+        return self.n_samples_seen_ - (self._n_pending if private else 0) > 0
+
+    def transform(self, X: np.ndarray) -> np.ndarray:  # noqa: N803
+        """Coordinates ``(X - mean) @ basis`` ``(n_samples, r)`` of ``X`` ``(n_samples, d)``.
+
+        ``basis`` and ``mean`` (none unless ``center``) are `subspace`'s. Raises
+        NotFittedError (a ValueError and AttributeError) before any sample is summarised;
+        ValueError, TypeError as `partial_fit`, and for a 1-D ``X``.
+        """
+        snap = self._fitted_subspace()
+        x = check_batch(X)
+        if x.shape[1] != self.n_features_:
+            raise ValueError(f"X has {x.shape[1]} features, expected {self.n_features_}")
+        if snap.mean is not None:
+            x = x - snap.mean
+        return x @ np.ascontiguousarray(snap.basis)  # C order: as the basis on the wire
+
+    def inverse_transform(self, X: np.ndarray) -> np.ndarray:  # noqa: N803
+        """Samples ``X @ basis.T + mean`` ``(n, n_features)`` of coordinates ``X`` ``(n, r)``."""
+        snap = self._fitted_subspace()
+        z = check_batch(X)
+        if z.shape[1] != snap.rank:
+            raise ValueError(f"X has {z.shape[1]} columns, expected the rank {snap.rank}")
+        out = z @ snap.basis.T
+        return out if snap.mean is None else out + snap.mean
+
+    def fit_transform(self, X: np.ndarray, y: None = None) -> np.ndarray:  # noqa: N803
+        """`fit` ``X``, then `transform` it."""
+        return self.fit(X).transform(X)
+
+    def __sklearn_tags__(self) -> object:
+        """scikit-learn's tags (imported here: scikit-learn is not a dependency)."""
+        from sklearn.utils import Tags, TargetTags, TransformerTags
+
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=False),
+            transformer_tags=TransformerTags(),
+            non_deterministic=self._given["privacy"] is not None,
+        )
+
+    # -- checkpoints and snapshots ------------------------------------------------------
+
+    def _learned(self) -> Learned:
+        p = self._params()
+        return Learned(  # views: `make_state` copies
+            rank_=self.rank_,
+            n_samples_seen_=self.n_samples_seen_,
+            n_blocks_=self.n_blocks_,
+            n_flushed_=self.n_flushed_,
+            basis=self._state.basis,
+            singular_values=self._state.singular_values,
+            pending=self._buffer[: self._n_pending],
+            mean=self._mean_buffer if p.center else None,
+            mean_weight=float(self._weight) if p.center else None,
+            last_rank_change=self._last_rank_change,
+        )
+
+    def _restore(self, learned: Learned) -> None:
+        """Copy checked ``learned`` state into this freshly configured instance's buffers."""
+        self.rank_ = learned.rank_
+        self._state.set(learned.basis, learned.singular_values, spare=False)
+        self.n_samples_seen_ = int(learned.n_samples_seen_)
+        self.n_blocks_ = int(learned.n_blocks_)
+        self.n_flushed_ = learned.n_flushed_
+        if self._params().center and learned.mean is not None:
+            self._mean_buffer[:] = learned.mean
+            self._weight = float(learned.mean_weight or 0.0)
+        self._last_rank_change = learned.last_rank_change
+        k = learned.pending.shape[0]
+        self._buffer[:k] = learned.pending
+        self._n_pending = k
+
+    def get_state(self) -> dict[str, object]:
+        """Everything needed to resume bit-exactly, as plain values and new float64 arrays.
+
+        ``FPCAEdge.from_state(a.get_state())`` continues exactly where ``a`` is. The keys
+        (format ``"FPCAEdge/2"``) are listed in `edge_runtime.fpca.state`. With
+        ``"gaussian"`` it holds the noise key: as sensitive as the raw readings.
+        """
+        rel = self._release
+        return make_state(
+            self._params(), self._learned(), rel.n_releases, rel.n_clipped, rel.get_state()
+        )
+
+    @classmethod
+    def from_state(
+        cls,
+        state: Mapping[str, object],
+        *,
+        random_state: int | np.random.Generator | None = None,
+    ) -> FPCAEdge:
+        """A new estimator resuming bit-exactly from a `get_state` result ``state``.
+
+        ``state``'s arrays may have any layout (they are copied); other keys are ignored,
+        so a checkpoint may carry the caller's own. ``random_state``: with privacy, the
+        noise of later blocks (never the saved estimator's). ValueError, one line naming
+        the offending field (`edge_runtime.fpca.state.read_learned`), for a bad state.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(130, 6))
+        >>> first = FPCAEdge(6, 2, 20, center=True).partial_fit(X[:77])
+        >>> resumed = FPCAEdge.from_state(first.get_state()).partial_fit(X[77:])
+        >>> whole = FPCAEdge(6, 2, 20, center=True).partial_fit(X)
+        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
+        True
+        """
+        kwargs = constructor_kwargs(state)
+        assert isinstance(state, Mapping)
+        try:
+            edge = cls(**kwargs, random_state=random_state)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"FPCAEdge state: {exc}") from None
+        edge._release.set_state(state)
+        edge._restore(read_learned(state, edge._params()))
+        return edge
+
+    @classmethod
+    def from_subspace(
+        cls,
+        subspace: Subspace,
+        *,
+        rank: int,
+        block_size: int = 50,
+        current_rank: int | None = None,
+        **params: object,
+    ) -> FPCAEdge:
+        """A new estimator continuing from a published (tracked) snapshot ``subspace``.
+
+        Its basis (the leading ``min(rank_ + oversample_, d)`` directions), singular
+        values, ``n_samples`` and (centred) ``mean`` become the state, ``n_features``
+        comes from it; no pending rows. ``rank``, ``block_size`` and ``**params`` are the
+        constructor's: the publisher's configuration; ``current_rank`` its ``rank_``
+        (None: ``rank``). With ``"gaussian"`` the released sum restarts as ``U diag(s**2)
+        U^T / clip_norm**2``. What is lost against a checkpoint: `edge_runtime.fpca.snapshot`.
+        A leaf's restore without a checkpoint; also the fitted model of
+        `edge_runtime.model.load_model`. TypeError if ``subspace`` is not a `Subspace`;
+        the constructor's errors, and `~.snapshot.read_snapshot`'s ValueError.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(130, 6))
+        >>> snapshot = FPCAEdge(6, 2, 20).partial_fit(X[:60]).tracked_subspace
+        >>> resumed = FPCAEdge.from_subspace(snapshot, rank=2, block_size=20)
+        >>> resumed = resumed.partial_fit(X[60:])
+        >>> whole = FPCAEdge(6, 2, 20).partial_fit(X)
+        >>> bool(np.array_equal(resumed.subspace.basis, whole.subspace.basis))
+        True
+        """
+        if not isinstance(subspace, Subspace):
+            raise TypeError(f"subspace must be a Subspace, got {type(subspace).__name__}")
+        edge = cls(subspace.n_features, rank, block_size, **params)  # type: ignore[arg-type]
+        learned = read_snapshot(subspace, edge._params(), current_rank)
+        edge._restore(learned)
+        edge._release.resume(learned.basis, learned.singular_values)
+        return edge
 
     def __repr__(self) -> str:
+        if self._checked is None:
+            given = ", ".join(f"{name}={self._given[name]!r}" for name in PARAM_NAMES[:3])
+            return f"FPCAEdge({given}, ...)"
         return (
             f"FPCAEdge(n_features={self.n_features}, rank={self.rank}, "
             f"block_size={self.block_size}, oversample={self.oversample_}, "
@@ -555,11 +596,3 @@ class FPCAEdge(StateMixin, SnapshotMixin, PrivateBlocksMixin):
             f"clip_norm={self.clip_norm}, mechanism={self.mechanism!r}, rank_={self.rank_}, "
             f"n_samples_seen_={self.n_samples_seen_})"
         )
-
-
-# The examples of the methods `FPCAEdge` inherits from its mixins run with this module's
-# doctests (they name `FPCAEdge`, which their own modules import only for type checking).
-__test__ = {
-    "FPCAEdge.from_state": StateMixin.from_state.__doc__,
-    "FPCAEdge.from_subspace": SnapshotMixin.from_subspace.__doc__,
-}
