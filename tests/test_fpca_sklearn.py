@@ -6,6 +6,9 @@ scikit-learn is a test (bench) dependency only: `edge_runtime` never imports it
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import subprocess
 import sys
 import warnings
@@ -19,6 +22,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import edge_runtime.fpca
 from edge_runtime.checkpoint import load_checkpoint
 from edge_runtime.fpca import FPCAEdge
 
@@ -203,3 +207,19 @@ def test_a_checkpoint_of_the_mixin_era_code_restores_and_continues_bit_for_bit(n
 
     _assert_same_state(restored.get_state(), restored_then)
     _assert_same_state(restored.partial_fit(x[133:210]).get_state(), after_then)
+
+
+def test_no_fpca_class_is_assembled_from_classes_of_other_modules() -> None:
+    """Issue 22: one class per concept, no mixins spread over files that import it back."""
+    foreign = []
+    for info in pkgutil.iter_modules(edge_runtime.fpca.__path__):
+        module = importlib.import_module(f"edge_runtime.fpca.{info.name}")
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            foreign += [
+                f"{cls.__qualname__}({base.__module__}.{base.__qualname__})"
+                for base in cls.__bases__
+                if base.__module__ not in (module.__name__, "builtins", "typing")
+            ]
+    assert foreign == []

@@ -6,7 +6,8 @@ saves, with `edge_runtime.checkpoint.save_checkpoint`, the estimator's state mid
 (``*_before``), the state `FPCAEdge.from_state` restores from it with ``random_state=7``
 (``*_restored``) and that restored estimator's state after 77 more samples
 (``*_after``). The new code must restore ``*_before`` to ``*_restored`` and continue to
-``*_after``, key for key and bit for bit.
+``*_after``, key for key and bit for bit. Do not re-run it with later code: the files are
+the old code's output, which is what the test guards.
 """
 
 from __future__ import annotations
