@@ -219,7 +219,9 @@ def test_a_later_echo_of_the_same_lineage_reports_the_earlier_ones_lost_at_once(
     echo = EchoTracker(timeout_s=5.0)
     for seq in (1, 2, 3):
         echo.sent("a", seq, 0.0)
+        echo.acked("a", seq, 0.0)
     echo.sent("b", 1, 0.0)  # another lineage (a restarted node) is not affected
+    echo.acked("b", 1, 0.0)
     assert echo.echoed("a", 3, 0.1) == [1, 2]
     assert echo.undelivered == 2
     assert echo.awaiting == 1
@@ -286,3 +288,141 @@ def test_a_leaf_is_not_idle_between_the_bursts_of_a_regular_stream() -> None:
     assert core.idle_s == pytest.approx(IDLE_GAPS * 0.5, rel=0.05)
     assert core.idle(9.5 + core.idle_s)
     assert policy.idle_s < core.idle_s
+
+
+# The echo check under load (issue 21: 731 publish_not_delivered at 10,240 leaves in one
+# run, nothing denied). Every case below is a message the broker delivered or never got.
+def _publish(echo: EchoTracker, seq: int, sent: float, acked: float, epoch: str = "a") -> None:
+    echo.sent(epoch, seq, sent)
+    echo.acked(epoch, seq, acked)
+
+
+def test_a_publish_that_failed_is_never_reported_even_when_a_later_one_comes_back() -> None:
+    """The connection broke during the publish of seq 1 (never PUBACKed: it may never have
+    reached the broker); seq 2, published after the reconnection, comes back first."""
+    echo = EchoTracker(timeout_s=5.0)
+    echo.sent("a", 1, 0.0)
+    echo.failed("a", 1)
+    echo.connected(1.0)
+    _publish(echo, 2, 1.5, 1.6)
+    assert echo.echoed("a", 2, 1.7) == []
+    assert echo.expired(1000.0) == []
+    assert (echo.undelivered, echo.awaiting, echo.failed_publishes) == (0, 0, 1)
+    assert echo.echoed("a", 1, 2.0) == []  # it did reach the broker after all: no report
+    assert (echo.undelivered, echo.late) == (0, 0)
+
+
+def test_the_order_rule_needs_the_puback_before_the_later_publish() -> None:
+    """seq 2 is sent while seq 1 awaits its PUBACK (no order at the broker is known)."""
+    echo = EchoTracker(timeout_s=5.0)
+    echo.sent("a", 1, 0.0)
+    _publish(echo, 2, 0.1, 0.2)
+    assert echo.echoed("a", 2, 0.3) == []
+    echo.acked("a", 1, 0.4)
+    assert echo.echoed("a", 1, 0.5) == []
+    assert echo.undelivered == 0
+
+
+def test_a_retained_copy_on_resubscribing_does_not_report_what_the_shell_republished() -> None:
+    """At connection start the shell subscribes (the broker queues the retained seq 3, a
+    publish whose PUBACK timed out on the old connection but which arrived), then re-publishes
+    its latest acknowledged snapshot seq 2; the retained 3 is read after 2 was PUBACKed."""
+    echo = EchoTracker(timeout_s=5.0)
+    _publish(echo, 2, 0.0, 0.1)
+    echo.sent("a", 3, 1.0)
+    echo.failed("a", 3)  # PUBACK timed out
+    echo.connected(20.0)
+    _publish(echo, 2, 20.1, 20.2)  # on_connected: the latest snapshot again
+    assert echo.echoed("a", 3, 20.3) == []  # the retained copy: no order known
+    assert echo.echoed("a", 2, 20.4) == []
+    assert (echo.undelivered, echo.awaiting) == (0, 0)
+
+
+def test_the_order_rule_does_not_cross_a_reconnection() -> None:
+    """seq 1's echo was in flight when the connection broke; seq 2 (new connection) comes
+    back first. seq 1 is superseded, not reported; a redelivered echo of 1 is harmless."""
+    echo = EchoTracker(timeout_s=5.0)
+    _publish(echo, 1, 0.0, 0.1)
+    echo.connected(3.0)
+    _publish(echo, 2, 3.1, 3.2)
+    assert echo.echoed("a", 2, 3.3) == []
+    assert (echo.undelivered, echo.superseded, echo.awaiting) == (0, 1, 0)
+    assert echo.echoed("a", 1, 3.4) == []
+    assert (echo.undelivered, echo.late) == (0, 0)
+
+
+def test_the_clock_starts_at_the_puback_and_again_at_a_reconnection() -> None:
+    echo = EchoTracker(timeout_s=5.0, factor=4.0)
+    echo.sent("a", 1, 0.0)
+    echo.acked("a", 1, 1.0)  # the publish waited 1 s in the client: bound 4 x 1 s... at least 5
+    assert echo.bound_s == 5.0
+    assert echo.next_check() == 6.0
+    assert echo.expired(5.9) == []
+    echo.connected(5.5)  # reconnected: the echo may come on the new connection
+    assert echo.next_check() == 10.5
+    assert echo.expired(10.4) == []
+    assert echo.expired(10.5) == [1]
+
+
+def test_the_bound_follows_the_event_loop_lag_before_any_echo_is_seen() -> None:
+    """A first snapshot under load: no echo latency learnt yet, but the shell's timed
+    sleeps end late; the bound covers the lag at once."""
+    echo = EchoTracker(timeout_s=30.0, factor=4.0)
+    _publish(echo, 1, 0.0, 0.0)
+    echo.load(12.0)  # the work loop woke 12 s late
+    assert echo.bound_s == 48.0
+    assert echo.expired(40.0) == []
+    assert echo.echoed("a", 1, 41.0) == []
+    assert (echo.undelivered, echo.late) == (0, 0)
+    for _ in range(32):  # the load passes: the window forgets it
+        echo.load(0.001)
+    assert echo.bound_s == 4 * 41.0  # the slow echo is still remembered
+    echo.load(-1.0)  # nonsense is ignored
+    echo.load(math.nan)
+
+
+def test_the_bound_follows_the_puback_round_trip() -> None:
+    echo = EchoTracker(timeout_s=5.0, factor=4.0)
+    _publish(echo, 1, 0.0, 3.0)  # the broker took 3 s to acknowledge
+    assert echo.bound_s == 12.0
+    assert echo.next_check() == 15.0
+
+
+def test_an_acl_denied_lineage_is_still_reported_after_a_reconnection() -> None:
+    """Nothing ever comes back (every publish denied): the snapshot re-published on the new
+    connection is reported once the bound has passed since its PUBACK."""
+    echo = EchoTracker(timeout_s=5.0)
+    _publish(echo, 1, 0.0, 0.01)
+    echo.connected(2.0)
+    _publish(echo, 1, 2.1, 2.11)  # re-published on connection: one record, restarted
+    assert echo.awaiting == 1
+    assert echo.expired(7.0) == []
+    assert echo.expired(7.11) == [1]
+    assert echo.undelivered == 1
+
+
+def test_an_oversized_snapshot_is_reported_at_once_when_the_next_one_comes_back() -> None:
+    """message_size_limit drops seq 1; seq 2 (smaller, PUBACKed after 1 was) comes back."""
+    echo = EchoTracker(timeout_s=30.0)
+    _publish(echo, 1, 0.0, 0.01)
+    _publish(echo, 2, 0.5, 0.51)
+    assert echo.echoed("a", 2, 0.52) == [1]
+    assert echo.undelivered == 1
+
+
+def test_an_echo_that_beats_its_puback_is_not_reported() -> None:
+    echo = EchoTracker(timeout_s=5.0)
+    echo.sent("a", 1, 0.0)
+    assert echo.echoed("a", 1, 0.1) == []
+    echo.acked("a", 1, 0.2)
+    assert (echo.awaiting, echo.undelivered) == (0, 0)
+    assert echo.bound_s == 5.0
+
+
+def test_memory_stays_bounded_for_a_caller_that_never_acks() -> None:
+    echo = EchoTracker(timeout_s=5.0)
+    for seq in range(5000):
+        echo.sent("a", seq, float(seq))
+        echo.echoed("a", seq, float(seq))
+    assert echo.awaiting == 0
+    assert len(echo._sent_at) <= 1025

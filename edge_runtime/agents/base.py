@@ -373,16 +373,26 @@ class Agent(abc.ABC):
         A PUBACK does not prove delivery: with MQTT 3.1.1 an ACL-denied publish is dropped
         silently and ``message_size_limit`` drops oversized ones. The agent subscribes to its
         own subspace topic; the core's `EchoTracker` reports a snapshot that does not come
-        back within a bound derived from the observed echo latency (at least
-        ``echo_timeout_s``) as ``undelivered``, logged as ``publish_not_delivered`` —
-        reported, never retried in a loop (the next snapshot is published when it is due).
+        back within a bound that follows the load (at least ``echo_timeout_s``, counted
+        from the PUBACK and from the last reconnection) as ``undelivered``, logged as
+        ``publish_not_delivered`` — reported, never retried in a loop (the next snapshot
+        is published when it is due). A publish that raises (connection lost, PUBACK
+        timed out) is never reported: the next snapshot supersedes it.
         The payload is stamped with the topology's name (`with_deployment`), so aggregators
         of another deployment on the same broker and prefix refuse it.
         """
         payload = with_deployment(payload, self.topology.name)
-        if self.core.echo is not None:  # before publishing: the echo may beat the PUBACK
-            self.core.echo.sent(epoch, seq, time.monotonic())
-        await self.publish(client, self._own_topic, payload)
+        echo = self.core.echo
+        if echo is not None:  # before publishing: the echo may beat the PUBACK
+            echo.sent(epoch, seq, time.monotonic())
+        try:
+            await self.publish(client, self._own_topic, payload)
+        except BaseException:  # lost connection, timeout, cancel: superseded, never reported
+            if echo is not None:
+                echo.failed(epoch, seq)
+            raise
+        if echo is not None:  # the bound counts from the PUBACK, not from the queueing
+            echo.acked(epoch, seq, time.monotonic())
 
     def _on_echo(self, payload: object) -> None:
         echo = self.core.echo
@@ -487,9 +497,13 @@ class Agent(abc.ABC):
             await self.publish_status(client)
             delay = self.core.next_wakeup(time.monotonic()) - time.monotonic()
             delay = min(max(delay, MIN_SLEEP_S), MAX_SLEEP_S)
-            with contextlib.suppress(TimeoutError):
+            planned = time.monotonic() + delay
+            try:
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
+            except TimeoutError:  # woke this late: the event loop's lag, for the echo check
+                if echo is not None:
+                    echo.load(time.monotonic() - planned)
 
     def uptime_s(self) -> float:
         """Seconds since this agent object was created."""
@@ -551,6 +565,8 @@ class Agent(abc.ABC):
             await self.publish(client, self.topology.status_topic(self.node_id), ONLINE)
             await self.publish_discovery(client)  # after ONLINE: entities start available
             self.core.connected()
+            if self.core.echo is not None:  # the time disconnected is no echo latency
+                self.core.echo.connected(time.monotonic())
             await self.on_connected(client)
             await self.publish_status(client)  # a restore or a reconnect is news
             self.connected.set()

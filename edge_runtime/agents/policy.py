@@ -20,9 +20,11 @@ because time passed or a reading arrived:
   opened, at most once per interval, with a trailing one: O(1) messages per leaf per interval
   whatever the reading rate.
 - `EchoTracker` — a published snapshot that does not come back from the broker is reported
-  undelivered only after a bound derived from the echo latencies observed so far (or at once
-  when a later snapshot of the same lineage comes back first: MQTT delivers one topic in
-  order).
+  undelivered only after a bound that follows the load (echo latencies, PUBACK round trips
+  and event-loop lag observed), counted from its PUBACK and from the last reconnection, or
+  at once when a later snapshot of the same lineage, handed over on the same connection
+  after it was acknowledged, comes back first (MQTT delivers one topic in order). A
+  publish that failed, or one superseded across a reconnection, is never reported.
 """
 
 from __future__ import annotations
@@ -275,83 +277,191 @@ class ConfirmPolicy:
         return max(last_sent + self.min_interval_s, now) if changed else math.inf
 
 
+_MEMORY = 1024  # most keys an `EchoTracker` remembers besides what awaits its echo
+
+
+@dataclass(slots=True)
+class _Outstanding:
+    """One published snapshot awaiting its echo (`EchoTracker`)."""
+
+    start: float  # when its clock started: the publish, its PUBACK or the last reconnection
+    connection: int  # the connection it was handed over on
+    sent_order: int  # event number of `EchoTracker.sent`
+    acked_order: int | None = None  # event number of `EchoTracker.acked` (None: no PUBACK yet)
+
+
 class EchoTracker:
     """Which published snapshots came back from the broker, and which never will.
 
     A PUBACK proves neither storage nor delivery (an ACL-denied publish is dropped silently in
     MQTT 3.1.1, ``message_size_limit`` drops oversized ones), so a node subscribes to its own
-    subspace topic and expects each snapshot back. Under load echoes are late, not lost, so
-    the bound is derived from what is observed: a snapshot is reported undelivered once it
-    has been out for ``max(timeout_s, factor * slowest of the last `window` echoes)``, or at
-    once when a later snapshot of the same lineage (key ``(epoch, seq)``) comes back (a topic
-    is delivered in order). An echo that arrives after its report is counted as late and
-    the report is withdrawn.
+    subspace topic and expects each snapshot back. The shell tells the tracker what happens
+    to each publish — `sent` (handed to the client), `acked` (the broker's PUBACK) or
+    `failed` (the publish raised: connection lost or PUBACK timed out), `connected` (a new
+    connection) — and what it observes of its own load (`load`: event-loop lag).
+
+    A snapshot is reported undelivered when:
+
+    - **its echo is overdue**: ``bound_s`` after its clock started (the PUBACK, not the
+      moment it was queued; restarted by a reconnection, so time spent disconnected never
+      counts). ``bound_s = max(timeout_s, factor * slowest recent sample)`` over the last
+      ``window`` echo latencies, PUBACK round trips and event-loop lags: under load all
+      three grow, the last two before the echo of the snapshot in question could come
+      back, so the bound keeps ahead of the load instead of learning it too late; or
+    - **a later snapshot came back first**: the echo of a snapshot handed over on the
+      current connection reports, at once, the earlier ones of the same lineage (key
+      ``(epoch, seq)``) whose PUBACK arrived on that connection before it was sent
+      (the broker then had them first, and it delivers one topic in order).
+
+    Never reported: a publish that `failed` (it may not have reached the broker; the next
+    snapshot supersedes it, the shell re-publishes the latest on reconnection and logs the
+    lost connection); a snapshot handed over on an earlier connection when a snapshot of
+    the same lineage at least as recent comes back (its own echo may have been lost with
+    that connection; the later one supersedes it); anything on the order rule across
+    connections, or for a snapshot whose PUBACK had not arrived when the later one was
+    sent (a retained copy delivered on re-subscribing precedes what the shell re-publishes
+    at connection start, yet was published before it). An echo that arrives after its
+    report is counted as late and the report is withdrawn.
 
     Parameters
     ----------
     timeout_s : float
         Least bound, seconds.
     factor : float, default 4
-        Multiple of the slowest recent echo latency.
+        Multiple of the slowest recent sample.
     window : int, default 32
-        Recent echo latencies remembered (memory O(window)).
+        Recent samples of each kind remembered (memory O(window)).
     """
 
     def __init__(self, timeout_s: float, factor: float = 4.0, window: int = 32) -> None:
         self.timeout_s = timeout_s
         self.factor = factor
-        self._latencies: deque[float] = deque(maxlen=window)
-        self._awaiting: dict[tuple[Hashable, int], float] = {}
+        self._latencies: deque[float] = deque(maxlen=window)  # echo, from the clock start
+        self._round_trips: deque[float] = deque(maxlen=window)  # PUBACK, from `sent`
+        self._lags: deque[float] = deque(maxlen=window)  # event loop, from the shell
+        self._awaiting: dict[tuple[Hashable, int], _Outstanding] = {}
+        self._sent_at: dict[tuple[Hashable, int], float] = {}
         self._reported: set[tuple[Hashable, int]] = set()
+        self._connection = 0
+        self._events = 0
         self.undelivered = 0
         self.late = 0
+        self.superseded = 0
+        self.failed_publishes = 0
 
     @property
     def bound_s(self) -> float:
         """Current bound, seconds."""
-        slowest = max(self._latencies, default=0.0)
+        slowest = max(
+            max(self._latencies, default=0.0),
+            max(self._round_trips, default=0.0),
+            max(self._lags, default=0.0),
+        )
         return max(self.timeout_s, self.factor * slowest)
 
     @property
     def awaiting(self) -> int:
-        """Snapshots published and not yet echoed or reported."""
+        """Snapshots published and not yet echoed, reported or withdrawn."""
         return len(self._awaiting)
 
+    def _tick(self) -> int:
+        self._events += 1
+        return self._events
+
     def sent(self, epoch: Hashable, seq: int, now: float) -> None:
-        """A snapshot ``(epoch, seq)`` is about to be published at ``now``."""
-        self._awaiting.setdefault((epoch, seq), now)
+        """A snapshot ``(epoch, seq)`` is about to be published at ``now`` (before the
+        publish: its echo may beat the PUBACK). Publishing the same key again (the shell
+        re-publishes its latest snapshot on every connection) restarts its record on the
+        current connection."""
+        key = (epoch, seq)
+        self._awaiting[key] = _Outstanding(now, self._connection, self._tick())
+        self._sent_at[key] = now
+        if len(self._sent_at) > _MEMORY:  # a caller that never acks: keep memory bounded
+            del self._sent_at[next(iter(self._sent_at))]
+
+    def acked(self, epoch: Hashable, seq: int, now: float) -> None:
+        """The broker acknowledged ``(epoch, seq)`` at ``now`` (PUBACK): its clock starts."""
+        key = (epoch, seq)
+        out = self._awaiting.get(key)
+        sent = self._sent_at.pop(key, None)
+        if sent is not None:
+            self._round_trips.append(max(0.0, now - sent))
+        if out is None:  # its echo beat the PUBACK
+            return
+        out.acked_order = self._tick()
+        out.start = max(out.start, now)
+
+    def failed(self, epoch: Hashable, seq: int) -> None:
+        """Publishing ``(epoch, seq)`` raised (connection lost, PUBACK timed out): its
+        outcome is unknown and a later snapshot supersedes it, so it is never reported."""
+        key = (epoch, seq)
+        self._sent_at.pop(key, None)
+        if self._awaiting.pop(key, None) is not None:
+            self.failed_publishes += 1
+
+    def connected(self, now: float) -> None:
+        """A new connection at ``now``: what awaits its echo was handed over on an
+        earlier one; its clock restarts (the time disconnected does not count)."""
+        self._connection += 1
+        self._sent_at.clear()
+        for out in self._awaiting.values():
+            out.start = max(out.start, now)
+
+    def load(self, lag_s: float) -> None:
+        """The shell observed its event loop ``lag_s`` seconds behind (e.g. a timed sleep
+        that ended that late); an echo can be as late as the loop that reads it."""
+        if lag_s > 0 and math.isfinite(lag_s):
+            self._lags.append(lag_s)
 
     def echoed(self, epoch: Hashable, seq: int, now: float) -> list[int]:
         """Snapshot ``(epoch, seq)`` came back; returns the seqs now known undelivered."""
         key = (epoch, seq)
-        sent = self._awaiting.pop(key, None)
-        if sent is not None:
-            self._latencies.append(now - sent)
+        out = self._awaiting.pop(key, None)
+        if out is not None:
+            self._latencies.append(max(0.0, now - out.start))
         elif key in self._reported:
             self._reported.discard(key)
             self.undelivered -= 1
             self.late += 1
-        lost = sorted(s for (e, s) in self._awaiting if e == epoch and s < seq)
-        for s in lost:
-            del self._awaiting[(epoch, s)]
-            self._reported.add((epoch, s))
-        self.undelivered += len(lost)
+        lost: list[int] = []
+        superseded: list[tuple[Hashable, int]] = []
+        for (e, s), other in self._awaiting.items():
+            if e != epoch or s >= seq:
+                continue
+            if other.connection != self._connection:
+                superseded.append((e, s))
+            elif (
+                out is not None
+                and out.connection == self._connection
+                and other.acked_order is not None
+                and other.acked_order < out.sent_order
+            ):
+                lost.append(s)
+        for k in superseded:
+            del self._awaiting[k]
+        self.superseded += len(superseded)
+        lost.sort()
+        self._report([(epoch, s) for s in lost])
         return lost
 
     def expired(self, now: float) -> list[int]:
         """Seqs out for longer than `bound_s`; they are counted undelivered."""
         bound = self.bound_s
-        lost = [key for key, sent in self._awaiting.items() if now >= sent + bound]
-        for key in lost:
-            del self._awaiting[key]
-            self._reported.add(key)
-        if len(self._reported) > 1024:  # bounded memory: forget the oldest reports
-            self._reported = set(sorted(self._reported, key=lambda k: k[1])[-512:])
-        self.undelivered += len(lost)
+        lost = [key for key, out in self._awaiting.items() if now >= out.start + bound]
+        self._report(lost)
         return [key[1] for key in lost]
+
+    def _report(self, keys: list[tuple[Hashable, int]]) -> None:
+        for key in keys:
+            del self._awaiting[key]
+            self._sent_at.pop(key, None)
+            self._reported.add(key)
+        if len(self._reported) > _MEMORY:  # bounded memory: forget the oldest reports
+            self._reported = set(sorted(self._reported, key=lambda k: k[1])[-_MEMORY // 2 :])
+        self.undelivered += len(keys)
 
     def next_check(self) -> float:
         """Earliest time a snapshot may expire (``inf`` when none is awaited)."""
         if not self._awaiting:
             return math.inf
-        return min(self._awaiting.values()) + self.bound_s
+        return min(out.start for out in self._awaiting.values()) + self.bound_s
