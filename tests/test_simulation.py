@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import json
+import math
+
 import numpy as np
 import pytest
 
+from edge_runtime.agents.leaf import LeafAgent
+from edge_runtime.agents.leaf_core import LeafCore
 from edge_runtime.fpca import error_ratio
 from edge_runtime.simulation import (
     Faults,
@@ -23,10 +29,10 @@ FAULTY_IN_ORDER = Link(latency_s=0.02, jitter=1.0, drop=0.02, duplicate=0.05, or
 
 
 def run(
-    k: int, fanout: int, config: SimulationConfig, *, seed: int = 1
+    k: int, fanout: int, config: SimulationConfig, *, seed: int = 1, per_leaf: int = PER_LEAF
 ) -> tuple[np.ndarray, SimulationResult]:
     topology = balanced_topology(k, fanout, rank=RANK, block_size=BLOCK)
-    data = low_rank_data(k * PER_LEAF, FEATURES, RANK, seed=seed)
+    data = low_rank_data(k * per_leaf, FEATURES, RANK, seed=seed)
     return data, Simulation(topology, data, config).run()
 
 
@@ -89,8 +95,10 @@ def test_a_fault_free_run_resends_nothing_and_reports_no_undelivered_snapshot() 
 
 
 def test_leaves_restored_from_checkpoints_cover_every_reading_exactly() -> None:
-    _, result = run(64, 8, faulty(seed=4, restore="checkpoint"))
+    _, result = run(64, 8, faulty(seed=4, checkpoint_every=1))  # crashes after a checkpoint
     assert result.faults["leaf_crashes"] == 6
+    assert result.counters["restored_from_checkpoint"] > 0
+    assert result.counters["unconfirmed"] == 0
     assert result.coverage_exact, result.coverage_missing
     assert result.error_ratio <= 1.001
 
@@ -129,3 +137,121 @@ def test_ten_thousand_leaves_with_faults_and_stragglers_converge_under_the_messa
     assert result.root_n_samples == data.shape[0] == 2_000_000
     assert result.error_ratio <= 1.001
     assert result.messages_per_reading <= 0.05
+
+
+# ------------------------------------------------ leaves with a state directory (issue 21)
+TAIL_PER_LEAF = 73  # one full block of 50 and a tail of 23 that only a checkpoint covers
+QUIET = SimulationConfig(seed=2, feed=Feed(stragglers=0.0))
+
+
+def test_by_default_every_leaf_has_a_state_directory_with_the_agents_defaults() -> None:
+    """The deployment as documented: ``edge-runtime agent --state-dir`` (the systemd unit)."""
+    agent = inspect.signature(LeafAgent.__init__).parameters
+    config = SimulationConfig()
+    assert config.restore == "checkpoint"
+    assert config.checkpoint_every == agent["checkpoint_every"].default
+    assert config.checkpoint_interval_s == agent["checkpoint_interval_s"].default
+    with pytest.raises(ValueError, match="checkpoint_interval_s"):
+        SimulationConfig(checkpoint_interval_s=0.0)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        SimulationConfig(checkpoint_every=0)
+
+
+def test_the_readings_after_the_last_full_block_become_durable_when_the_streams_end() -> None:
+    data, result = run(16, 4, QUIET, per_leaf=TAIL_PER_LEAF)
+    counters = result.counters
+    assert result.finished and result.coverage_exact
+    assert counters["unconfirmed"] == 0 and counters["unconfirmed_leaves"] == 0
+    assert counters["checkpoint_pending"] == 0
+    assert counters.get("checkpoint_late", 0) == 0  # every deadline was a wake-up
+    assert counters["checkpoints"] >= 16
+    assert result.resent_readings == 0  # no probe was needed
+    assert result.root_n_samples == data.shape[0]
+
+
+def _pre_fix_checkpoint_due(self: LeafCore, now: float, *, force: bool = False) -> bool:
+    """`LeafDurability.checkpoint_due` before 814e671 (idle only while unpublished, and the
+    trailing publish in the same step had just published everything)."""
+    if not self.checkpointing or (
+        self.n_samples == self.checkpointed_n and self.ingested == self.durable
+    ):
+        return False
+    blocks = 0 if self.estimator is None else self.estimator.n_blocks_
+    if force or (self.idle(now) and self.snapshot_n() == self.published_n):
+        return True
+    if self._drops_uncovered() and now >= self.unpublished_since + self.policy.max_interval_s:
+        return True
+    return blocks - self.checkpointed_blocks >= (self.checkpoint_every or 1)
+
+
+def _without_checkpoint_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core holds the checkpoint until its deadline but does not report it as a wake-up."""
+    wakeups = LeafCore._other_wakeups
+
+    def forgetful(self: LeafCore, now: float) -> list[float]:
+        deadline = self.checkpoint_deadline()
+        return [t for t in wakeups(self, now) if t != deadline]
+
+    monkeypatch.setattr(LeafCore, "_other_wakeups", forgetful)
+
+
+def test_the_idle_durability_bug_of_issue_21_shows_as_unconfirmed_readings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rule the agents had shows here as it did against Mosquitto: every leaf's tail
+    after its last full block stays unconfirmed, and the replay gives up."""
+    _without_checkpoint_deadline(monkeypatch)
+    monkeypatch.setattr(LeafCore, "checkpoint_due", _pre_fix_checkpoint_due)
+    _, result = run(16, 4, QUIET, per_leaf=TAIL_PER_LEAF)
+    assert result.finished and result.coverage_exact  # the root's model covers everything
+    assert result.counters["unconfirmed"] == 16 * (TAIL_PER_LEAF - BLOCK)
+    assert result.counters["unconfirmed_leaves"] == result.counters["checkpoint_pending"] == 16
+    assert result.resent_readings > 0  # the replay probed, in vain
+
+
+def test_a_checkpoint_deadline_the_core_does_not_report_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The simulation wakes a core only at its ``next_wakeup`` (never by polling, unlike
+    the shell's ``MAX_SLEEP_S``), so a forgotten deadline is met late, at some other
+    wake-up (a status heartbeat, the replay's probe), and counted."""
+    _without_checkpoint_deadline(monkeypatch)
+    _, result = run(16, 4, QUIET, per_leaf=TAIL_PER_LEAF)
+    assert result.counters["checkpoint_late"] > 0
+
+
+def test_a_leaf_without_a_state_directory_is_durable_once_published() -> None:
+    _, result = run(16, 4, SimulationConfig(seed=2, restore="snapshot"), per_leaf=TAIL_PER_LEAF)
+    assert result.counters["unconfirmed"] == 0
+    assert result.counters.get("checkpoints", 0) == 0
+    assert result.coverage_exact
+
+
+def test_a_crashed_leaf_without_a_checkpoint_yet_restarts_from_its_retained_snapshot() -> None:
+    """As `LeafRecovery`: the leaves crash while their readings arrive, before their first
+    checkpoint (due after a pause of the stream, or a minute), so the retained snapshot
+    is what they resume from."""
+    _, result = run(64, 8, faulty(seed=4))
+    assert result.faults["leaf_crashes"] == 6
+    assert result.counters["restored_from_snapshot"] > 0
+    assert result.counters.get("restored_from_checkpoint", 0) == 0
+    assert result.counters["unconfirmed"] == 0
+    assert result.coverage_exact, result.coverage_missing
+
+
+def test_the_command_exits_1_when_readings_stay_unconfirmed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edge_runtime.simulation.__main__ import main
+
+    args = ["--leaves", "8", "--fanout", "4", "--readings-per-leaf", "73", "--drop", "0"]
+    args += ["--duplicate", "0", "--leaf-crashes", "0", "--aggregator-crashes", "0"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counters"]["unconfirmed"] == 0 and summary["coverage_exact"]
+    _without_checkpoint_deadline(monkeypatch)
+    monkeypatch.setattr(LeafCore, "checkpoint_due", _pre_fix_checkpoint_due)
+    assert main(args) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counters"]["unconfirmed"] == 8 * 23 and summary["coverage_exact"]
+    assert math.isfinite(summary["virtual_s"])

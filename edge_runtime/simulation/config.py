@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S
 from edge_runtime.settings import AgentSettings
 
 __all__ = ["Faults", "Feed", "Link", "SimulationConfig", "SimulationResult"]
@@ -160,9 +161,19 @@ class SimulationConfig:
     faults : Faults
     settings : AgentSettings
         Status heartbeat, confirmation interval and echo timeout of every core.
-    restore : {"snapshot", "checkpoint"}
-        What a crashed leaf restarts from: its retained snapshot (a leaf without a state
-        folder) or its last checkpoint (written as `LeafCore.checkpoint_due` says).
+    restore : {"checkpoint", "snapshot"}
+        Whether every leaf has a state directory, as deployed (``"checkpoint"``, the
+        default: the systemd unit runs ``edge-runtime agent --state-dir``): it writes
+        checkpoints as `LeafCore.checkpoint_due` says, confirms readings durable once a
+        checkpoint covers them, and a crashed leaf restarts from its last checkpoint (else
+        from its retained snapshot); or not (``"snapshot"``: readings are durable once a
+        published snapshot covers them, and a crashed leaf restarts from that snapshot).
+    checkpoint_every : int, optional
+        With a state directory: also checkpoint after this many completed blocks (the
+        agent's ``--checkpoint-every``); default None: by time only, as the agent.
+    checkpoint_interval_s : float
+        With a state directory: most seconds between checkpoints while readings arrive (the
+        agent's ``--checkpoint-interval``); default `CHECKPOINT_INTERVAL_S` (60), as the agent.
     persistent_session : bool
         Readings sent to a crashed leaf wait at the broker (True, the agents' default) or
         are lost.
@@ -183,7 +194,9 @@ class SimulationConfig:
     confirms: Link = field(default_factory=lambda: Link(ordered=True))
     faults: Faults = field(default_factory=Faults)
     settings: AgentSettings = field(default_factory=AgentSettings)
-    restore: Literal["snapshot", "checkpoint"] = "snapshot"
+    restore: Literal["snapshot", "checkpoint"] = "checkpoint"
+    checkpoint_every: int | None = None
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
     persistent_session: bool = True
     wire_sample: float = 0.0
     max_virtual_s: float = 3600.0
@@ -192,6 +205,13 @@ class SimulationConfig:
     def __post_init__(self) -> None:
         if self.restore not in ("snapshot", "checkpoint"):
             raise ValueError(f"restore must be 'snapshot' or 'checkpoint', got {self.restore!r}")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1 block, got {self.checkpoint_every}")
+        if not (math.isfinite(self.checkpoint_interval_s) and self.checkpoint_interval_s > 0):
+            raise ValueError(
+                f"checkpoint_interval_s must be a finite number > 0, got "
+                f"{self.checkpoint_interval_s!r}"
+            )
         if not 0 <= self.wire_sample <= 1:
             raise ValueError(f"wire_sample must be in [0, 1], got {self.wire_sample!r}")
 
@@ -233,7 +253,11 @@ class SimulationResult:
     counters : Mapping[str, int]
         ``duplicate_snapshots`` (ignored by aggregators), ``duplicate_readings``,
         ``gap_rows`` (readings given up by leaves), ``undelivered`` and ``late``
-        (echo check), ``unconfirmed`` (readings never confirmed durable), ``spins`` (steps
+        (echo check), ``unconfirmed`` (readings never confirmed durable; the replay
+        would exit 1) and ``unconfirmed_leaves``, ``checkpoints`` (written by all leaves),
+        ``checkpoint_pending`` (leaves that end with readings no checkpoint covers),
+        ``checkpoint_late`` (steps that found a checkpoint due since before their time:
+        a deadline the core did not report as a wake-up), ``spins`` (steps
         scheduled less than ``MIN_STEP_S`` after the previous), ``merges``,
         ``wire_messages`` and ``wire_bytes`` (the sample through the wire).
     decisions : Mapping[str, int]

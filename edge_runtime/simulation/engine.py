@@ -25,19 +25,31 @@ What is modelled (each choice is the MQTT behaviour the shells rely on):
   (`NodeCore.connected`) and re-publishes what the shell's ``on_connected`` re-publishes (a
   leaf: its snapshot and a forced confirmation). Snapshots are retained: a restarted
   aggregator rebuilds from its children's retained snapshots.
+- **Leaves with a state directory** (``restore = "checkpoint"``, the default: the deployment
+  as documented runs every agent with ``--state-dir``): each `LeafCore` checkpoints with the
+  agent's defaults (``checkpoint_interval_s`` 60 s, by time only) and confirms readings
+  durable once a checkpoint covers them, exactly as `LeafAgent` does.
+- **The shell's work loop**: a core is stepped on every input and otherwise only at its own
+  ``next_wakeup`` (the shell also wakes at least every ``MAX_SLEEP_S``; the simulation does
+  not, on purpose): a deadline a core holds work for but does not report is never met
+  here, and shows as readings left unconfirmed (``unconfirmed``) and as
+  ``checkpoint_pending`` leaves. Each step runs `LeafAgent.step`'s order: readings released
+  by a gap timeout, a private leaf's flush, the snapshot, the checkpoint, the confirmation.
 - **Crashes**: a crashed aggregator loses its state and rebuilds from retained snapshots under
-  a new epoch; a crashed leaf restarts from its own retained snapshot (as
-  ``LeafAgent._restore_snapshot``, `FPCAEdge.from_subspace`) or, with ``restore =
-  "checkpoint"``, from its last checkpoint (`LeafCore.checkpoint_state`); readings sent while
-  it is down wait in its persistent session.
+  a new epoch; a crashed leaf restarts as ``LeafAgent`` does: from its last checkpoint
+  (`LeafCore.checkpoint_state`), then continuing its ``seq`` after its own retained
+  snapshot; without a checkpoint (none written yet, or no state directory) from that
+  retained snapshot (`FPCAEdge.from_subspace`). Readings sent while it is down wait in its
+  persistent session.
 - **Stragglers**: a fraction of the leaves gets its readings ``straggler_slowdown`` times
   slower, over links that many times slower.
 
 Every agent publish is counted by kind (leaf and aggregator snapshots, the root's model,
 confirmations, status documents, ``online`` presence), so `SimulationResult` reports agent
 messages per reading. The run ends once every reading was sent, the broker holds nothing in
-flight and every core is settled (nothing unpublished, unconfirmed or awaited: only its status
-heartbeat ahead); then the root's model is compared with the offline SVD
+flight and every core is settled (nothing unpublished, unconfirmed, uncheckpointed or awaited:
+only its status heartbeat ahead), or once the replay gave up waiting for confirmations (as
+``edge-runtime replay`` exits 1 then); then the root's model is compared with the offline SVD
 (`edge_runtime.fpca.error_ratio`) and its provenance with every leaf's row count.
 
 The machinery is split by concept: `edge_runtime.simulation.events` (draws, event heap,
@@ -89,6 +101,10 @@ __all__ = ["Simulation"]
 
 MIN_STEP_S = 0.002
 """Least time between two steps of one core, seconds (the shell's ``MIN_SLEEP_S``)."""
+
+DEADLINE_SLACK_S = 0.01
+"""A checkpoint found due more than this long after its deadline (before any new input)
+was not woken for: counted in ``checkpoint_late``."""
 
 WALL_CLOCK_ORIGIN = 1.7e9
 """Unix time of virtual time 0: snapshot timestamps are ``WALL_CLOCK_ORIGIN + now``."""
@@ -182,7 +198,10 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 now=self.now,
                 n_features=self.data.shape[1],
                 checkpointing=self.config.restore == "checkpoint",
+                checkpoint_every=self.config.checkpoint_every,
+                checkpoint_interval_s=self.config.checkpoint_interval_s,
                 echo_timeout_s=s.echo_timeout_s,
+                root_id=self.topology.root,
             )
         else:
             core = AggregatorCore(
@@ -197,22 +216,22 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         return core
 
     def _restore_leaf(self, node: SimNode, core: LeafCore) -> None:
-        """What ``LeafAgent`` does before connecting: its checkpoint
+        """What ``LeafAgent`` does before connecting (`LeafRecovery`): its checkpoint
         (`LeafCore.restore_checkpoint`, then `LeafCore.continue_after` its retained
-        snapshot), else its retained snapshot (`LeafCore.restore_snapshot`). Of the privacy
+        snapshot), else -- no state directory, or no checkpoint written yet -- its retained
+        snapshot (`LeafCore.restore_snapshot`). Of the privacy
         handling only the re-keying of `FPCAEdge.from_state` is modelled (a ``"gaussian"``
         leaf's open segment is closed and re-keyed from a generator seeded by the run's seed,
         the node and its incarnation, so runs stay reproducible); no privacy-mismatch
         check, no restart count.
         """
         retained = self.retained.get(node.index)
-        if self.config.restore == "checkpoint":
-            state = self.checkpoints.get(node.index)
-            if state is None:
-                return
+        state = self.checkpoints.get(node.index) if core.checkpointing else None
+        if state is not None:
             keys = np.random.SeedSequence([self.config.seed, node.index, node.incarnation])
             estimator = FPCAEdge.from_state(state, random_state=np.random.default_rng(keys))
             core.restore_checkpoint(state, estimator, self.now)
+            self.counters["restored_from_checkpoint"] += 1
             if retained is not None:
                 core.continue_after(retained)
             return
@@ -227,7 +246,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if node.is_leaf:
             if not math.isinf(core.unpublished_since) or core.sequencer.held_rows:
                 return True
-            if core.confirm_pending:
+            if core.confirm_pending or core.checkpoint_news():
                 return True
         elif core.unpublished:
             return True
@@ -236,11 +255,14 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         return core.status_changed
 
     def _settled(self) -> bool:
-        """Nothing in flight (checked by the caller), no core busy, the replay not probing.
+        """Nothing in flight (checked by the caller), no core busy, the replay not probing;
+        or the replay gave up (``edge-runtime replay`` exits then, whatever the cores owe).
 
         Only a delivery (an event in flight) can make a settled core busy, so the busy
         nodes are found once when the broker empties and then followed as they step.
         """
+        if self._gave_up:
+            return True
         if self._unsettled is None:
             self._unsettled = {n.index for n in self.nodes if self._busy(n)}
         return not self._unsettled and not (self._probe_scheduled and self._unconfirmed())
@@ -275,8 +297,9 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     def _publish_snapshot(self, node: SimNode, msg: SubspaceMessage) -> None:
         """``Agent.publish_snapshot``: retained, to the parent, echoed back to the node."""
         core = node.core
-        if core.echo is not None:
+        if core.echo is not None:  # the broker's PUBACK comes at once here
             core.echo.sent(msg.epoch, msg.seq, self.now)
+            core.echo.acked(msg.epoch, msg.seq, self.now)
         self.messages["leaf_snapshot" if node.is_leaf else "aggregator_snapshot"] += 1
         self.retained[node.index] = msg
         if node.parent is not None:
@@ -318,10 +341,11 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             if core.flush_due(now):
                 core.flush()
             self._snapshot_if_due(node)
-            if core.checkpoint_due(now):
+            if core.checkpoint_due(now):  # LeafRecovery.checkpoint (the write never fails)
                 state, ingested, n_samples, blocks = core.checkpoint_state()
                 self.checkpoints[node.index] = state
                 core.checkpointed(ingested, n_samples, blocks, now=now)
+                self.counters["checkpoints"] += 1
             self._publish_confirm(node)
         else:  # AggregatorAgent.step
             core.check_staleness(now)
@@ -343,6 +367,8 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         core = node.core
         self.messages["online"] += 1
         core.connected()
+        if core.echo is not None:
+            core.echo.connected(self.now)
         if core.snapshot is not None:
             self._publish_snapshot(node, core.snapshot)
         if node.is_leaf:
@@ -437,6 +463,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 node = nodes[index]
                 if payload == node.wake_gen and node.core is not None:
                     node.wake_time = math.inf
+                    self._audit_deadline(node)
                     self._step(node)
                 continue
             if kind == PROBE:
@@ -451,6 +478,16 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         return self._result(finished, events)
 
     # ---------------------------------------------------------------- handlers
+    def _audit_deadline(self, node: SimNode) -> None:
+        """Before a step (and before new input changes the core): a checkpoint due since
+        well before now means the core held it without reporting its deadline as a
+        wake-up (`LeafCore.next_wakeup`); counted in ``checkpoint_late``."""
+        core = node.core
+        if not node.is_leaf or not core.checkpoint_due(self.now):
+            return
+        if self.now > core.checkpoint_deadline() + DEADLINE_SLACK_S:
+            self.counters["checkpoint_late"] += 1
+
     def _on_readings(self, node: SimNode, readings: SensorReadings) -> None:
         core = node.core
         if core is None:
@@ -459,6 +496,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             else:
                 self.faults["lost_to_crash"] += 1
             return
+        self._audit_deadline(node)
         for block in core.accept(readings, self.now):
             core.apply(block, self.now)
         self._step(node)

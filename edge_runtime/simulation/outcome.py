@@ -41,6 +41,7 @@ class Outcome:
     resent: int
     converged_at: float | None
     _unconfirmed: Callable[[], int]  # ReplayModel._unconfirmed
+    _unconfirmed_leaves: Callable[[], int]  # ReplayModel._unconfirmed_leaves
 
     def _absorb(self, core: LeafCore | AggregatorCore) -> None:
         """Add a core's counters to the run's (at a crash and at the end)."""
@@ -68,6 +69,12 @@ class Outcome:
             if node.core is not None:
                 self._absorb(node.core)
         self.counters["unconfirmed"] = self._unconfirmed()
+        self.counters["unconfirmed_leaves"] = self._unconfirmed_leaves()
+        self.counters["checkpoint_pending"] = sum(
+            1
+            for i in self.leaves
+            if isinstance(core := self.nodes[i].core, LeafCore) and core.checkpoint_news()
+        )
         root: AggregatorCore | None = self.nodes[self.root].core
         readings = int(self.data.shape[0])
         if root is None or root.snapshot is None:

@@ -54,6 +54,7 @@ class ReplayModel:
         self._last_progress = 0.0
         self._probed = False
         self._probe_scheduled = False
+        self._gave_up = False  # quiet for twice probe_s after the probe: the replay exits
         self._streams: dict[int, ReplayStream] = {}
         self._feeding = 0  # streams not sent completely yet
 
@@ -101,6 +102,9 @@ class ReplayModel:
     def _unconfirmed(self) -> int:
         return sum(max(0, s.unconfirmed()) for s in self._streams.values())
 
+    def _unconfirmed_leaves(self) -> int:
+        return sum(1 for s in self._streams.values() if s.unconfirmed() > 0)
+
     def _schedule_probe(self) -> None:
         if not self._probe_scheduled:
             self._probe_scheduled = True
@@ -113,15 +117,19 @@ class ReplayModel:
         if not self._unconfirmed():
             return
         probe_s = self.config.feed.probe_s
-        quiet = self.now - self._last_progress
-        if quiet < probe_s:
+        # deadlines compared as times, as they were scheduled: ``now - last < probe_s``
+        # can hold at ``now == last + probe_s`` in floating point (a probe loop at one instant)
+        if self.now < self._last_progress + probe_s:
             self._schedule_probe()
             return
         if self._probed:
-            if quiet < 2 * probe_s:
+            give_up = self._last_progress + 2 * probe_s
+            if self.now < give_up:
                 self._probe_scheduled = True
-                self._push(self._last_progress + 2 * probe_s, PROBE, -1)
-            return  # gave up
+                self._push(give_up, PROBE, -1)
+            else:
+                self._gave_up = True
+            return
         self._probed = True
         for index, stream in self._streams.items():
             if stream.unconfirmed() > 0:
