@@ -10,7 +10,9 @@ notebook uses the federation's model as a scikit-learn transformer::
     model = load_model("mqtt://127.0.0.1:1883", "topology.toml")
     scores = model.transform(X)  # (X - mean) @ basis, as the root's snapshot defines it
 
-One connection, one message: no reconnects (the call either returns or raises).
+One connection, one message: no reconnects (the call either returns or raises). In a
+notebook, whose event loop is already running, `load_model` reads in a worker thread (it
+still blocks the caller); ``await read_model(...)`` is the non-blocking form.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 
 import aiomqtt
 import numpy as np
@@ -85,7 +88,14 @@ def load_model(
     """
     if not isinstance(topology, Topology):
         topology = load_topology(topology)
-    return model_estimator(asyncio.run(read_model(broker_url, topology, timeout_s, settings)))
+    reading = read_model(broker_url, topology, timeout_s, settings)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no event loop in this thread: a script
+        return model_estimator(asyncio.run(reading))
+    # A running loop (a Jupyter notebook): asyncio.run refuses to nest, so read in a thread.
+    with ThreadPoolExecutor(1, thread_name_prefix="load_model") as pool:
+        return model_estimator(pool.submit(asyncio.run, reading).result())
 
 
 async def read_model(

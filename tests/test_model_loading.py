@@ -97,3 +97,18 @@ async def test_a_float32_model_is_reorthonormalised_and_transforms_as_its_basis_
     exact = published.reorthonormalised().basis
     np.testing.assert_array_equal(model.transform(x), x @ exact)
     np.testing.assert_allclose(model.transform(x), x @ published.basis, rtol=1e-6, atol=1e-5)
+
+
+async def test_load_model_works_inside_a_running_event_loop_as_in_a_notebook(mosquitto):
+    topology = tree_topology(rank=2)
+    summary = FPCAEdge(4, 2, oversample=2).fit(low_rank_data(50, 4, 2, seed=1)).subspace
+    message = SubspaceMessage(
+        node_id="root", epoch="e0", seq=1, subspace=summary, timestamp=1.0, provenance={}
+    )
+    async with aiomqtt.Client(mosquitto.host, mosquitto.port) as client:
+        payload = encode_subspace(message, dtype="float64")
+        await client.publish(topology.model_topic(), payload, qos=1, retain=True)
+
+    model = load_model(mosquitto.url, topology, timeout_s=5.0)  # called on the loop's thread
+
+    assert model.n_samples_seen_ == 50 and model.components_.shape == (2, 4)
