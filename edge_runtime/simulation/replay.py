@@ -2,6 +2,16 @@
 sequenced batches at the feed's pace, kept until the leaf confirms them durable, and
 re-sent by the replay's rules only (after a leaf's new ``(epoch, connection)``, from a
 reported gap, and the unconfirmed tails once after a quiet ``probe_s``).
+
+What is the replay's own code and what is a model of it: each leaf's record -- what a
+confirmation means, when it asks for a re-send and from where, the window -- is the
+replay's `LeafDelivery` itself. The waiting is modelled: progress (a reading sent, or
+confirmed, for the first time: `Replayer._moved`), the one probe after ``probe_s`` quiet
+and the give-up after twice that (`Replayer._confirm`, ``probe_s`` = half its
+``confirm_timeout_s``). Not modelled: the replay's own reconnections
+(`LeafDelivery.reconnected`), its pacing by ``--rate`` (each leaf is fed at its own
+interval instead), and the early end once the leaves report every unconfirmed reading
+rejected (the simulation rejects none).
 """
 
 from __future__ import annotations
@@ -78,10 +88,11 @@ class ReplayModel:
             self._put(leaf, first, end)
 
     def _on_confirm(self, leaf: SimNode, confirm: ConfirmMessage) -> None:
-        """``Replayer._on_confirm``: drop durable readings, notice what was lost."""
+        """``Replayer._on_confirm``: drop durable readings, notice what was lost; only a
+        confirmation of readings no earlier one confirmed is progress (`Replayer._moved`)."""
         stream = self._streams[leaf.index]
-        stream.on_confirm(confirm, self._source(leaf))
-        self._last_progress = self.now
+        if stream.on_confirm(confirm, self._source(leaf)):
+            self._last_progress = self.now
         self._resend_due(leaf, stream)
 
     def _feed(self, leaf: SimNode) -> None:
@@ -92,6 +103,7 @@ class ReplayModel:
         if due > stream.sent:
             first, stream.sent = stream.sent, due
             self._put(leaf, first, due)
+            self._last_progress = self.now  # a reading sent for the first time is progress
         if stream.sent < n:
             self._push(self.now + stream.interval, FEED, leaf.index)
             return
