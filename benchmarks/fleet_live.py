@@ -107,7 +107,7 @@ def leaf_max_publish_interval(topology: Topology) -> tuple[float | None, str]:
     """The largest maximum publish interval of the topology's leaves, seconds.
 
     Read from the node settings (``publish_max_interval_s``) and, where a node leaves it
-    unset, the leaf policy's default (``edge_runtime.agents.policy.LEAF_PUBLISH``).
+    unset, the leaf policy's default (``edge_runtime.agents.common.core.policy.LEAF_PUBLISH``).
 
     Returns
     -------
@@ -116,7 +116,7 @@ def leaf_max_publish_interval(topology: Topology) -> tuple[float | None, str]:
         where it came from.
     """
     try:
-        from edge_runtime.agents.policy import LEAF_PUBLISH
+        from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
     except ImportError:
         default, source = None, ""
     else:

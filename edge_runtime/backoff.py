@@ -1,8 +1,8 @@
 """Delays between retries: capped exponential backoff with jitter (no I/O, no clock).
 
 One `Backoff` serves every retry loop of the runtime: the agents' and the dashboard's
-reconnects (`edge_runtime.agents.base`, `edge_runtime.dashboard.follower`), the replay's
-reconnects (`edge_runtime.replay`) and the restarts of a command or serial source
+reconnects (`edge_runtime.agents.common.shell.agent`, `edge_runtime.dashboard.follower`),
+the replay's reconnects (`edge_runtime.replay`) and the restarts of a command or serial source
 (`edge_runtime.sources`). Each instance owns its `random.Random` (never the module-level
 generator), so a test seeds one loop without touching the others, and loops that failed
 together (a broker restart, a power glitch) do not retry in lock step.

@@ -94,7 +94,8 @@ ORIGIN_NAME = "edge_runtime"
 
 PAYLOAD_ONLINE = "online"
 PAYLOAD_OFFLINE = "offline"
-# The agents' retained status / Last Will payloads (edge_runtime.agents.base.ONLINE/OFFLINE).
+# The agents' retained status / Last Will payloads
+# (edge_runtime.agents.common.shell.agent.ONLINE / OFFLINE).
 
 _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 

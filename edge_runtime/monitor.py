@@ -152,7 +152,7 @@ def privacy_of(model: SubspaceMessage | None) -> PrivacyParams | None:
     respect to everything published, for neighbouring datasets under ``neighbours``
     (``"replace-one"``), by ``mechanism`` (``"gaussian"``, ``"fpca-eq8"``, or
     ``"fpca-eq8+gaussian"`` over leaves of both); the weakest guarantee over the leaves,
-    see `edge_runtime.agents.aggregator.weakest_privacy`. None when there is no model or
+    see `edge_runtime.agents.aggregator.shell.agent.weakest_privacy`. None when there is no model or
     some covered leaf publishes without noise. Its JSON map is `PrivacyParams.to_json`.
     """
     return None if model is None else model.privacy

@@ -69,8 +69,9 @@ class AgentSettings:
     echo_timeout_s : float
         Least time, seconds, an agent waits for its own snapshot to come back from the
         broker before counting it undelivered (denied or dropped); the bound grows to 4x the
-        slowest recent echo under load (`edge_runtime.agents.policy.EchoTracker`). 0 turns
-        the check off. Default 30: a misconfiguration (ACL, size limit) is reported within
+        slowest recent echo under load
+        (`edge_runtime.agents.common.core.policy.EchoTracker`). 0 turns the check off.
+        Default 30: a misconfiguration (ACL, size limit) is reported within
         half a minute, and a loaded host (1,000 agents in one process saw echoes 5-10 s
         late) raises no false alarm before the observed latency sets the bound.
     restore_wait_s : float

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf_core import LeafCore
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
-from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SensorReadings
 
@@ -55,6 +56,7 @@ def leaf(**config: object) -> LeafCore:
         n_features=D,
         checkpointing=checkpointing,
         checkpoint_interval_s=interval,
+        rng=random.Random(0),
     )
 
 
@@ -243,6 +245,7 @@ def aggregator(**config: object) -> AggregatorCore:
         policy=publish_policy_for(cfg, leaf=False),
         status_policy=StatusPolicy(),
         now=0.0,
+        rng=random.Random(0),
     )
 
 

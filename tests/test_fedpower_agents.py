@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from edge_runtime.agents import AgentSettings
-from edge_runtime.agents.fedpower_agents import (
+from edge_runtime.agents.fedpower.core import largest_angle
+from edge_runtime.agents.fedpower.shell.agents import (
     FedPowerAggregatorAgent,
     FedPowerLeafAgent,
     FedPowerRootAgent,
 )
-from edge_runtime.agents.fedpower_core import largest_angle
 from edge_runtime.fedpower.accounting import MECHANISM, fedpower_noise_std, power_step_sensitivity
 from edge_runtime.runner import run_topology
 from edge_runtime.topology import load_topology

@@ -10,19 +10,20 @@ reports its ledger and never publishes its Gram.
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
 
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.fedpower_core import (
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.fedpower.core import (
     FedPowerLeafCore,
     FedPowerRootCore,
     GramEstimator,
     largest_angle,
     weakest_guarantee,
 )
-from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.fedpower.accounting import (
     MECHANISM,
     fedpower_noise_std,
@@ -60,6 +61,7 @@ def leaf_core(t: Topology, leaf: str, now: float = 0.0) -> FedPowerLeafCore:
         status_policy=StatusPolicy(30.0, 1.0),
         confirm_policy=ConfirmPolicy(0.5),
         now=now,
+        rng=random.Random(0),
     )
 
 
@@ -72,6 +74,7 @@ def root_core(t: Topology, now: float = 0.0) -> FedPowerRootCore:
         status_policy=StatusPolicy(30.0, 1.0),
         now=now,
         deployment=DEP,
+        rng=random.Random(now),  # a root started at another time draws another epoch
     )
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from edge_runtime import __version__
-from edge_runtime.agents.base import OFFLINE, ONLINE
+from edge_runtime.agents.common.shell.agent import OFFLINE, ONLINE
 from edge_runtime.homeassistant import (
     DEFAULT_DISCOVERY_PREFIX,
     ENTITY_KEYS,

@@ -14,7 +14,7 @@ import pytest
 from helpers import collect_retained, low_rank_data
 
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
-from edge_runtime.agents.scoring_core import RESIDUAL_FLOOR, ScoringCore, encode_document
+from edge_runtime.agents.leaf.core.scoring import RESIDUAL_FLOOR, ScoringCore, encode_document
 from edge_runtime.fpca import AnomalyScorer, FPCAEdge
 from edge_runtime.topology import TopologyError, parse_topology
 from edge_runtime.wire import SubspaceMessage, encode_readings

@@ -20,7 +20,7 @@ import pytest
 from helpers import collect_retained
 
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
-from edge_runtime.agents.reject_log import RejectLog as _RejectLog
+from edge_runtime.agents.common.core.reject_log import RejectLog as _RejectLog
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, merge_many, principal_angles
 from edge_runtime.monitor import ModelWatcher, covers

@@ -3,14 +3,14 @@ clock: no broker, no sleeps."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.plausibility import (
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.aggregator.core.plausibility import (
     DEFAULT_INFLUENCE_CAP,
     MAX_RESETS,
     RATE_SLACK_S,
@@ -22,7 +22,8 @@ from edge_runtime.agents.plausibility import (
     energy,
     influence_scales,
 )
-from edge_runtime.agents.policy import StatusPolicy
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import StatusPolicy
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio
 from edge_runtime.topology import NodeConfig, load_topology
@@ -67,6 +68,7 @@ def core(children: list[str], bounds: dict[str, ChildBounds], **kw: object) -> A
         status_policy=StatusPolicy(30.0, 2.0),
         now=0.0,
         bounds=bounds,
+        rng=random.Random(0),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -207,8 +209,8 @@ def test_no_honest_motes_leaf_is_quarantined_or_capped_over_a_full_replay(
 
 
 def test_a_leaf_restored_from_an_older_checkpoint_starts_a_new_epoch_not_a_decrease() -> None:
-    from edge_runtime.agents.leaf_core import LeafCore
-    from edge_runtime.agents.policy import ConfirmPolicy
+    from edge_runtime.agents.common.core.policy import ConfirmPolicy
+    from edge_runtime.agents.leaf.core.leaf import LeafCore
     from edge_runtime.fpca import FPCAEdge as Estimator
 
     config = NodeConfig(id="leaf", parent="agg", rank=2, block_size=4)
@@ -222,6 +224,7 @@ def test_a_leaf_restored_from_an_older_checkpoint_starts_a_new_epoch_not_a_decre
             now=0.0,
             n_features=4,
             checkpointing=True,
+            rng=random.Random(0),
         )
 
     x = np.random.default_rng(6).uniform(0, 100, size=(16, 4))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
 
-from edge_runtime.agents.policy import (
+from edge_runtime.agents.common.core.policy import (
     ConfirmPolicy,
     EchoTracker,
     PublishPolicy,
@@ -262,9 +263,9 @@ def test_a_timely_echo_is_neither_undelivered_nor_late() -> None:
 def test_a_leaf_is_not_idle_between_the_bursts_of_a_regular_stream() -> None:
     """Readings every 0.5 s: the trailing publish waits for a pause of about two such gaps,
     not for the policy's 0.05 s, so a paced stream is not published burst by burst."""
-    from edge_runtime.agents.core import publish_policy_for
-    from edge_runtime.agents.leaf_core import IDLE_GAPS, LeafCore
-    from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+    from edge_runtime.agents.common.core.node import publish_policy_for
+    from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+    from edge_runtime.agents.leaf.core.leaf import IDLE_GAPS, LeafCore
     from edge_runtime.topology import NodeConfig
     from edge_runtime.wire import SensorReadings
 
@@ -277,6 +278,7 @@ def test_a_leaf_is_not_idle_between_the_bursts_of_a_regular_stream() -> None:
         confirm_policy=ConfirmPolicy(),
         now=0.0,
         n_features=4,
+        rng=random.Random(0),
     )
     rng = np.random.default_rng(0)
     for i in range(20):

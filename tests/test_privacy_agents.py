@@ -26,7 +26,7 @@ import pytest
 from helpers import collect_retained, low_rank_data
 
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
-from edge_runtime.agents.aggregator import weakest_privacy
+from edge_runtime.agents.aggregator.shell.agent import weakest_privacy
 from edge_runtime.checkpoint import load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.fpca.privacy import noise_std

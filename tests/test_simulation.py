@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from edge_runtime.agents.leaf import LeafAgent
-from edge_runtime.agents.leaf_core import LeafCore
+from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import error_ratio
 from edge_runtime.simulation import (
     Faults,

@@ -836,8 +836,8 @@ def test_publish_policy_keys_are_checked_with_the_node_named(keys: str, expected
 
 
 def test_publish_policy_keys_override_the_role_defaults() -> None:
-    from edge_runtime.agents.core import publish_policy_for
-    from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, LEAF_PUBLISH
+    from edge_runtime.agents.common.core.node import publish_policy_for
+    from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH, LEAF_PUBLISH
 
     text = (
         'name = "t"\n[defaults]\nrank = 2\npublish_max_interval_s = 7\n'

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -24,9 +25,9 @@ import structlog
 from helpers import collect_retained
 
 from edge_runtime.agents import AgentSettings, LeafAgent
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf_core import LeafCore
-from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, error_ratio, merge_many
 from edge_runtime.topology import (
@@ -250,6 +251,7 @@ def core_for(
         n_features=n_features,
         checkpointing=checkpointing,
         checkpoint_interval_s=checkpoint_interval_s,
+        rng=random.Random(0),
     )
 
 
@@ -290,8 +292,7 @@ def readings(n: int, seed: int = 0) -> np.ndarray:
 def test_reject_drops_readings_outside_the_range_before_the_estimator() -> None:
     core = core_for(valid_range=(0.0, 100.0))
     spy = Spy(core)
-    hook: list[tuple[str, str, str]] = []
-    core.on_range = lambda *event: hook.append(event)
+    hook = core.range_events  # what the shell logs
     x = readings(10)
     x[3, 1] = 1e7
     x[7, 0] = -0.5
@@ -349,8 +350,7 @@ def test_clip_clips_each_value_into_the_range_and_counts_the_readings() -> None:
         valid_range=((0.0, 0.0, -5.0, 0.0), (100.0, 100.0, 5.0, 100.0)), out_of_range="clip"
     )
     spy = Spy(core)
-    hook: list[tuple[str, str, str]] = []
-    core.on_range = lambda *event: hook.append(event)
+    hook = core.range_events  # what the shell logs
     x = readings(5)
     x[:, 2] = 0.0
     x[1, 0] = 1e7
@@ -378,8 +378,7 @@ def test_bare_readings_without_a_sequence_are_screened_and_counted_under_the_top
 
 def test_bounds_of_another_width_reject_every_reading_without_crashing() -> None:
     core = core_for(None, valid_range=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
-    hook: list[tuple[str, str, str]] = []
-    core.on_range = lambda *event: hook.append(event)
+    hook = core.range_events  # what the shell logs
     assert feed(core, readings(4), 0, 1.0) == []
     assert feed(core, readings(2), 4, 2.0) == []
     assert core.estimator is None and core.n_features is None  # the width is not fixed
@@ -495,6 +494,8 @@ def test_the_leaf_agent_logs_range_rejections_rate_limited_and_reports_them() ->
     with structlog.testing.capture_logs() as logs:
         for i in range(10):
             agent.core.accept_labelled(SensorReadings(x[i : i + 1], SRC, i), 1.0)
+            for event in agent.core.take_range_events():  # what the shell does with them
+                agent._log_range(*event)
     lines = [entry for entry in logs if entry["event"] == "message_rejected"]
     assert len(lines) == 3  # REJECT_LOG_BURST, then suppressed
     assert lines[0]["reason"] == "out_of_range" and lines[0]["source"] == SRC
@@ -514,6 +515,8 @@ def test_the_leaf_agent_logs_clipping_as_its_own_event() -> None:
     agent = LeafAgent(range_topology("p", 'valid_range = [0, 100]\nout_of_range = "clip"'), "leaf")
     with structlog.testing.capture_logs() as logs:
         agent.core.accept_labelled(SensorReadings(np.full((2, 3), 150.0), SRC, 0), 1.0)
+        for event in agent.core.take_range_events():  # what the shell does with them
+            agent._log_range(*event)
     assert [(e["event"], e["reason"], e["count"]) for e in logs] == [
         ("readings_clipped", "clipped", 2)
     ]
@@ -615,6 +618,7 @@ def federated_error_ratio(
             status_policy=StatusPolicy(),
             confirm_policy=ConfirmPolicy(),
             now=0.0,
+            rng=random.Random(0),
         )
         x = data[rows]
         for start in range(0, len(x), 25):

@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from edge_runtime.agents.aggregator import AggregatorAgent
-from edge_runtime.agents.base import Agent, AgentState, AgentStats
-from edge_runtime.agents.leaf import LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.common.shell.agent import Agent, AgentState, AgentStats
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 
@@ -29,7 +29,7 @@ def create_agent(
 ) -> Agent:
     """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`
     (with ``algorithm = "fedpower"``: `FedPowerLeafAgent`, `FedPowerRootAgent`,
-    `FedPowerAggregatorAgent`, `edge_runtime.agents.fedpower_agents`).
+    `FedPowerAggregatorAgent`, `edge_runtime.agents.fedpower.shell.agents`).
 
     ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``) go to
     `LeafAgent` and are ignored for aggregators.
@@ -42,7 +42,7 @@ def create_agent(
     if node_id not in topology.nodes:
         raise KeyError(f"node {node_id!r} is not in topology {topology.name!r}")
     if topology.algorithm == "fedpower":
-        from edge_runtime.agents.fedpower_agents import (
+        from edge_runtime.agents.fedpower.shell.agents import (
             FedPowerAggregatorAgent,
             FedPowerLeafAgent,
             FedPowerRootAgent,

@@ -15,7 +15,7 @@ from dataclasses import replace
 import aiomqtt
 
 from edge_runtime.agents import create_agent
-from edge_runtime.agents.discovery import remove_discovery
+from edge_runtime.agents.common.shell.discovery import remove_discovery
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
 from edge_runtime.cli.inputs import (

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
 from edge_runtime.simulation.config import Faults, Feed, Link, SimulationConfig
 from edge_runtime.simulation.engine import Simulation
 from edge_runtime.simulation.fleet import balanced_topology, low_rank_data

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
 from edge_runtime.settings import AgentSettings
 
 __all__ = ["Faults", "Feed", "Link", "SimulationConfig", "SimulationResult"]

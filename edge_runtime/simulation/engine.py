@@ -3,10 +3,10 @@
 `Simulation` wires one `LeafCore` per leaf and one `AggregatorCore` per aggregator of a
 `Topology` together with a discrete-event loop (a heap of ``(time, seq, event)`` over virtual
 seconds) and one seeded `numpy.random.Generator`, and drives every core exactly as its async
-shell does (`edge_runtime.agents.leaf.LeafAgent`, `edge_runtime.agents.aggregator
-.AggregatorAgent`): on every input, then at the core's ``next_wakeup``. Nothing sleeps and no
-broker runs, so thousands of nodes with faults run in seconds, and the same seed gives the same
-result bit for bit.
+shell does (`edge_runtime.agents.leaf.shell.agent.LeafAgent`,
+`edge_runtime.agents.aggregator.shell.agent.AggregatorAgent`): on every input, then at the
+core's ``next_wakeup``. Nothing sleeps and no broker runs, so thousands of nodes with faults run in
+seconds, and the same seed gives the same result bit for bit.
 
 What is modelled (each choice is the MQTT behaviour the shells rely on):
 
@@ -65,16 +65,17 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf_core import LeafCore
-from edge_runtime.agents.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.simulation.config import Link, SimulationConfig, SimulationResult
 from edge_runtime.simulation.events import (
@@ -147,6 +148,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self.config = config or SimulationConfig()
         cfg = self.config
         self.draws = Draws(np.random.default_rng(cfg.seed))
+        self.ids = random.Random(cfg.seed)  # the cores' epochs and sessions, replayable
         s = cfg.settings
         self._status_policy = StatusPolicy(s.status_heartbeat_s, s.status_min_interval_s)
         self._confirm_policy = ConfirmPolicy(s.confirm_interval_s)
@@ -196,6 +198,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 status_policy=self._status_policy,
                 confirm_policy=self._confirm_policy,
                 now=self.now,
+                rng=self.ids,
                 n_features=self.data.shape[1],
                 checkpointing=self.config.restore == "checkpoint",
                 checkpoint_every=self.config.checkpoint_every,
@@ -211,6 +214,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 status_policy=self._status_policy,
                 now=self.now,
                 echo_timeout_s=s.echo_timeout_s,
+                rng=self.ids,
             )
         core.epoch = f"sim-{node.index:x}-{node.incarnation}"  # reproducible, unique per life
         return core

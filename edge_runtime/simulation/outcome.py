@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.leaf_core import LeafCore
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.fpca import error_ratio
 from edge_runtime.simulation.config import SimulationResult
 from edge_runtime.simulation.events import SimNode

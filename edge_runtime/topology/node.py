@@ -53,14 +53,14 @@ class NodeConfig:
         Seconds, > 0: a node with unpublished data publishes once no input (readings for a
         leaf, child snapshots for an aggregator) has arrived for this long (the trailing
         publish; a private leaf masks its pending readings then). None: the role's default,
-        `edge_runtime.agents.policy.LEAF_PUBLISH` / ``AGGREGATOR_PUBLISH``.
+        `edge_runtime.agents.common.core.policy.LEAF_PUBLISH` / ``AGGREGATOR_PUBLISH``.
     publish_min_interval_s, publish_max_interval_s : float or None, default None
         Seconds, >= 0: least time between two snapshots of this node, and most time a change
         may wait while unpublished (max >= min). None: the role's default.
     publish_angle_rad, publish_spectrum_change, publish_growth : float or None, default None
-        The publish deadband (`edge_runtime.agents.policy.PublishPolicy`): largest principal
-        angle (radians, >= 0), relative change of the normalised spectrum (> 0), relative
-        growth of the sample count (> 0). None: the role's default.
+        The publish deadband (`edge_runtime.agents.common.core.policy.PublishPolicy`):
+        largest principal angle (radians, >= 0), relative change of the normalised spectrum
+        (> 0), relative growth of the sample count (> 0). None: the role's default.
     sensor_topic : str or None, default None
         MQTT topic filter a leaf reads its sensor readings from (``"sensors/<id>"`` when parsed
         from TOML); ``None`` for aggregators.
@@ -125,7 +125,7 @@ class NodeConfig:
         "..." }`` sets ``sensor_topic``). Leaves only; not in ``[defaults]``.
     score : {"off", "reading", "interval"}, default "off"
         Anomaly scoring of a leaf's readings against the root's model
-        (`edge_runtime.agents.scoring_core`): none, one JSON document per reading, or one
+        (`edge_runtime.agents.leaf.core.scoring`): none, one JSON document per reading, or one
         per ``score_interval_s``, on ``<prefix>/<path>/scores``. Leaves of FPCA topologies
         only (a ``[defaults]`` value skips aggregators).
     score_interval_s : float, default 10.0
@@ -141,7 +141,7 @@ class NodeConfig:
         from the data): ``(lo, hi)`` for every feature, or ``((lo_1, ..., lo_d), (hi_1,
         ..., hi_d))`` per feature (TOML: ``[lo, hi]`` or ``[[lo_1, ...], [hi_1, ...]]``);
         finite, ``lo < hi`` for every feature. Every reading is checked against it before
-        it reaches the estimator or the scoring (`edge_runtime.agents.leaf_core.LeafCore`);
+        it reaches the estimator or the scoring (`edge_runtime.agents.leaf.core.leaf.LeafCore`);
         per-feature bounds of another width than the readings reject every reading
         (reason ``valid_range_width``). None: no check. Leaves only (a ``[defaults]``
         value skips aggregators).
@@ -206,7 +206,7 @@ class NodeConfig:
         node's ``mechanism`` and replace-one neighbours (`edge_runtime.fpca.privacy.
         NEIGHBOURS`): the one type of a guarantee above the numerics. The leaf turns it into
         the plain-number arguments of `edge_runtime.fpca.FPCAEdge` in one place,
-        `edge_runtime.agents.leaf_estimator.estimator_privacy`.
+        `edge_runtime.agents.leaf.core.estimator.estimator_privacy`.
         """
         if self.epsilon is None or self.delta is None or self.clip_norm is None:
             return None

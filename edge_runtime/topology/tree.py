@@ -346,7 +346,7 @@ class Topology:
 
     def scores_topic(self, node_id: str) -> str:
         """``<prefix>/<path>/scores``: a scoring leaf's anomaly scores (JSON, not retained;
-        `edge_runtime.agents.scoring_core`)."""
+        `edge_runtime.agents.leaf.core.scoring`)."""
         return topics.node_topic(self.prefix, self.path(node_id), topics.SCORES)
 
     def confirm_topic(self, node_id: str) -> str:

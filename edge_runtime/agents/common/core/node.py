@@ -2,15 +2,17 @@
 
 A *core* is the synchronous, I/O-free part of an agent (the sans-I/O style of h11 and
 wsproto): inputs and the current time go in, decisions and messages come out. The async shell
-(`edge_runtime.agents.base.Agent`) only moves bytes and sleeps until `NodeCore.next_wakeup`.
+(`edge_runtime.agents.common.shell.agent.Agent`) only moves bytes and sleeps until
+`NodeCore.next_wakeup`.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 
-from edge_runtime.agents.policy import (
+from edge_runtime.agents.common.core.policy import (
     AGGREGATOR_PUBLISH,
     LEAF_PUBLISH,
     EchoTracker,
@@ -53,6 +55,9 @@ class NodeCore:
         Least bound of the echo check (`EchoTracker`), seconds; 0 turns the check off.
     now : float
         The current time, seconds (any monotonic origin).
+    rng : random.Random
+        Where the core draws its ids from (epochs, sessions: `new_id`): a seeded generator
+        replays a run exactly; the shell seeds it from the operating system's entropy.
 
     Attributes
     ----------
@@ -70,8 +75,11 @@ class NodeCore:
         status_policy: StatusPolicy,
         echo_timeout_s: float,
         now: float,
+        *,
+        rng: random.Random,
     ) -> None:
         self.node_id = node_id
+        self.rng = rng
         self.policy = policy
         self.status_policy = status_policy
         self.echo = EchoTracker(echo_timeout_s) if echo_timeout_s > 0 else None
@@ -85,6 +93,10 @@ class NodeCore:
         self._last_status = -math.inf
         self._status_signature: object = None
         self._signature_sent: object = None  # set by `settle_status` once state exists
+
+    def new_id(self) -> str:
+        """A fresh random id, 16 hex digits (64 bits), from ``rng``."""
+        return f"{self.rng.getrandbits(64):016x}"
 
     def settle_status(self) -> None:
         """A fresh node has nothing to report but ``online`` (retained): its first status

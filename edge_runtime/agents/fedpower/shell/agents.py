@@ -29,16 +29,21 @@ alignment step (not done).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import aiomqtt
 
-from edge_runtime.agents.base import Agent
-from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.fedpower_core import FedPowerLeafCore, FedPowerRootCore
-from edge_runtime.agents.leaf import LeafAgent
-from edge_runtime.agents.policy import AGGREGATOR_PUBLISH
-from edge_runtime.agents.shell import CoreShell, decode_or_reject, status_policy_of
+from edge_runtime.agents.common.core.node import NodeCore
+from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH
+from edge_runtime.agents.common.shell.agent import Agent
+from edge_runtime.agents.common.shell.core_shell import (
+    CoreShell,
+    decode_or_reject,
+    status_policy_of,
+)
+from edge_runtime.agents.fedpower.core import FedPowerLeafCore, FedPowerRootCore
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError, encode_subspace
@@ -196,6 +201,7 @@ class FedPowerRootAgent(CoreShell, Agent):
             status_policy=status_policy_of(self.settings),
             now=time.monotonic(),
             deployment=topology.name,
+            rng=random.Random(),  # ids from the OS's entropy
         )
         self._reply_topics = {topology.reply_topic(leaf): leaf for leaf in topology.leaves()}
         self._lock = asyncio.Lock()  # the core, between `handle` and a close in a thread

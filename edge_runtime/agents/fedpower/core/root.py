@@ -7,14 +7,14 @@ rounds, when to close them and what model to publish.
 
 from __future__ import annotations
 
-import secrets
+import random
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from edge_runtime.agents.aggregator_core import weakest_guarantee
-from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.policy import AGGREGATOR_PUBLISH, StatusPolicy, largest_angle
+from edge_runtime.agents.aggregator.core.aggregator import weakest_guarantee
+from edge_runtime.agents.common.core.node import NodeCore
+from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH, StatusPolicy, largest_angle
 from edge_runtime.fedpower import FedPowerServer, Schedule
 from edge_runtime.fedpower.aggregation import procrustes_rotation
 from edge_runtime.fedpower.power import initial_basis
@@ -81,15 +81,16 @@ class FedPowerRootCore(NodeCore):
         status_policy: StatusPolicy,
         now: float,
         deployment: str | None = None,
+        rng: random.Random,
     ) -> None:
-        super().__init__(node_id, AGGREGATOR_PUBLISH, status_policy, 0.0, now)
+        super().__init__(node_id, AGGREGATOR_PUBLISH, status_policy, 0.0, now, rng=rng)
         self.leaves = tuple(leaves)
         self.rank = rank
         self.config = config
         self.quorum = config.quorum_of(len(self.leaves))
         self.schedule = schedule_of(config)
         self.deployment = deployment
-        self.epoch = secrets.token_hex(8)
+        self.epoch = self.new_id()
         self.server: FedPowerServer | None = None
         self.round = 0  # the latest round started
         self.open = False

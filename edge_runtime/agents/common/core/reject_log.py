@@ -2,7 +2,7 @@
 then one count (issue 11, item 4). Time comes in as an argument; no I/O.
 
 One mechanism for every agent: an aggregator (`Agent.reject`) logs one line per reason and
-interval (``burst = 1``), a leaf (`edge_runtime.agents.leaf_rejects`) the first
+interval (``burst = 1``), a leaf (`edge_runtime.agents.leaf.shell.rejections`) the first
 ``REJECT_LOG_BURST`` and then a summary line with the count of the others.
 """
 

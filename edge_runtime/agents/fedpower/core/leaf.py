@@ -12,8 +12,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from edge_runtime.agents.fedpower_estimator import GramEstimator
-from edge_runtime.agents.leaf_core import LeafCore
+from edge_runtime.agents.fedpower.core.estimator import GramEstimator
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.topology import FedPowerConfig
 from edge_runtime.wire import SubspaceMessage
 from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage

@@ -25,8 +25,7 @@ applied as they come, best effort.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -44,8 +43,6 @@ class SourceSequencer:
     gap_timeout_s : float, default 10.0
         Seconds a gap may stay open before its held rows are released and the gap is
         counted as lost.
-    clock : callable, default time.monotonic
-        Time source in seconds.
 
     Attributes
     ----------
@@ -59,11 +56,9 @@ class SourceSequencer:
         self,
         max_held_rows: int = 10_000,
         gap_timeout_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_held_rows = max_held_rows
         self.gap_timeout_s = gap_timeout_s
-        self.clock = clock
         self.last: dict[str, int] = {}
         self.duplicates = 0
         self.gap_rows = 0
@@ -85,8 +80,9 @@ class SourceSequencer:
         self._held.clear()
         self._gap_since.clear()
 
-    def offer(self, source: str, seq: int, values: np.ndarray) -> list[np.ndarray]:
-        """Offer rows ``values`` ``(n, n_features)`` starting at ``seq``.
+    def offer(self, source: str, seq: int, values: np.ndarray, now: float) -> list[np.ndarray]:
+        """Offer rows ``values`` ``(n, n_features)`` starting at ``seq``, at ``now``
+        (seconds, any monotonic origin: when a gap opens).
 
         Returns the row blocks now ready to apply, in order (possibly none, possibly
         more than the offered rows when they fill a gap).
@@ -108,22 +104,21 @@ class SourceSequencer:
                 self.duplicates += len(values)
                 return []
             held[seq] = values
-            self._gap_since.setdefault(source, self.clock())
+            self._gap_since.setdefault(source, now)
             if self.held_rows > self.max_held_rows:
-                return self._give_up(source)
+                return self._give_up(source, now)
             return []
         ready = [values]
         self.last[source] = end
         ready += self._drain(source)
         return ready
 
-    def expire(self) -> list[np.ndarray]:
-        """Release the rows of every gap open for longer than ``gap_timeout_s``."""
-        now = self.clock()
+    def expire(self, now: float) -> list[np.ndarray]:
+        """Release the rows of every gap open for ``gap_timeout_s`` at ``now`` (seconds)."""
         ready: list[np.ndarray] = []
         for source, since in list(self._gap_since.items()):
             if now - since >= self.gap_timeout_s:
-                ready += self._give_up(source)
+                ready += self._give_up(source, now)
         return ready
 
     def _drain(self, source: str) -> list[np.ndarray]:
@@ -149,7 +144,7 @@ class SourceSequencer:
             self._gap_since.pop(source, None)
         return ready
 
-    def _give_up(self, source: str) -> list[np.ndarray]:
+    def _give_up(self, source: str, now: float) -> list[np.ndarray]:
         """Skip the first gap of ``source``: count it lost, release what follows in order."""
         held = self._held.get(source)
         if not held:
@@ -161,5 +156,5 @@ class SourceSequencer:
         self._gap_since.pop(source, None)
         ready = self._drain(source)
         if self._held.get(source):
-            self._gap_since[source] = self.clock()
+            self._gap_since[source] = now
         return ready

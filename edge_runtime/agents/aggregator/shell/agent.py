@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import aiomqtt
 
-from edge_runtime.agents.aggregator_core import (
+from edge_runtime.agents.aggregator.core.aggregator import (
     AggregatorCore,
     ChildRecord,
     is_newer,
     weakest_privacy,
 )
-from edge_runtime.agents.base import Agent
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.plausibility import (
+from edge_runtime.agents.aggregator.core.plausibility import (
     MAX_RESETS,
     PLAUSIBILITY_REASONS,
     RESET_WINDOW_S,
     child_bounds,
     energy,
 )
-from edge_runtime.agents.shell import CoreShell, SnapshotViews, decode_or_reject, status_policy_of
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.shell.agent import Agent
+from edge_runtime.agents.common.shell.core_shell import (
+    CoreShell,
+    SnapshotViews,
+    decode_or_reject,
+    status_policy_of,
+)
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.topology.topics import child_level, topic_depth
@@ -60,10 +66,10 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     if a change is unpublished), for the root also ``<prefix>/<root>/model`` (retained, QoS
     ``settings.qos``), and ``status`` / ``status/detail`` as every agent (`Agent`).
 
-    Plausibility (`edge_runtime.agents.plausibility`): a child's snapshot whose energy,
-    sample count or growth the leaves' declared bounds rule out, or that resets too often,
-    is quarantined (logged ``child_quarantined``, counted as a reject by reason) until it is
-    plausible again (``child_released``); a snapshot of a node that is not a child, of
+    Plausibility (`edge_runtime.agents.aggregator.core.plausibility`): a child's snapshot
+    whose energy, sample count or growth the leaves' declared bounds rule out, or that
+    resets too often, is quarantined (logged ``child_quarantined``, counted as a reject by reason)
+    until it is plausible again (``child_released``); a snapshot of a node that is not a child, of
     another deployment or of another width is a reject.
 
     Provenance of the published snapshot maps each leaf below to the samples of that
@@ -109,6 +115,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             echo_timeout_s=self.settings.echo_timeout_s,
             deployment=topology.name,
             bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
+            rng=random.Random(),  # ids from the OS's entropy
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
         self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)

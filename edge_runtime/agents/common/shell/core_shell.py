@@ -1,7 +1,7 @@
 """What the agents' async shells share around their synchronous cores.
 
 Every agent (`LeafAgent`, `AggregatorAgent`, the FedPower agents) is an async shell over a
-core (`edge_runtime.agents.core.NodeCore`): the shell moves bytes, the core decides. The
+core (`edge_runtime.agents.common.core.node.NodeCore`): the shell moves bytes, the core decides. The
 pieces of shell code several roles need are here, once:
 
 - `status_policy_of`: the status-document policy of an agent's settings;
@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from edge_runtime.agents.policy import StatusPolicy
+from edge_runtime.agents.common.core.policy import StatusPolicy
 from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError
 

@@ -11,12 +11,11 @@ change is unpublished, and once arrivals pause (the trailing publish).
 from __future__ import annotations
 
 import math
-import secrets
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.plausibility import (
+from edge_runtime.agents.aggregator.core.plausibility import (
     DEFAULT_INFLUENCE_CAP,
     DEFAULT_MAX_READING_RATE,
     ChildBounds,
@@ -25,7 +24,8 @@ from edge_runtime.agents.plausibility import (
     check_snapshot,
     influence_scales,
 )
-from edge_runtime.agents.policy import PublishPolicy, StatusPolicy
+from edge_runtime.agents.common.core.node import NodeCore
+from edge_runtime.agents.common.core.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import NodeConfig
@@ -175,8 +175,9 @@ class AggregatorCore(NodeCore):
         bounds: dict[str, ChildBounds] | None = None,
         influence_cap: float | None = DEFAULT_INFLUENCE_CAP,
         quarantine_policy: str = "keep",
+        rng: random.Random,
     ) -> None:
-        super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
+        super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
         if quarantine_policy not in QUARANTINE_POLICIES:
             raise ValueError(
                 f"quarantine_policy must be one of {QUARANTINE_POLICIES}, got {quarantine_policy!r}"
@@ -194,7 +195,7 @@ class AggregatorCore(NodeCore):
         self.children: dict[str, ChildRecord] = {}
         self.n_features: int | None = None  # the children's reading width, once known
         self._stale: set[str] = set()
-        self.epoch = secrets.token_hex(8)
+        self.epoch = self.new_id()
         self.seq = 0
         self.snapshot: SubspaceMessage | None = None
         self.merges = 0

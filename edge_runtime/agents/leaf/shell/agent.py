@@ -1,16 +1,17 @@
 """Leaf agent: sensor readings in, FPCA-Edge, cumulative subspace snapshots out.
 
-The leaf's concepts are one module each, joined here: `edge_runtime.agents.leaf_source` (a
-local sensor source), `edge_runtime.agents.leaf_recovery` (checkpoint and retained-snapshot
-restore, noise), `edge_runtime.agents.leaf_scores` (anomaly scores) and
-`edge_runtime.agents.leaf_rejects` (reject counting and logging); the decisions are the
-core's (`edge_runtime.agents.leaf_core`), the shell helpers every agent shares are in
-`edge_runtime.agents.shell`.
+The leaf's concepts are one module each, joined here: `edge_runtime.agents.leaf.shell.source` (a
+local sensor source), `edge_runtime.agents.leaf.shell.state_files` (checkpoint and retained-snapshot
+restore, noise), `edge_runtime.agents.leaf.shell.scores` (anomaly scores) and
+`edge_runtime.agents.leaf.shell.rejections` (reject counting and logging); the decisions are the
+core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent shares are in
+`edge_runtime.agents.common.shell.core_shell`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,22 +19,22 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 
-from edge_runtime.agents.base import Agent
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf_core import LeafCore, snapshot_privacy
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S
-from edge_runtime.agents.leaf_intake import Labelled
-from edge_runtime.agents.leaf_recovery import LeafRecovery
-from edge_runtime.agents.leaf_rejects import (
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy
+from edge_runtime.agents.common.shell.agent import Agent
+from edge_runtime.agents.common.shell.core_shell import CoreShell, SnapshotViews, status_policy_of
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
+from edge_runtime.agents.leaf.core.intake import Labelled, RangeEvent
+from edge_runtime.agents.leaf.core.leaf import LeafCore, snapshot_privacy
+from edge_runtime.agents.leaf.shell.rejections import (
     REJECT_LOG_BURST,
     REJECT_LOG_INTERVAL_S,
     LeafRejects,
     peek_source,
 )
-from edge_runtime.agents.leaf_scores import LeafScores
-from edge_runtime.agents.leaf_source import LeafSource
-from edge_runtime.agents.policy import ConfirmPolicy
-from edge_runtime.agents.shell import CoreShell, SnapshotViews, status_policy_of
+from edge_runtime.agents.leaf.shell.scores import LeafScores
+from edge_runtime.agents.leaf.shell.source import LeafSource
+from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.fpca.private_gram import release_noise_std
@@ -51,6 +52,10 @@ from edge_runtime.wire import (
 )
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
+
+_Applied = tuple[np.ndarray, str | None, int | None, ValueError | None]
+"""A block offered to the estimator: its rows, source, first sequence number, and the
+estimator's refusal (or None)."""
 
 
 class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews, CoreShell, Agent):
@@ -137,7 +142,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     checkpoint_interval_s : float, default 60
         Most seconds between checkpoints while readings arrive; a checkpoint also follows
         a pause of the stream (within ``max(idle_s, 10 s)``) and exit
-        (`edge_runtime.agents.leaf_durability`).
+        (`edge_runtime.agents.leaf.core.durability`).
     restore_from_broker : bool, default True
         Without a checkpoint, resume from this leaf's own retained snapshot (read within
         ``settings.restore_wait_s`` seconds before connecting).
@@ -190,8 +195,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             checkpoint_interval_s=checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
+            rng=random.Random(),  # ids from the OS's entropy
         )
-        self._core.on_range = self._log_range
         self._scores: list[bytes] = []  # documents waiting for the work loop
         self._scores_dropped = 0
         self._lock = asyncio.Lock()
@@ -285,9 +290,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         the ones the estimator refused (reason ``estimator``)."""
         core = self._core
 
-        def ingest_now() -> list[tuple[np.ndarray, str | None, int | None, ValueError | None]]:
+        def ingest_now() -> tuple[list[_Applied], list[RangeEvent]]:
             now = time.monotonic()
-            out: list[tuple[np.ndarray, str | None, int | None, ValueError | None]] = []
+            out: list[_Applied] = []
             for block, src, seq in release(now):
                 try:
                     core.apply(block, now)
@@ -295,9 +300,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
                     out.append((block, src, seq, exc))
                 else:
                     out.append((block, src, seq, None))
-            return out
+            return out, core.take_range_events()
 
-        for block, src, seq, error in await self._numerics(ingest_now):
+        results, events = await self._numerics(ingest_now)
+        for reason, range_source, detail in events:
+            self._log_range(reason, range_source, detail)
+        for block, src, seq, error in results:
             if error is None:
                 self._score(block, src, seq)
                 continue

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from edge_runtime.agents.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
+from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.topology import NodeConfig
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafRejects", "peek_source"]
@@ -67,7 +67,7 @@ class LeafRejects:
         self._log_reject(reason, topic, count_as, detail)
 
     def _log_range(self, reason: str, source: str, detail: str) -> None:
-        """The core's `RangeHook`: readings outside ``valid_range`` were rejected (already
+        """A core's `RangeEvent`: readings outside ``valid_range`` were rejected (already
         counted) or clipped; logged as `reject` logs."""
         topic = "" if self._source_spec is not None else self.config.sensor_topic or ""
         self._log_reject(reason, topic, source, detail)

@@ -1,13 +1,13 @@
 """FedPower on the runtime, the synchronous part: a leaf core and the root's server core.
 
 No I/O, no clock (time comes in as an argument), as every core of `edge_runtime.agents`.
-This module gathers the three pieces (one module each) under one import path:
+This package gathers the three pieces (one module each) under one import path:
 
-- `GramEstimator` (`edge_runtime.agents.fedpower_estimator`) keeps a leaf's `LocalGram`
+- `GramEstimator` (`edge_runtime.agents.fedpower.core.estimator`) keeps a leaf's `LocalGram`
   behind the estimator interface `LeafCore` drives, so a FedPower leaf shares the FPCA
   leaf's whole data path (sensor topic, replay, local sources, sequencing, confirmations,
   checkpoints, retained-snapshot restore).
-- `FedPowerLeafCore` (`edge_runtime.agents.fedpower_leaf_core`) is a `LeafCore` with that
+- `FedPowerLeafCore` (`edge_runtime.agents.fedpower.core.leaf`) is a `LeafCore` with that
   estimator, plus the round logic: on a round message it runs the round's local iterations
   (`local_iterations`) on ``A_l = S/n`` from the round's basis and replies with ``Y`` and
   its sample count (a leaf without readings does not reply; a leaf replies at most once per
@@ -19,7 +19,7 @@ This module gathers the three pieces (one module each) under one import path:
   (`FedPowerConfig.total_iterations`), the leaf stops replying once it has run ``T``, its
   replies carry the guarantee and it never publishes its Gram (no restore snapshot: a
   private leaf restarts from its checkpoint, or empty).
-- `FedPowerRootCore` (`edge_runtime.agents.fedpower_root_core`) wraps `FedPowerServer`
+- `FedPowerRootCore` (`edge_runtime.agents.fedpower.core.root`) wraps `FedPowerServer`
   (Algorithm 3, partial participation: a round closes with ``K`` replies or at its timeout;
   later replies are dropped and counted) and decides when to start rounds, when to close
   them and what model to publish.
@@ -27,10 +27,10 @@ This module gathers the three pieces (one module each) under one import path:
 
 from __future__ import annotations
 
-from edge_runtime.agents.aggregator_core import weakest_guarantee
-from edge_runtime.agents.fedpower_estimator import GramEstimator
-from edge_runtime.agents.fedpower_leaf_core import FedPowerLeafCore
-from edge_runtime.agents.fedpower_root_core import FedPowerRootCore, largest_angle
+from edge_runtime.agents.aggregator.core.aggregator import weakest_guarantee
+from edge_runtime.agents.fedpower.core.estimator import GramEstimator
+from edge_runtime.agents.fedpower.core.leaf import FedPowerLeafCore
+from edge_runtime.agents.fedpower.core.root import FedPowerRootCore, largest_angle
 
 __all__ = [
     "FedPowerLeafCore",

@@ -9,7 +9,7 @@ with two named tasks: ``receive`` (drain the broker, never blocked by numerics) 
 ``work`` (asks the node's synchronous core what to publish, publishes it, and sleeps until
 the core's next decision time or new input). Every decision — when a snapshot, a status
 document or a confirmation goes out, when a missing echo counts as undelivered — is the
-core's (`edge_runtime.agents.core`); the shell only moves bytes. Leaving the context
+core's (`edge_runtime.agents.common.core.node`); the shell only moves bytes. Leaving the context
 publishes the final state and the retained ``offline`` status, then disconnects.
 """
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import aiomqtt
 import structlog
 
-from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.discovery import AgentDiscovery, remove_discovery
-from edge_runtime.agents.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
+from edge_runtime.agents.common.core.node import NodeCore
+from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
+from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import ack, enable_manual_ack
 from edge_runtime.settings import AgentSettings

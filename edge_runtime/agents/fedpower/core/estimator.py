@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_runtime.agents.leaf_estimator import estimator_privacy
+from edge_runtime.agents.leaf.core.estimator import estimator_privacy
 from edge_runtime.fedpower import LocalGram, local_iterations
 from edge_runtime.fedpower.accounting import (
     fedpower_noise_std,
@@ -35,7 +35,7 @@ class GramEstimator:
     it. A private estimator's Gram is never published (`FedPowerLeafCore`).
 
     Privacy (a `PrivacyParams` ``privacy`` and ``iterations`` ``T``; its plain numbers for
-    `edge_runtime.fedpower` come from `edge_runtime.agents.leaf_estimator.estimator_privacy`):
+    `edge_runtime.fedpower` come from `edge_runtime.agents.leaf.core.estimator.estimator_privacy`):
     rows are clipped into the unit ball (`LocalGram` ``clip_norm``) and `iterate` adds
     i.i.d. Gaussian noise to every local product. ``noise_std_`` is ``sigma =
     fedpower_noise_std(epsilon, delta, T, power_step_sensitivity(rank))`` in the units of

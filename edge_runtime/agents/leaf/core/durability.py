@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from edge_runtime.agents.policy import ConfirmPolicy
-from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.agents.common.core.policy import ConfirmPolicy
+from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.wire import ConfirmMessage, SubspaceMessage
 
 __all__ = ["CHECKPOINT_INTERVAL_S", "IDLE_CHECKPOINT_GAP_S", "LeafDurability"]

@@ -10,17 +10,16 @@ readings the idle decision stretches to. No I/O, no clock (time is an argument).
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
 
 import numpy as np
 
-from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SensorReadings
 
-__all__ = ["GAP_WEIGHT", "Labelled", "LeafIntake", "RangeHook"]
+__all__ = ["GAP_WEIGHT", "MAX_RANGE_EVENTS", "Labelled", "LeafIntake", "RangeEvent"]
 
 GAP_WEIGHT = 0.2
 """Weight of the newest gap in the average gap between a leaf's readings."""
@@ -28,10 +27,14 @@ GAP_WEIGHT = 0.2
 Labelled = tuple[np.ndarray, str | None, int | None]
 """A block of rows, its source and the sequence number of its first row (or None)."""
 
-RangeHook = Callable[[str, str, str], None]
-"""``hook(reason, source, detail)``: a block had readings outside ``valid_range`` (reason
+RangeEvent = tuple[str, str, str]
+"""``(reason, source, detail)``: a block had readings outside ``valid_range`` (reason
 ``"out_of_range"``, rejected, or ``"clipped"``) or of another width than its per-feature
-bounds (``"valid_range_width"``, rejected); called once per block, after counting."""
+bounds (``"valid_range_width"``, rejected); one per block, after counting."""
+
+MAX_RANGE_EVENTS = 1024
+"""Range events kept until the shell takes them (the oldest are dropped beyond; counted
+all the same)."""
 
 
 class LeafIntake:
@@ -47,9 +50,9 @@ class LeafIntake:
         Rejected readings (or messages) by the source they came from.
     clipped : int
         Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``).
-    on_range : RangeHook or None
-        Told of every block with readings outside ``config.valid_range`` (the shell logs
-        them, rate-limited); None: counted only.
+    range_events : deque of RangeEvent
+        Every block with readings outside ``config.valid_range``, for the shell to log
+        (rate-limited; `take_range_events`), at most `MAX_RANGE_EVENTS`.
     """
 
     config: NodeConfig
@@ -58,16 +61,21 @@ class LeafIntake:
     n_features: int | None
     rejected_by_source: Counter[str]
     clipped: int
-    on_range: RangeHook | None
+    range_events: deque[RangeEvent]
     _bounds: dict[int, tuple[np.ndarray, np.ndarray]]
     _gap_s: float
     _input_version: int
-    _now: float
 
     @property
     def ingested(self) -> dict[str, int]:
         """Last sequence number applied per source."""
         return dict(self.sequencer.last)
+
+    def take_range_events(self) -> list[RangeEvent]:
+        """The range events since the last call, oldest first (the shell logs them)."""
+        events = list(self.range_events)
+        self.range_events.clear()
+        return events
 
     def count_reject(self, reason: str, source: str, n: int = 1) -> None:
         """Count ``n`` rejected readings (or one message) by ``reason`` (``rejects``) and by
@@ -90,12 +98,11 @@ class LeafIntake:
         ``(block, None, None)`` for readings without one. ``origin``: what a rejected
         reading without a source is counted under (the message's topic; default the
         sensor topic)."""
-        self._now = now
         source = readings.source
         if source is None or readings.seq is None:
             labelled: list[Labelled] = [(readings.values, None, None)]
         else:
-            blocks = self.sequencer.offer(source, readings.seq, readings.values)
+            blocks = self.sequencer.offer(source, readings.seq, readings.values, now)
             if not blocks:
                 return []
             labelled = _label(blocks, source, self.sequencer.last[source])
@@ -104,9 +111,8 @@ class LeafIntake:
     def expire_labelled(self, now: float) -> list[Labelled]:
         """`expire`, labelled as `accept_labelled` when the released rows are of one
         source (the usual case), else ``(block, None, None)``."""
-        self._now = now
         before = dict(self.sequencer.last)
-        blocks = self.sequencer.expire()
+        blocks = self.sequencer.expire(now)
         if not blocks:
             return []
         changed = [s for s, last in self.sequencer.last.items() if before.get(s) != last]
@@ -171,8 +177,7 @@ class LeafIntake:
         )
         if self.config.out_of_range == "clip":
             self.clipped += n_bad
-            if self.on_range is not None:
-                self.on_range("clipped", source, detail)
+            self.range_events.append(("clipped", source, detail))
             return [(np.clip(block, lo, hi), src, seq)]
         self._dropped("out_of_range", source, n_bad, now, detail)
         kept = np.flatnonzero(~bad)
@@ -188,8 +193,7 @@ class LeafIntake:
         self._note_input(now)
         if math.isinf(self.unpublished_since):
             self.unpublished_since = now  # a snapshot (or checkpoint) will cover them
-        if self.on_range is not None:
-            self.on_range(reason, source, detail)
+        self.range_events.append((reason, source, detail))
 
     def _note_input(self, now: float) -> None:
         """Input arrived at ``now``: the usual gap between readings and ``last_input``."""

@@ -8,11 +8,10 @@ retained snapshot (`restore_snapshot`). No I/O, no clock.
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
 
@@ -34,6 +33,7 @@ class LeafRestore:
 
     node_id: str
     epoch: str
+    new_id: Callable[[], str]
     seq: int
     estimator: Any
     n_features: int | None
@@ -79,11 +79,11 @@ class LeafRestore:
         snapshot whose ``(epoch, seq)`` is not newer), and start a new epoch when that
         snapshot covers more samples than the checkpoint: within one epoch ``n_samples``
         never decreases, and parents quarantine a child whose does
-        (`edge_runtime.agents.plausibility.check_snapshot`)."""
+        (`edge_runtime.agents.aggregator.core.plausibility.check_snapshot`)."""
         if retained.node_id == self.node_id and retained.epoch == self.epoch:
             self.seq = max(self.seq, retained.seq)
             if retained.n_samples > self.checkpointed_n:
-                self.epoch = secrets.token_hex(8)  # a lineage that forgot some samples
+                self.epoch = self.new_id()  # a lineage that forgot some samples
 
     def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
         """Continue from this leaf's own retained snapshot (no checkpoint).

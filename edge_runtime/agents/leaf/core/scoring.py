@@ -1,8 +1,8 @@
 """Anomaly scoring on a leaf: the root's model in, readings scored, JSON documents out.
 
 `ScoringCore` is synchronous and does no I/O and reads no clock (time comes in as
-arguments), like the other cores (`edge_runtime.agents.core`). The leaf shell
-(`edge_runtime.agents.leaf.LeafAgent`) subscribes to the root's model topic
+arguments), like the other cores (`edge_runtime.agents.common.core.node`). The leaf shell
+(`edge_runtime.agents.leaf.shell.agent.LeafAgent`) subscribes to the root's model topic
 (``<prefix>/<root>/model``, retained) when the leaf's ``score`` is not ``"off"``, hands every
 model to `offer_model` and every accepted reading block to `score`, and publishes the
 documents it returns on ``<prefix>/<path>/scores`` (`Topology.scores_topic`; not retained,

@@ -2,7 +2,7 @@
 
 With the node's ``score`` = ``"reading"`` or ``"interval"``, the leaf subscribes to the
 root's model (``<prefix>/<root>/model``, retained), scores every accepted reading block
-against it (`edge_runtime.agents.scoring_core.ScoringCore`: Q, T^2, their limits at
+against it (`edge_runtime.agents.leaf.core.scoring.ScoringCore`: Q, T^2, their limits at
 ``score_alpha`` and the flag, after the reading is applied) and publishes the documents on
 ``<prefix>/<path>/scores`` (not retained, QoS ``settings.scores_qos``) from its work loop.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
-from edge_runtime.agents.scoring_core import encode_document
+from edge_runtime.agents.leaf.core.scoring import encode_document
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_subspace
 

@@ -6,10 +6,10 @@ when to publish a snapshot (`PublishPolicy`), when to mask pending readings of a
 when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publish its status
 (`StatusPolicy`). Time comes in as an argument; the async shell (`LeafAgent`) does the I/O.
 
-The concepts are one module each, joined here: `edge_runtime.agents.leaf_estimator` (the
-estimator and its privacy), `edge_runtime.agents.leaf_intake` (sequencing, range screening,
-rejects), `edge_runtime.agents.leaf_restore` (checkpoint and retained-snapshot restore) and
-`edge_runtime.agents.leaf_durability` (checkpoints and confirmations); this module holds the
+The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
+estimator and its privacy), `edge_runtime.agents.leaf.core.intake` (sequencing, range screening,
+rejects), `edge_runtime.agents.leaf.core.resume` (checkpoint and retained-snapshot restore) and
+`edge_runtime.agents.leaf.core.durability` (checkpoints and confirmations); this module holds the
 snapshot decisions (when to release a private leaf's pending rows, when to publish) and the
 status document.
 """
@@ -17,19 +17,24 @@ status document.
 from __future__ import annotations
 
 import math
-import secrets
-from collections import Counter
+import random
+from collections import Counter, deque
 
 import numpy as np
 
-from edge_runtime.agents.core import NodeCore
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S, LeafDurability
-from edge_runtime.agents.leaf_estimator import LeafEstimator, snapshot_privacy
-from edge_runtime.agents.leaf_intake import GAP_WEIGHT, LeafIntake, RangeHook
-from edge_runtime.agents.leaf_restore import LeafRestore
-from edge_runtime.agents.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
-from edge_runtime.agents.scoring_core import ScoringCore
-from edge_runtime.agents.sequencing import SourceSequencer
+from edge_runtime.agents.common.core.node import NodeCore
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, LeafDurability
+from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
+from edge_runtime.agents.leaf.core.intake import (
+    GAP_WEIGHT,
+    MAX_RANGE_EVENTS,
+    LeafIntake,
+    RangeEvent,
+)
+from edge_runtime.agents.leaf.core.resume import LeafRestore
+from edge_runtime.agents.leaf.core.scoring import ScoringCore
+from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
@@ -38,7 +43,7 @@ __all__ = [
     "GAP_WEIGHT",
     "IDLE_GAPS",
     "LeafCore",
-    "RangeHook",
+    "RangeEvent",
     "snapshot_privacy",
 ]
 
@@ -73,6 +78,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         Least bound of the echo check, seconds.
     gap_timeout_s : float, default 10
         Seconds a sequence gap may stay open (`SourceSequencer`).
+    rng : random.Random
+        Source of the leaf's ids (epoch, session; `NodeCore.new_id`).
     root_id : str, optional
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
         accepts (`ScoringCore`, attribute ``scoring``); without it the leaf does not score.
@@ -81,9 +88,9 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     ----------
     clipped : int
         Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``).
-    on_range : RangeHook or None
-        Told of every block with readings outside ``config.valid_range`` (the shell logs
-        them, rate-limited); None: counted only.
+    range_events : deque of RangeEvent
+        Blocks with readings outside ``config.valid_range``, for the shell to log
+        (`take_range_events`).
 
     Notes
     -----
@@ -117,8 +124,9 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         echo_timeout_s: float = 5.0,
         gap_timeout_s: float = 10.0,
         root_id: str | None = None,
+        rng: random.Random,
     ) -> None:
-        super().__init__(config.id, policy, status_policy, echo_timeout_s, now)
+        super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         if checkpoint_every is not None and checkpoint_every < 1:
@@ -130,10 +138,10 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.config = config
         self.confirm_policy = confirm_policy
         self.n_features = n_features
-        self.epoch = secrets.token_hex(8)
+        self.epoch = self.new_id()
         self.seq = 0
         self.estimator: FPCAEdge | None = None
-        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s, clock=lambda: self._now)
+        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
         self.durable: dict[str, int] = {}
         self.snapshot: SubspaceMessage | None = None
         self.checkpointing = checkpointing
@@ -148,17 +156,16 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.privacy: PrivacyParams | None = config.privacy
         self.noise: int | np.random.Generator | None = config.noise_seed
         self.noise_restarts = 0
-        self._now = now
         self._candidate_version = -1
         self._candidate_moved = False
         self._input_version = 0  # bumped whenever the estimator changes
         self._checkpointed_version = self._captured_version = 0
         self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
-        self.session = secrets.token_hex(8)  # this process: a restart shows as a new session
+        self.session = self.new_id()  # this process: a restart shows as a new session
         self._last_confirm = -math.inf
         self.rejected_by_source: Counter[str] = Counter()
         self.clipped = 0
-        self.on_range: RangeHook | None = None
+        self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.scoring: ScoringCore | None = None
         if config.score != "off" and root_id is not None:

@@ -1,0 +1,1 @@
+"""The aggregator's synchronous core (see `edge_runtime.agents.aggregator`)."""

@@ -1,0 +1,1 @@
+"""The aggregator's async shell (see `edge_runtime.agents.aggregator`)."""

@@ -1,0 +1,1 @@
+"""FedPower's async shells (see `edge_runtime.agents.fedpower`)."""

@@ -1,0 +1,1 @@
+"""The leaf's synchronous core (see `edge_runtime.agents.leaf`); `LeafCore` is in `leaf`."""
