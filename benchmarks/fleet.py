@@ -10,6 +10,9 @@ user gets, start-up excluded where the runtime reports its own times:
   peak RSS, error ratio, p50 / p95 latency from a reading to the root (the run's JSON;
   "n/a" where a key is missing), medians over repeats; a run past its time limit is
   stopped and reported as stalled.
+- **large** (`run_sweep`, `FleetSizes.large`): one ``edge-runtime run`` of 10,240 leaves
+  under fan-out 64 with 50 readings each (issue 21), counting the ``publish_not_delivered``
+  lines it logs (the echo check must not report a snapshot the broker delivered).
 - **motes** (`run_motes`): ``edge-runtime run topologies/motes-light.toml --json``.
 - **latency** and **agent** (`benchmarks.fleet_live`): every node its own ``edge-runtime
   agent`` process.
@@ -76,6 +79,9 @@ class FleetSizes:
         Readings (the first rows of Motes light) and readings/s of the latency part.
     agent_leaves, agent_rate, agent_seconds : int, float, float
         The agent-cost part: leaves under one aggregator, readings/s each, seconds.
+    large : (int, int, int) or None
+        ``(leaves, fan-out, readings per leaf)`` of one more run after the sweep (its
+        ``publish_not_delivered`` count is issue 21's Done-when item); None: not run.
     """
 
     name: str = "full"
@@ -92,6 +98,7 @@ class FleetSizes:
     agent_leaves: int = 4
     agent_rate: float = 100.0
     agent_seconds: float = 20.0
+    large: tuple[int, int, int] | None = (10_240, 64, 50)
 
     def repeats_for(self, n_leaves: int) -> int:
         """Runs of the sweep at ``n_leaves``."""
@@ -101,6 +108,7 @@ class FleetSizes:
 FULL = FleetSizes()
 QUICK = FleetSizes(
     name="quick",
+    large=None,
     ks=(8, 32),
     repeats=1,
     run_timeout_s=300.0,
@@ -110,6 +118,7 @@ QUICK = FleetSizes(
 )
 TINY = FleetSizes(
     name="tiny",
+    large=None,
     ks=(4,),
     readings_per_leaf=60,
     repeats=1,
@@ -139,6 +148,9 @@ METRICS: tuple[str, ...] = (
     "process_cpu_s",
     "process_max_rss_bytes",
     "process_total_rss_bytes",
+    "not_delivered_logged",
+    "delivered_late_logged",
+    "connection_lost_logged",
 )
 
 
@@ -163,6 +175,9 @@ class RunOutcome:
         The ``--json`` object; empty when none was printed.
     error : str
         The last line of stderr when the run failed.
+    logged : dict of str to int, optional
+        Structured log lines by event (`CommandResult.log_events`); None when not
+        counted (results of an older harness).
     """
 
     returncode: int | None
@@ -172,6 +187,7 @@ class RunOutcome:
     total_rss_bytes: int | None = None
     summary: dict[str, object] = field(default_factory=dict)
     error: str = ""
+    logged: dict[str, int] | None = None
 
     @classmethod
     def from_command(cls, result: CommandResult) -> RunOutcome:
@@ -201,6 +217,7 @@ class RunOutcome:
             total_rss_bytes=result.total_rss_bytes,
             summary=summary,
             error=error,
+            logged=dict(result.log_events),
         )
 
     @property
@@ -241,6 +258,12 @@ def metrics_of(run: RunOutcome) -> dict[str, float | None]:
     }
     if out["readings_per_s"] is None:
         out["readings_per_s"] = _ratio(samples, out["wall_s"])
+    for key, event in (
+        ("not_delivered_logged", "publish_not_delivered"),
+        ("delivered_late_logged", "publish_delivered_late"),
+        ("connection_lost_logged", "connection_lost"),
+    ):
+        out[key] = None if run.logged is None else float(run.logged.get(event, 0))
     for key in METRICS:
         if key not in out:
             out[key] = _number(s, key)
@@ -306,6 +329,7 @@ class SweepResult:
     n_features: int
     workers: int | None
     run_timeout_s: float
+    large: SweepRow | None = None
 
 
 def run_sweep(sizes: FleetSizes, log: Callable[[str], None] = print) -> SweepResult:
@@ -332,6 +356,7 @@ def run_sweep(sizes: FleetSizes, log: Callable[[str], None] = print) -> SweepRes
                 run = RunOutcome.from_command(result)
                 rows[k].runs.append(run)
                 log(f"  k={k} run {rep + 1}/{sizes.repeats_for(k)}: {_describe(run)}")
+        large = None if sizes.large is None else _run_large(sizes, Path(tmp) / "large", log)
     for row in rows.values():
         row.medians = summarise(row.runs)
     return SweepResult(
@@ -340,7 +365,26 @@ def run_sweep(sizes: FleetSizes, log: Callable[[str], None] = print) -> SweepRes
         n_features=48,
         workers=sizes.workers,
         run_timeout_s=sizes.run_timeout_s,
+        large=large,
     )
+
+
+def _run_large(sizes: FleetSizes, folder: Path, log: Callable[[str], None]) -> SweepRow:
+    """One run at ``sizes.large`` = (leaves, fan-out, readings per leaf)."""
+    assert sizes.large is not None
+    k, fan, per_leaf = sizes.large
+    topology, data = write_fleet_inputs(k, folder, readings_per_leaf=per_leaf, fan_out=fan)
+    result = run_command(_run_args(topology, data, sizes.workers), sizes.run_timeout_s)
+    data.unlink()  # hundreds of MB: gone before the next part runs
+    run = RunOutcome.from_command(result)
+    logged = run.logged or {}
+    log(
+        f"  large k={k} (fan-out {fan}, {per_leaf} readings per leaf): {_describe(run)}; "
+        f"publish_not_delivered {logged.get('publish_not_delivered', 0)}, "
+        f"publish_delivered_late {logged.get('publish_delivered_late', 0)}, "
+        f"connection_lost {logged.get('connection_lost', 0)}"
+    )
+    return SweepRow(k, fan, math.ceil(k / fan), per_leaf, [run], summarise([run]))
 
 
 @dataclass

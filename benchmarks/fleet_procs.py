@@ -14,6 +14,7 @@ own) are killed by pid. `ProcessSample` reads one live process's CPU time and me
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -21,14 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
     "CommandResult",
     "ProcessSample",
     "edge_runtime_command",
+    "log_events_of",
     "run_command",
     "sample_process",
     "stop_processes",
@@ -72,6 +75,9 @@ class CommandResult:
     stdout : str
     stderr_tail : str
         The last lines of stderr (at most 2,000 characters).
+    log_events : dict of str to int
+        How many structured (JSON) log lines of each ``event`` stderr held, e.g.
+        ``publish_not_delivered`` (`log_events_of`).
     """
 
     returncode: int | None
@@ -81,6 +87,7 @@ class CommandResult:
     total_rss_bytes: int | None
     stdout: str
     stderr_tail: str
+    log_events: dict[str, int] = field(default_factory=dict)
 
     @property
     def stalled(self) -> bool:
@@ -220,7 +227,26 @@ def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = Non
         total_rss_bytes=sum(peaks.values()) if peaks else None,
         stdout=stdout,
         stderr_tail=stderr[-2000:],
+        log_events=log_events_of(stderr),
     )
+
+
+def log_events_of(text: str) -> dict[str, int]:
+    """Count the structured log lines of ``text`` (one JSON object per line, as the
+    runtime logs when its stderr is not a terminal) by their ``event``; other lines are
+    skipped."""
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("{") or '"event"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        event = record.get("event") if isinstance(record, dict) else None
+        if isinstance(event, str):
+            counts[event] += 1
+    return dict(sorted(counts.items()))
 
 
 @dataclass(frozen=True)
