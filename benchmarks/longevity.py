@@ -9,8 +9,9 @@ What runs: the REAL cores -- one `LeafCore` (``pi-01`` of ``topologies/motes-lig
 48 features, rank 10, block size 50, ``valid_range`` [0, 2000], its publish policy and the
 agents' default settings) with checkpointing on, and one `AggregatorCore` (``site-a``) above it
 fed every snapshot the leaf publishes -- on a virtual clock, driven exactly as their shells
-drive them (`edge_runtime.agents.leaf.LeafAgent`, `edge_runtime.agents.aggregator
-.AggregatorAgent`, `edge_runtime.agents.base.Agent.work`):
+drive them (`edge_runtime.agents.leaf.shell.agent.LeafAgent`,
+`edge_runtime.agents.aggregator.shell.agent.AggregatorAgent`,
+`edge_runtime.agents.common.shell.agent.Agent.work`):
 
 - a readings message is sequenced and screened (`LeafCore.accept_labelled`), its blocks
   applied (`LeafCore.apply`), then the work loop is woken;
@@ -72,6 +73,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import sys
 import tempfile
@@ -84,16 +86,20 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.base import MAX_SLEEP_S, MIN_SLEEP_S, RECONNECT_LOG_INTERVAL_S
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf_core import LeafCore
-from edge_runtime.agents.leaf_durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
-from edge_runtime.agents.leaf_rejects import REJECT_LOG_BURST
-from edge_runtime.agents.plausibility import child_bounds
-from edge_runtime.agents.policy import ConfirmPolicy
-from edge_runtime.agents.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
-from edge_runtime.agents.shell import status_policy_of
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.aggregator.core.plausibility import child_bounds
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy
+from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
+from edge_runtime.agents.common.shell.agent import (
+    MAX_SLEEP_S,
+    MIN_SLEEP_S,
+    RECONNECT_LOG_INTERVAL_S,
+)
+from edge_runtime.agents.common.shell.core_shell import status_policy_of
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.shell.rejections import REJECT_LOG_BURST
 from edge_runtime.backoff import OutageLog
 from edge_runtime.checkpoint import save_checkpoint
 from edge_runtime.datasets import load_dataset
@@ -253,6 +259,7 @@ class Harness:
             checkpoint_interval_s=run.checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
+            rng=random.Random(0),
         )
         agg_cfg = topology.nodes[AGGREGATOR]
         self.agg = AggregatorCore(  # as AggregatorAgent.__init__
@@ -264,9 +271,9 @@ class Harness:
             echo_timeout_s=s.echo_timeout_s,
             deployment=topology.name,
             bounds={c: child_bounds(topology, c) for c in topology.children(AGGREGATOR)},
+            rng=random.Random(0),
         )
         self.reject_log = RejectLog(REJECT_LOG_BURST, REJECT_LOG_INTERVAL_S)
-        self.leaf.on_range = self._on_range
         self.path = state_dir / f"{LEAF}.ckpt"
         self.heap: list[tuple[float, int, int, object]] = []
         self._n = 0
@@ -320,6 +327,8 @@ class Harness:
         for block, _, _ in core.accept_labelled(msg, self.now, origin="sensors/pi-01"):
             core.apply(block, self.now)
             applied += block.shape[0]
+        for event in core.take_range_events():  # what LeafAgent._ingest logs
+            self._on_range(*event)
         day.applied += applied
         day.rejected += n - applied
         self._arrivals.append((self.seq - 1, self.now, n))

@@ -15,6 +15,7 @@ still catches a bad payload, and ``except EdgeRuntimeError`` catches anything of
     ├── LimitError(RuntimeError)       edge_runtime.limits: an OS limit too low for the run
     ├── WorkerError(RuntimeError)      edge_runtime.workers: an agent host that failed
     ├── PlotError                      edge_runtime.plots: plots that cannot be written
+    ├── NotFittedError(ValueError)     edge_runtime.fpca: an estimator used before it learned
     └── CliError                       edge_runtime.cli: a one-line error for the user, exit code
 
 Every message is one line naming the offending value and what was expected. Errors from
@@ -23,7 +24,7 @@ the libraries below us are translated where they cross into our code: msgpack's 
 `CheckpointError`, aiomqtt's ``MqttError`` into a logged reconnect inside the agents and a
 `CliError` at the command line. The numerics (`edge_runtime.fpca`, `edge_runtime.fedpower`)
 are usable alone and raise plain ``ValueError`` / ``TypeError`` for bad arguments, as numpy
-and scipy do.
+and scipy do; only `NotFittedError` is theirs (scikit-learn's protocol).
 """
 
 from __future__ import annotations

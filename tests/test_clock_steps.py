@@ -13,10 +13,9 @@ or rejected:
 - a leaf restarted from its checkpoint after the clock stepped back (it continues under a new
   epoch when its retained snapshot covers more than the checkpoint,
   `LeafCore.continue_after`), and a restarted aggregator (a new epoch at every start):
-  their parent must take the new epoch's snapshots. `is_newer` orders epochs by their
-  wall-clock ``timestamp``, so a parent ignores them as duplicates until the child's clock
-  passes the old epoch's last timestamp (an hour after a -1 h step; never, without NTP,
-  after a boot at 1970): marked ``xfail(strict=True)`` until fixed;
+  their parent must take the new epoch's snapshots (`is_newer` compares no wall clock: a
+  new epoch wins unless a later one already replaced it; before, it ordered epochs by
+  ``timestamp`` and ignored the new one until the clock passed the old one's);
 - replay, leaves with state directories and aggregators as real agents against a real
   Mosquitto, with ``time.time`` stepped while the replay runs: every reading confirmed
   durable, the root's model covers them all, nothing rejected.
@@ -26,19 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edge_runtime.agents.aggregator import AggregatorAgent
-from edge_runtime.agents.aggregator_core import AggregatorCore
-from edge_runtime.agents.core import publish_policy_for
-from edge_runtime.agents.leaf import LeafAgent
-from edge_runtime.agents.leaf_core import LeafCore
-from edge_runtime.agents.policy import ConfirmPolicy
-from edge_runtime.agents.shell import status_policy_of
+from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy
+from edge_runtime.agents.common.shell.core_shell import status_policy_of
+from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.monitor import ModelWatcher
 from edge_runtime.replay import Replayer
@@ -82,6 +82,7 @@ def leaf_core(topology: Topology, node: str, now: float) -> LeafCore:
         now=now,
         checkpointing=True,
         echo_timeout_s=s.echo_timeout_s,
+        rng=random.Random(f"{node}@{now}"),  # a restart draws other ids
     )
 
 
@@ -97,6 +98,7 @@ def aggregator_core(topology: Topology, node: str, now: float) -> AggregatorCore
         now=now,
         echo_timeout_s=s.echo_timeout_s,
         deployment=topology.name,
+        rng=random.Random(f"{node}@{now}"),  # a restart draws another epoch
     )
 
 
@@ -275,12 +277,6 @@ def test_a_leaf_restarted_with_its_clock_ahead_is_taken_by_its_aggregator():
     assert second.agg_published[-1].provenance["leaf-0-0"] == 600
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="is_newer (agents/aggregator_core.py) orders a child's epochs by their wall-clock "
-    "timestamp: after the clock stepped back, the restarted leaf's new epoch is ignored as a "
-    "duplicate until its clock passes the old epoch's last timestamp",
-)
 @pytest.mark.parametrize("wall_after", [NOW - HOUR, 1.0], ids=["-1h", "1970"])
 def test_a_leaf_restarted_after_its_clock_stepped_back_is_taken_by_its_aggregator(wall_after):
     """A Pi rebooted after a power cut, its clock restored an hour behind by fake-hwclock or
@@ -291,11 +287,6 @@ def test_a_leaf_restarted_after_its_clock_stepped_back_is_taken_by_its_aggregato
     assert second.agg_published[-1].provenance["leaf-0-0"] == 600
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="is_newer orders epochs by wall-clock timestamp: a restarted aggregator (a new "
-    "epoch at every start) whose clock is behind its last run's is ignored by its parent",
-)
 @pytest.mark.parametrize("wall_after", [NOW - HOUR, 1.0], ids=["-1h", "1970"])
 def test_a_restarted_aggregator_with_its_clock_stepped_back_is_taken_by_its_parent(wall_after):
     topology = tree_topology(sites=1, leaves_per_site=2)

@@ -8,8 +8,8 @@ import asyncio
 import aiomqtt
 import pytest
 
-from edge_runtime.agents.base import _backlog
-from edge_runtime.agents.leaf import LeafAgent
+from edge_runtime.agents.common.shell.agent import _backlog
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
 from tests.helpers import tree_topology
 
@@ -32,7 +32,9 @@ class _Client:
 @pytest.fixture(autouse=True)
 def _any_payload(monkeypatch: pytest.MonkeyPatch) -> None:
     """The payload's deployment stamp needs a real snapshot; not what is tested here."""
-    monkeypatch.setattr("edge_runtime.agents.base.with_deployment", lambda payload, _: payload)
+    monkeypatch.setattr(
+        "edge_runtime.agents.common.shell.agent.with_deployment", lambda payload, _: payload
+    )
 
 
 def _leaf() -> LeafAgent:

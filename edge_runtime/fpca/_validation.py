@@ -7,6 +7,8 @@ import operator
 
 import numpy as np
 
+from edge_runtime.errors import EdgeRuntimeError
+
 __all__ = [
     "NotFittedError",
     "as_float",
@@ -20,8 +22,9 @@ __all__ = [
 ]
 
 
-class NotFittedError(ValueError, AttributeError):
-    """An estimator used before it learned anything (like scikit-learn's NotFittedError)."""
+class NotFittedError(EdgeRuntimeError, ValueError, AttributeError):
+    """An estimator used before it learned anything (like scikit-learn's NotFittedError:
+    a ``ValueError`` and an ``AttributeError``)."""
 
 
 def check_int(value: object, name: str, minimum: int) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from edge_runtime.agents.aggregator.core.plausibility import (
@@ -32,6 +33,7 @@ from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import MAX_PRIVACY_NAME_CHARS, PrivacyParams, SubspaceMessage
 
 __all__ = [
+    "MAX_RETIRED_EPOCHS",
     "QUARANTINE_POLICIES",
     "AggregatorCore",
     "ChildRecord",
@@ -45,16 +47,23 @@ __all__ = [
 QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
 
 
-def is_newer(new: SubspaceMessage, current: SubspaceMessage) -> bool:
+MAX_RETIRED_EPOCHS = 16
+"""Epochs remembered per child after a newer one replaced them (memory O(16) per child)."""
+
+
+def is_newer(new: SubspaceMessage, current: SubspaceMessage, retired: Container[str] = ()) -> bool:
     """Whether snapshot ``new`` supersedes ``current`` from the same child.
 
     Within one epoch (one lineage of the child's state) the larger ``seq`` wins, so
     duplicates and late arrivals change nothing. A different epoch means the child's
-    state was started afresh; the later ``timestamp`` wins.
+    state was started afresh: it wins, unless it is one of the child's ``retired`` epochs
+    (one a later epoch already replaced, e.g. the old incarnation's last snapshot still in
+    flight). No wall clock is compared: a Pi without a real-time clock may restart at
+    1970 or an hour behind, and its new epoch must still be taken.
     """
     if new.epoch == current.epoch:
         return new.seq > current.seq
-    return new.timestamp > current.timestamp
+    return new.epoch not in retired
 
 
 def combined_name(names: Iterable[str]) -> str:
@@ -188,6 +197,7 @@ class AggregatorCore(NodeCore):
         self.quarantined: dict[str, Quarantine] = {}
         self.releases = 0
         self._resets: dict[str, ResetLimiter] = {}
+        self._retired: dict[str, deque[str]] = {}  # epochs a newer one replaced, per child
         self._scales: dict[str, float] = {}  # influence factor each child was merged with
         self.config = config
         self.deployment = deployment  # topology name: stamped out, checked in
@@ -233,7 +243,8 @@ class AggregatorCore(NodeCore):
         if width is not None and msg.n_features != width and set(self.children) != {child}:
             return "n_features"
         record = self.children.get(child)
-        if record is not None and not is_newer(msg, record.snapshot):
+        retired = self._retired.setdefault(child, deque(maxlen=MAX_RETIRED_EPOCHS))
+        if record is not None and not is_newer(msg, record.snapshot, retired):
             self.duplicates += 1
             return "duplicate"
         bounds = self.bounds.get(child, ChildBounds((), DEFAULT_MAX_READING_RATE))
@@ -245,6 +256,8 @@ class AggregatorCore(NodeCore):
             return failed
         if self.quarantined.pop(child, None) is not None:
             self.releases += 1
+        if record is not None and record.snapshot.epoch != msg.epoch:
+            retired.append(record.snapshot.epoch)  # that lineage never comes back
         self.children[child] = ChildRecord(msg, now)
         self.n_features = msg.n_features
         self._stale.discard(child)

@@ -9,8 +9,9 @@ with two named tasks: ``receive`` (drain the broker, never blocked by numerics) 
 ``work`` (asks the node's synchronous core what to publish, publishes it, and sleeps until
 the core's next decision time or new input). Every decision — when a snapshot, a status
 document or a confirmation goes out, when a missing echo counts as undelivered — is the
-core's (`edge_runtime.agents.common.core.node`); the shell only moves bytes. Leaving the context
-publishes the final state and the retained ``offline`` status, then disconnects.
+core's (`edge_runtime.agents.common.core.node`); the shell only moves bytes. Leaving the
+context publishes the final state and the retained ``offline`` status, then disconnects.
+The state and counters are in `edge_runtime.agents.common.shell.lifecycle`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import enum
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 import aiomqtt
 import structlog
@@ -30,8 +29,10 @@ import structlog
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
+from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import ack, enable_manual_ack
+from edge_runtime.mqtt_ack import backlog as _backlog
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
@@ -49,35 +50,6 @@ MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked t
 RECONNECT_LOG_INTERVAL_S = 300.0  # during an outage, a line at least this often (seconds)
 ONLINE = b"online"
 OFFLINE = b"offline"
-
-
-class AgentState(enum.Enum):
-    """Lifecycle of an agent: entered at most once."""
-
-    UNOPENED = "unopened"
-    RUNNING = "running"
-    CLOSED = "closed"
-
-
-@dataclass
-class AgentStats:
-    """Traffic counters of one agent (messages and payload bytes, both directions)."""
-
-    messages_published: int = 0
-    bytes_published: int = 0
-    messages_received: int = 0
-    duplicates: int = 0
-    reconnects: int = 0
-
-
-def _backlog(client: aiomqtt.Client) -> int:
-    """Messages the client received and the receive loop has not handled yet (0 when the
-    client cannot say): an echo check waits until they are handled, since the echo it
-    would report missing may be among them (a loaded process drains its queue late)."""
-    try:
-        return len(client.messages)
-    except (AttributeError, TypeError):
-        return 0
 
 
 class Agent(abc.ABC):
