@@ -537,6 +537,8 @@ class Harness:
             ):
                 setattr(day, name, round(getattr(day, name) * scale))
             day.log_lines = Counter({k: round(v * scale) for k, v in day.log_lines.items()})
+            if day.proc_write_bytes is not None:
+                day.proc_write_bytes = round(day.proc_write_bytes * scale)
         return day
 
     def _disconnect(self, start: float, end: float) -> None:
@@ -602,6 +604,7 @@ def run_days(
                             f"{day.bytes_written / 1e6:.2f} MB, {day.checkpoints} ckpt, "
                             f"lines {sum(day.log_lines.values())}, "
                             f"mem {day.mem_current / 1e6:.2f}/{day.mem_peak / 1e6:.2f} MB, "
+                            f"rss {day.rss / 1e6:.2f} MB, objects {day.objects:,}, "
                             f"lat p95 {day.latency_p95:.1f}s ({day.wall_s:.0f}s)",
                             flush=True,
                         )
@@ -632,6 +635,7 @@ def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
     return {
         "fsyncs_per_day": float(np.mean([d.fsyncs for d in steady])),
         "bytes_per_day": float(np.mean([d.bytes_written for d in steady])),
+        "proc_bytes_per_day": float(np.mean([d.proc_write_bytes or 0 for d in steady])),
         "checkpoints_per_day": float(np.mean([d.checkpoints for d in steady])),
         "state_bytes": float(max(d.state_bytes for d in steady)),
         "latency_p50": float(np.median([d.latency_p50 for d in steady])),
@@ -725,14 +729,15 @@ def write_report(results: dict[str, object], out: Path) -> Path:
             "(what a publisher such as `replay` waits for, and keeps in its window).",
             "",
             "| checkpoint_interval_s | checkpoints/day | fsync/day | MB written/day "
-            "| checkpoint file (bytes) | latency p50 (s) | p95 (s) | max (s) "
-            "| readings a publisher holds at p95 (per leaf) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| /proc write_bytes MB/day | checkpoint file (bytes) | latency p50 (s) | p95 (s) "
+            "| max (s) | readings a publisher holds at p95 (per leaf) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in sweep:
             md.append(
                 f"| {row['interval']:g} | {row['checkpoints_per_day']:,.0f} "
                 f"| {row['fsyncs_per_day']:,.0f} | {_mb(row['bytes_per_day'])} "
+                f"| {_mb(row['proc_bytes_per_day'])} "
                 f"| {row['state_bytes']:,.0f} | {row['latency_p50']:.1f} "
                 f"| {row['latency_p95']:.1f} | {row['latency_max']:.1f} "
                 f"| {row['latency_p95'] * meta['sweep_rate']:,.0f} |"  # type: ignore[operator]
@@ -954,18 +959,19 @@ def main(argv: list[str] | None = None) -> int:
         runs[label] = run_days(run, data, topology)
 
     n = 3 if q else args.days
-    go(
-        f"steady, 1 reading/s in messages of {args.batch}, {n} days",
-        LongevityRun(
-            1.0,
-            ["steady"] * n,
-            batch=args.batch,
-            single_below=0.0,
-            real_fsync=real,
-            hours_per_day=2.0 if q else 24.0,
-            trace_memory=not args.days_untraced,
-        ),
-    )
+    if n:
+        go(
+            f"steady, 1 reading/s in messages of {args.batch}, {n} days",
+            LongevityRun(
+                1.0,
+                ["steady"] * n,
+                batch=args.batch,
+                single_below=0.0,
+                real_fsync=real,
+                hours_per_day=2.0 if q else 24.0,
+                trace_memory=not args.days_untraced,
+            ),
+        )
     if args.only_days:
         args.out.mkdir(parents=True, exist_ok=True)
         name = next(iter(runs))
@@ -997,6 +1003,45 @@ def main(argv: list[str] | None = None) -> int:
             hours_per_day=h,
         ),
     )
+    sweep: list[dict[str, float]] = []
+    sweep_hours = 0.25 if q else args.sweep_hours
+    for interval in [float(x) for x in args.intervals.split(",") if x.strip()]:
+        print(f"sweep: checkpoint_interval_s {interval:g}", flush=True)
+        days = run_days(
+            LongevityRun(
+                100.0,
+                ["steady"],
+                checkpoint_interval_s=interval,
+                batch=args.batch,
+                trace_memory=False,
+                real_fsync=real,
+                hours_per_day=sweep_hours,
+            ),
+            data,
+            topology,
+        )
+        row = _summary(days, skip_first=False)
+        row["interval"] = interval
+        sweep.append(row)
+    gaps: list[dict[str, float]] = []
+    for gap in [float(x) for x in args.gaps.split(",") if x.strip()]:
+        print(f"gap sweep: a message of 64 readings every {gap:g} s", flush=True)
+        days = run_days(
+            LongevityRun(
+                64.0 / gap,
+                ["steady"],
+                batch=64,
+                single_below=0.0,
+                trace_memory=False,
+                real_fsync=real,
+                hours_per_day=0.25 if q else args.gap_hours,
+            ),
+            data,
+            topology,
+        )
+        row = _summary(days, skip_first=False)
+        row["gap"] = gap
+        gaps.append(row)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for rate in (1.0, 100.0):
         for case in cases:
@@ -1019,43 +1064,6 @@ def main(argv: list[str] | None = None) -> int:
                     hours=hours,
                 ),
             )
-    sweep: list[dict[str, float]] = []
-    sweep_hours = 0.25 if q else args.sweep_hours
-    for interval in [float(x) for x in args.intervals.split(",") if x.strip()]:
-        print(f"sweep: checkpoint_interval_s {interval:g}", flush=True)
-        days = run_days(
-            LongevityRun(
-                100.0,
-                ["steady"],
-                checkpoint_interval_s=interval,
-                batch=args.batch,
-                trace_memory=False,
-                hours_per_day=sweep_hours,
-            ),
-            data,
-            topology,
-        )
-        row = _summary(days, skip_first=False)
-        row["interval"] = interval
-        sweep.append(row)
-    gaps: list[dict[str, float]] = []
-    for gap in [float(x) for x in args.gaps.split(",") if x.strip()]:
-        print(f"gap sweep: a message of 64 readings every {gap:g} s", flush=True)
-        days = run_days(
-            LongevityRun(
-                64.0 / gap,
-                ["steady"],
-                batch=64,
-                single_below=0.0,
-                trace_memory=False,
-                hours_per_day=0.25 if q else args.gap_hours,
-            ),
-            data,
-            topology,
-        )
-        row = _summary(days, skip_first=False)
-        row["gap"] = gap
-        gaps.append(row)
     results: dict[str, object] = {
         "gaps": gaps,
         "meta": {
@@ -1122,6 +1130,8 @@ def _judge(
             }
         )
     for name, days in runs.items():
+        if not days:
+            continue
         worst = max(days, key=lambda d: sum(d.log_lines.values()))
         total = sum(worst.log_lines.values())
         kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(worst.log_lines.items())) or "none"

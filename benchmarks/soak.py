@@ -166,6 +166,8 @@ class Soak:
         ]
         if node in self.leaves:
             cmd += ["--state-dir", str(state)]
+            if self.args.checkpoint_interval is not None:
+                cmd += ["--checkpoint-interval", str(self.args.checkpoint_interval)]
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(self.workdir)
@@ -468,6 +470,7 @@ async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]
     delta = {k: last[k] - first[k] for k in last}
     checkpoints = None if ckpt0 is None or ckpt1 is None else ckpt1 - ckpt0
     return {
+        "checkpoint_interval": args.checkpoint_interval,
         "rate": args.rate,
         "batch": args.batch,
         "window_s": round(window, 1),
@@ -580,6 +583,12 @@ def main(argv: list[str] | None = None) -> int:
         "--io",
         action="store_true",
         help="instead: one leaf at --rate (use 100) for --minutes, /proc/PID/io",
+    )
+    p.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=None,
+        help="the leaves' --checkpoint-interval (default: the agent's own)",
     )
     p.add_argument("--warmup", type=float, default=30.0, help="--io: seconds before measuring")
     args = p.parse_args(argv)
