@@ -54,7 +54,7 @@ STEPS = {  # wall clock before the step -> after it
     "-1h": (NOW, NOW - HOUR),
     "1970->now": (1.0, NOW),  # booted at the epoch, then NTP
 }
-MIN_SLEEP_S, MAX_SLEEP_S = 0.002, 1.0  # the shell's clamp of a sleep (agents/base.py)
+MIN_SLEEP_S, MAX_SLEEP_S = 0.002, 1.0  # the shell's clamp of a sleep (agents/common/shell/agent.py)
 RATE = 20.0  # readings/s
 BATCH = 4
 
