@@ -22,6 +22,7 @@ import pytest
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.common.core.reject_log import MAX_REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.topology import NodeConfig
@@ -321,3 +322,33 @@ def test_a_status_document_follows_the_end_of_a_stream_without_waiting_for_the_h
     durable_at = next(t for t, durable in ev.checkpoints if durable == {SRC: 962})
     after = [t for t in ev.statuses if t >= durable_at]
     assert after and after[0] <= durable_at + 2.0 + 1e-6, (last, durable_at, ev.statuses)
+
+
+def test_a_sensor_that_sends_every_15_s_checkpoints_about_once_an_interval_not_every_pause() -> (
+    None
+):
+    """A message of 64 readings every 15 s for 6 h: each one is a pause, but the pauses
+    spend a bucket of IDLE_CHECKPOINT_BURST refilled one per interval (measured before:
+    11,520 fsyncs a day), and the last message is durable soon after the stream ends."""
+    core = leaf()
+    inputs = _renumber([(15.0 * k, r) for k in range(1440) for _, r in stream(64, 1e4, seed=k % 7)])
+    ev = run_leaf(core, inputs, until=15.0 * 1440 + 150.0)
+    hours = 6.0
+    per_day = len(ev.checkpoints) * 24 / hours
+    assert per_day <= 2 * 86_400 / CHECKPOINT_INTERVAL_S, per_day  # <= 1,440 at 120 s
+    assert core.durable == {SRC: 64 * 1440 - 1}
+
+
+def test_a_reason_that_keeps_firing_backs_off_to_a_few_lines_an_hour() -> None:
+    """A sensor rejecting a reading every 0.1 s for a day: the reject log's interval doubles
+    while the reason keeps firing (up to an hour), so the day costs about a hundred lines
+    (25,332 before), and it is back to the first interval after a quiet one."""
+    log = RejectLog(3, 10.0)
+    lines = 0
+    for i in range(864_000):
+        t = 0.1 * i
+        lines += log.allow("out_of_range", t)[0]
+        lines += len(log.due(t))
+    assert lines <= 150, lines
+    quiet = 86_400.0 + 2 * MAX_REJECT_LOG_INTERVAL_S
+    assert [log.allow("out_of_range", quiet + k)[0] for k in range(4)] == [True] * 3 + [False]

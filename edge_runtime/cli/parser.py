@@ -118,10 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--checkpoint-interval",
         type=positive_float,
-        default=60.0,
+        default=120.0,
         metavar="SECONDS",
         help="most seconds between a leaf's checkpoints while readings arrive; it also "
-        "checkpoints when the stream pauses and on exit (default 60)",
+        "checkpoints when the stream pauses and on exit (default 120)",
     )
     agent.add_argument(
         "--checkpoint-every",

@@ -52,6 +52,10 @@ class LogRateLimiter:
         """Events suppressed and not reported yet."""
         return self._suppressed
 
+    def window_ended(self, now: float) -> bool:
+        """Whether an event at ``now`` would start a new window."""
+        return self._window_start is None or now - self._window_start >= self.interval_s
+
     def allow(self, now: float) -> tuple[bool, int]:
         """Whether to log the event at ``now``, and how many suppressed events to report
         with it (non-zero only on an event that is logged)."""

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from edge_runtime.sources import LogRateLimiter
 
-__all__ = ["REJECT_LOG_INTERVAL_S", "RejectLog"]
+__all__ = ["MAX_REJECT_LOG_INTERVAL_S", "REJECT_LOG_INTERVAL_S", "RejectLog"]
 
 REJECT_LOG_INTERVAL_S = 10.0
 """Seconds of one reject-log interval, every agent: ``Agent.reject_log_burst`` lines per
 reason (a leaf: `REJECT_LOG_BURST`, then one ``messages_rejected_suppressed`` summary line
 with the count of the others; an aggregator: one line, no summary)."""
+
+MAX_REJECT_LOG_INTERVAL_S = 3600.0
+"""Longest interval of a reason that keeps firing: its interval doubles after every interval
+that had to suppress some, up to this, and is back to ``interval_s`` after one that did not
+(a sensor rejecting every reading for a day: about 100 lines instead of 25,000,
+``benchmarks/longevity.py``)."""
 
 
 class RejectLog:
@@ -26,6 +32,8 @@ class RejectLog:
     that suppressed them ended (`due`), so a sensor sending 50 bad readings per second
     costs ``burst + 1`` lines per reason per interval. An agent that never asks for the
     summaries (`due`, `flush`; an aggregator) logs ``burst`` lines per reason per interval.
+    A reason that keeps firing backs off: its interval doubles after each interval that
+    suppressed some, up to `MAX_REJECT_LOG_INTERVAL_S`.
 
     Parameters
     ----------
@@ -41,6 +49,7 @@ class RejectLog:
         self.interval_s = interval_s
         self._limits: dict[str, LogRateLimiter] = {}
         self._due: dict[str, float] = {}
+        self._busy: set[str] = set()  # reasons that suppressed some in the current window
 
     def allow(self, reason: str, now: float) -> tuple[bool, int]:
         """Whether to log this rejection individually, and how many earlier ones were
@@ -48,11 +57,17 @@ class RejectLog:
         limit = self._limits.get(reason)
         if limit is None:
             limit = self._limits[reason] = LogRateLimiter(self.burst, self.interval_s)
+        if limit.window_ended(now):  # back off while the reason keeps firing
+            busy = reason in self._busy
+            self._busy.discard(reason)
+            doubled = min(2.0 * limit.interval_s, MAX_REJECT_LOG_INTERVAL_S)
+            limit.interval_s = doubled if busy else self.interval_s
         log_it, suppressed = limit.allow(now)
         if log_it and suppressed:  # reported with this line: no summary due for them
             self._due.pop(reason, None)
         elif not log_it:
-            self._due.setdefault(reason, now + self.interval_s)
+            self._busy.add(reason)
+            self._due.setdefault(reason, now + limit.interval_s)
         return log_it, suppressed
 
     def due(self, now: float) -> dict[str, int]:

@@ -10,21 +10,25 @@ When a checkpointing leaf writes one (`checkpoint_due`), whenever something is n
 the last one (readings applied, a private leaf's rows masked, or readings ingested and
 dropped):
 
-- **by time**: ``checkpoint_interval_s`` (default `CHECKPOINT_INTERVAL_S`, 60 s) after the
-  last checkpoint, so a stream that never pauses is durable at least that often;
+- **by time**: ``checkpoint_interval_s`` (default `CHECKPOINT_INTERVAL_S`, 120 s) after
+  the last checkpoint, so a stream that never pauses is durable at least that often;
 - **when the stream pauses**: once no reading came for the leaf's ``idle_s`` (the same
   pause that triggers its trailing publish), but no sooner than `IDLE_CHECKPOINT_GAP_S`
   after the last checkpoint, so readings at the end of a stream become durable within
-  ``max(idle_s, IDLE_CHECKPOINT_GAP_S)`` seconds and a stream that pauses often cannot
-  wear out an SD card;
+  ``max(idle_s, IDLE_CHECKPOINT_GAP_S)`` seconds. A stream that pauses often (a message
+  every 5 to 30 s) cannot wear out an SD card: such checkpoints spend a token of a bucket of
+  `IDLE_CHECKPOINT_BURST`, refilled by one every ``checkpoint_interval_s``, and wait for
+  one when it is empty;
 - **by blocks** (opt-in): after ``checkpoint_every`` completed blocks;
 - **on exit** (``force``).
 
 The trade-off: a publisher (``replay``) keeps every reading until it is durable, so the
 interval bounds how long readings wait in its window while a stream runs (at 100
-readings/s and 60 s: 6,000 readings), and what a power cut can make it re-send; the SD
-card sees one checkpoint (two ``fsync``) per interval: 1,440 a day at 60 s, measured in
-``benchmarks/longevity.py``.
+readings/s and 120 s: 12,000 readings), and what a power cut can make it re-send; the SD
+card sees about one checkpoint (two ``fsync``) per interval: 720 checkpoints, 1,440
+``fsync`` and 28 MB written a day at 120 s for a Motes leaf at 100 readings/s, measured in
+``benchmarks/longevity.py`` (at 60 s: 2,880 ``fsync``, 40-56 MB: too close to a budget of
+3,000 and 50 MB).
 """
 
 from __future__ import annotations
@@ -36,11 +40,19 @@ from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.wire import ConfirmMessage, SubspaceMessage
 
-__all__ = ["CHECKPOINT_INTERVAL_S", "IDLE_CHECKPOINT_GAP_S", "LeafDurability"]
+__all__ = [
+    "CHECKPOINT_INTERVAL_S",
+    "IDLE_CHECKPOINT_BURST",
+    "IDLE_CHECKPOINT_GAP_S",
+    "LeafDurability",
+]
 
-CHECKPOINT_INTERVAL_S = 60.0
+CHECKPOINT_INTERVAL_S = 120.0
 """Default ``checkpoint_interval_s``: most seconds between checkpoints while new readings
-arrive (``benchmarks/longevity.py``: 1,440 checkpoints and 2,880 ``fsync`` a device-day)."""
+arrive (``benchmarks/longevity.py``: 720 checkpoints and 1,440 ``fsync`` a device-day)."""
+
+IDLE_CHECKPOINT_BURST = 10
+"""Checkpoints after pauses the leaf may write in a row; one more every interval."""
 
 IDLE_CHECKPOINT_GAP_S = 10.0
 """Least seconds between the last checkpoint and one written because the stream paused."""
@@ -93,6 +105,8 @@ class LeafDurability:
     _input_version: int
     _checkpointed_version: int
     _captured_version: int
+    _idle_tokens: float
+    _tokens_at: float
     _last_confirm: float
     _confirm_sent: tuple[object, ...]
 
@@ -123,8 +137,23 @@ class LeafDurability:
         every = self.checkpoint_every
         if every is not None and blocks - self.checkpointed_blocks >= every:
             return -math.inf
-        paused = max(self.last_input + self.idle_s, self.last_checkpoint + IDLE_CHECKPOINT_GAP_S)
+        paused = max(
+            self.last_input + self.idle_s,
+            self.last_checkpoint + IDLE_CHECKPOINT_GAP_S,
+            self._token_time(),
+        )
         return min(paused, self.last_checkpoint + self.checkpoint_interval_s)
+
+    def _tokens(self, now: float) -> float:
+        """Tokens of the pause bucket at ``now``."""
+        refill = (now - self._tokens_at) / self.checkpoint_interval_s
+        return min(float(IDLE_CHECKPOINT_BURST), self._idle_tokens + max(0.0, refill))
+
+    def _token_time(self) -> float:
+        """When the pause bucket holds a whole token, seconds."""
+        if self._idle_tokens >= 1.0:
+            return -math.inf
+        return self._tokens_at + (1.0 - self._idle_tokens) * self.checkpoint_interval_s
 
     def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
         """Whether to write a checkpoint at ``now`` (seconds): there is news, and the
@@ -157,6 +186,8 @@ class LeafDurability:
         """The checkpoint `checkpoint_state` captured last (covering ``ingested``) was
         written at ``now`` (seconds); readings applied meanwhile are news for the next."""
         self.checkpoints += 1
+        self._idle_tokens = max(0.0, self._tokens(now) - 1.0)  # every checkpoint spends one
+        self._tokens_at = now
         self.last_checkpoint = now
         self._checkpointed_version = self._captured_version
         self.checkpointed_blocks = blocks

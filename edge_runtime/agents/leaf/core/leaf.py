@@ -24,7 +24,11 @@ import numpy as np
 
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
-from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, LeafDurability
+from edge_runtime.agents.leaf.core.durability import (
+    CHECKPOINT_INTERVAL_S,
+    IDLE_CHECKPOINT_BURST,
+    LeafDurability,
+)
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
@@ -71,7 +75,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         else once covered by a published snapshot.
     checkpoint_every : int, optional
         Also checkpoint after this many completed blocks; default None: by time only.
-    checkpoint_interval_s : float, default `CHECKPOINT_INTERVAL_S` (60)
+    checkpoint_interval_s : float, default `CHECKPOINT_INTERVAL_S` (120)
         Most seconds between checkpoints while readings arrive; a checkpoint also follows a
         pause of the stream and exit (`LeafDurability`).
     echo_timeout_s : float, default 5
@@ -148,6 +152,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = float(checkpoint_interval_s)
         self.last_checkpoint = now
+        self._idle_tokens, self._tokens_at = float(IDLE_CHECKPOINT_BURST), now
         self.checkpoints = 0
         self.checkpoint_failures = 0
         self.checkpointed_blocks = 0
@@ -330,13 +335,12 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     # --------------------------------------------------------------- checkpoint
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
-        """As `NodeCore.health`, plus the samples of the last published snapshot and what
-        is durable: a status document follows each snapshot and checkpoint (at most every
+        """As `NodeCore.health`, plus what is durable: a status document follows each
+        checkpoint (or, without checkpoints, each snapshot; at most every
         ``status_min_interval_s``), so it never says ``n_samples 0`` after a stream until
         the heartbeat."""
         return (
             *super().health(),
-            self.published_n,
             tuple(sorted(self.durable.items())),
             self.sequencer.gap_rows,
             self.restored_from,

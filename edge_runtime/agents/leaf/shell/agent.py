@@ -139,7 +139,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         cursors); default None: no checkpoint.
     checkpoint_every : int, optional
         Also checkpoint after this many completed blocks; default None: by time only.
-    checkpoint_interval_s : float, default 60
+    checkpoint_interval_s : float, default 120
         Most seconds between checkpoints while readings arrive; a checkpoint also follows
         a pause of the stream (within ``max(idle_s, 10 s)``) and exit
         (`edge_runtime.agents.leaf.core.durability`).
