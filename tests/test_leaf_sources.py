@@ -243,3 +243,24 @@ def test_replay_refuses_a_tree_whose_leaves_read_local_sources(tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 2, done
     assert done.stderr.count("\n") == 1 and "local source" in done.stderr
+
+
+async def test_a_local_source_leaf_checkpoints_while_the_broker_is_unreachable(tmp_path):
+    """No broker at all (a closed loopback port): the leaf reads its file source, and its
+    readings become durable on disk by the core's rules (here, the pause after the file's
+    last line) although the work loop never runs; a restart resumes from that checkpoint."""
+    rows = motes_rows(130)
+    data = tmp_path / "readings.csv"
+    write_csv(data, rows)
+    topology = topology_with_source(tmp_path, '{ kind = "file", path = "readings.csv" }')
+    state = tmp_path / "state"
+    from edge_runtime.broker import free_port
+
+    settings = AgentSettings(host="127.0.0.1", port=free_port(), timeout_s=1.0)
+    async with LeafAgent(topology, LEAF, settings, state_dir=state) as leaf:
+        await wait_for(lambda: leaf.n_samples == len(rows), 15)
+        assert not leaf.connected.is_set()
+        await wait_for(lambda: leaf.checkpoints >= 1 and leaf.durable, 20)
+        assert leaf.durable == {f"file:{data}": len(rows) - 1}
+    again = LeafAgent(topology, LEAF, settings, state_dir=state)
+    assert again.restored_from == "checkpoint" and again.n_samples == len(rows)

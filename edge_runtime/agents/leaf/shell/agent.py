@@ -35,6 +35,7 @@ from edge_runtime.agents.leaf.shell.rejections import (
 from edge_runtime.agents.leaf.shell.scores import LeafScores
 from edge_runtime.agents.leaf.shell.source import LeafSource
 from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.fpca.private_gram import release_noise_std
@@ -200,6 +201,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._scores: list[bytes] = []  # documents waiting for the work loop
         self._scores_dropped = 0
         self._lock = asyncio.Lock()
+        self._checkpoint_lock = asyncio.Lock()
         self._restore_from_broker = restore_from_broker
         self.privacy = self._core.privacy
         if not self._restore_checkpoint() and n_features is not None:
@@ -226,6 +228,20 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
         """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
         return snapshot_privacy(est)
+
+    async def run(self) -> None:
+        """`Agent.run` (and the local source's), with checkpoints while disconnected
+        (`LeafRecovery.checkpoint_while_offline`) when the leaf has a state directory."""
+        offline = None
+        if self.checkpoint_path is not None:
+            offline = asyncio.create_task(
+                self.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
+            )
+        try:
+            await super().run()
+        finally:
+            if offline is not None:
+                await cancel_and_wait(offline)
 
     async def prepare(self) -> None:
         """Restore from the retained snapshot (`_restore_retained`), then open and start

@@ -59,6 +59,8 @@ class LeafRecovery:
     node_id: str
     log: Any
     _restore_from_broker: bool
+    _checkpoint_lock: asyncio.Lock
+    connected: asyncio.Event
 
     def _restore_checkpoint(self) -> bool:
         """Resume from the local checkpoint, if there is a readable one."""
@@ -186,19 +188,37 @@ class LeafRecovery:
         `LeafCore.checkpoint_failed` retries later; logged on failures 1, 2, 4, 8, ...)."""
         if self.checkpoint_path is None:
             return False
+        async with self._checkpoint_lock:  # the work loop's and the offline task's, one at a time
+            return await self._write_checkpoint(self.checkpoint_path)
+
+    async def _write_checkpoint(self, path: Path) -> bool:
         # captured at one instant: readings may be applied while the file is written
         state, ingested, n_samples, blocks = await self._numerics(self._core.checkpoint_state)
         try:
-            await asyncio.to_thread(save_checkpoint, self.checkpoint_path, state)
+            await asyncio.to_thread(save_checkpoint, path, state)
         except (OSError, CheckpointError) as exc:
             failures = self._core.checkpoint_failed(time.monotonic())
             if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
                 self.log.error(
                     "checkpoint_failed",
-                    path=str(self.checkpoint_path),
+                    path=str(path),
                     error=str(exc),
                     failures=failures,
                 )
             return False
         self._core.checkpointed(ingested, n_samples, blocks, now=time.monotonic())
         return True
+
+    async def checkpoint_while_offline(self) -> None:
+        """While the agent is not connected (the work loop, which checkpoints otherwise,
+        does not run), checkpoint whenever the core says so (`LeafCore.checkpoint_due`,
+        woken at its `checkpoint_deadline`, at least every second): a leaf reading a local
+        source through a broker outage, or one whose last readings arrived just before it,
+        loses nothing to a power cut. Runs until cancelled."""
+        core = self._core
+        while True:
+            now = time.monotonic()
+            if not self.connected.is_set() and core.checkpoint_due(now):
+                await self.checkpoint()
+            delay = core.checkpoint_deadline() - time.monotonic()
+            await asyncio.sleep(min(max(delay, 0.05), 1.0))
