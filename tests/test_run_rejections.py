@@ -8,12 +8,11 @@ refused at once, in one line.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import cli
 
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -22,16 +21,6 @@ from edge_runtime.topology import load_topology, parse_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 MOTES = ROOT / "topologies" / "motes-light.toml"
-
-
-def cli(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "edge_runtime.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
 
 
 def glitched_motes(tmp_path: Path) -> tuple[Path, np.ndarray, list[int]]:
