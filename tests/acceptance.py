@@ -37,7 +37,8 @@ directory, a leaf SIGSTOPped past its keep-alive then SIGCONTed, the replay SIGK
 again with ``--resume RUN``.
 
 Fault moments count from the replay's first connection to the broker (its broker log line),
-not from the start of its process: a replay that cannot reach the broker at its very first
+not from the start of its process, and a replay run again with ``--resume`` is likewise
+left to connect before the next fault: a replay that cannot reach the broker at its very first
 attempt exits 1 at once ("cannot talk to the MQTT broker ... Connection refused"), by design
 (a wrong URL fails fast), unlike an agent, which retries for ``--startup-timeout`` seconds.
 The replay process takes about a second to start (2-core machine), so a
@@ -704,6 +705,18 @@ async def _wait_online(mon: Monitor, fleet: Fleet, nodes: Sequence[str], since: 
     return online()
 
 
+async def wait_replay_connected(
+    mon: Monitor, broker: SecuredBroker, replay: AgentProc, offset: int
+) -> None:
+    """Until the broker's log (after byte ``offset``) shows the replay's connection, or the
+    replay exited (bounded): no fault strikes a replay before its first connection, which it
+    does not retry (see the module docstring)."""
+    await mon.wait_for(
+        lambda: f"u'{REPLAY_USER}')" in broker.log()[offset:] or replay.popen.poll() is not None,
+        ONLINE_TIMEOUT_S,
+    )
+
+
 class _Run:
     """State of one run while its faults are injected."""
 
@@ -767,6 +780,7 @@ class _Run:
                 self.result.failures.append(f"several replay runs in the confirmations: {ids}")
                 return
             run_id = next(iter(ids), None)
+        offset = len(self.broker.log())
         if run_id is None:  # killed before any leaf ingested a reading: start afresh
             self.result.notes.append("replay_kill: no reading ingested yet, a new replay")
             self.replay = self.fleet.replay(self.rate)
@@ -774,6 +788,7 @@ class _Run:
             self.result.run_id = run_id
             self.replay = self.fleet.replay(self.rate, resume=run_id)
         self.result.replays += 1
+        await wait_replay_connected(self.mon, self.broker, self.replay, offset)
 
 
 async def run_scenario(
@@ -813,14 +828,7 @@ async def run_scenario(
             run.replay = fleet.replay(rate)
             result.replays = 1
             if faults:  # fault moments count from the replay's first connection
-                replay = run.replay
-                await mon.wait_for(
-                    lambda: (
-                        f"u'{REPLAY_USER}')" in broker.log()[offset:]
-                        or replay.popen.poll() is not None
-                    ),
-                    ONLINE_TIMEOUT_S,
-                )
+                await wait_replay_connected(mon, broker, run.replay, offset)
                 result.connected_s = time.monotonic() - start
             t_faults = time.monotonic()
             for fault in faults:
