@@ -209,6 +209,7 @@ class Replayer:
         self._messages = 0
         self._bytes = 0
         self._resent = 0
+        self._schedule_offset = 0.0  # schedule position a resumed run starts at
         self._reconnects = 0
         self._confirm_topics = {topology.confirm_topic(leaf): leaf for leaf in self.assignment}
         self._detail_topics = {topology.status_detail_topic(leaf): leaf for leaf in self.assignment}
@@ -380,7 +381,7 @@ class Replayer:
         """How many of the stream's readings are due by now (all without a rate)."""
         if self.rate is None:
             return len(stream.rows)
-        n_due = (time.monotonic() - start) * self.rate
+        n_due = self._schedule_offset + (time.monotonic() - start) * self.rate
         return int(np.searchsorted(stream.order, n_due, side="left"))
 
     def _done_sending(self) -> bool:
@@ -402,6 +403,10 @@ class Replayer:
         for leaf, stream in self._streams.items():
             stream.resume(len(stream.rows))
             self.first_sent[leaf][: stream.skipped] = np.nan
+        # the rate's schedule continues at the first reading not yet confirmed, instead of
+        # waiting as long as the earlier run had been sending
+        unsent = [s.order[s.skipped] for s in self._streams.values() if s.skipped < len(s.rows)]
+        self._schedule_offset = float(min(unsent, default=0))
         self.log.info(
             "replay_resumed",
             run=self.run_id,

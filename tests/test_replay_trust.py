@@ -215,3 +215,24 @@ async def test_broker_killed_and_restarted_while_the_replay_awaits_confirmations
         f"{sum(durations):.1f} s total, slowest run {max(durations):.2f} s"
     )
     assert not failures, "\n".join(failures)
+
+
+async def test_a_resumed_run_at_a_rate_continues_at_once() -> None:
+    """Issue 21 (acceptance finding B): ``--resume`` with ``--rate`` used to wait as long as
+    the killed run had been sending (the schedule counted from its start) before sending
+    the first unconfirmed reading. Now the schedule continues at that reading: it is due at
+    once."""
+    from edge_runtime.topology import parse_topology
+
+    topology = parse_topology(
+        '[defaults]\nrank = 1\n[[nodes]]\nid = "root"\n[[nodes]]\nid = "a"\nparent = "root"\n'
+    )
+    data = np.zeros((1000, 2))
+    replayer = Replayer(topology, data, AgentSettings(), rate=100.0, run_id="r1", resume=True)
+    stream = replayer._streams["a"]
+    stream.ingested = 599  # the leaf's retained confirmation: 600 readings ingested
+    replayer.confirm_timeout_s = 0.0  # no waiting for confirmations here
+    await replayer._resume()
+    assert stream.skipped == 600
+    start = time.monotonic()
+    assert replayer._due(stream, start) > stream.sent  # due now, not in 6 s
