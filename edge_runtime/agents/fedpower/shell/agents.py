@@ -314,6 +314,7 @@ class FedPowerAggregatorAgent(CoreShell, Agent):
             status_policy_of(self.settings),
             0.0,
             time.monotonic(),
+            rng=random.Random(),  # ids from the OS's entropy
         )
         self._core.settle_status()
 
