@@ -68,12 +68,12 @@ class AgentSettings:
         MQTT QoS of every subscription and publish. Default 1.
     echo_timeout_s : float
         Least time, seconds, an agent waits for its own snapshot to come back from the
-        broker before counting it undelivered (denied or dropped); the bound grows to 4x the
-        slowest recent echo under load
+        broker, counted from the broker's PUBACK (and again from a reconnection), before
+        counting it undelivered (denied or dropped); the bound grows to 4x the slowest
+        recent echo, PUBACK round trip or event-loop lag under load, a publish that failed is
+        never reported, and nothing expires while received messages wait to be handled
         (`edge_runtime.agents.common.core.policy.EchoTracker`). 0 turns the check off.
-        Default 30: a misconfiguration (ACL, size limit) is reported within
-        half a minute, and a loaded host (1,000 agents in one process saw echoes 5-10 s
-        late) raises no false alarm before the observed latency sets the bound.
+        Default 30: a misconfiguration (ACL, size limit) is reported within half a minute.
     restore_wait_s : float
         Seconds a leaf without a checkpoint waits for its own retained snapshot to resume
         from at start. Default 1.
