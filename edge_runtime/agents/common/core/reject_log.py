@@ -57,12 +57,13 @@ class RejectLog:
         limit = self._limits.get(reason)
         if limit is None:
             limit = self._limits[reason] = LogRateLimiter(self.burst, self.interval_s)
-        if limit.window_ended(now):  # back off while the reason keeps firing
+        ended = limit.window_ended(now)
+        log_it, suppressed = limit.allow(now)
+        if ended:  # the window that starts now backs off while the reason keeps firing
             busy = reason in self._busy
             self._busy.discard(reason)
             doubled = min(2.0 * limit.interval_s, MAX_REJECT_LOG_INTERVAL_S)
             limit.interval_s = doubled if busy else self.interval_s
-        log_it, suppressed = limit.allow(now)
         if log_it and suppressed:  # reported with this line: no summary due for them
             self._due.pop(reason, None)
         elif not log_it:
