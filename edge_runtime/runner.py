@@ -82,6 +82,19 @@ def screen_data(topology: Topology, data: np.ndarray) -> Screening:
     leaf will (`NodeConfig.rejects`; per-feature bounds of another width than the data
     reject a leaf's whole share, as the leaf does).
 
+    Parameters
+    ----------
+    topology : Topology
+        The leaves, their shares (``[data] split``) and their ``valid_range``.
+    data : ndarray of shape (n_samples, n_features), float64
+        The readings, in the sensors' units.
+
+    Returns
+    -------
+    Screening
+        Kept and rejected counts per leaf, the kept rows (clipped where a leaf clips) and
+        their positions in each leaf's share.
+
     Raises
     ------
     ValueError
