@@ -54,9 +54,9 @@ def topology(*, private: str = "", **fedpower: object) -> Topology:
 
 def leaf_core(t: Topology, leaf: str, now: float = 0.0) -> FedPowerLeafCore:
     config = t.nodes[leaf]
-    cls = FedPowerLeafCore.with_iterations(t.fedpower.total_iterations)
-    return cls(
+    return FedPowerLeafCore(
         config,
+        iterations=t.fedpower.total_iterations,
         policy=publish_policy_for(config, leaf=True),
         status_policy=StatusPolicy(30.0, 1.0),
         confirm_policy=ConfirmPolicy(0.5),

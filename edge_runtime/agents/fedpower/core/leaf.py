@@ -8,13 +8,11 @@ budget of ``T`` local iterations is spent and never publishes its Gram. No I/O, 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
 from edge_runtime.agents.fedpower.core.estimator import GramEstimator
 from edge_runtime.agents.leaf.core.leaf import LeafCore
-from edge_runtime.topology import FedPowerConfig
 from edge_runtime.wire import SubspaceMessage
 from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage
 
@@ -24,8 +22,9 @@ __all__ = ["FedPowerLeafCore"]
 class FedPowerLeafCore(LeafCore):
     """A `LeafCore` whose estimator is a `GramEstimator`, answering the root's rounds.
 
-    Takes the parameters of `LeafCore`; make the class with `with_iterations` so a private
-    leaf knows its budget ``T`` before its first estimator is made.
+    Takes the parameters of `LeafCore` and ``iterations``: ``T``, the local iterations a
+    private leaf's budget covers (the topology's ``fedpower.total_iterations``; None for an
+    unbounded schedule, which a private leaf refuses), known before its first estimator.
 
     Attributes
     ----------
@@ -39,26 +38,13 @@ class FedPowerLeafCore(LeafCore):
         Rounds not answered because a private leaf's budget was spent.
     """
 
-    #: ``T``: local iterations a private leaf's budget covers (`configure`).
-    iterations: int | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, iterations: int | None = None, **kwargs: Any) -> None:
+        self.iterations = iterations
         self.round: RoundMessage | None = None
         self.replied_round = 0
         self.replies = 0
         self.budget_refusals = 0  # rounds not answered because the budget was spent
         super().__init__(*args, **kwargs)
-
-    @classmethod
-    @functools.cache
-    def with_iterations(cls, iterations: int | None) -> type[FedPowerLeafCore]:
-        """This class with ``T`` = ``iterations`` (a shell builds its core from a class)."""
-        return type(cls.__name__, (cls,), {"iterations": iterations})
-
-    def configure(self, fedpower: FedPowerConfig) -> None:
-        """Take the topology's round settings: a private leaf's budget covers
-        ``fedpower.total_iterations`` local iterations (the topology requires it bounded)."""
-        self.iterations = fedpower.total_iterations
 
     @property
     def private(self) -> bool:
@@ -83,8 +69,7 @@ class FedPowerLeafCore(LeafCore):
         Raises
         ------
         ValueError
-            For a private leaf without ``T`` (`configure` not called, or an unbounded
-            schedule).
+            For a private leaf without ``T`` (an unbounded schedule).
         """
         if self.privacy is not None and self.iterations is None:
             raise ValueError("a private FedPower leaf needs a bounded schedule (fedpower_rounds)")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 import aiomqtt
 
@@ -84,8 +85,6 @@ class FedPowerLeafAgent(LeafAgent):
     core_class = FedPowerLeafCore
 
     def __init__(self, topology: Topology, node_id: str, *args: object, **kwargs: object) -> None:
-        # the core needs T before `LeafAgent` restores a checkpoint or makes an estimator
-        self.core_class = FedPowerLeafCore.with_iterations(topology.fedpower.total_iterations)
         super().__init__(topology, node_id, *args, **kwargs)  # type: ignore[arg-type]
         self._budget_logged = False
         if self.core.private and self.checkpoint_path is None:
@@ -94,6 +93,13 @@ class FedPowerLeafAgent(LeafAgent):
                 detail="a private FedPower leaf publishes no restore snapshot: "
                 "a restart begins empty (give it --state-dir to keep its readings)",
             )
+
+    def new_core(self, **kwargs: Any) -> FedPowerLeafCore:
+        """The core, knowing ``T`` before `LeafAgent` restores a checkpoint or makes an
+        estimator."""
+        return FedPowerLeafCore(
+            self.config, iterations=self.topology.fedpower.total_iterations, **kwargs
+        )
 
     @property
     def core(self) -> FedPowerLeafCore:

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 import numpy as np
@@ -184,8 +185,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._source_task: asyncio.Task[None] | None = None
         self._source_state = "none" if self._source_spec is None else "unopened"
         self.source_error: SourceError | None = None
-        self._core = self.core_class(
-            self.config,
+        self._core = self.new_core(
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
             confirm_policy=ConfirmPolicy(s.confirm_interval_s),
@@ -207,6 +207,11 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if not self._restore_checkpoint() and n_features is not None:
             self._core.n_features = n_features
             self._core.estimator = self._core.new_estimator(n_features)
+
+    def new_core(self, **kwargs: Any) -> LeafCore:
+        """The leaf's core for ``self.config`` with `LeafCore`'s keyword arguments (a FedPower
+        leaf adds its budget)."""
+        return self.core_class(self.config, **kwargs)
 
     @property
     def core(self) -> LeafCore:
