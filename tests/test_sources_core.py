@@ -34,7 +34,7 @@ from edge_runtime.sources.cursor import head_digest, load_cursor_log, save_curso
 def test_public_names_are_exactly_all() -> None:
     public = {name for name in dir(sources_pkg) if not name.startswith("_")}
     modules = {
-        "backoff",
+        "restart",
         "base",
         "command",
         "cursor",
@@ -48,7 +48,7 @@ def test_public_names_are_exactly_all() -> None:
     assert set(sources_pkg.__all__) == public - modules
 
 
-@pytest.mark.parametrize("name", ["lines", "backoff", "ratelimit"])
+@pytest.mark.parametrize("name", ["lines", "restart", "ratelimit"])
 def test_the_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(f"edge_runtime.sources.{name}")
     result = doctest.testmod(module, verbose=False)

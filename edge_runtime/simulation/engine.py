@@ -53,7 +53,7 @@ only its status heartbeat ahead), or once the replay gave up waiting for confirm
 (`edge_runtime.fpca.error_ratio`) and its provenance with every leaf's row count.
 
 The machinery is split by concept: `edge_runtime.simulation.events` (draws, event heap,
-the broker's links), `edge_runtime.simulation.replay` (the replay's streams and re-sends)
+the broker's links), `edge_runtime.simulation.replay_model` (the replay's streams and re-sends)
 and `edge_runtime.simulation.outcome` (the result); this module drives the cores.
 
 Example::
@@ -94,7 +94,7 @@ from edge_runtime.simulation.events import (
     SimNode,
 )
 from edge_runtime.simulation.outcome import Outcome
-from edge_runtime.simulation.replay import ReplayModel
+from edge_runtime.simulation.replay_model import ReplayModel
 from edge_runtime.topology import Topology
 from edge_runtime.wire import SensorReadings, SubspaceMessage, decode_subspace, encode_subspace
 

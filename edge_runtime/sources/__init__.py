@@ -27,7 +27,7 @@ Modules (one concept each; the cores do no I/O):
                `source_id`
 `lines`        `LineSplitter` (bytes -> lines, bounded), `LineParser` (line -> reading or
                a reject reason, counted); the CSV and JSON line formats
-`backoff`      `restart_backoff`: a source's restart delays (`edge_runtime.backoff.Backoff`)
+`restart`      `restart_backoff`: a source's restart delays (`edge_runtime.backoff.Backoff`)
 `ratelimit`    `LogRateLimiter`: the first few log lines per interval, then a count
 `cursor`       `FileCursor`, `CursorLog`: where a file source resumes
 `base`         `Source` (lifecycle, bounded queue, numbering), `SourceError`

@@ -38,10 +38,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Unpack
 
-from edge_runtime.sources.backoff import restart_backoff
 from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
 from edge_runtime.sources.ratelimit import LogRateLimiter
+from edge_runtime.sources.restart import restart_backoff
 from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["CommandSource"]

@@ -34,9 +34,9 @@ from types import ModuleType
 from typing import Any, Unpack
 
 from edge_runtime import __version__
-from edge_runtime.sources.backoff import restart_backoff
 from edge_runtime.sources.base import Source, SourceArgs, SourceError
 from edge_runtime.sources.lines import LineSplitter
+from edge_runtime.sources.restart import restart_backoff
 from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["SerialSource", "import_pyserial"]
