@@ -343,3 +343,158 @@ def test_random_update_sequences_track_merge_many_of_the_filled_slots(
             assert_bitwise_equal(tree.result, expected)
         else:
             assert_same_summary(tree.result, expected)
+
+
+# ------------------------------------------------------------ keys joining and leaving
+
+
+def test_inserting_into_an_empty_tree_doubles_its_capacity_when_every_slot_is_taken() -> None:
+    tree = MergeTree(rank=_POOL_RANK)
+    capacities = []
+    for i, sub in enumerate(POOL[:9]):
+        tree.insert(f"n{i}", sub)
+        capacities.append(tree.capacity)
+        assert tree.depth == math.ceil(math.log2(tree.capacity))
+        assert tree.merges_last_update <= math.ceil(math.log2(i + 1)) + 1
+    assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    assert tree.keys == tuple(f"n{i}" for i in range(9))
+    assert len(tree) == 9
+    assert_same_summary(tree.result, merge_many(POOL[:9], _POOL_RANK))
+
+
+def test_a_new_key_takes_the_leftmost_free_slot_before_the_tree_grows() -> None:
+    tree = MergeTree(["a", "b", "c", "d"], rank=_POOL_RANK)
+    for key, sub in zip("abcd", POOL, strict=False):
+        tree.update(key, sub)
+    tree.discard("b")
+    tree.discard("c")
+    assert "b" not in tree and tree.keys == ("a", "d")
+
+    tree.insert("e", POOL[5])
+    assert tree.capacity == 4  # no growth: "e" took "b"'s slot
+    assert tree.keys == ("a", "e", "d")
+    assert_same_summary(tree.result, merge_many([POOL[0], POOL[5], POOL[3]], _POOL_RANK))
+
+
+def test_insert_without_a_subspace_makes_an_empty_slot_and_no_merge() -> None:
+    tree = filled_tree(POOL[:3], rank=_POOL_RANK)
+    before = tree.result
+
+    assert tree.insert("new") is before
+    assert tree.merges_last_update == 0
+    assert len(tree) == 3 and "new" in tree
+    tree.update("new", POOL[3])
+    assert len(tree) == 4
+    assert_same_summary(tree.result, merge_many(POOL[:4], _POOL_RANK))
+
+
+def test_inserting_an_existing_key_or_a_bad_subspace_leaves_the_keys_unchanged() -> None:
+    tree = MergeTree(["a"])
+    tree.update("a", random_subspaces(20, 1, d=6)[0])
+
+    with pytest.raises(ValueError, match="'a' is already"):
+        tree.insert("a")
+    with pytest.raises(ValueError, match=r"'b'.*n_features 7"):
+        tree.insert("b", random_subspaces(21, 1, d=7)[0])
+    with pytest.raises(TypeError):
+        tree.insert(["unhashable"])  # type: ignore[arg-type]
+    assert tree.keys == ("a",)
+    assert "b" not in tree and ["unhashable"] not in tree
+
+
+def test_discarding_an_absent_key_is_not_an_error_and_merges_nothing() -> None:
+    tree = filled_tree(POOL[:2])
+
+    assert tree.discard("absent") is tree.result
+    assert tree.merges_last_update == 0
+    assert tree.discard(0) is not None
+    assert tree.discard(1) is None
+    assert tree.keys == () and tree.result is None
+
+
+@pytest.mark.parametrize("k", [16, 100, 1024])
+def test_a_join_or_a_leave_makes_at_most_ceil_log2_k_plus_one_merges(k: int) -> None:
+    """Grown one key at a time from empty, then leaves and joins at random: each change
+    costs at most ceil(log2(k_max)) + 1 merges, k_max the most keys held."""
+    rng = np.random.default_rng(k)
+    subs = [random_subspace(rng, 4, 1) for _ in range(k)]
+    tree = MergeTree(rank=1)
+    worst = 0
+    for i, s in enumerate(subs):
+        tree.insert(i, s)
+        assert tree.merges_last_update <= math.ceil(math.log2(i + 1)) + 1
+        worst = max(worst, tree.merges_last_update)
+    assert worst <= tree.depth == math.ceil(math.log2(k))
+    bound = math.ceil(math.log2(k)) + 1
+    left = [int(i) for i in rng.choice(k, size=k // 4, replace=False)]
+    for i in left:
+        tree.discard(i)
+        assert tree.merges_last_update <= bound
+    capacity = tree.capacity
+    for i in left:
+        tree.insert(i, subs[i])
+        assert tree.merges_last_update <= bound
+    assert tree.capacity == capacity == 2 ** math.ceil(math.log2(k))  # freed slots reused
+    assert len(tree) == k
+
+
+def test_the_cost_bound_holds_after_growing_from_a_size_that_is_no_power_of_two() -> None:
+    tree = MergeTree(range(5), rank=_POOL_RANK)
+    for i in range(5):
+        tree.update(i, POOL[i])
+    for i in range(5, 11):
+        tree.insert(i, POOL[i])
+        assert tree.merges_last_update <= tree.depth <= math.ceil(math.log2(i + 1)) + 1
+    assert tree.capacity == 20 and tree.depth == 5
+    assert_same_summary(tree.result, merge_many(POOL[:11], _POOL_RANK))
+
+
+_MEMBERSHIP_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "update", "remove", "discard"]),
+        st.integers(0, 23),
+        st.integers(0, len(POOL) - 1),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k0=st.integers(0, 5), ops=_MEMBERSHIP_OPS, rank=st.sampled_from([None, _POOL_RANK]))
+def test_random_joins_and_leaves_track_merge_many_of_the_remaining_children(
+    k0: int, ops: list[tuple[str, int, int]], rank: int | None
+) -> None:
+    tree = MergeTree([f"n{i}" for i in range(k0)], rank=rank)
+    keys = {f"n{i}" for i in range(k0)}
+    slots: dict[str, Subspace] = {}
+    k_max = k0
+    for op, raw_key, pool_index in ops:
+        key = f"n{raw_key}"
+        if op == "insert" and key not in keys:
+            tree.insert(key, POOL[pool_index])
+            keys.add(key)
+            slots[key] = POOL[pool_index]
+        elif op == "update" and key in keys:
+            tree.update(key, POOL[pool_index])
+            slots[key] = POOL[pool_index]
+        elif op == "remove" and key in keys:
+            tree.remove(key)
+            slots.pop(key, None)
+        elif op == "discard":
+            tree.discard(key)
+            keys.discard(key)
+            slots.pop(key, None)
+        else:
+            continue
+        k_max = max(k_max, len(keys))
+        assert tree.merges_last_update <= tree.depth
+        assert tree.merges_last_update <= max(0, math.ceil(math.log2(max(k_max, 1)))) + 1
+        assert tree.depth == (math.ceil(math.log2(tree.capacity)) if tree.capacity else 0)
+        assert tree.capacity <= max(k0, 1, 2 * (k_max - 1))
+        assert set(tree.keys) == keys and len(tree) == len(slots)
+        filled = [slots[key] for key in tree.keys if key in slots]
+        if not filled:
+            assert tree.result is None
+        else:
+            assert_same_summary(tree.result, merge_many(filled, rank))

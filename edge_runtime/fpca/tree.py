@@ -4,11 +4,14 @@ An aggregator with ``k`` children keeps the latest `Subspace` of each child in a
 and publishes the merge of all of them. Recomputing `merge_many` on every arrival costs
 ``k - 1`` merges; `MergeTree` keeps the merged partial results of the sub-ranges of a
 balanced binary tree over the slots, so a new snapshot from one child recomputes only
-the merges on its path to the root: at most ``ceil(log2(k))``.
+the merges on its path to the root: at most ``ceil(log2(k))``. Children may join
+(`MergeTree.insert`) and leave (`MergeTree.discard`) at the same cost: a new key takes a
+free slot, and when none is free the tree doubles its slots under a new root.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -32,25 +35,44 @@ def _left_size(n_leaves: int) -> int:
 
 
 class MergeTree:
-    """Merged summary of a fixed set of slots, updated in O(log k) merges per arrival.
+    """Merged summary of a set of keyed slots, updated in O(log k) merges per change.
 
-    A balanced binary tree over the ``k`` slot keys, in the order given. Each slot
-    (leaf) holds the latest `Subspace` of one child or nothing; each internal node
-    caches the `merge_subspaces` of its two children's results, its left child as the
-    older subspace ``a``. `update` replaces one slot and recomputes only the nodes on
-    its path to the root, so one arrival costs at most ``ceil(log2(k))`` merges instead
-    of the ``k - 1`` of `merge_many`. Empty subtrees are skipped: a node with one empty
-    child takes the other child's result object as is (no merge, no copy), and the
-    result is None while every slot is empty.
+    A balanced binary tree over slots, one per key. Each slot (leaf) holds the latest
+    `Subspace` of one child or nothing; each internal node caches the `merge_subspaces`
+    of its two children's results, its left child as the older subspace ``a``. `update`
+    replaces one slot and recomputes only the nodes on its path to the root, so one
+    arrival costs at most `depth` merges instead of the ``k - 1`` of `merge_many`.
+    Empty subtrees are skipped: a node with one empty child takes the other child's
+    result object as is (no merge, no copy), and the result is None while every slot is
+    empty.
 
-    Memory is ``O(k)`` cached subspaces of ``O(n_features * r)`` floats each, i.e.
-    ``O(k * n_features * r)`` with ``r`` the largest rank kept, plus ``O(k)`` for the
-    tree itself. `remove` also costs at most ``ceil(log2(k))`` merges.
+    Keys join and leave while the tree runs. `insert` gives a new key the free slot
+    furthest left; when no slot is free, the tree first doubles its `capacity`: a new
+    root takes the old tree as its left subtree and a balanced subtree of as many empty
+    slots as its right one (no merge: the new root's result is the old root's). `discard`
+    empties a key's slot (as `remove`) and frees it for the next `insert`.
+
+    **Cost, exactly.** `update`, `remove`, `discard` and ``insert(key, subspace)`` each
+    make at most ``min(depth, filled - 1)`` calls of `merge_subspaces` (``filled``: the
+    slots holding a subspace after the call, or before it for a removal), counted in
+    `merges_last_update`; ``insert(key)`` without a subspace makes none. ``depth =
+    ceil(log2(capacity))``; the capacity starts at ``len(keys)`` and only doubles when a
+    key is inserted while every slot holds a key, so ``capacity <= max(len(keys), 1,
+    2 * (k_max - 1))`` and ``depth <= ceil(log2(k_max)) + 1``, where ``k_max`` is the
+    largest number of keys the tree has held (its initial keys included). Each merge is
+    ``O(n_features * r**2 + r**3)`` time for ranks up to ``r``. Doubling costs no merge
+    and ``O(capacity)`` bookkeeping (amortised ``O(1)`` per insert); slots are never
+    given back, so a tree that shrank keeps its depth (an aggregator rebuilds its tree
+    when it restarts).
+
+    Memory is ``O(capacity)`` cached subspaces of ``O(n_features * r)`` floats each,
+    i.e. ``O(capacity * n_features * r)`` with ``r`` the largest rank kept, plus
+    ``O(capacity)`` for the tree itself.
 
     Parameters
     ----------
-    keys : sequence of hashable
-        The ``k >= 0`` slot keys (e.g. child node ids), fixed for the tree's lifetime;
+    keys : sequence of hashable, default ()
+        The ``k >= 0`` initial slot keys (e.g. the child node ids a topology declares);
         their order fixes the merge order.
     rank : int or None, default=None
         Rank ``r >= 0`` kept by every merge, and the maximum rank of `result`. None
@@ -60,14 +82,18 @@ class MergeTree:
     Attributes
     ----------
     keys : tuple of hashable
-        The slot keys, in tree order.
+        The slot keys, in tree (merge) order.
     rank : int or None
         The ``rank`` given.
     result : Subspace or None
         Merge of all filled slots (None when all are empty).
+    capacity : int
+        Slots in the tree, free ones included.
+    depth : int
+        Levels above the slots, ``ceil(log2(capacity))``: the most merges of one change.
     merges_last_update : int
-        Number of `merge_subspaces` calls the last `update` or `remove` made
-        (0 before the first).
+        Number of `merge_subspaces` calls the last `update`, `remove`, `insert` or
+        `discard` made (0 before the first).
 
     Raises
     ------
@@ -78,23 +104,22 @@ class MergeTree:
 
     Notes
     -----
-    The tree over ``n`` leaves puts the first ``2**m`` leaves in its left subtree
+    The tree over ``n`` initial keys puts the first ``2**m`` slots in its left subtree
     (``2**m`` the largest power of two below ``n``) and the other ``n - 2**m`` in its
     right subtree, recursively. This is exactly the pairing of `merge_many`, which
     merges neighbours level by level and carries an odd one out up unchanged, so when
-    **all slots are filled** `result` equals ``merge_many([slots in key order], rank)``
-    bitwise (same merges, same operands, same order).
+    **all initial slots are filled** (and no key was inserted or discarded) `result`
+    equals ``merge_many([slots in key order], rank)`` bitwise (same merges, same
+    operands, same order).
 
-    When some slots are empty, the tree skips them but keeps its fixed shape, while
-    `merge_many` of the filled slots alone pairs them by their positions in the
-    shorter list, so the two may group the same inputs differently. By Lemma 1 and the
-    order invariance of Lemma 10 of Grammenos et al. (2020), the results then agree
-    up to rounding (largest principal angle and relative singular-value differences of
-    order 1e-12) whenever no merge truncates a non-zero singular value, e.g. when
-    ``rank`` is at least the rank of the union of the data; when merges do truncate,
-    both are rank-``r`` approximations with the paper's error bounds but not the same
-    one. A single filled slot is returned as is, or truncated to ``rank`` (as
-    `merge_many` of one subspace).
+    When some slots are empty, or the tree grew, it groups the filled slots differently
+    from `merge_many` of the filled slots alone. By Lemma 1 and the order invariance of
+    Lemma 10 of Grammenos et al. (2020), the results then agree up to rounding (largest
+    principal angle and relative singular-value differences of order 1e-12) whenever no
+    merge truncates a non-zero singular value, e.g. when ``rank`` is at least the rank
+    of the union of the data; when merges do truncate, both are rank-``r``
+    approximations with the paper's error bounds but not the same one. A single filled
+    slot is returned as is, or truncated to ``rank`` (as `merge_many` of one subspace).
 
     This is the merge up an aggregation tree of Alg. 1 (Merge_r, Alg. 2, at each
     node) of the federated PCA of Grammenos et al., with partial results cached so
@@ -124,33 +149,59 @@ class MergeTree:
     True
     >>> tree.remove("leaf3").n_samples
     140
+    >>> joined = offline_subspace(rng.normal(size=(30, 6)), 3)
+    >>> tree.insert("leaf8", joined).n_samples  # no free slot: 8 slots become 16
+    170
+    >>> tree.capacity, tree.depth, tree.merges_last_update
+    (16, 4, 1)
+    >>> tree.discard("leaf0").n_samples, "leaf0" in tree
+    (150, False)
     """
 
-    def __init__(self, keys: Sequence[Hashable], rank: int | None = None) -> None:
-        self._keys: tuple[Hashable, ...] = tuple(keys)
+    def __init__(self, keys: Sequence[Hashable] = (), rank: int | None = None) -> None:
+        initial: tuple[Hashable, ...] = tuple(keys)
         self._rank = None if rank is None else check_int(rank, "rank", 0)
-        self._index: dict[Hashable, int] = {}
-        for i, key in enumerate(self._keys):
-            if key in self._index:
+        self._slot_of: dict[Hashable, int] = {}  # key -> its leaf node
+        for i, key in enumerate(initial):
+            if key in self._slot_of:
                 raise ValueError(
                     f"duplicate slot key {key!r} in keys (positions "
-                    f"{self._index[key]} and {i}); keys must be unique"
+                    f"{self._slot_of[key]} and {i}); keys must be unique"
                 )
-            self._index[key] = i
-        k = len(self._keys)
-        # Nodes 0 .. k-1 are the leaves (slot i is node i); internal nodes follow.
-        n_nodes = max(2 * k - 1, 0)
-        self._parent = [_NO_NODE] * n_nodes
-        self._left = [_NO_NODE] * n_nodes
-        self._right = [_NO_NODE] * n_nodes
-        self._value: list[Subspace | None] = [None] * n_nodes
-        self._n_internal = 0
-        if k:
-            self._build(0, k)
+            self._slot_of[key] = i
+        # Node arrays; leaf ids increase from left to right (new leaves are appended
+        # right of the old ones), so a heap of leaf ids yields the leftmost free slot.
+        self._parent: list[int] = []
+        self._left: list[int] = []
+        self._right: list[int] = []
+        self._value: list[Subspace | None] = []
+        self._free: list[int] = []  # heap of free leaf ids
+        self._capacity = 0
+        self._depth = 0
+        self._root = _NO_NODE
+        if initial:
+            self._root = self._new_subtree(len(initial))
+            self._capacity = len(initial)
+            self._depth = (len(initial) - 1).bit_length()
+        self._ordered: tuple[Hashable, ...] | None = initial
         self._n_filled = 0
         self._n_features: int | None = None
         self._result: Subspace | None = None
         self.merges_last_update = 0
+
+    def _new_node(self, left: int = _NO_NODE, right: int = _NO_NODE) -> int:
+        self._parent.append(_NO_NODE)
+        self._left.append(left)
+        self._right.append(right)
+        self._value.append(None)
+        return len(self._value) - 1
+
+    def _new_subtree(self, n_leaves: int) -> int:
+        """Append ``n_leaves >= 1`` empty leaves and a balanced tree over them; its root."""
+        first = len(self._value)
+        for _ in range(n_leaves):
+            self._new_node()
+        return self._build(first, first + n_leaves)
 
     def _build(self, lo: int, hi: int) -> int:
         """Build the subtree over leaves ``lo .. hi-1`` (recursion depth ceil(log2(k)))."""
@@ -158,16 +209,33 @@ class MergeTree:
             return lo
         split = lo + _left_size(hi - lo)
         left, right = self._build(lo, split), self._build(split, hi)
-        node = len(self._keys) + self._n_internal
-        self._n_internal += 1
-        self._left[node], self._right[node] = left, right
+        node = self._new_node(left, right)
         self._parent[left] = self._parent[right] = node
         return node
+
+    def _grow(self) -> None:
+        """Double the capacity (one slot from none): the old tree becomes the left subtree
+        of a new root, a balanced tree of empty slots its right one. No merge."""
+        first_new, n_new = len(self._value), max(self._capacity, 1)
+        subtree = self._new_subtree(n_new)  # leaves first_new .. first_new + n_new - 1
+        if self._capacity:
+            root = self._new_node(self._root, subtree)
+            self._parent[self._root] = self._parent[subtree] = root
+            self._value[root] = self._value[self._root]  # the right half is empty
+            self._depth += 1
+            subtree = root
+        self._root = subtree
+        self._capacity += n_new
+        for leaf in range(first_new, first_new + n_new):
+            heapq.heappush(self._free, leaf)
 
     @property
     def keys(self) -> tuple[Hashable, ...]:
         """The slot keys, in tree (merge) order."""
-        return self._keys
+        if self._ordered is None:
+            by_slot = sorted(self._slot_of.items(), key=lambda item: item[1])
+            self._ordered = tuple(key for key, _ in by_slot)
+        return self._ordered
 
     @property
     def rank(self) -> int | None:
@@ -179,28 +247,110 @@ class MergeTree:
         """Merge of all filled slots, or None when every slot is empty."""
         return self._result
 
+    @property
+    def capacity(self) -> int:
+        """Slots in the tree, free ones included (never decreases)."""
+        return self._capacity
+
+    @property
+    def depth(self) -> int:
+        """``ceil(log2(capacity))``: the most merges one change can cost."""
+        return self._depth
+
     def __len__(self) -> int:
         """Number of filled slots."""
         return self._n_filled
 
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is one of the tree's keys (filled or not)."""
+        try:
+            return key in self._slot_of
+        except TypeError:  # unhashable: never a key
+            return False
+
     def __repr__(self) -> str:
-        return f"MergeTree(k={len(self._keys)}, filled={self._n_filled}, rank={self._rank})"
+        return (
+            f"MergeTree(k={len(self._slot_of)}, filled={self._n_filled}, "
+            f"capacity={self._capacity}, rank={self._rank})"
+        )
 
     def _slot(self, key: Hashable) -> int:
         try:
-            return self._index[key]
+            return self._slot_of[key]
         except (KeyError, TypeError):
             raise KeyError(
-                f"unknown slot key {key!r}; the tree's keys are fixed at "
-                f"construction ({len(self._keys)} slots)"
+                f"unknown slot key {key!r} ({len(self._slot_of)} keys); add a key with insert first"
             ) from None
+
+    def insert(self, key: Hashable, subspace: Subspace | None = None) -> Subspace | None:
+        """Add the key ``key`` (an empty slot), and fill it with ``subspace`` if given.
+
+        The key takes the leftmost free slot; with none free the tree first doubles its
+        `capacity` (no merge). Without ``subspace`` no merge is made; with it, the cost
+        is that of `update`: at most `depth` merges.
+
+        Parameters
+        ----------
+        key : hashable
+            Not yet a key of the tree.
+        subspace : Subspace, optional
+            The new slot's summary, ``basis`` of shape ``(n_features, rank)``.
+
+        Returns
+        -------
+        Subspace or None
+            The new `result`.
+
+        Raises
+        ------
+        ValueError
+            If ``key`` is already a key (the message names it), or as `update`.
+        TypeError
+            If ``key`` is not hashable, or as `update`. When `update` raises, the key is
+            not added (the tree may keep its new capacity).
+        """
+        if key in self._slot_of:
+            raise ValueError(f"slot key {key!r} is already in the tree; use update")
+        if not self._free:
+            self._grow()
+        leaf = heapq.heappop(self._free)
+        self._slot_of[key] = leaf
+        self._ordered = None
+        if subspace is None:
+            self.merges_last_update = 0
+            return self._result
+        try:
+            return self.update(key, subspace)
+        except (TypeError, ValueError):
+            del self._slot_of[key]
+            heapq.heappush(self._free, leaf)
+            raise
+
+    def discard(self, key: Hashable) -> Subspace | None:
+        """Remove the key ``key`` and its subspace; its slot is free for a later `insert`.
+
+        At most `depth` merges (none when the slot was empty or ``key`` is not a key:
+        like `set.discard`, an absent key is not an error).
+
+        Returns
+        -------
+        Subspace or None
+            The new `result`; None when no slot is filled any more.
+        """
+        if key not in self:
+            self.merges_last_update = 0
+            return self._result
+        self.remove(key)
+        heapq.heappush(self._free, self._slot_of.pop(key))
+        self._ordered = None
+        return self._result
 
     def update(self, key: Hashable, subspace: Subspace) -> Subspace | None:
         """Replace the slot ``key`` with ``subspace`` and return the merged result.
 
-        Recomputes only the merges on the slot's path to the root: at most
-        ``ceil(log2(k))`` calls of `merge_subspaces`, each ``O(n_features * r**2 +
-        r**3)`` time for ranks up to ``r``; fewer where a sibling subtree is empty.
+        Recomputes only the merges on the slot's path to the root: at most `depth`
+        calls of `merge_subspaces`, each ``O(n_features * r**2 + r**3)`` time for ranks
+        up to ``r``; fewer where a sibling subtree is empty.
 
         Parameters
         ----------
@@ -237,7 +387,7 @@ class MergeTree:
         others = self._n_filled - (self._value[slot] is not None)
         if others and subspace.n_features != self._n_features:
             other = next(
-                k for i, k in enumerate(self._keys) if i != slot and self._value[i] is not None
+                k for k, s in self._slot_of.items() if s != slot and self._value[s] is not None
             )
             raise ValueError(
                 f"subspace for slot {key!r} has n_features {subspace.n_features}, but the "
@@ -250,9 +400,9 @@ class MergeTree:
         return self._result
 
     def remove(self, key: Hashable) -> Subspace | None:
-        """Empty the slot ``key`` and return the merged result of the others.
+        """Empty the slot ``key`` (the key stays) and return the merged result of the others.
 
-        At most ``ceil(log2(k))`` merges (none if the slot was already empty).
+        At most `depth` merges (none if the slot was already empty).
 
         Parameters
         ----------
