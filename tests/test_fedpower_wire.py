@@ -64,7 +64,8 @@ def _mutated(payload: bytes, **changes) -> bytes:
         ({"r": 7}, "rank"),
         ({"y": b"\0" * 8}, "byte_length"),
         ({"dtype": "float16"}, "dtype"),
-        ({"v": 2}, "version"),
+        ({"v": 2}, "version_newer"),
+        ({"v": 0}, "version"),
         ({"node": "a/b"}, "node_id"),
     ],
 )

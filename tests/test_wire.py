@@ -418,8 +418,12 @@ SUBSPACE_REJECTIONS = [
     pytest.param(lambda o: b"\x91" * 5000, "too_deep", id="nested-arrays"),
     pytest.param(lambda o: pack([1, 2, 3]), "not_map", id="array"),
     pytest.param(lambda o: pack(None), "not_map", id="nil"),
-    pytest.param(set_key("v", 2), "version", id="version-2"),
+    pytest.param(set_key("v", 2), "version_newer", id="version-2-newer"),
+    pytest.param(set_key("v", 2**64 - 1), "version_newer", id="version-huge-newer"),
     pytest.param(set_key("v", 0), "version", id="version-0"),
+    pytest.param(set_key("v", -1), "version", id="version-negative"),
+    pytest.param(set_key("v", 1.0), "field_type", id="version-float"),
+    pytest.param(set_key("v", None), "field_type", id="version-nil"),
     pytest.param(set_key("v", "1"), "field_type", id="version-str"),
     pytest.param(set_key("v", True), "field_type", id="version-bool"),
     pytest.param(set_key("node", 17), "field_type", id="node-int"),
@@ -569,12 +573,25 @@ def test_decode_subspace_accepts_a_bytearray_payload() -> None:
 def test_unknown_version_is_reported_before_missing_fields() -> None:
     with pytest.raises(WireError) as info:
         decode_subspace(pack({"v": 2, "something": "else"}))
+    assert info.value.reason == "version_newer"
+    with pytest.raises(WireError) as info:
+        decode_subspace(pack({"v": 0, "something": "else"}))
     assert info.value.reason == "version"
 
 
-def test_version_error_names_the_version_and_the_expected_one() -> None:
-    with pytest.raises(WireError, match=r"schema version 7 is not supported, expected 1"):
+def test_version_error_names_the_kind_the_version_and_the_versions_understood() -> None:
+    with pytest.raises(WireError) as info:
         decode_subspace(pack(set_key("v", 7)(valid_map())))
+    assert str(info.value) == (
+        "subspace message has schema version 7, newer than this node understands "
+        "(version 1): upgrade this node"
+    )
+    with pytest.raises(WireError) as info:
+        decode_subspace(pack(set_key("v", 0)(valid_map())))
+    assert str(info.value) == (
+        "subspace message has schema version 0, older than this node understands "
+        "(version 1): upgrade the sender"
+    )
 
 
 def test_byte_length_error_names_both_lengths() -> None:
@@ -790,6 +807,10 @@ READINGS_REJECTIONS = [
     pytest.param(pack({"src": "s" * 129, "x": [1, 2]}), "source", id="src-too-long"),
     pytest.param(b'{"seq": -1, "x": [1, 2]}', "seq", id="seq-negative"),
     pytest.param(pack({"seq": 2**63, "x": [1, 2]}), "seq", id="seq-too-large"),
+    pytest.param(b'{"v": 2, "x": [1, 2]}', "version_newer", id="map-version-newer"),
+    pytest.param(pack({"v": 2, "y": "?"}), "version_newer", id="newer-map-without-x"),
+    pytest.param(b'{"v": 0, "x": [1, 2]}', "version", id="map-version-older"),
+    pytest.param(b'{"v": "1", "x": [1, 2]}', "field_type", id="map-version-str"),
 ]
 
 
@@ -955,7 +976,8 @@ STATUS_REJECTIONS = [
     pytest.param(b"\xff{}", "not_json", id="not-utf8"),
     pytest.param(b"[1, 2]", "not_map", id="array"),
     pytest.param(b"[" * 100_000, "too_deep", id="deep"),
-    pytest.param(status_doc(v=2), "version", id="version"),
+    pytest.param(status_doc(v=2), "version_newer", id="version-newer"),
+    pytest.param(status_doc(v=0), "version", id="version-older"),
     pytest.param(without(status_doc(), "uptime_s"), "missing_field", id="missing-uptime"),
     pytest.param(status_doc(online="yes"), "field_type", id="online-str"),
     pytest.param(status_doc(rank=1.0), "field_type", id="rank-float"),

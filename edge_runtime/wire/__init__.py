@@ -6,7 +6,7 @@ nowhere else in the project:
 =================  =========================  ==========================================
 message            payload                    topic (see `edge_runtime.topology`)
 =================  =========================  ==========================================
-`SubspaceMessage`  msgpack map, schema v1     ``fpca/<path>/subspace``, ``fpca/<root>/model``
+`SubspaceMessage`  msgpack map                ``fpca/<path>/subspace``, ``fpca/<root>/model``
 `SensorReadings`   JSON or msgpack array/map  ``sensors/<node id>`` (a leaf's input)
 `StatusDetail`     JSON object (UTF-8)        ``fpca/<path>/status/detail``
 `ConfirmMessage`   JSON object (UTF-8)        ``fpca/<path>/confirm`` (a leaf's confirmations)
@@ -51,7 +51,11 @@ Reason codes (``WireError.reason``)
 ``ext_type``        a msgpack ext type (including the timestamp ext) where a value was read
 ``too_deep``        containers nested deeper than the parser or `MAX_JSON_DEPTH` allows
 ``not_map``         the payload is not a map/object where one is required
-``version``         schema version ``v`` is not `SCHEMA_VERSION`
+``version``         schema version ``v`` is older than the kind's versions understood (see
+                    "Schema versions and rolling upgrades"): the sender must be upgraded
+``version_newer``   schema version ``v`` is newer than the kind's versions understood: "subspace
+                    message has schema version 2, newer than this node understands (version
+                    1): upgrade this node"
 ``missing_field``   a required key is absent
 ``field_type``      a field has the wrong type (e.g. bool for an int, float for an int, str for
                     a number, str for bytes, a non-bytes payload)
@@ -102,6 +106,32 @@ costs ~``2 * 6e-8`` per entry of ``U^T U``, but a device that computes its SVD i
 arithmetic is only orthonormal to ~``d * 1.2e-7``, about 1e-4 at d = 1000. Both are options
 (``tol=``, ``tol_float32=``) of `decode_subspace` and `encode_subspace`.
 
+Schema versions and rolling upgrades
+------------------------------------
+Every message kind has its own schema version, the ``v`` its encoder writes:
+`SUBSPACE_VERSION`, `READINGS_VERSION`, `STATUS_VERSION`, `CONFIRM_VERSION` and FedPower's
+round and reply versions, ``fedpower.ROUND_VERSION`` and ``fedpower.REPLY_VERSION``
+(`SCHEMA_VERSIONS` maps each kind's name to its version). A kind's version goes up by one
+when its layout changes in a way an older decoder would misread (a renamed or retyped key, a
+changed meaning); a new optional key that older decoders ignore needs no new version
+(unknown keys are ignored).
+
+A decoder reads the current version of its kind and the one before it
+(`understood_versions`: ``{current - 1, current}``, only ``{1}`` at version 1), so a fleet
+upgrades one device at a time: while it does, nodes of two consecutive releases read each
+other's messages as long as readers are upgraded before writers (parents before their
+children). A message of the previous version is turned into the current layout by the
+kind's upgrade step (the identity while a kind has had one layout: every kind is at version
+1 today) and then decoded as usual. Outside that window the decoder refuses, with a reason
+an agent counts in its ``rejects`` and logs in one line (rate-limited): a version *newer*
+than it understands is ``version_newer`` ("... newer than this node understands ...:
+upgrade this node"), one *older* is ``version`` ("...: upgrade the sender"). The version is
+checked before any other field, since a newer layout may lack today's fields. Readings come
+from third-party sensors: a bare array carries no version and a map without ``v`` is
+version 1. `SCHEMA_VERSION` (1) is the first version of every kind. The directory
+``tests/golden/`` holds the bytes of every kind as each release encoded it; every later
+release must decode them.
+
 Privacy parameters of older peers
 ---------------------------------
 Peers from before issue 10 had one mechanism, streaming MOD-SuLQ (eq. (8) of Grammenos et
@@ -130,9 +160,17 @@ of the arrays. Pathological msgpack (millions of empty containers) costs up to ~
 Python objects per payload byte, so keep ``max_bytes`` at what a device can afford.
 """
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from edge_runtime.wire import arrays, confirm, fedpower, fields, privacy, readings, status, subspace
 from edge_runtime.wire.arrays import FLOAT32_ORTHONORMALITY_TOL, ORTHONORMALITY_TOL
-from edge_runtime.wire.confirm import ConfirmMessage, decode_confirm, encode_confirm
+from edge_runtime.wire.confirm import (
+    CONFIRM_VERSION,
+    ConfirmMessage,
+    decode_confirm,
+    encode_confirm,
+)
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_CONFIRM_SOURCES,
@@ -140,6 +178,7 @@ from edge_runtime.wire.fields import (
     REASONS,
     SCHEMA_VERSION,
     WireError,
+    understood_versions,
 )
 from edge_runtime.wire.privacy import (
     LEGACY_MECHANISM,
@@ -150,21 +189,42 @@ from edge_runtime.wire.privacy import (
 )
 from edge_runtime.wire.readings import (
     MAX_READING_ROWS,
+    READINGS_VERSION,
     SensorReadings,
     decode_readings,
     encode_readings,
 )
-from edge_runtime.wire.status import MAX_JSON_DEPTH, StatusDetail, decode_status, encode_status
+from edge_runtime.wire.status import (
+    MAX_JSON_DEPTH,
+    STATUS_VERSION,
+    StatusDetail,
+    decode_status,
+    encode_status,
+)
 from edge_runtime.wire.subspace import (
     MAX_PROVENANCE_ENTRIES,
     SINGULAR_VALUE_SLACK,
+    SUBSPACE_VERSION,
     SubspaceMessage,
     decode_subspace,
     encode_subspace,
     with_deployment,
 )
 
+SCHEMA_VERSIONS: Mapping[str, int] = MappingProxyType(
+    {
+        "subspace": SUBSPACE_VERSION,
+        "readings": READINGS_VERSION,
+        "status": STATUS_VERSION,
+        "confirm": CONFIRM_VERSION,
+        "round": fedpower.ROUND_VERSION,
+        "reply": fedpower.REPLY_VERSION,
+    }
+)
+"""Each message kind's current schema version (read-only): what its encoder writes."""
+
 __all__ = [
+    "CONFIRM_VERSION",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "FLOAT32_ORTHONORMALITY_TOL",
     "LEGACY_MECHANISM",
@@ -176,9 +236,13 @@ __all__ = [
     "MAX_PROVENANCE_ENTRIES",
     "MAX_READING_ROWS",
     "ORTHONORMALITY_TOL",
+    "READINGS_VERSION",
     "REASONS",
     "SCHEMA_VERSION",
+    "SCHEMA_VERSIONS",
     "SINGULAR_VALUE_SLACK",
+    "STATUS_VERSION",
+    "SUBSPACE_VERSION",
     "ConfirmMessage",
     "PrivacyParams",
     "PrivacyStatus",
@@ -202,5 +266,6 @@ __all__ = [
     "readings",
     "status",
     "subspace",
+    "understood_versions",
     "with_deployment",
 ]

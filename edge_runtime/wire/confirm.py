@@ -17,18 +17,30 @@ from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_CONFIRM_SOURCES,
     MAX_EPOCH_CHARS,
-    SCHEMA_VERSION,
     _check_message,
     _dump_json,
     _int,
     _load_json,
     _node_id,
     _read_map,
+    _Schema,
     _seq_map,
     _text,
 )
 
-__all__ = ["MAX_CONFIRM_SOURCES", "ConfirmMessage", "decode_confirm", "encode_confirm"]
+__all__ = [
+    "CONFIRM_VERSION",
+    "MAX_CONFIRM_SOURCES",
+    "ConfirmMessage",
+    "decode_confirm",
+    "encode_confirm",
+]
+
+CONFIRM_VERSION = 1
+"""Schema version ``v`` that `encode_confirm` writes; `decode_confirm` reads it and the one
+before it (`edge_runtime.wire.fields.understood_versions`)."""
+
+_SCHEMA = _Schema("confirmation", CONFIRM_VERSION)
 
 _CONFIRM_KEYS = (
     "v",
@@ -108,7 +120,8 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     -------
     bytes
         A JSON object with keys ``v, node_id, epoch, session, connection, ingested,
-        durable, gaps`` (the last three maps of source to sequence number).
+        durable, gaps`` (the last three maps of source to sequence number); ``v`` is
+        `CONFIRM_VERSION`.
 
     Raises
     ------
@@ -119,7 +132,7 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     """
     _check_message(msg, ConfirmMessage, "msg", max_bytes)
     doc = {
-        "v": SCHEMA_VERSION,
+        "v": CONFIRM_VERSION,
         "node_id": msg.node_id,
         "epoch": msg.epoch,
         "session": msg.session,
@@ -133,6 +146,8 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
 
 def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ConfirmMessage:
     """Decode and validate confirmations produced by `encode_confirm`.
+
+    Reads schema versions `CONFIRM_VERSION` and the one before it (none before 1).
 
     Parameters
     ----------
@@ -150,8 +165,9 @@ def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     ------
     WireError
         For anything but a valid document; never any other exception for any bytes.
-        Reasons: ``too_large``, ``not_json``, ``too_deep``, ``not_map``, ``version``,
-        ``missing_field``, and those of `ConfirmMessage`.
+        Reasons: ``too_large``, ``not_json``, ``too_deep``, ``not_map``, ``version_newer``
+        (a newer schema version than this node reads: upgrade it), ``version`` (an older
+        one), ``missing_field``, and those of `ConfirmMessage`.
     ValueError
         For an invalid ``max_bytes``.
     """
@@ -160,7 +176,7 @@ def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
         _load_json,
         what="confirmation",
         keys=_CONFIRM_KEYS,
-        label="confirmation",
+        schema=_SCHEMA,
         max_bytes=max_bytes,
     )
     return ConfirmMessage(**{key: obj[key] for key in _CONFIRM_KEYS if key != "v"})

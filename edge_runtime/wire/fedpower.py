@@ -1,11 +1,11 @@
 """FedPower's two messages on the wire: the root's round and a leaf's reply (msgpack).
 
-=================  ==========================  =====================================
-message            payload                     topic (see `edge_runtime.topology`)
-=================  ==========================  =====================================
-`RoundMessage`     msgpack map, schema v1      ``<prefix>/<root>/round`` (retained)
-`ReplyMessage`     msgpack map, schema v1      ``<prefix>/<path>/reply`` (a leaf's)
-=================  ==========================  =====================================
+=================  ============================  =====================================
+message            payload                       topic (see `edge_runtime.topology`)
+=================  ============================  =====================================
+`RoundMessage`     msgpack map, `ROUND_VERSION`  ``<prefix>/<root>/round`` (retained)
+`ReplyMessage`     msgpack map, `REPLY_VERSION`  ``<prefix>/<path>/reply`` (a leaf's)
+=================  ============================  =====================================
 
 The same rules as every message of `edge_runtime.wire` (its field checks, parsers and
 array codecs, `edge_runtime.wire.fields` and `edge_runtime.wire.arrays`, are reused):
@@ -51,7 +51,6 @@ from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
-    SCHEMA_VERSION,
     WireError,
     _check_message,
     _deployment,
@@ -61,6 +60,7 @@ from edge_runtime.wire.fields import (
     _node_id,
     _pack,
     _read_map,
+    _Schema,
     _seq_map,
     _text,
     _unpack,
@@ -74,6 +74,8 @@ from edge_runtime.wire.privacy import (
 
 __all__ = [
     "MAX_LOCAL_STEPS",
+    "REPLY_VERSION",
+    "ROUND_VERSION",
     "ReplyMessage",
     "RoundMessage",
     "decode_reply",
@@ -82,6 +84,17 @@ __all__ = [
     "encode_round",
     "initial_basis",
 ]
+
+ROUND_VERSION = 1
+"""Schema version ``v`` that `encode_round` writes; `decode_round` reads it and the one
+before it (`edge_runtime.wire.fields.understood_versions`)."""
+
+REPLY_VERSION = 1
+"""Schema version ``v`` that `encode_reply` writes; `decode_reply` reads it and the one
+before it."""
+
+_ROUND_SCHEMA = _Schema("round message", ROUND_VERSION)
+_REPLY_SCHEMA = _Schema("reply message", REPLY_VERSION)
 
 MAX_LOCAL_STEPS = 10_000
 """Most local iterations a round may ask for (a bound on a leaf's work per round)."""
@@ -308,6 +321,7 @@ def encode_round(
         ``dep`` when set; ``basis`` is ``d * r`` little-endian values of ``dtype`` in C order,
         ``d`` and ``basis`` nil without a basis. The basis is checked orthonormal after
         rounding to ``dtype`` (`ORTHONORMALITY_TOL` / `FLOAT32_ORTHONORMALITY_TOL`).
+        ``v`` is `ROUND_VERSION`.
 
     Raises
     ------
@@ -323,7 +337,7 @@ def encode_round(
         basis = _to_wire("basis", msg.basis, dtype)
         _check_orthonormal(_widen(basis, dtype, msg.basis.shape), _tolerance(dtype))
     obj: dict[str, object] = {
-        "v": SCHEMA_VERSION,
+        "v": ROUND_VERSION,
         "root": msg.root,
         "epoch": msg.epoch,
         "round": msg.round,
@@ -344,6 +358,8 @@ def encode_round(
 def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RoundMessage:
     """Decode and validate a round from `encode_round`.
 
+    Reads schema versions `ROUND_VERSION` and the one before it (none before 1).
+
     Parameters
     ----------
     payload : bytes
@@ -360,14 +376,20 @@ def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     ------
     WireError
         For anything else, never another exception for any bytes: ``too_large``,
-        ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``, ``version``,
+        ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``, ``version_newer`` (a newer
+        schema version than this node reads: upgrade it), ``version`` (an older one),
         ``missing_field``, ``shape``, ``rank``, ``dtype``, ``byte_length``, ``non_finite``,
         ``not_orthonormal`` and those of `RoundMessage`.
     ValueError
         For an invalid ``max_bytes``.
     """
     obj = _read_map(
-        payload, _unpack, what="round", keys=_ROUND_KEYS, label="round message", max_bytes=max_bytes
+        payload,
+        _unpack,
+        what="round",
+        keys=_ROUND_KEYS,
+        schema=_ROUND_SCHEMA,
+        max_bytes=max_bytes,
     )
     basis = None
     r = _int("r", obj["r"], "rank", low=1, high=MAX_N_FEATURES + 1)
@@ -412,7 +434,7 @@ def encode_reply(
     bytes
         Keys ``v, node, epoch, round, n, d, r, dtype, y, ts, privacy`` and ``src``, ``dep``
         when set; ``y`` is ``d * r`` little-endian values of ``dtype`` in C order,
-        ``privacy`` the map of a subspace message's or nil.
+        ``privacy`` the map of a subspace message's or nil; ``v`` is `REPLY_VERSION`.
 
     Raises
     ------
@@ -425,7 +447,7 @@ def encode_reply(
     _check_dtype_option(dtype)
     _check_message(msg, ReplyMessage, "msg", max_bytes)
     obj: dict[str, object] = {
-        "v": SCHEMA_VERSION,
+        "v": REPLY_VERSION,
         "node": msg.node_id,
         "epoch": msg.epoch,
         "round": msg.round,
@@ -446,6 +468,8 @@ def encode_reply(
 
 def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ReplyMessage:
     """Decode and validate a reply from `encode_reply`.
+
+    Reads schema versions `REPLY_VERSION` and the one before it (none before 1).
 
     Parameters
     ----------
@@ -469,7 +493,12 @@ def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         If ``max_bytes`` is not an int >= 1.
     """
     obj = _read_map(
-        payload, _unpack, what="reply", keys=_REPLY_KEYS, label="reply message", max_bytes=max_bytes
+        payload,
+        _unpack,
+        what="reply",
+        keys=_REPLY_KEYS,
+        schema=_REPLY_SCHEMA,
+        max_bytes=max_bytes,
     )
     d, r = _dims(obj, min_rank=1)
     y = _from_wire("y", obj["y"], d, r, obj["dtype"])

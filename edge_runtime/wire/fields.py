@@ -4,8 +4,9 @@ One place for what each message kind of `edge_runtime.wire` does alike: `WireErr
 `REASONS`, the contract limits (`SCHEMA_VERSION`, `DEFAULT_MAX_PAYLOAD_BYTES`, the id and
 epoch lengths), the exact-type checks of one field (``_int``, ``_float``, ``_text``,
 ``_node_id``, ``_bool``, the count and sequence maps), the size checks of a payload, the
-strict msgpack and JSON parsers and the schema-version check of a decoded map
-(``_require``). Every check raises `WireError` with the reason and the one-line text the
+strict msgpack and JSON parsers, and the schema versions of a message kind (``_Schema``,
+`understood_versions`) with the version check of a decoded map (``_versioned``,
+``_require``). Every check raises `WireError` with the reason and the one-line text the
 package docstring documents; none of them allocates more than its input.
 """
 
@@ -15,6 +16,7 @@ import json
 import math
 import reprlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NoReturn
 
@@ -30,10 +32,12 @@ __all__ = [
     "REASONS",
     "SCHEMA_VERSION",
     "WireError",
+    "understood_versions",
 ]
 
 SCHEMA_VERSION = 1
-"""Schema version ``v`` written by the encoders; decoders accept only this one."""
+"""The first schema version, that of every message kind in the release that gave each kind
+its own version (`edge_runtime.wire.SCHEMA_VERSIONS` holds each kind's current one)."""
 
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 """Default payload size limit in bytes (4 MiB): a float64 basis of 48 x 10 is ~4 KiB."""
@@ -57,6 +61,7 @@ REASONS: tuple[str, ...] = (
     "too_deep",
     "not_map",
     "version",
+    "version_newer",
     "missing_field",
     "field_type",
     "node_id",
@@ -348,22 +353,125 @@ def _load_json(payload: bytes, what: str) -> object:
         ) from None
 
 
-def _require(obj: object, keys: tuple[str, ...], what: str) -> dict[str, object]:
-    """``obj`` as a map holding all of ``keys``, with schema version `SCHEMA_VERSION`."""
-    if not isinstance(obj, dict):
-        raise WireError("not_map", f"{what} must be a map, got {type(obj).__name__} {_show(obj)}")
+def understood_versions(current: int) -> tuple[int, ...]:
+    """The schema versions a decoder reads for a kind whose encoder writes ``current``.
+
+    The rule of rolling upgrades: the current version and the one before it,
+    ``(current - 1, current)``; only ``(1,)`` for a kind still at version 1.
+
+    Parameters
+    ----------
+    current : int
+        The kind's current schema version, >= 1.
+
+    Returns
+    -------
+    tuple of int
+        Ascending.
+
+    Raises
+    ------
+    ValueError
+        If ``current`` is not an int >= 1.
+    """
+    if isinstance(current, bool) or not isinstance(current, int) or current < 1:
+        raise ValueError(f"a schema version is an int >= 1, got {current!r}")
+    return (current - 1, current) if current > 1 else (current,)
+
+
+def _same_layout(obj: dict[str, object]) -> dict[str, object]:
+    return obj
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """A message kind's schema versions: the one its encoder writes, those its decoder reads.
+
+    Attributes
+    ----------
+    label : str
+        The kind as error messages name it (``"subspace message"``).
+    current : int
+        The version the encoder writes (the kind's ``*_VERSION`` constant).
+    from_previous : callable, default identity
+        Turns a decoded map of version ``current - 1`` into the current layout (renamed keys,
+        defaults for new ones), so that the rest of the decoder reads one layout only. It
+        raises only `WireError`. The identity while the kind has had one layout.
+    unversioned : int or None, default None
+        The version of a map without ``v`` (readings: 1, the layout of sensors that never
+        write one); None: ``v`` is a required field.
+    """
+
+    label: str
+    current: int
+    from_previous: Callable[[dict[str, object]], dict[str, object]] = _same_layout
+    unversioned: int | None = None
+
+    def __post_init__(self) -> None:
+        understood_versions(self.current)  # ValueError for a bad constant, at import
+
+    @property
+    def understood(self) -> tuple[int, ...]:
+        """`understood_versions` of `current`."""
+        return understood_versions(self.current)
+
+
+def _versions_text(versions: tuple[int, ...]) -> str:
+    if len(versions) == 1:
+        return f"version {versions[0]}"
+    return "versions " + ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
+
+
+def _check_version(value: object, schema: _Schema) -> int:
+    """``value`` as a schema version ``schema`` understands: ``version_newer`` above them
+    (this node must be upgraded), ``version`` below them (the sender must be)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail_type("v", value, "an int")
+    understood = schema.understood
+    if value > understood[-1]:
+        raise WireError(
+            "version_newer",
+            f"{schema.label} has schema version {_show(value)}, newer than this node "
+            f"understands ({_versions_text(understood)}): upgrade this node",
+        )
+    if value < understood[0]:
+        raise WireError(
+            "version",
+            f"{schema.label} has schema version {_show(value)}, older than this node "
+            f"understands ({_versions_text(understood)}): upgrade the sender",
+        )
+    return int(value)
+
+
+def _versioned(obj: dict[str, object], schema: _Schema) -> dict[str, object]:
+    """``obj`` in the current layout of ``schema``: its ``v`` checked (`_check_version`),
+    and a map of the previous version passed through ``schema.from_previous``.
+
+    A map without ``v`` is left to the caller's missing-field check, unless the kind
+    declares the version of such maps (``schema.unversioned``).
+    """
     if "v" in obj:
-        version = obj["v"]
-        if isinstance(version, bool) or not isinstance(version, int):
-            _fail_type("v", version, "an int")
-        if version != SCHEMA_VERSION:
-            raise WireError(
-                "version",
-                f"schema version {_show(version)} is not supported, expected {SCHEMA_VERSION}",
-            )
+        version = _check_version(obj["v"], schema)
+    elif schema.unversioned is not None:
+        version = _check_version(schema.unversioned, schema)
+    else:
+        return obj
+    return obj if version == schema.current else schema.from_previous(obj)
+
+
+def _require(obj: object, keys: tuple[str, ...], schema: _Schema) -> dict[str, object]:
+    """``obj`` as a map of a version ``schema`` understands, in its current layout (checked
+    before any other field: a newer kind may lack today's fields), holding all of ``keys``."""
+    if not isinstance(obj, dict):
+        raise WireError(
+            "not_map", f"{schema.label} must be a map, got {type(obj).__name__} {_show(obj)}"
+        )
+    obj = _versioned(obj, schema)
     missing = [key for key in keys if key not in obj]
     if missing:
-        raise WireError("missing_field", f"{what} lacks field(s) {', '.join(map(repr, missing))}")
+        raise WireError(
+            "missing_field", f"{schema.label} lacks field(s) {', '.join(map(repr, missing))}"
+        )
     return obj
 
 
@@ -373,12 +481,13 @@ def _read_map(
     *,
     what: str,
     keys: tuple[str, ...],
-    label: str,
+    schema: _Schema,
     max_bytes: int,
     tols: tuple[float, ...] = (),
 ) -> dict[str, object]:
     """A decoder's first steps: check the options, refuse an oversized ``payload`` unread,
-    ``parse`` it (`_unpack` or `_load_json`) and `_require` a schema-v1 map with ``keys``."""
+    ``parse`` it (`_unpack` or `_load_json`) and `_require` a map of a version ``schema``
+    understands, in its current layout, with ``keys``."""
     _check_options(max_bytes, tols)
     data = _check_payload(payload, what, max_bytes)
-    return _require(parse(data, what), keys, label)
+    return _require(parse(data, what), keys, schema)

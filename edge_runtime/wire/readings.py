@@ -6,6 +6,11 @@ a flat array (one reading), a 2-D array, or the map ``{"src", "seq", "x"}``, in 
 devices without msgpack) or msgpack; `decode_readings` takes any of them, `encode_readings`
 writes the array or map form. Readings are the only payloads whose format is guessed (JSON
 when the first non-whitespace byte is ``[`` or ``{``).
+
+Schema version: sensors are third-party devices, so a bare array carries none and a map
+without ``v`` is version 1, the layout every release so far has read. The map form may
+carry ``v`` (`READINGS_VERSION`); `encode_readings` writes it only when it is not 1, so
+payloads of version 1 stay byte for byte what earlier releases wrote.
 """
 
 from __future__ import annotations
@@ -27,11 +32,26 @@ from edge_runtime.wire.fields import (
     _int,
     _load_json,
     _pack,
+    _Schema,
     _text,
     _unpack,
+    _versioned,
 )
 
-__all__ = ["MAX_READING_ROWS", "SensorReadings", "decode_readings", "encode_readings"]
+__all__ = [
+    "MAX_READING_ROWS",
+    "READINGS_VERSION",
+    "SensorReadings",
+    "decode_readings",
+    "encode_readings",
+]
+
+READINGS_VERSION = 1
+"""Schema version of the readings map form that `encode_readings` writes (as ``v``, left out
+while it is 1); `decode_readings` reads it and the one before it
+(`edge_runtime.wire.fields.understood_versions`)."""
+
+_SCHEMA = _Schema("readings", READINGS_VERSION, unversioned=1)
 
 MAX_READING_ROWS = 100_000
 """Most readings (rows) one sensor payload may carry."""
@@ -171,7 +191,8 @@ def encode_readings(
         Finite numbers; a 1-D array is one reading and is sent as a flat array.
     source, seq : optional
         When either is given the payload is the map ``{"src": source, "seq": seq, "x": values}``
-        (keys with None are left out); otherwise the bare array.
+        (keys with None are left out; ``v``, `READINGS_VERSION`, only when it is not 1);
+        otherwise the bare array.
     fmt : {"msgpack", "json"}
     max_bytes : int
         Refuse to produce a payload above this size.
@@ -197,11 +218,12 @@ def encode_readings(
     body = arr.tolist()
     obj: object = body
     if source is not None or seq is not None:
-        obj = {
-            key: value
-            for key, value in (("src", readings.source), ("seq", readings.seq), ("x", body))
-            if value is not None
-        }
+        unversioned = _SCHEMA.unversioned == READINGS_VERSION
+        mapping: dict[str, object] = {} if unversioned else {"v": READINGS_VERSION}
+        for key, value in (("src", readings.source), ("seq", readings.seq), ("x", body)):
+            if value is not None:
+                mapping[key] = value
+        obj = mapping
     if fmt == "json":
         text = json.dumps(obj, allow_nan=False, separators=(",", ":"))  # ASCII: \uXXXX escapes
         return _check_size(text.encode("utf-8"), "readings", max_bytes)
@@ -219,7 +241,8 @@ def decode_readings(
     Accepted (JSON when the first non-whitespace byte is ``[`` or ``{``, else msgpack):
     an array of numbers (one reading), a 2-D array (one reading per row), or a map
     ``{"src": str, "seq": int, "x": <array or 2-D array>}`` where ``src`` and ``seq`` may be
-    absent or nil. Unknown map keys are ignored.
+    absent or nil. Unknown map keys are ignored. A map may carry its schema version ``v``
+    (absent: 1); versions `READINGS_VERSION` and the one before it are read.
 
     Parameters
     ----------
@@ -238,7 +261,9 @@ def decode_readings(
     ------
     WireError
         For anything else; never any other exception for any bytes. Reasons: ``too_large``,
-        ``not_json``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``missing_field``,
+        ``not_json``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``version_newer`` (a map
+        of a newer schema version than this node reads: upgrade it), ``version`` (an older
+        one), ``missing_field``,
         ``field_type`` (strings, bools, nil, maps as values), ``shape`` (nested deeper than 2
         or mixed), ``ragged``, ``empty``, ``width``, ``too_many_rows``, ``non_finite``
         (including JSON ``NaN``/``Infinity``), ``source``, ``seq``.
@@ -257,6 +282,7 @@ def decode_readings(
         obj = _unpack(data, "readings")
     source = seq = None
     if isinstance(obj, dict):
+        obj = _versioned(obj, _SCHEMA)
         if "x" not in obj:
             raise WireError("missing_field", "readings map lacks field 'x'")
         if obj.get("src") is not None:

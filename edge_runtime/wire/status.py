@@ -20,7 +20,6 @@ from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
-    SCHEMA_VERSION,
     WireError,
     _bool,
     _check_message,
@@ -32,6 +31,7 @@ from edge_runtime.wire.fields import (
     _load_json,
     _node_id,
     _read_map,
+    _Schema,
     _show,
     _text,
 )
@@ -41,7 +41,13 @@ from edge_runtime.wire.privacy import (
     _privacy_status_from_json,
 )
 
-__all__ = ["MAX_JSON_DEPTH", "StatusDetail", "decode_status", "encode_status"]
+__all__ = ["MAX_JSON_DEPTH", "STATUS_VERSION", "StatusDetail", "decode_status", "encode_status"]
+
+STATUS_VERSION = 1
+"""Schema version ``v`` that `encode_status` writes; `decode_status` reads it and the one
+before it (`edge_runtime.wire.fields.understood_versions`)."""
+
+_SCHEMA = _Schema("status document", STATUS_VERSION)
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of a status document's ``extra`` (levels below the ``extra`` map)."""
@@ -68,7 +74,7 @@ class StatusDetail:
     """A node's JSON status document, retained on ``fpca/<path>/status/detail``.
 
     JSON so that dashboards (Home Assistant, Node-RED, Telegraf) read it without our code;
-    its keys are the field names plus ``"v"`` (the schema version).
+    its keys are the field names plus ``"v"`` (the schema version, `STATUS_VERSION`).
 
     Parameters
     ----------
@@ -170,7 +176,7 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     """
     _check_message(detail, StatusDetail, "detail", max_bytes)
     doc = {
-        "v": SCHEMA_VERSION,
+        "v": STATUS_VERSION,
         "node_id": detail.node_id,
         "role": detail.role,
         "online": detail.online,
@@ -189,6 +195,8 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
 def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> StatusDetail:
     """Decode and validate a status document produced by `encode_status`.
 
+    Reads schema versions `STATUS_VERSION` and the one before it (none before 1).
+
     Parameters
     ----------
     payload : bytes
@@ -205,8 +213,9 @@ def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
     ------
     WireError
         For anything but a valid document; never any other exception for any bytes.
-        Reasons: ``too_large``, ``not_json``, ``too_deep``, ``not_map``, ``version``,
-        ``missing_field``, and those of `StatusDetail`.
+        Reasons: ``too_large``, ``not_json``, ``too_deep``, ``not_map``, ``version_newer``
+        (a newer schema version than this node reads: upgrade it), ``version`` (an older
+        one), ``missing_field``, and those of `StatusDetail`.
     ValueError
         For invalid ``max_bytes``.
     """
@@ -215,7 +224,7 @@ def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
         _load_json,
         what="status",
         keys=_STATUS_KEYS,
-        label="status document",
+        schema=_SCHEMA,
         max_bytes=max_bytes,
     )
     fields = {key: obj[key] for key in _STATUS_KEYS if key != "v"}

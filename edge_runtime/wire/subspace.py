@@ -1,4 +1,4 @@
-"""Subspace messages: a node's snapshot ``(U, Sigma, n)`` as a schema-v1 msgpack map.
+"""Subspace messages: a node's snapshot ``(U, Sigma, n)`` as a msgpack map (`SUBSPACE_VERSION`).
 
 `SubspaceMessage` is what a leaf or an aggregator publishes on ``fpca/<path>/subspace``
 and the root on ``fpca/<root>/model``: the local summary of Grammenos et al., "Federated
@@ -37,7 +37,6 @@ from edge_runtime.wire.fields import (
     MAX_EPOCH_CHARS,
     MAX_ID_CHARS,
     MAX_N_FEATURES,
-    SCHEMA_VERSION,
     WireError,
     _check_message,
     _check_payload,
@@ -49,6 +48,7 @@ from edge_runtime.wire.fields import (
     _node_id,
     _pack,
     _read_map,
+    _Schema,
     _seq_map,
     _show,
     _text,
@@ -64,11 +64,18 @@ from edge_runtime.wire.privacy import (
 __all__ = [
     "MAX_PROVENANCE_ENTRIES",
     "SINGULAR_VALUE_SLACK",
+    "SUBSPACE_VERSION",
     "SubspaceMessage",
     "decode_subspace",
     "encode_subspace",
     "with_deployment",
 ]
+
+SUBSPACE_VERSION = 1
+"""Schema version ``v`` that `encode_subspace` writes; `decode_subspace` reads it and the
+one before it (`edge_runtime.wire.fields.understood_versions`)."""
+
+_SCHEMA = _Schema("subspace message", SUBSPACE_VERSION)
 
 SINGULAR_VALUE_SLACK = 1e-12
 """Relative slack (times the largest singular value) allowed when singular values increase."""
@@ -219,7 +226,7 @@ def encode_subspace(
     tol_float32: float = FLOAT32_ORTHONORMALITY_TOL,
     max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> bytes:
-    """Encode a snapshot as a schema-v1 msgpack map.
+    """Encode a snapshot as a msgpack map of schema version `SUBSPACE_VERSION`.
 
     Parameters
     ----------
@@ -242,7 +249,7 @@ def encode_subspace(
         values of ``dtype``; the key is absent for uncentred summaries, so older decoders
         still read them. A leaf's snapshot adds ``src``, the map of
         `SubspaceMessage.sources`; a message with a `SubspaceMessage.deployment` adds
-        ``dep`` (a str).
+        ``dep`` (a str). ``v`` is `SUBSPACE_VERSION`.
 
     Raises
     ------
@@ -261,7 +268,7 @@ def encode_subspace(
         basis.astype(np.float64), sv.astype(np.float64), _tolerance(dtype, tol, tol_float32)
     )
     obj = {
-        "v": SCHEMA_VERSION,
+        "v": SUBSPACE_VERSION,
         "node": msg.node_id,
         "epoch": msg.epoch,
         "seq": msg.seq,
@@ -305,6 +312,9 @@ def decode_subspace(
 ) -> SubspaceMessage:
     """Decode and validate a subspace message produced by `encode_subspace`.
 
+    Reads schema versions `SUBSPACE_VERSION` and the one before it (none before 1): a
+    rolling upgrade mixes nodes of two consecutive releases.
+
     Parameters
     ----------
     payload : bytes
@@ -324,10 +334,12 @@ def decode_subspace(
     ------
     WireError
         For anything but a valid message; never any other exception for any bytes. Reasons:
-        ``too_large``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``, ``version``,
-        ``missing_field``, ``field_type``, ``node_id``, ``epoch``, ``seq``, ``n_samples``,
-        ``shape``, ``rank``, ``dtype``, ``byte_length``, ``non_finite``, ``not_orthonormal``,
-        ``singular_values``, ``privacy``, ``provenance``.
+        ``too_large``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``,
+        ``version_newer`` (a newer schema version than this node reads: upgrade it),
+        ``version`` (an older one than it reads), ``missing_field``, ``field_type``,
+        ``node_id``, ``epoch``, ``seq``, ``n_samples``, ``shape``, ``rank``, ``dtype``,
+        ``byte_length``, ``non_finite``, ``not_orthonormal``, ``singular_values``,
+        ``privacy``, ``provenance``.
     ValueError
         For invalid ``max_bytes`` or tolerances.
     """
@@ -336,7 +348,7 @@ def decode_subspace(
         _unpack,
         what="subspace",
         keys=_SUBSPACE_KEYS,
-        label="subspace message",
+        schema=_SCHEMA,
         max_bytes=max_bytes,
         tols=(tol, tol_float32),
     )
