@@ -4,6 +4,7 @@ Usage::
 
     python -m benchmarks.run [--quick] [--out DIR] [--only NAME ...] [--update]
     python -m benchmarks.run --only fleet --update [--ks 8,32,128] [--repeats N] ...
+    python -m benchmarks.run --render [--out DIR]
 
 ``--quick`` shrinks sizes and repeats (well under a minute; for smoke checks, not for
 numbers); the full run takes a few minutes on a 2-core machine. The output directory
@@ -14,7 +15,8 @@ without re-timing the rest. The fleet benchmark (g) (``fleet-sweep``, ``fleet-mo
 ``fleet-latency``, ``fleet-agent``, ``fleet-dtype``; ``fleet`` names all five) runs the
 runtime in subprocesses against Mosquitto and only when named in ``--only``; so does
 the FPCA vs FedPower benchmark (h) (``--only fedpower``, about a minute, numerics in one
-process). See
+process). ``--render`` measures nothing: it rewrites ``REPORT.md`` and the PNGs from the
+directory's ``results.json`` (after a change to how results are presented). See
 ``benchmarks/README.md`` for what each benchmark measures.
 """
 
@@ -56,6 +58,7 @@ __all__ = [
     "Sizes",
     "expand_names",
     "main",
+    "render",
     "run_suite",
 ]
 
@@ -376,6 +379,22 @@ def run_suite(
     return res
 
 
+def render(out_dir: Path, *, log: Callable[[str], None] = print) -> report.Results:
+    """Rewrite ``out_dir/REPORT.md`` and the PNGs from ``out_dir/results.json``, measuring
+    nothing (``results.json`` itself is left as it is).
+
+    Raises
+    ------
+    ValueError
+        If ``out_dir/results.json`` is missing or not a results file.
+    """
+    res = report.load_results(out_dir / "results.json")
+    report.write_plots(res, out_dir)
+    report.write_report(res, out_dir)
+    log(f"rendered {out_dir / 'REPORT.md'} from {out_dir / 'results.json'}")
+    return res
+
+
 def _jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -432,6 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'fleet' names its five parts)",
     )
     parser.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: rewrite REPORT.md and the PNGs of OUT from OUT/results.json",
+    )
+    parser.add_argument(
         "--update",
         action="store_true",
         help="with --only: keep the other benchmarks' results from OUT/results.json "
@@ -455,6 +479,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.update and not args.only:
         parser.error("--update needs --only")
+    if args.render:
+        measuring = [
+            flag
+            for flag, value in (
+                ("--quick", args.quick),
+                ("--only", args.only),
+                ("--update", args.update),
+                ("--ks", args.ks),
+                ("--repeats", args.repeats),
+                ("--readings-per-leaf", args.readings_per_leaf),
+                ("--run-timeout", args.run_timeout),
+                ("--workers", args.workers),
+            )
+            if value
+        ]
+        if measuring:
+            parser.error(f"--render measures nothing: drop {', '.join(measuring)}")
+        try:
+            render(args.out)
+        except ValueError as exc:
+            parser.error(str(exc))
+        return 0
     sizes = QUICK if args.quick else FULL
     fleet_options = {
         "ks": args.ks,

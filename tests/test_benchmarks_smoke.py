@@ -21,7 +21,7 @@ from benchmarks import report
 from benchmarks.accuracy import checkpoints
 from benchmarks.measure import GramTracker, time_side_by_side
 from benchmarks.privacy import section as privacy_section
-from benchmarks.run import QUICK, run_suite
+from benchmarks.run import QUICK, render, run_suite
 from benchmarks.synth import low_rank, synth
 from benchmarks.timing import MergeRow, throughput
 from edge_runtime.fpca import error_ratio, offline_subspace
@@ -87,6 +87,20 @@ def test_update_reruns_one_benchmark_and_keeps_the_others_from_results_json(tmp_
     assert set(res.seconds) == {"merge", "privacy", "total"}
     with pytest.raises(ValueError, match="is a 'tiny' run"):
         run_suite(QUICK, tmp_path, only=["merge"], update=True, log=lambda _: None)
+
+
+def test_render_rewrites_the_same_report_and_plots_from_results_json_alone(tmp_path):
+    run_suite(TINY, tmp_path, only=["merge", "memory"], log=lambda _: None)
+    written = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".md", ".png")}
+    for name in written:
+        (tmp_path / name).unlink()
+
+    render(tmp_path, log=lambda _: None)
+
+    again = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".md", ".png")}
+    assert again == written
+    with pytest.raises(ValueError, match="cannot read benchmark results"):
+        render(tmp_path / "missing", log=lambda _: None)
 
 
 def test_results_json_reads_back_into_equal_results(tmp_path):
