@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from benchmarks.fleet import MotesResult, SweepResult, SweepRow
 from benchmarks.fleet_live import AgentCostResult, LatencyResult, ProcessCost
 from benchmarks.fleet_wire import DtypeResult
+from benchmarks.reporting import Check, figure, save_figure, table
 
-__all__ = ["PLOT", "Check", "checks", "section", "write_plot"]
+__all__ = ["PLOT", "checks", "section", "write_plot"]
 
 PLOT = "fleet.png"
 
@@ -36,16 +31,6 @@ MAX_MESSAGES_PER_READING = 0.05
 MAX_SWEEP_PAYLOAD = 1 / 5
 MAX_MOTES_PAYLOAD = 1 / 20
 MIN_MOTES_READINGS_PER_S = 22_000.0
-
-
-@dataclass
-class Check:
-    """One Done-when item: what was measured, the target, and whether it was met."""
-
-    item: str
-    measured: str
-    target: str
-    passed: bool | None  # None: not checkable in this run
 
 
 def _fmt(value: float | None, fmt: str, scale: float = 1.0) -> str:
@@ -215,12 +200,6 @@ def checks(
     return out
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _reported(rows: Sequence[SweepRow] | Sequence[MotesResult], key: str) -> bool:
     """Whether some run of ``rows`` has ``key`` in its JSON summary."""
     return any(key in run.summary for row in rows for run in row.runs)
@@ -309,7 +288,7 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
             ]
         )
     out.append(
-        _table(
+        table(
             [
                 "k (sites x fan-out)",
                 "runs",
@@ -372,7 +351,7 @@ def _motes_section(motes: MotesResult) -> list[str]:
         )
         + ".",
         "",
-        _table(
+        table(
             [
                 "wall s",
                 "readings/s",
@@ -415,7 +394,7 @@ def _latency_section(lat: LatencyResult) -> list[str]:
         "(`benchmarks/fleet_live.py`). Bound: the leaves' maximum publish interval "
         f"({lat.interval_source or 'n/a'}) + 1 s.",
         "",
-        _table(
+        table(
             [
                 "readings at root",
                 "p50 s",
@@ -490,7 +469,7 @@ def _agent_section(agent: AgentCostResult | None, lat: LatencyResult | None) -> 
         rows = [
             r for role in ("leaf", "aggregator", "root") if (r := _cost_rows(agent.costs, role))
         ]
-        out += [_table(header, rows), ""]
+        out += [table(header, rows), ""]
         if agent.error:
             out += [f"Problem: {agent.error}.", ""]
     if lat is not None and lat.costs:
@@ -498,7 +477,7 @@ def _agent_section(agent: AgentCostResult | None, lat: LatencyResult | None) -> 
             f"The same, measured during the latency run ({lat.rate:g} readings/s over "
             f"{lat.n_leaves} leaves):",
             "",
-            _table(
+            table(
                 header,
                 [
                     r
@@ -522,7 +501,7 @@ def _dtype_section(dt: DtypeResult) -> list[str]:
         "truncated to rank 10. Angle: largest principal angle between the root bases of float32 "
         "and float64.",
         "",
-        _table(
+        table(
             [
                 "data",
                 "dtype",
@@ -588,7 +567,7 @@ def write_plot(sweep: SweepResult | None, out_dir: Path) -> list[Path]:
     if not rows:
         return []
     k = [r.n_leaves for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = figure(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     for key, style, label, target in (
         ("messages_per_reading", "o-", "agent messages / reading", MAX_MESSAGES_PER_READING),
@@ -620,7 +599,4 @@ def write_plot(sweep: SweepResult | None, out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Fleet sweep: edge-runtime run, depth 2, fan-out ceil(sqrt(k))")
-    path = out_dir / PLOT
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, out_dir / PLOT, tight=True)]

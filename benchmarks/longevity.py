@@ -86,6 +86,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.reporting import Check, checks_table, figure, save_figure
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
 from edge_runtime.agents.aggregator.core.plausibility import child_bounds
 from edge_runtime.agents.common.core.node import publish_policy_for
@@ -706,18 +707,11 @@ def write_report(results: dict[str, object], out: Path) -> Path:
     ]
     checks = results.get("checks", [])
     if checks:
-        md += [
-            "## Done when (issue 21)",
-            "",
-            "| check | measured | target | result |",
-            "|---|---|---|---|",
+        found = [
+            Check(c["check"], c["measured"], c["target"], bool(c["ok"]))
+            for c in checks  # type: ignore[union-attr]
         ]
-        for c in checks:  # type: ignore[union-attr]
-            md.append(
-                f"| {c['check']} | {c['measured']} | {c['target']} | "
-                f"{'pass' if c['ok'] else '**FAIL**'} |"
-            )
-        md.append("")
+        md += ["## Done when (issue 21)", "", checks_table(found, item="check"), ""]
     if sweep:
         md += [
             "## Checkpoint interval sweep",
@@ -796,13 +790,9 @@ def write_report(results: dict[str, object], out: Path) -> Path:
 
 def _plot(runs: dict[str, list[DayStats]], sweep: list[dict[str, float]], out: Path) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        fig, axes = figure(1, 3, figsize=(15, 4))
     except ImportError:
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for name, days in runs.items():
         if len(days) < 3 or not all(d.mem_current for d in days):
             continue
@@ -838,8 +828,7 @@ def _plot(runs: dict[str, list[DayStats]], sweep: list[dict[str, float]], out: P
         )
         axes[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "longevity.png", dpi=90)
-    plt.close(fig)
+    save_figure(fig, out / "longevity.png", dpi=90)
 
 
 # --------------------------------------------------------------------- main

@@ -6,9 +6,10 @@ those of issue 9 that the fleet benchmark measures; the report opens with those 
 then one section per benchmark (a)-(h) with its table and plot (section (f) and its plot
 come from `benchmarks.privacy.report_section`, section (g) and its plot from
 `benchmarks.fleet_report`, section (h) and its plot from
-`benchmarks.fedpower.report_section`; `fedpower_done_when` is issue 12's item). Plots
-use matplotlib's Agg backend (no display needed). `load_results` reads a
-``results.json`` back (for ``benchmarks.run --only ... --update``).
+`benchmarks.fedpower.report_section`; `fedpower_done_when` is issue 12's item). Checks,
+tables and figures come from `benchmarks.reporting` (figures on the Agg canvas: no
+display needed, no global backend switch). `load_results` reads a ``results.json`` back
+(for ``benchmarks.run --only ... --update`` and ``--render``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib import colormaps
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from benchmarks import fleet_report
@@ -42,11 +40,11 @@ from benchmarks.fleet_wire import DtypeResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import report_section as privacy_report
 from benchmarks.privacy import section as privacy_section
+from benchmarks.reporting import Check, checks_table, figure, save_figure, table
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
     "DERIVED_PROPERTIES",
-    "Check",
     "Results",
     "clear_results",
     "done_when",
@@ -188,16 +186,6 @@ def load_results(path: Path) -> Results:
     return _revive(Results, data)
 
 
-@dataclass
-class Check:
-    """One Done-when item: what was measured, the target, and whether it was met."""
-
-    item: str
-    measured: str
-    target: str
-    passed: bool | None  # None: not checkable in this run
-
-
 def _fmt_ratio(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "n/a" if x is None else str(x)
@@ -208,14 +196,12 @@ def privacy_done_when(res: Results) -> list[Check]:
     """The Done-when items of issues 5 and 10 (differential privacy), empty without (f)."""
     if res.private_mode is None:
         return []
-    found = privacy_section.checks(res.private_mode)
-    return [Check(c.item, c.measured, c.target, c.passed) for c in found]
+    return privacy_section.checks(res.private_mode)
 
 
 def fleet_done_when(res: Results) -> list[Check]:
     """The Done-when items of issue 9 the fleet benchmark measured (empty without it)."""
-    found = fleet_report.checks(res.fleet_sweep, res.fleet_motes, res.fleet_latency)
-    return [Check(c.item, c.measured, c.target, c.passed) for c in found]
+    return fleet_report.checks(res.fleet_sweep, res.fleet_motes, res.fleet_latency)
 
 
 def fedpower_done_when(res: Results) -> list[Check]:
@@ -231,26 +217,12 @@ def fedpower_done_when(res: Results) -> list[Check]:
     return [Check("The benchmark table is in REPORT.md", measured, "present", bool(fp.curves))]
 
 
-def _mark(passed: bool | None) -> str:
-    return {True: "pass", False: "**FAIL**", None: "n/a"}[passed]
-
-
-def _checks_table(checks: Sequence[Check] | Sequence[anomaly_report.Check]) -> str:
-    """Done-when items as a Markdown table: item, measured, target, result."""
-    return _table(
-        ["item", "measured", "target", "result"],
-        [[c.item, c.measured, c.target, _mark(c.passed)] for c in checks],
-    )
-
-
-def _checks_section(
-    title: str, checks: Sequence[Check] | Sequence[anomaly_report.Check], note: str
-) -> list[str]:
+def _checks_section(title: str, checks: Sequence[Check], note: str) -> list[str]:
     """A ``## Done-when check (TITLE)`` section of the report (its table, then ``note``) as
     Markdown lines; none when ``checks`` is empty (that benchmark did not run)."""
     if not checks:
         return []
-    return [f"## Done-when check ({title})", "", _checks_table(checks), "", note, ""]
+    return [f"## Done-when check ({title})", "", checks_table(checks), "", note, ""]
 
 
 def done_when(res: Results) -> list[Check]:
@@ -384,12 +356,6 @@ def done_when(res: Results) -> list[Check]:
     return checks
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _accuracy_section(res: Results) -> list[str]:
     out = ["## (a) Error ratio over time vs the offline SVD", ""]
     out.append(
@@ -419,7 +385,7 @@ def _accuracy_section(res: Results) -> list[str]:
                 ]
             )
         out.append(
-            _table(
+            table(
                 [
                     "method",
                     "tracked directions",
@@ -439,7 +405,7 @@ def _accuracy_section(res: Results) -> list[str]:
             "(depth 2), all merging with `merge_many` at the leaves' tracked rank, the root's "
             f"result truncated to r = {res.rank}.",
             "",
-            _table(
+            table(
                 ["configuration", "error ratio"],
                 [[k, _fmt_ratio(v)] for k, v in res.federated.items()],
             ),
@@ -467,7 +433,7 @@ def _accuracy_section(res: Results) -> list[str]:
                         *[_fmt_ratio(res.synth[a][name].final_centred) for a in alphas],
                     ]
                 )
-        out.append(_table(["method", *[f"alpha={a:g}" for a in alphas]], rows))
+        out.append(table(["method", *[f"alpha={a:g}" for a in alphas]], rows))
         out += ["", "![Synth error ratio over time](accuracy_synth.png)", ""]
     return out
 
@@ -498,7 +464,7 @@ def _throughput_section(res: Results) -> list[str]:
         for r in res.throughput
     ]
     out.append(
-        _table(
+        table(
             [
                 "d",
                 "r",
@@ -543,7 +509,7 @@ def _merge_section(res: Results) -> list[str]:
             ]
         )
     out.append(
-        _table(
+        table(
             [
                 "d",
                 "r",
@@ -582,7 +548,7 @@ def _aggregator_section(res: Results) -> list[str]:
         for r in res.aggregator
     ]
     out.append(
-        _table(
+        table(
             [
                 "k",
                 "update (ms)",
@@ -624,7 +590,7 @@ def _memory_section(res: Results) -> list[str]:
         ]
         for r in res.memory
     ]
-    out.append(_table(["samples", "FPCA-Edge peak (KiB)", "IncrementalPCA peak (KiB)"], rows))
+    out.append(table(["samples", "FPCA-Edge peak (KiB)", "IncrementalPCA peak (KiB)"], rows))
     out += ["", "![Peak memory](memory.png)", ""]
     return out
 
@@ -640,7 +606,7 @@ def write_report(res: Results, out_dir: Path) -> Path:
         "",
         "## Done-when check (issue 3)",
         "",
-        _checks_table(done_when(res)),
+        checks_table(done_when(res)),
         "",
     ]
     lines += _checks_section(
@@ -668,7 +634,7 @@ def write_report(res: Results, out_dir: Path) -> Path:
     lines += [
         "## Environment",
         "",
-        _table(["", ""], [[k, v] for k, v in res.environment.items()]),
+        table(["", ""], [[k, v] for k, v in res.environment.items()]),
         "",
         "Time per benchmark (s): "
         + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items())
@@ -710,7 +676,7 @@ def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> Non
     Methods with identical curves (e.g. the default oversample equal to 2r) are drawn
     once, labelled "A = B".
     """
-    colours = plt.get_cmap("tab10").colors
+    colours = colormaps["tab10"].colors
     curves: dict[tuple[float, ...], tuple[list[str], int, Trajectory]] = {}
     for i, t in enumerate(trajs.values()):
         key = tuple(t.ratios)
@@ -760,13 +726,10 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
     paths: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        path = out_dir / name
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, out_dir / name, tight=True))
 
     if res.motes:
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = figure(figsize=(8, 5))
         _plot_trajectories(ax, res.motes, f"Motes light (d=48), rank {res.rank}")
         ax.axhline(MAX_RATIO - 1.0, color="k", linewidth=0.8, linestyle="-.", label="1.01 bound")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -775,7 +738,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         alphas = list(res.synth)
         ncol = 3
         nrow = math.ceil(len(alphas) / ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(14, 4 * nrow), squeeze=False)
+        fig, axes = figure(nrow, ncol, figsize=(14, 4 * nrow), squeeze=False)
         for ax, a in zip(axes.flat, alphas, strict=False):
             _plot_trajectories(ax, res.synth[a], f"Synth(alpha={a:g})")
         for ax in list(axes.flat)[len(alphas) :]:
@@ -789,7 +752,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
         save(fig, "accuracy_synth.png")
     if res.throughput:
-        fig, ax = plt.subplots(figsize=(12, 4.5))
+        fig, ax = figure(figsize=(12, 4.5))
         shown = [r for r in res.throughput if r.fpca is not None or r.ipca is not None]
         xs = range(len(shown))
         ax.bar([x - 0.2 for x in xs], [r.fpca or 0.0 for r in shown], 0.4, label="FPCA-Edge")
@@ -810,7 +773,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         ax.legend()
         save(fig, "throughput.png")
     if res.merge_sweep_d or res.merge_sweep_r:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, axes = figure(1, 2, figsize=(11, 4.2))
         for ax, rows, key, label in (
             (axes[0], res.merge_sweep_d, "n_features", f"d (r = {res.merge_sweep_d[0].rank})"),
             (axes[1], res.merge_sweep_r, "rank", f"r (d = {res.merge_sweep_r[0].n_features})"),
@@ -832,7 +795,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
     if res.aggregator:
         rows = res.aggregator
         k = [r.n_children for r in rows]
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, axes = figure(1, 2, figsize=(11, 4.2))
         axes[0].plot(k, [r.update * 1e3 for r in rows], "o-", label="MergeTree.update (1 child)")
         axes[0].plot(k, [r.merge_many * 1e3 for r in rows], "s--", label="merge_many (all k)")
         axes[0].set_yscale("log")
@@ -849,7 +812,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         fig.suptitle("Aggregator update cost")
         save(fig, "aggregator.png")
     if res.memory:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = figure(figsize=(7, 4.2))
         n = [r.n_samples for r in res.memory]
         ax.plot(n, [r.fpca / 1024 for r in res.memory], "o-", label="FPCA-Edge")
         ipca = [(r.n_samples, r.ipca / 1024) for r in res.memory if r.ipca is not None]

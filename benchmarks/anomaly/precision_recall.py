@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.anomaly.faults import KINDS, FaultConfig, fill_dropouts, inject_faults
+from benchmarks.reporting import table
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.scoring import AnomalyScorer, total_energy
@@ -186,17 +187,14 @@ def run(
 
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
-    lines = [
-        "| setting | kind | readings | flagged | recall | precision |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+    cells = []
     for r in rows:
         recall = f"{r.recall:.3f}" + (" (false-alarm rate)" if r.kind == "clean" else "")
         precision = "" if r.kind == "clean" else f"{r.precision:.3f}"
-        lines.append(
-            f"| {r.setting} | {r.kind} | {r.readings} | {r.flagged} | {recall} | {precision} |"
-        )
-    return "\n".join(lines)
+        cells.append([r.setting, r.kind, r.readings, r.flagged, recall, precision])
+    return table(
+        ["setting", "kind", "readings", "flagged", "recall", "precision"], cells, align="llrrrr"
+    )
 
 
 def main() -> None:

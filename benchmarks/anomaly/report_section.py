@@ -4,37 +4,19 @@ checks (issue 13) and its plot ``anomaly-roc.png``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from benchmarks.anomaly.faults import FaultConfig
 from benchmarks.anomaly.oracle import needed_share
 from benchmarks.anomaly.precision_recall import Row, markdown_table
 from benchmarks.anomaly.section import SYNTH_CONFIG, AnomalyBenchResults
+from benchmarks.reporting import Check, figure, save_figure, table
 
-__all__ = ["PLOT", "TARGET", "Check", "checks", "section", "write_plot"]
+__all__ = ["PLOT", "TARGET", "checks", "section", "write_plot"]
 
 PLOT = "anomaly-roc.png"
 #: Issue 13's precision and recall bound for spikes and stuck sensors.
 TARGET = 0.9
-
-
-@dataclass(frozen=True)
-class Check:
-    """One Done-when item: what was measured against what target."""
-
-    item: str
-    measured: str
-    target: str
-    passed: bool | None
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _row(rows: list[Row], setting: str, kind: str) -> Row | None:
@@ -82,7 +64,7 @@ def _oracle_table(res: AnomalyBenchResults) -> str:
         cells = [r.variant, r.cases] + [f"{r.recall[rate]:.3f}" for rate in rates]
         cells.append(f"{100 * needed_share(r.recall[rates[0]], rates[0]):.0f} %")
         rows.append(cells)
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _config_line(cfg: FaultConfig, unit: str) -> str:
@@ -158,12 +140,7 @@ def write_plot(res: AnomalyBenchResults | None, out_dir: Path) -> list[Path]:
     variant on Motes light (log x), with alpha marked."""
     if res is None or not res.roc:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = figure(figsize=(7.5, 4.8))
     for name, (rates, recalls) in res.roc.items():
         ax.plot(rates, recalls, marker=".", markersize=3, label=name)
     ax.axvline(res.alpha, color="k", lw=0.8, ls=":", label=f"alpha = {res.alpha:g}")
@@ -176,7 +153,4 @@ def write_plot(res: AnomalyBenchResults | None, out_dir: Path) -> list[Path]:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = out_dir / PLOT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, out_dir / PLOT)]

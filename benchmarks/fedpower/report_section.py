@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from benchmarks.fedpower.data import MOTES, SYNTH
 from benchmarks.fedpower.faults import DEAD, NONE, STRAGGLER, STRAGGLER_SLOWDOWN
 from benchmarks.fedpower.section import Curve, FedPowerBenchResults, FPCAPoint
+from benchmarks.reporting import figure, save_figure, table
 
 __all__ = ["PLOT", "TARGET", "section", "write_plot"]
 
@@ -18,12 +17,6 @@ PLOT = "fedpower.png"
 TARGET = 1.01
 _CHECKPOINTS = (1, 2, 5, 10, 20, 40)
 _FLOOR = 1e-7
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _first(curve: Curve, bound: float) -> int | None:
@@ -88,7 +81,7 @@ def _main_table(res: FedPowerBenchResults, dataset: str) -> list[str]:
     return [
         f"### {dataset} ({n} x {d}), no faults, no privacy",
         "",
-        _table(
+        table(
             [
                 "method",
                 "rounds",
@@ -119,7 +112,7 @@ def _convergence_table(res: FedPowerBenchResults) -> list[str]:
     return [
         "### Convergence: error ratio (kB on the wire) after round t",
         "",
-        _table(["data", "method", *[f"t = {k}" for k in points]], rows),
+        table(["data", "method", *[f"t = {k}" for k in points]], rows),
         "",
     ]
 
@@ -150,7 +143,7 @@ def _fault_table(res: FedPowerBenchResults) -> list[str]:
     return [
         f"### Faults: one straggler (1/{STRAGGLER_SLOWDOWN} the rate), one dead leaf",
         "",
-        _table(
+        table(
             [
                 "data",
                 "fault",
@@ -206,7 +199,7 @@ def _private_table(res: FedPowerBenchResults) -> list[str]:
         "(RDP, Mironov conversion), so each row is its own run at that horizon; sigma is "
         "the noise std per entry of S Q (unit-ball Gram units).",
         "",
-        _table(
+        table(
             [
                 "data",
                 "method",
@@ -358,12 +351,7 @@ def write_plot(res: FedPowerBenchResults | None, out_dir: Path) -> list[Path]:
     dataset, no faults, no privacy; FPCA as two points (final, per block)."""
     if res is None or not res.curves:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = figure(1, 2, figsize=(12, 4.8))
     for ax, dataset in zip(axes, (MOTES, SYNTH), strict=True):
         for c in _curves(res, dataset, NONE):
             style = "-" if c.participation == 1.0 else "--"
@@ -383,7 +371,4 @@ def write_plot(res: FedPowerBenchResults | None, out_dir: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = out_dir / PLOT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, out_dir / PLOT)]

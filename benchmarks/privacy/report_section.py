@@ -8,14 +8,8 @@ light against epsilon (log y) beside the noise of the k-th release against H.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from benchmarks.privacy import horizon as hz
@@ -23,18 +17,13 @@ from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy import section as sec
 from benchmarks.privacy.stats import Summary
 from benchmarks.privacy.synth_table import random_level
+from benchmarks.reporting import figure, save_figure, table
 from edge_runtime.fpca.private_gram import release_noise_std
 
 __all__ = ["PLOT", "section", "write_plot"]
 
 #: File name of the section's plot.
 PLOT = "privacy_utility.png"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _num(value: float) -> str:
@@ -122,7 +111,7 @@ def _motes_table(p: sec.PrivacyResults) -> list[str]:
     return [
         f"### Motes light tree: root error ratio at eps = {p.epsilon:g}, delta = {p.delta:g}",
         "",
-        _table(
+        table(
             [
                 "method",
                 "block (rows)",
@@ -225,7 +214,7 @@ def _curve_table(p: sec.PrivacyResults) -> list[str]:
     return [
         f"### Root error ratio against epsilon (median over {p.seeds} seeds)",
         "",
-        _table(["epsilon", *[c.label for c in p.curves]], rows),
+        table(["epsilon", *[c.label for c in p.curves]], rows),
         "",
         f"![Private mode: error ratio against epsilon]({PLOT})",
         "",
@@ -268,7 +257,7 @@ def _state_section(p: sec.PrivacyResults) -> list[str]:
         "release's temporaries), without the block buffer and the published basis, which "
         "both need.",
         "",
-        _table(["state", "block", "H", "median", "IQR", "retained (bytes)", "peak (bytes)"], rows),
+        table(["state", "block", "H", "median", "IQR", "retained (bytes)", "peak (bytes)"], rows),
         "",
     ]
     a = {(r.block_size, r.horizon): r for r in p.state_choice if r.state == "a"}
@@ -338,7 +327,7 @@ def _horizon_section(p: sec.PrivacyResults) -> list[str]:
         "tests). Bold: the least noise at that k; last column: the largest ratio to that "
         "least noise over the k of the table.",
         "",
-        _table(["", *[f"k = {k}" for k in ks], "max / best"], rows),
+        table(["", *[f"k = {k}" for k in ks], "max / best"], rows),
         "",
     ]
     if p.horizon_lines:
@@ -352,7 +341,7 @@ def _horizon_section(p: sec.PrivacyResults) -> list[str]:
         out += [
             f"Motes light, median root error ratio against H (eps = {p.epsilon:g}):",
             "",
-            _table(["", *[f"H = {h}" for h in hs]], lines),
+            table(["", *[f"H = {h}" for h in hs]], lines),
             "",
         ]
     if p.blocks:
@@ -374,7 +363,7 @@ def _horizon_section(p: sec.PrivacyResults) -> list[str]:
             "is published after the first block) and the root after all rows (median "
             "error ratio):",
             "",
-            _table(header, rows),
+            table(header, rows),
             "",
         ]
     out += _defaults_text(p)
@@ -532,7 +521,7 @@ def _synth_section(p: sec.PrivacyResults) -> list[str]:
         f"{math.sqrt(2 * math.log(1.25 / p.synth_delta)) / 0.1:.1f} per entry at "
         "sensitivity 1), hence the Gaussian mechanism above DPdisPCA at small epsilon.",
         "",
-        _table(["epsilon", *[c.label for c in p.synth], "random direction"], rows),
+        table(["epsilon", *[c.label for c in p.synth], "random direction"], rows),
         "",
     ]
 
@@ -565,7 +554,7 @@ def write_plot(p: sec.PrivacyResults, out_dir: Path) -> Path | None:
     """Write ``out_dir/privacy_utility.png`` (None if nothing to draw)."""
     if not p.curves:
         return None
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax, bx) = figure(1, 2, figsize=(13, 4.8))
     eps = p.curve_epsilons
     for (colour, style), curve in zip(_STYLES, p.curves, strict=False):
         med = [s.median for s in curve.errors]
@@ -618,7 +607,4 @@ def write_plot(p: sec.PrivacyResults, out_dir: Path) -> Path | None:
     bx.grid(True, which="major", alpha=0.3)
     bx.legend(fontsize=8)
     fig.tight_layout()
-    path = out_dir / PLOT
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, out_dir / PLOT, tight=True)

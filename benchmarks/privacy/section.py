@@ -33,6 +33,7 @@ from benchmarks.privacy.leaves import fpca_leaf
 from benchmarks.privacy.state_choice import measure_memory
 from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.privacy.synth_table import SynthCurve, random_level, run_synth
+from benchmarks.reporting import Check
 from edge_runtime.fpca import error_ratio
 from edge_runtime.fpca.privacy import (
     gaussian_default_block_size,
@@ -50,7 +51,6 @@ __all__ = [
     "QUICK",
     "TINY",
     "BlockRow",
-    "Check",
     "Curve",
     "HorizonLine",
     "Precision",
@@ -284,16 +284,6 @@ class PrivacyResults:
     def synth_curve(self, label: str) -> SynthCurve | None:
         """The Synth curve named ``label``, or None."""
         return next((c for c in self.synth if c.label == label), None)
-
-
-@dataclass
-class Check:
-    """One Done-when item (same shape as `benchmarks.report.Check`)."""
-
-    item: str
-    measured: str
-    target: str
-    passed: bool | None
 
 
 class _Motes:
