@@ -41,6 +41,13 @@ A leaf may read its readings from a local source instead of its sensor topic (is
 one file or port would count its readings twice); a relative ``path`` is relative to the
 TOML file's folder.
 
+An aggregator may be declared open (issue 23): ``open = true`` on its ``[[nodes]]`` table,
+and optionally a ``[nodes.admit]`` table right after it with the settings of the leaves it
+admits at run time (the keys of ``[defaults]``, which they override; most usefully
+``valid_range`` and ``max_reading_rate``, the bounds the aggregator holds every admitted leaf
+to). `Topology.admitted_leaf` gives such a leaf's `NodeConfig`. An open node is an
+aggregator even without declared children.
+
 Topics (``<path>`` is the chain of ids from the root, e.g. ``root/site-a/pi-01``):
 ``<prefix>/<path>/subspace`` (retained snapshot), ``<prefix>/<path>/status`` (online/offline),
 ``<prefix>/<path>/status/detail`` (JSON), ``<prefix>/<path>/confirm`` (a leaf's reading

@@ -12,6 +12,7 @@ from typing import Any
 from edge_runtime.datasets.split import SPLITS
 
 __all__ = [
+    "ADMIT_KEYS",
     "ALGORITHMS",
     "BUDGET_KEYS",
     "BUILTIN_DEFAULTS",
@@ -109,8 +110,14 @@ NODE_KEYS: tuple[str, ...] = (
     "sensor_topic",
     "noise_seed",
     "source",
+    "open",
+    "admit",
 )
 """Keys a ``[[nodes]]`` table may hold."""
+
+ADMIT_KEYS: tuple[str, ...] = DEFAULTABLE_KEYS
+"""Keys the ``[nodes.admit]`` table of an open aggregator may hold: the settings of the
+leaves it admits at run time, over ``[defaults]`` (the same keys as ``[defaults]``)."""
 
 PRIVACY_KEYS: tuple[str, ...] = (
     "epsilon",
@@ -207,6 +214,7 @@ KINDS: dict[str, str] = {
     "out_of_range": "str",
     "max_reading_rate": "float",
     "sensor_topic": "str",
+    "open": "bool",
     "name": "str",
     "prefix": "str",
     "algorithm": "str",

@@ -31,6 +31,7 @@ from edge_runtime.topology.checks import (
 )
 from edge_runtime.topology.fedpower_config import FedPowerConfig
 from edge_runtime.topology.keys import (
+    ADMIT_KEYS,
     ALGORITHMS,
     BUILTIN_DEFAULTS,
     DATA_KEYS,
@@ -118,7 +119,8 @@ def parse_topology(text: str, source_path: str | os.PathLike[str] | None = None)
         ``epsilon``, ``delta`` and ``clip_norm``, an unknown ``mechanism``, ``chunk_size``
         without mechanism ``"fpca-eq8"``, ``release_horizon`` without mechanism
         ``"gaussian"``, outside ``[1, 4096]`` or above 1 with ``forget < 1``, two leaves
-        sharing a ``noise_seed``, an unknown split.
+        sharing a ``noise_seed``, an unknown split, an ``admit`` table on a node that is not
+        open, or one with a key ``[defaults]`` may not hold or an invalid value.
     """
     source = Path(source_path) if source_path is not None else None
     try:
@@ -191,11 +193,21 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
 
     raw_nodes = _raw_nodes(document)
     parents = {node_id: raw.get("parent") for node_id, raw in raw_nodes.items()}
-    root = check_tree(parents)
-    has_children = {parent for parent in parents.values() if parent is not None}
+    open_nodes = {node_id for node_id, raw in raw_nodes.items() if raw.get("open", False)}
+    root = check_tree(parents, open_nodes)
+    has_children = {parent for parent in parents.values() if parent is not None} | open_nodes
 
     nodes: dict[str, NodeConfig] = {}
+    admit: dict[str, dict[str, Any]] = {}
     for node_id, raw in raw_nodes.items():
+        table = raw.pop("admit", None)
+        if table is not None and node_id not in open_nodes:
+            raise TopologyError(
+                f"node {node_id!r}: an admit table needs open = true (it holds the settings "
+                "of the leaves an open aggregator admits at run time)"
+            )
+        if node_id in open_nodes:
+            admit[node_id] = {**defaults, **_admit_table(node_id, table)}
         settings = {**BUILTIN_DEFAULTS, **defaults, **raw}
         if "rank" not in settings:
             raise TopologyError(f"node {node_id!r}: no rank; set rank in [defaults] or on the node")
@@ -237,7 +249,29 @@ def _build(document: dict[str, Any], source: Path | None) -> Topology:
         source_path=source,
         algorithm=algorithm,
         fedpower=fedpower,
+        admit=admit,
     )
+
+
+def _admit_table(node_id: str, table: object) -> dict[str, Any]:
+    """The ``[nodes.admit]`` table of open aggregator ``node_id``, keys and kinds checked
+    (values are checked as a leaf's by `Topology`)."""
+    where = f"[nodes.admit] of node {node_id!r}"
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise TopologyError(
+            f"node {node_id!r}: admit must be a table ([nodes.admit]), got {toml_type(table)}"
+        )
+    for key in table:
+        if key in ("id", "parent", "sensor_topic", "source", "noise_seed", "open"):
+            raise TopologyError(
+                f"{where}: {key} cannot be set for the leaves an aggregator admits (each "
+                "device has its own)"
+            )
+        if key not in ADMIT_KEYS:
+            raise TopologyError(unknown_key_message(where, key, ADMIT_KEYS))
+    return {key: check_kind(where, key, value) for key, value in table.items()}
 
 
 def _leaf_source(
@@ -279,7 +313,7 @@ def _table(document: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 def _check_defaults_keys(defaults: Mapping[str, Any]) -> None:
     for key in defaults:
-        if key in ("id", "parent", "sensor_topic"):
+        if key in ("id", "parent", "sensor_topic", "open", "admit"):
             raise TopologyError(f"[defaults]: {key} cannot have a default; set it on each node")
         if key == "source":
             raise TopologyError(
@@ -325,7 +359,7 @@ def _raw_nodes(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             )
         check_keys(where, table, NODE_KEYS)
         by_id[node_id] = {
-            k: v if k == "source" else check_kind(where, k, v) for k, v in table.items()
+            k: v if k in ("source", "admit") else check_kind(where, k, v) for k, v in table.items()
         }
         index_of[node_id] = index
     if not by_id:

@@ -14,7 +14,7 @@ from edge_runtime.fpca.privacy import NEIGHBOURS, gaussian_default_block_size
 from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import check_n_features
 from edge_runtime.topology.node_checks import check_node
-from edge_runtime.wire.privacy import PrivacyParams
+from edge_runtime.wire.guarantee import PrivacyParams
 
 __all__ = ["NodeConfig"]
 
@@ -154,6 +154,12 @@ class NodeConfig:
         Readings per second a leaf's sensor can produce at most (declared, finite, > 0),
         for the plausibility checks upstream (`Topology.max_reading_rate`). None: not
         declared. Leaves only.
+    open : bool, default False
+        An open aggregator: besides the children the topology declares, it admits any
+        child whose snapshot arrives on a child topic under its path (the broker's ACL
+        decides who may publish there), holding it to the settings of
+        `Topology.admitted_leaf`. A node with ``open = True`` is an aggregator even
+        without declared children. Not in ``[defaults]``.
 
     Raises
     ------
@@ -197,6 +203,7 @@ class NodeConfig:
     valid_range: tuple[float, float] | tuple[tuple[float, ...], tuple[float, ...]] | None = None
     out_of_range: str = "reject"
     max_reading_rate: float | None = None
+    open: bool = False
 
     @property
     def privacy(self) -> PrivacyParams | None:

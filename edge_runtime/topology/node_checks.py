@@ -68,7 +68,7 @@ def check_node(node: NodeConfig) -> None:
     where = f"node {node.id!r}"
     if node.parent is not None:
         check_kind(where, "parent", node.parent)
-    for key in ("rank", "adaptive", "holdoff", "center"):
+    for key in ("rank", "adaptive", "holdoff", "center", "open"):
         check_kind(where, key, getattr(node, key))
     if node.block_size is not None:
         check_kind(where, "block_size", node.block_size)

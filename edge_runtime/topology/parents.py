@@ -8,20 +8,23 @@ the root, the ``<path>`` of its topic names.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from edge_runtime.topology.checks import TopologyError
 
 __all__ = ["check_tree", "root_paths"]
 
 
-def check_tree(parents: Mapping[str, str | None]) -> str:
+def check_tree(parents: Mapping[str, str | None], open_nodes: Collection[str] = ()) -> str:
     """Check that ``parents`` is one tree with children and return its root.
 
     Parameters
     ----------
     parents : Mapping[str, str or None]
         Each node's id -> its parent's id (None for the root), in file order.
+    open_nodes : collection of str, default ()
+        The open aggregators: an open root needs no declared child (it admits them at
+        run time).
 
     Returns
     -------
@@ -33,7 +36,7 @@ def check_tree(parents: Mapping[str, str | None]) -> str:
     TopologyError
         For no nodes, an unknown parent (with the closest id as a hint), zero or several
         roots, a cycle (the message draws it ``'a' -> 'b' -> 'a' (child -> parent)``), or a
-        root without children.
+        root that is not open without children.
     """
     if not parents:
         raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
@@ -63,9 +66,10 @@ def check_tree(parents: Mapping[str, str | None]) -> str:
                     f"{_cycle_text(_find_cycle(parents, node_id))}"
                 )
             reaches_root.update(chain)
-    if all(parent != root for parent in parents.values()):
+    if root not in open_nodes and all(parent != root for parent in parents.values()):
         raise TopologyError(
-            f"root {root!r} has no children: a topology needs at least one leaf under its root"
+            f"root {root!r} has no children: a topology needs at least one leaf under its "
+            "root, or an open root (open = true) that admits its children at run time"
         )
     return root
 

@@ -29,11 +29,19 @@ from edge_runtime.topology.checks import (
     aggregator_source_message,
     check_kind,
     prefix_problem,
+    unknown_key_message,
 )
 from edge_runtime.topology.fedpower_config import FedPowerConfig, fedpower_private_leaf
-from edge_runtime.topology.keys import ALGORITHMS, BUILTIN_DEFAULTS, PRIVACY_KEYS, SENSOR_KEYS
+from edge_runtime.topology.keys import (
+    ADMIT_KEYS,
+    ALGORITHMS,
+    BUILTIN_DEFAULTS,
+    PRIVACY_KEYS,
+    SENSOR_KEYS,
+)
 from edge_runtime.topology.node import NodeConfig
 from edge_runtime.topology.parents import check_tree, root_paths
+from edge_runtime.topology.topics import default_sensor_topic
 
 __all__ = ["Topology"]
 
@@ -64,19 +72,28 @@ class Topology:
         rounds of local power iterations (the root is the server).
     fedpower : FedPowerConfig, default FedPowerConfig()
         The round settings when ``algorithm = "fedpower"`` (ignored otherwise).
+    admit : Mapping[str, Mapping[str, object]], default {}
+        For each open aggregator (``NodeConfig.open``), the settings of the leaves it
+        admits at run time (keys of `ADMIT_KEYS`; from a file: ``[defaults]`` overridden by
+        the node's ``[nodes.admit]`` table); an open aggregator without an entry admits
+        leaves of its own ``rank`` and the built-in defaults. See `admitted_leaf`.
 
     Raises
     ------
     TopologyError
-        If the nodes do not form one tree rooted at ``root`` with at least one leaf, a leaf has
-        no sensor topic or an aggregator has one, an aggregator has a privacy setting, two
-        leaves share a ``noise_seed``, or another field is invalid.
+        If the nodes do not form one tree rooted at ``root`` with at least one leaf (or an
+        open root), a leaf has no sensor topic or an aggregator has one, an aggregator has a
+        privacy setting, two leaves share a ``noise_seed``, ``admit`` names a node that is
+        not open or holds invalid settings, a FedPower topology has an open aggregator, or
+        another field is invalid.
 
     Notes
     -----
     Every method taking a ``node_id`` raises `TopologyError` when it is not a node of the
     topology (the message lists up to ten node ids). A FedPower topology replaces each
-    private leaf by a copy with FedPower's mechanism (`fedpower_private_leaf`).
+    private leaf by a copy with FedPower's mechanism (`fedpower_private_leaf`). A node is an
+    aggregator when it has children or is open (an open node without declared children
+    admits them all at run time); every other node is a leaf.
     """
 
     name: str
@@ -88,7 +105,9 @@ class Topology:
     source_path: Path | None = None
     algorithm: str = "fpca"
     fedpower: FedPowerConfig = field(default_factory=FedPowerConfig)
+    admit: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     _children: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _aggregators: frozenset[str] = field(init=False, repr=False, compare=False)
     _paths: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,31 +135,33 @@ class Topology:
             if not isinstance(node, NodeConfig) or node.id != key:
                 raise TopologyError(f"nodes[{key!r}] must be a NodeConfig with id {key!r}")
         parents = {node_id: node.parent for node_id, node in nodes.items()}
-        root = check_tree(parents)
+        open_nodes = {node_id for node_id, node in nodes.items() if node.open}
+        root = check_tree(parents, open_nodes)
         if root != self.root:
             raise TopologyError(f"root is {self.root!r}, but the node without a parent is {root!r}")
         children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
         for node_id, parent in parents.items():
             if parent is not None:
                 children[parent].append(node_id)
+        aggregators = frozenset(n for n in nodes if children[n] or n in open_nodes)
         for node_id, node in nodes.items():
-            if children[node_id] and node.sensor_topic is not None:
+            if node_id in aggregators and node.sensor_topic is not None:
                 raise TopologyError(aggregator_sensor_topic_message(node_id, node.sensor_topic))
-            if not children[node_id] and node.sensor_topic is None:
+            if node_id not in aggregators and node.sensor_topic is None:
                 raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
-            if children[node_id] and node.source is not None:
+            if node_id in aggregators and node.source is not None:
                 raise TopologyError(aggregator_source_message(node_id))
-            if children[node_id]:
+            if node_id in aggregators:
                 for key in PRIVACY_KEYS:
                     if getattr(node, key) is not None:
                         raise TopologyError(aggregator_privacy_message(node_id, key))
                 for key in SENSOR_KEYS:
                     if getattr(node, key) != BUILTIN_DEFAULTS[key]:
                         raise TopologyError(aggregator_sensor_message(node_id, key))
-        n_leaves = sum(1 for node_id in nodes if not children[node_id])
+        n_leaves = sum(1 for node_id in nodes if node_id not in aggregators)
         for node_id, node in nodes.items():
-            if node.score != "off" and (children[node_id] or self.algorithm != "fpca"):
-                what = "an aggregator" if children[node_id] else f"a {self.algorithm} leaf"
+            if node.score != "off" and (node_id in aggregators or self.algorithm != "fpca"):
+                what = "an aggregator" if node_id in aggregators else f"a {self.algorithm} leaf"
                 raise TopologyError(
                     f"node {node_id!r}: score = {node.score!r} is not supported on {what} "
                     "(FPCA leaves only)"
@@ -152,6 +173,11 @@ class Topology:
                         f"leaf {node_id!r}: mechanism {FEDPOWER_MECHANISM!r} needs "
                         'algorithm = "fedpower"'
                     )
+        if self.algorithm == "fedpower" and open_nodes:
+            raise TopologyError(
+                f'node {sorted(open_nodes)[0]!r}: open = true needs algorithm = "fpca" '
+                "(FedPower's rounds run over the leaves the topology declares)"
+            )
         if self.algorithm == "fedpower":
             for node_id, node in nodes.items():
                 if node.epsilon is not None:
@@ -173,6 +199,12 @@ class Topology:
                 )
             seeds[node.noise_seed] = node_id
         paths = root_paths(parents)
+        admit = {
+            node_id: MappingProxyType(self._check_admit(nodes, node_id, settings))
+            for node_id, settings in dict(self.admit).items()
+        }
+        object.__setattr__(self, "admit", MappingProxyType(admit))
+        object.__setattr__(self, "_aggregators", aggregators)
         object.__setattr__(self, "nodes", MappingProxyType(nodes))
         object.__setattr__(
             self, "_children", MappingProxyType({k: tuple(v) for k, v in children.items()})
@@ -193,8 +225,30 @@ class Topology:
                 self.source_path,
                 self.algorithm,
                 self.fedpower,
+                tuple((k, tuple(v.items())) for k, v in self.admit.items()),
             )
         )
+
+    @staticmethod
+    def _check_admit(
+        nodes: Mapping[str, NodeConfig], node_id: str, settings: Mapping[str, object]
+    ) -> dict[str, object]:
+        """``settings`` of the leaves open aggregator ``node_id`` admits, checked as a
+        leaf's and normalised (`NodeConfig`), in their given order."""
+        where = f"[nodes.admit] of node {node_id!r}"
+        if node_id not in nodes or not nodes[node_id].open:
+            raise TopologyError(
+                f"{where}: admit settings need an open aggregator (open = true on node {node_id!r})"
+            )
+        for key in settings:
+            if key not in ADMIT_KEYS:
+                raise TopologyError(unknown_key_message(where, key, ADMIT_KEYS))
+        try:
+            leaf = _admitted(nodes[node_id], node_id, settings)
+        except TopologyError as exc:
+            problem = str(exc).removeprefix(f"node {node_id!r}: ")
+            raise TopologyError(f"{where}: {problem}") from None
+        return {key: getattr(leaf, key) for key in settings}
 
     # -- tree -------------------------------------------------------------------------------
 
@@ -228,15 +282,60 @@ class Topology:
             If ``node_id`` is not a node.
         """
         self._node(node_id)
-        return not self._children[node_id]
+        return node_id not in self._aggregators
 
     def leaves(self) -> list[str]:
         """Ids of all leaves, in file order."""
-        return [node_id for node_id, kids in self._children.items() if not kids]
+        return [node_id for node_id in self._children if node_id not in self._aggregators]
 
     def aggregators(self) -> list[str]:
-        """Ids of all nodes with children (the root included), in file order."""
-        return [node_id for node_id, kids in self._children.items() if kids]
+        """Ids of all nodes with children or open (the root included), in file order."""
+        return [node_id for node_id in self._children if node_id in self._aggregators]
+
+    def is_open(self, node_id: str) -> bool:
+        """Whether ``node_id`` is an open aggregator (admits children at run time).
+
+        Raises
+        ------
+        TopologyError
+            If ``node_id`` is not a node.
+        """
+        return self._node(node_id).open
+
+    def admitted_leaf(self, parent: str, node_id: str) -> NodeConfig:
+        """The settings of leaf ``node_id`` admitted at run time under open ``parent``.
+
+        The open aggregator's ``admit`` settings (`Topology.admit`: from a file,
+        ``[defaults]`` overridden by the node's ``[nodes.admit]`` table; the aggregator's
+        ``rank`` when they set none), with ``id = node_id``, ``parent = parent`` and the
+        default sensor topic ``sensors/<node_id>``. The aggregator holds every child it
+        admits to these settings' ``valid_range`` and ``max_reading_rate``
+        (`edge_runtime.agents.aggregator.core.plausibility`).
+
+        Parameters
+        ----------
+        parent : str
+            An open aggregator.
+        node_id : str
+            The admitted child's id (a valid node id; it is not checked against the
+            declared nodes).
+
+        Returns
+        -------
+        NodeConfig
+
+        Raises
+        ------
+        TopologyError
+            If ``parent`` is not a node or not open, or ``node_id`` is not a valid id.
+        """
+        node = self._node(parent)
+        if not node.open:
+            raise TopologyError(
+                f"node {parent!r} is not open: it admits no children at run time (set "
+                "open = true on it)"
+            )
+        return _admitted(node, node_id, self.admit.get(parent, {}))
 
     def subtree(self, node_id: str) -> list[str]:
         """``node_id`` and every node below it, in file order (``[node_id]`` for a leaf).
@@ -262,7 +361,7 @@ class Topology:
         TopologyError
             If ``node_id`` is not a node.
         """
-        return [node for node in self.subtree(node_id) if not self._children[node]]
+        return [node for node in self.subtree(node_id) if node not in self._aggregators]
 
     def reading_norm_sq_bound(self, node_id: str, n_features: int) -> float | None:
         """Largest squared Euclidean norm of one reading of ``n_features`` values that any
@@ -400,9 +499,15 @@ class Topology:
         Raises
         ------
         ValueError
-            If ``n_rows`` is not a non-negative integer.
+            If ``n_rows`` is not a non-negative integer, or the topology declares no leaf
+            (an open root without declared children).
         """
         leaves = self.leaves()
+        if not leaves:
+            raise ValueError(
+                f"topology {self.name!r} declares no leaf to deal rows to (its open "
+                "aggregators admit their children at run time)"
+            )
         shares = [self.nodes[leaf].share for leaf in leaves]
         return dict(zip(leaves, data_split.split_rows(n_rows, shares, self.split), strict=True))
 
@@ -423,3 +528,17 @@ class Topology:
         if not path.is_absolute() and self.source_path is not None:
             path = self.source_path.parent / path
         return path
+
+
+def _admitted(parent: NodeConfig, node_id: str, settings: Mapping[str, object]) -> NodeConfig:
+    """Leaf ``node_id`` under ``parent`` with ``settings`` (``rank``: the parent's unless
+    given) and the default sensor topic."""
+    rank = settings.get("rank", parent.rank)
+    given = {k: v for k, v in settings.items() if k != "rank"}
+    return NodeConfig(
+        id=node_id,
+        parent=parent.id,
+        rank=rank,  # type: ignore[arg-type]
+        sensor_topic=default_sensor_topic(node_id),
+        **given,  # type: ignore[arg-type]
+    )
