@@ -945,8 +945,10 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
             # (topic, payload, retain): the corpus, then the zero-length payloads
             outgoing = [(topic, payload, False) for topic, payload, _ in corpus]
             outgoing += [(sensor_topic, b"", False)] * N_EMPTY
-            outgoing += [(subspace_topic(SIBLING if i % 2 else LEAF), b"", False) for i in range(5)]
-            outgoing += [(subspace_topic(SIBLING), b"", True)] * 5  # retained deletions
+            # A zero-length payload on a child's topic forgets the child (issue 23,
+            # tests/test_aggregator_membership.py); on a stranger's topic it changes nothing.
+            outgoing += [(subspace_topic(STRANGER), b"", False)] * 5
+            outgoing += [(subspace_topic(STRANGER), b"", True)] * 5  # retained deletions
             async with (
                 aiomqtt.Client(host, port, timeout=5, max_inflight_messages=IN_FLIGHT) as client,
                 asyncio.TaskGroup() as group,

@@ -6,6 +6,12 @@ whether it is stale, whether the merge has it yet), merges them in a balanced `M
 publish with the same `PublishPolicy` deadband as a leaf: arrivals are coalesced, the merge is
 published at most once per ``min_interval_s``, at least every ``max_interval_s`` while a
 change is unpublished, and once arrivals pause (the trailing publish).
+
+Membership (issue 23): an *open* aggregator (``admit`` bounds given) admits a child the
+topology does not declare on its first plausible snapshot (a `MergeTree.insert`, counted in
+``joins``); a closed one refuses it (``unknown_child``). `AggregatorCore.forget` drops a
+child's snapshot from the merge (declared or admitted; the shell calls it when the child's
+retained snapshot is deleted), and the next publish carries the merge of the others.
 """
 
 from __future__ import annotations
@@ -13,9 +19,16 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from edge_runtime.agents.aggregator.core.guarantee import (
+    combined_name,
+    weakest_guarantee,
+    weakest_privacy,
+)
 from edge_runtime.agents.aggregator.core.plausibility import (
     DEFAULT_INFLUENCE_CAP,
     DEFAULT_MAX_READING_RATE,
@@ -30,9 +43,10 @@ from edge_runtime.agents.common.core.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.tree import MergeTree
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import MAX_PRIVACY_NAME_CHARS, PrivacyParams, SubspaceMessage
+from edge_runtime.wire import SubspaceMessage
 
 __all__ = [
+    "MAX_FORGOTTEN_SHOWN",
     "MAX_RETIRED_EPOCHS",
     "QUARANTINE_POLICIES",
     "AggregatorCore",
@@ -50,6 +64,9 @@ QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
 MAX_RETIRED_EPOCHS = 16
 """Epochs remembered per child after a newer one replaced them (memory O(16) per child)."""
 
+MAX_FORGOTTEN_SHOWN = 32
+"""Most recent forgotten children listed in the status document (``extra.forgotten``)."""
+
 
 def is_newer(new: SubspaceMessage, current: SubspaceMessage, retired: Container[str] = ()) -> bool:
     """Whether snapshot ``new`` supersedes ``current`` from the same child.
@@ -64,55 +81,6 @@ def is_newer(new: SubspaceMessage, current: SubspaceMessage, retired: Container[
     if new.epoch == current.epoch:
         return new.seq > current.seq
     return new.epoch not in retired
-
-
-def combined_name(names: Iterable[str]) -> str:
-    """One mechanism (or neighbours) name for several: the name if they all share it, else
-    the sorted distinct names joined by ``+`` (a name that is already a join is split
-    first, so ``"gaussian"`` and ``"fpca-eq8+gaussian"`` give ``"fpca-eq8+gaussian"``).
-    ``"mixed"`` if the join would exceed `edge_runtime.wire.MAX_PRIVACY_NAME_CHARS`.
-    """
-    parts = sorted({part for name in names for part in name.split("+") if part})
-    joined = "+".join(parts)
-    return joined if len(joined) <= MAX_PRIVACY_NAME_CHARS else "mixed"
-
-
-def weakest_privacy(snapshots: Iterable[SubspaceMessage]) -> PrivacyParams | None:
-    """The guarantee of a merge of ``snapshots``: the weakest of theirs.
-
-    None (no guarantee) if any snapshot has none, or if there are none; else
-    ``PrivacyParams(max epsilon, max delta, max clip_norm, mechanism, neighbours)``, where
-    ``mechanism`` and ``neighbours`` are the snapshots' shared name, or their distinct
-    names sorted and joined by ``+`` (`combined_name`: ``"fpca-eq8+gaussian"``) when they
-    differ. Why this bounds every
-    reading: each reading is in exactly one leaf's data, and that leaf's snapshots are
-    post-processing of its masked blocks, so by parallel composition over the disjoint
-    leaves (and post-processing for the merges above them) a reading of leaf ``i`` enjoys
-    ``(epsilon_i, delta_i)``-DP with respect to everything published, and
-    ``(max epsilon, max delta)`` is weaker than each leaf's. ``clip_norm`` is reported for
-    information: every reading is clipped to its leaf's norm before it enters a block, so
-    the guarantee holds whatever the reading's size; the largest is the leaf with the
-    widest range. The argument assumes each reading reaches one leaf: a reading fed to
-    several leaves (e.g. through overlapping sensor topics) spends each one's budget, and
-    its guarantee is their sum (sequential composition), which no snapshot can report.
-    """
-    return weakest_guarantee([snapshot.privacy for snapshot in snapshots])
-
-
-def weakest_guarantee(params: Sequence[PrivacyParams | None]) -> PrivacyParams | None:
-    """The weakest of ``params`` (max epsilon, delta, clip norm; names joined by
-    `combined_name`), or None if any is None or there are none (`weakest_privacy` of
-    snapshots; FedPower's root over the guarantees of its leaves' replies)."""
-    if not params or any(p is None for p in params):
-        return None
-    known = [p for p in params if p is not None]
-    return PrivacyParams(
-        max(p.epsilon for p in known),
-        max(p.delta for p in known),
-        max(p.clip_norm for p in known),
-        mechanism=combined_name(p.mechanism for p in known),
-        neighbours=combined_name(p.neighbours for p in known),
-    )
 
 
 @dataclass
@@ -163,12 +131,29 @@ class AggregatorCore(NodeCore):
     quarantine_policy : {"keep", "drop"}, default "keep"
         A quarantined child's last good snapshot stays in the merge (nothing is lost), or
         leaves it until the child sends a plausible snapshot again.
+    admit : ChildBounds or None, default None
+        None: a closed aggregator, only ``children`` are merged. Otherwise an open one: a
+        child not in ``children`` is admitted on its first snapshot that passes the checks
+        of `receive`, held to these bounds (the topology's `Topology.admitted_leaf`
+        settings), and joins the merge tree after the declared children.
+
+    Attributes
+    ----------
+    child_ids : list of str
+        The declared children in topology order, then the admitted ones in order of
+        admission (a forgotten admitted child leaves the list).
+    joins, forgets : int
+        Children admitted (an admitted child forgotten and admitted again counts twice),
+        and children forgotten (`forget`).
+    forgotten : deque of (str, int, float)
+        The last `MAX_FORGOTTEN_SHOWN` forgotten children: id, the samples their last
+        snapshot held, when.
 
     Notes
     -----
     Provenance of a published snapshot maps each leaf below to the samples of that leaf it
     covers; its ``privacy`` is `weakest_privacy` of the children it covers. A failed child's
-    last snapshot stays in the merge (``stale_policy = "keep"``).
+    last snapshot stays in the merge (``stale_policy = "keep"``) until it is forgotten.
     """
 
     def __init__(
@@ -185,6 +170,7 @@ class AggregatorCore(NodeCore):
         influence_cap: float | None = DEFAULT_INFLUENCE_CAP,
         quarantine_policy: str = "keep",
         rng: random.Random,
+        admit: ChildBounds | None = None,
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
         if quarantine_policy not in QUARANTINE_POLICIES:
@@ -202,6 +188,13 @@ class AggregatorCore(NodeCore):
         self.config = config
         self.deployment = deployment  # topology name: stamped out, checked in
         self.child_ids = list(children)
+        self.declared = frozenset(children)
+        self.admit = admit
+        self.joins = 0
+        self.forgets = 0
+        self.forgotten: deque[tuple[str, int, float]] = deque(maxlen=MAX_FORGOTTEN_SHOWN)
+        self._members = set(children)  # child_ids as a set
+        self._gone: list[str] = []  # forgotten admitted children still in the tree
         self.children: dict[str, ChildRecord] = {}
         self.n_features: int | None = None  # the children's reading width, once known
         self._stale: set[str] = set()
@@ -219,17 +212,33 @@ class AggregatorCore(NodeCore):
         self.settle_status()
 
     # ------------------------------------------------------------------ inbound
+    @property
+    def open(self) -> bool:
+        """Whether this aggregator admits children the topology does not declare."""
+        return self.admit is not None
+
+    def knows(self, child: str) -> bool:
+        """Whether ``child`` is in `child_ids` (declared, or admitted and not forgotten)."""
+        return child in self._members
+
+    def admits(self, child: str) -> bool:
+        """Whether a snapshot of ``child`` may be offered to `receive` (a known child, or
+        any child of an open aggregator)."""
+        return self.admit is not None or child in self._members
+
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
         """Take a child's snapshot; returns a rejection reason, ``"duplicate"`` or None.
 
-        Reasons: ``unknown_child``, ``foreign_deployment`` (the snapshot names another
-        deployment than ``deployment``; a snapshot naming none is accepted),
-        ``node_mismatch``, ``n_features`` (differs from the siblings'); ``duplicate`` for a
-        snapshot that is not newer (`is_newer`); the plausibility reasons of
-        `plausibility.check_snapshot`, which also quarantine the child (see
-        `quarantined`) until one of its snapshots passes.
+        Reasons: ``unknown_child`` (a closed aggregator's child that is not declared),
+        ``foreign_deployment`` (the snapshot names another deployment than
+        ``deployment``; a snapshot naming none is accepted), ``node_mismatch``,
+        ``n_features`` (differs from the siblings'); ``duplicate`` for a snapshot that is
+        not newer (`is_newer`); the plausibility reasons of `plausibility.check_snapshot`,
+        which also quarantine the child (see `quarantined`) until one of its snapshots
+        passes. An open aggregator admits an undeclared child with its first accepted
+        snapshot (``joins``; `child_ids`), checked against the ``admit`` bounds.
         """
-        if child not in self.child_ids:
+        if not self.admits(child):
             return "unknown_child"
         if (
             self.deployment is not None
@@ -247,7 +256,11 @@ class AggregatorCore(NodeCore):
         if record is not None and not is_newer(msg, record.snapshot, retired):
             self.duplicates += 1
             return "duplicate"
-        bounds = self.bounds.get(child, ChildBounds((), DEFAULT_MAX_READING_RATE))
+        bounds = self.bounds.get(child)
+        if bounds is None:
+            bounds = ChildBounds((), DEFAULT_MAX_READING_RATE)
+            if child not in self.declared and self.admit is not None:
+                bounds = self.admit
         resets = self._resets.setdefault(child, ResetLimiter())
         last, arrived = (None, now) if record is None else (record.snapshot, record.arrived)
         failed = check_snapshot(msg, last, arrived, bounds, resets, now)
@@ -258,6 +271,10 @@ class AggregatorCore(NodeCore):
             self.releases += 1
         if record is not None and record.snapshot.epoch != msg.epoch:
             retired.append(record.snapshot.epoch)  # that lineage never comes back
+        if child not in self._members:  # an open aggregator admits it
+            self._members.add(child)
+            self.child_ids.append(child)
+            self.joins += 1
         self.children[child] = ChildRecord(msg, now)
         self.n_features = msg.n_features
         self._stale.discard(child)
@@ -266,6 +283,45 @@ class AggregatorCore(NodeCore):
         if math.isinf(self.unpublished_since):
             self.unpublished_since = now
         return None
+
+    def forget(self, child: str, now: float) -> int | None:
+        """Drop ``child``'s snapshot from the merge (its retained snapshot was deleted).
+
+        Everything the aggregator holds of the child goes: its record, quarantine, epochs
+        and reset window; an admitted child also leaves `child_ids` and its tree slot is
+        freed, a declared one keeps its (now empty) slot. The next publish, decided as any
+        change (`snapshot_due`), carries the merge of the other children, whose
+        ``n_samples`` is smaller by exactly the forgotten snapshot's. A later snapshot of
+        the child is taken as a first one (admitted again by an open aggregator).
+
+        Returns
+        -------
+        int or None
+            The samples the forgotten snapshot held (0 for a child only quarantined), or
+            None when nothing of ``child`` was held (nothing changes).
+        """
+        record = self.children.pop(child, None)
+        quarantine = self.quarantined.pop(child, None)
+        if record is None and quarantine is None:
+            return None
+        self._retired.pop(child, None)
+        self._resets.pop(child, None)
+        self._stale.discard(child)
+        if child not in self.declared and child in self._members:
+            self._members.discard(child)
+            self.child_ids.remove(child)
+            self._gone.append(child)
+        n_samples = 0 if record is None else record.snapshot.n_samples
+        self.forgets += 1
+        self.forgotten.append((child, n_samples, now))
+        if not self.children:
+            self.n_features = None
+        if record is not None:
+            self._dirty.add(child)
+            self.last_input = now
+            if math.isinf(self.unpublished_since):
+                self.unpublished_since = now
+        return n_samples
 
     def _quarantine(self, child: str, reason: str, now: float) -> None:
         entry = self.quarantined.get(child)
@@ -313,9 +369,9 @@ class AggregatorCore(NodeCore):
         if not self._dirty:
             return 0  # nothing changed: no factor changes either
         _, _, rescaled = self._plan()
-        pending = self._dirty | rescaled
+        pending = (self._dirty | rescaled) & self.children.keys()
         cells = sum(self.children[c].snapshot.subspace.basis.size for c in pending)
-        return cells * max(1, len(self.child_ids).bit_length())
+        return cells * max(1, self.tree.depth + 1)
 
     def cells(self) -> int:
         """Matrix cells the next merge touches (`pending_cells`): the shell runs a merge
@@ -344,26 +400,37 @@ class AggregatorCore(NodeCore):
         """
         included, scales, rescaled = self._plan()
         dirty, self._dirty = self._dirty | rescaled, set()
+        gone, self._gone = self._gone, []
+        for child in gone:  # forgotten admitted children give their slot back
+            if child not in self._members:
+                self.tree.discard(child)
+                self._scales.pop(child, None)
+                self.merges += self.tree.merges_last_update
         for child in self.child_ids:
             if child not in dirty:
                 continue
-            record = self.children[child]
-            sub = record.snapshot.subspace
-            if child not in included:
-                self.tree.remove(child)
+            record = self.children.get(child)
+            if record is None or child not in included:  # forgotten, or excluded
+                if child in self.tree:
+                    self.tree.remove(child)
                 self._scales.pop(child, None)
             else:
+                sub = record.snapshot.subspace
                 weight = scales[child] * (self.config.stale_weight if record.stale else 1.0)
                 if weight != 1.0:  # downweight: stale and/or over its influence cap
                     sub = Subspace(sub.basis, sub.singular_values * weight, sub.n_samples, sub.mean)
+                if child not in self.tree:  # admitted (again): the leftmost free slot
+                    self.tree.insert(child)
                 self.tree.update(child, sub)
                 self._scales[child] = scales[child]
+                record.merged = True
             self.merges += self.tree.merges_last_update
-            record.merged = True
         covered = [included[c] for c in self.child_ids if c in included]
-        if dirty:
+        if dirty or gone:
             self._merged_version += 1
             self._merged = self.tree.result
+            if self._merged is None and self.snapshot is not None:  # every child forgotten
+                self._merged = _empty_like(self.snapshot.subspace)
             self._covered = covered
         return self._merged, covered
 
@@ -439,7 +506,13 @@ class AggregatorCore(NodeCore):
 
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
-        return (*super().health(), frozenset(self._stale), frozenset(self.quarantined))
+        return (
+            *super().health(),
+            frozenset(self._stale),
+            frozenset(self.quarantined),
+            self.joins,
+            self.forgets,
+        )
 
     def coverage(self) -> dict[str, int]:
         """Samples covered per leaf in the latest published snapshot."""
@@ -461,6 +534,13 @@ class AggregatorCore(NodeCore):
                 for c, r in self.children.items()
             },
             "coverage": self.coverage(),
+            "open": self.open,
+            "joins": self.joins,
+            "joined": [c for c in self.child_ids if c not in self.declared],
+            "forgets": self.forgets,
+            "forgotten": {
+                c: {"n_samples": n, "since_s": round(now - t, 3)} for c, n, t in self.forgotten
+            },
             "merges": self.merges,
             "stale_children": sorted(self._stale),
             "quarantined": {
@@ -477,3 +557,12 @@ class AggregatorCore(NodeCore):
             "undelivered": self.undelivered,
             "publish": dict(self.decisions),
         }
+
+
+def _empty_like(subspace: Subspace) -> Subspace:
+    """The summary of no data of ``subspace``'s width: rank 0, ``n_samples`` 0 (centred
+    with a zero mean if it is), published once every child is forgotten so the forget
+    reaches the levels above."""
+    d = subspace.n_features
+    mean = None if subspace.mean is None else np.zeros(d)
+    return Subspace(np.zeros((d, 0)), np.zeros(0), 0, mean)

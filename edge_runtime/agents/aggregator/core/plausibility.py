@@ -9,12 +9,13 @@ what it can check is that a summary is one the declared sensors could have produ
   (from their ``valid_range``); a centred summary has less (``sum ||x - mean||^2 <=
   sum ||x||^2``). Checked with a relative tolerance `ENERGY_RTOL` for float32 on the
   wire.
-- **n_samples**: within one epoch a child's ``n_samples`` never decreases, and grows at
-  most by ``rate * (dt + RATE_SLACK_S)`` between two snapshots ``dt`` seconds apart (the
-  aggregator's own arrival times, so no clock skew between devices enters; the slack
-  covers batching and broker delays). ``rate`` is the sum of the leaves' declared
-  ``max_reading_rate`` below the child, `DEFAULT_MAX_READING_RATE` per leaf that
-  declares none.
+- **n_samples**: within one epoch a child's ``n_samples`` never decreases (except by the
+  samples of the leaves its provenance no longer names: an aggregator child that forgot a
+  leaf below it, `departed_samples`), and grows at most by ``rate * (dt + RATE_SLACK_S)``
+  between two snapshots ``dt`` seconds apart (the aggregator's own arrival times, so no
+  clock skew between devices enters; the slack covers batching and broker delays).
+  ``rate`` is the sum of the leaves' declared ``max_reading_rate`` below the child,
+  `DEFAULT_MAX_READING_RATE` per leaf that declares none.
 - **resets**: a new epoch (the child's state started afresh) at most `MAX_RESETS` times
   per `RESET_WINDOW_S` seconds.
 
@@ -51,6 +52,7 @@ from edge_runtime.topology import NodeConfig, Topology
 from edge_runtime.wire import SubspaceMessage
 
 __all__ = [
+    "ADMITTED_TEMPLATE_ID",
     "DEFAULT_INFLUENCE_CAP",
     "DEFAULT_MAX_READING_RATE",
     "ENERGY_RTOL",
@@ -62,8 +64,10 @@ __all__ = [
     "ChildBounds",
     "Quarantine",
     "ResetLimiter",
+    "admit_bounds",
     "check_snapshot",
     "child_bounds",
+    "departed_samples",
     "energy",
     "influence_scales",
 ]
@@ -127,6 +131,22 @@ def child_bounds(topology: Topology, child: str) -> ChildBounds:
     return ChildBounds(leaves, sum(DEFAULT_MAX_READING_RATE if r is None else r for r in rates))
 
 
+ADMITTED_TEMPLATE_ID = "admitted"
+"""The id `admit_bounds` gives the template leaf of an open aggregator's admitted children
+(the bounds do not depend on the id)."""
+
+
+def admit_bounds(topology: Topology, node_id: str) -> ChildBounds | None:
+    """The `ChildBounds` every child that open aggregator ``node_id`` admits is held to:
+    the ``valid_range`` and ``max_reading_rate`` of `Topology.admitted_leaf` (one leaf;
+    `DEFAULT_MAX_READING_RATE` without a rate). None for a closed aggregator."""
+    if not topology.is_open(node_id):
+        return None
+    leaf = topology.admitted_leaf(node_id, ADMITTED_TEMPLATE_ID)
+    rate = leaf.max_reading_rate
+    return ChildBounds((leaf,), DEFAULT_MAX_READING_RATE if rate is None else rate)
+
+
 def energy(msg: SubspaceMessage) -> float:
     """``sum(Sigma^2)`` of a snapshot's singular values ``(k,)``: the squared Frobenius norm
     of the data it summarises (sensor units squared; about its mean when centred)."""
@@ -188,7 +208,7 @@ def check_snapshot(
     if last_good is None:
         return None
     if msg.epoch == last_good.epoch:
-        if n < last_good.n_samples:
+        if n < last_good.n_samples and n < last_good.n_samples - departed_samples(last_good, msg):
             return "n_samples_decreased"
         allowed = bounds.max_rate * (max(now - last_good_arrived, 0.0) + RATE_SLACK_S)
         if n - last_good.n_samples > allowed:
@@ -197,6 +217,15 @@ def check_snapshot(
     if not resets.allow(now):
         return "reset_rate"
     return None
+
+
+def departed_samples(last: SubspaceMessage, new: SubspaceMessage) -> int:
+    """Samples of the leaves ``last``'s provenance names and ``new``'s does not: what a
+    child that forgot leaves below it (issue 23) may drop within one epoch.
+
+    ``O(len(last.provenance))``; `check_snapshot` computes it only for a decrease.
+    """
+    return sum(count for leaf, count in last.provenance.items() if leaf not in new.provenance)
 
 
 def influence_scales(

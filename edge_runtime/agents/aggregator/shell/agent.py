@@ -18,6 +18,7 @@ from edge_runtime.agents.aggregator.core.plausibility import (
     MAX_RESETS,
     PLAUSIBILITY_REASONS,
     RESET_WINDOW_S,
+    admit_bounds,
     child_bounds,
     energy,
 )
@@ -30,7 +31,8 @@ from edge_runtime.agents.common.shell.core_shell import (
     status_policy_of,
 )
 from edge_runtime.settings import AgentSettings
-from edge_runtime.topology import Topology
+from edge_runtime.topology import Topology, TopologyError
+from edge_runtime.topology.checks import check_node_id
 from edge_runtime.topology.topics import child_level, topic_depth
 from edge_runtime.wire import (
     PrivacyStatus,
@@ -71,6 +73,16 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     resets too often, is quarantined (logged ``child_quarantined``, counted as a reject by reason)
     until it is plausible again (``child_released``); a snapshot of a node that is not a child, of
     another deployment or of another width is a reject.
+
+    Membership (issue 23): an open aggregator (``open = true`` in the topology) admits a
+    child it does not declare when the child's first plausible snapshot arrives on a child
+    topic under its path (logged ``child_admitted``; the broker's ACL decides who may
+    publish there), held to the bounds of `Topology.admitted_leaf`; a closed one rejects it
+    (``unknown_child``). A restarted open aggregator learns its children from their
+    retained snapshots. A zero-length payload on a child's ``subspace`` topic (its retained
+    snapshot deleted, e.g. by ``retire --forget``) makes any aggregator, open or closed,
+    forget that child (`AggregatorCore.forget`, logged ``child_forgotten``): the merge of the
+    others goes up as a normal publish, and a child that publishes again is merged again.
 
     Provenance of the published snapshot maps each leaf below to the samples of that
     leaf it covers; its ``privacy`` is the weakest guarantee of the children it covers
@@ -116,6 +128,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             deployment=topology.name,
             bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
             rng=random.Random(),  # ids from the OS's entropy
+            admit=admit_bounds(topology, node_id),
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
         self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
@@ -137,21 +150,20 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     # ------------------------------------------------------------------ inbound
     async def handle(self, message: aiomqtt.Message) -> None:
         """A child's snapshot: offered to the core (`AggregatorCore.receive`); a refused or
-        implausible one is a reject (quarantine logged), never an exception."""
+        implausible one is a reject (quarantine logged), never an exception. A zero-length
+        payload (the child's retained snapshot deleted) forgets the child."""
         topic = str(message.topic)
         payload = message.payload
-        if not payload:
-            return  # a cleared retained message: nothing to merge
         child = child_level(topic, self._prefix_depth)
-        if child not in self._core.child_ids:
-            self.reject(
-                "unknown_child",
-                topic,
-                f"snapshot from {child!r} which is not a child of {self.node_id!r} in "
-                f"topology {self.topology.name!r}: another deployment on this broker? "
-                "give each deployment its own prefix",
-            )
+        if not payload:
+            await self._forget(child)
             return
+        if not self._core.knows(child):
+            problem = self._unknown(child)
+            if problem is not None:
+                self.reject("unknown_child", topic, problem)
+                return
+        joins = self._core.joins
         max_bytes = self.settings.max_payload_bytes
         msg = decode_or_reject(self, topic, payload, decode_subspace, max_bytes)
         if msg is None:
@@ -169,6 +181,8 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
                 policy=self._core.quarantine_policy,
                 n_samples=msg.n_samples,
             )
+        if self._core.joins > joins:
+            self.log.info("child_admitted", child=child, n_samples=msg.n_samples)
         if reason == "duplicate":
             self.stats.duplicates += 1
         elif reason is not None:
@@ -191,6 +205,36 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             self.reject(reason, topic, detail)
         else:
             self.wake()
+
+    def _unknown(self, child: str) -> str | None:
+        """Why a snapshot of ``child``, not (or no longer) a child, is refused; None when
+        this open aggregator may admit it."""
+        if not self._core.open:
+            return (
+                f"snapshot from {child!r} which is not a child of {self.node_id!r} in "
+                f"topology {self.topology.name!r}: another deployment on this broker? "
+                "give each deployment its own prefix (or declare the aggregator open)"
+            )
+        if child in self.topology.nodes:
+            parent = self.topology.nodes[child].parent
+            return (
+                f"snapshot from {child!r}, which topology {self.topology.name!r} declares "
+                f"under {parent!r}, on a child topic of {self.node_id!r}"
+            )
+        try:
+            check_node_id(child)
+        except TopologyError as exc:
+            return f"snapshot on a child topic of {self.node_id!r} whose level is no id: {exc}"
+        return None
+
+    async def _forget(self, child: str) -> None:
+        """The child's retained snapshot was deleted: drop it from the merge (if held)."""
+        async with self._lock:  # never while a merge runs in a worker thread
+            dropped = self._core.forget(child, time.monotonic())
+        if dropped is None:
+            return  # nothing held of it: e.g. a cleared topic of a child never seen
+        self.log.info("child_forgotten", child=child, n_samples=dropped)
+        self.wake()
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
