@@ -144,7 +144,7 @@ subspace message or a status document) without ``mechanism`` therefore decodes a
 Modules
 -------
 One module a message kind, all re-exported here (import from `edge_runtime.wire`):
-`edge_runtime.wire.subspace` (`SubspaceMessage`), `edge_runtime.wire.privacy`
+`edge_runtime.wire.subspace` (`SubspaceMessage`), `edge_runtime.wire.guarantee`
 (`PrivacyParams`, `PrivacyStatus`), `edge_runtime.wire.readings` (`SensorReadings`),
 `edge_runtime.wire.status` (`StatusDetail`), `edge_runtime.wire.confirm`
 (`ConfirmMessage`) and `edge_runtime.wire.fedpower` (FedPower's round and reply, imported
@@ -163,7 +163,16 @@ Python objects per payload byte, so keep ``max_bytes`` at what a device can affo
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from edge_runtime.wire import arrays, confirm, fedpower, fields, privacy, readings, status, subspace
+from edge_runtime.wire import (
+    arrays,
+    confirm,
+    fedpower,
+    fields,
+    guarantee,
+    readings,
+    status,
+    subspace,
+)
 from edge_runtime.wire.arrays import FLOAT32_ORTHONORMALITY_TOL, ORTHONORMALITY_TOL
 from edge_runtime.wire.confirm import (
     CONFIRM_VERSION,
@@ -180,7 +189,7 @@ from edge_runtime.wire.fields import (
     WireError,
     understood_versions,
 )
-from edge_runtime.wire.privacy import (
+from edge_runtime.wire.guarantee import (
     LEGACY_MECHANISM,
     LEGACY_NEIGHBOURS,
     MAX_PRIVACY_NAME_CHARS,
@@ -262,7 +271,7 @@ __all__ = [
     "encode_subspace",
     "fedpower",
     "fields",
-    "privacy",
+    "guarantee",
     "readings",
     "status",
     "subspace",

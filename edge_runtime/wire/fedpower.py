@@ -65,7 +65,7 @@ from edge_runtime.wire.fields import (
     _text,
     _unpack,
 )
-from edge_runtime.wire.privacy import (
+from edge_runtime.wire.guarantee import (
     PrivacyParams,
     _check_privacy_type,
     _privacy_from_wire,

@@ -35,7 +35,7 @@ from edge_runtime.wire.fields import (
     _show,
     _text,
 )
-from edge_runtime.wire.privacy import (
+from edge_runtime.wire.guarantee import (
     PrivacyStatus,
     _check_privacy_type,
     _privacy_status_from_json,
