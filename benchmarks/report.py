@@ -5,7 +5,7 @@
 those of issue 9 that the fleet benchmark measures; the report opens with those tables,
 then one section per benchmark (a)-(h) with its table and plot (section (f) and its plot
 come from `benchmarks.privacy.report_section`, section (g) and its plot from
-`benchmarks.fleet_report`, section (h) and its plot from
+`benchmarks.fleet.report_section`, section (h) and its plot from
 `benchmarks.fedpower.report_section`; `fedpower_done_when` is issue 12's item). Checks,
 tables and figures come from `benchmarks.reporting` (figures on the Agg canvas: no
 display needed, no global backend switch). `load_results` reads a ``results.json`` back
@@ -27,16 +27,16 @@ from typing import Any
 from matplotlib import colormaps
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from benchmarks import fleet_report
 from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE, Trajectory
 from benchmarks.anomaly import report_section as anomaly_report
 from benchmarks.anomaly.section import AnomalyBenchResults
 from benchmarks.baselines import FrequentDirections
 from benchmarks.fedpower import report_section as fedpower_report
 from benchmarks.fedpower.section import FedPowerBenchResults
-from benchmarks.fleet import MotesResult, SweepResult
-from benchmarks.fleet_live import AgentCostResult, LatencyResult
-from benchmarks.fleet_wire import DtypeResult
+from benchmarks.fleet import report_section as fleet_report
+from benchmarks.fleet.dtype import DtypeResult
+from benchmarks.fleet.live import AgentCostResult, LatencyResult
+from benchmarks.fleet.scaling import MotesResult, SweepResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import report_section as privacy_report
 from benchmarks.privacy import section as privacy_section

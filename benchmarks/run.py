@@ -38,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import accuracy, fleet, fleet_live, fleet_wire, memory, report, timing
+from benchmarks import accuracy, memory, report, timing
 from benchmarks.anomaly import section as anomaly_section
 from benchmarks.fedpower import section as fedpower_section
+from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
 from benchmarks.synth import SYNTH_ALPHAS, synth
@@ -93,7 +94,7 @@ class Sizes:
     memory_lengths: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
     memory_ipca_max: int = 10**6
     privacy: privacy_section.PrivacySizes = privacy_section.FULL
-    fleet: fleet.FleetSizes = fleet.FULL
+    fleet: scaling.FleetSizes = scaling.FULL
     fedpower: fedpower_section.FedPowerSizes = fedpower_section.FULL
 
 
@@ -117,7 +118,7 @@ QUICK = Sizes(
     memory_lengths=(10**3, 10**4),
     memory_ipca_max=10**4,
     privacy=privacy_section.QUICK,
-    fleet=fleet.QUICK,
+    fleet=scaling.QUICK,
     fedpower=fedpower_section.QUICK,
 )
 
@@ -226,23 +227,23 @@ def _bench_privacy(res: report.Results, sizes: Sizes, log: Callable[[str], None]
 
 
 def _bench_fleet_sweep(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_sweep = fleet.run_sweep(sizes.fleet, log)
+    res.fleet_sweep = scaling.run_sweep(sizes.fleet, log)
 
 
 def _bench_fleet_motes(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_motes = fleet.run_motes(sizes.fleet, log)
+    res.fleet_motes = scaling.run_motes(sizes.fleet, log)
 
 
 def _bench_fleet_latency(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_latency = fleet_live.measure_latency(sizes.fleet, log)
+    res.fleet_latency = live.measure_latency(sizes.fleet, log)
 
 
 def _bench_fleet_agent(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_agent = fleet_live.measure_agent_cost(sizes.fleet, log)
+    res.fleet_agent = live.measure_agent_cost(sizes.fleet, log)
 
 
 def _bench_fleet_dtype(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_dtype = fleet_wire.measure_dtypes(log)
+    res.fleet_dtype = dtype.measure_dtypes(log)
 
 
 def _bench_anomaly(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:

@@ -22,7 +22,7 @@ from edge_runtime.wire import WireError, decode_confirm, encode_readings
 __all__ = ["DEFAULT_BATCH_SIZE", "ReplayStats", "Replayer", "new_run_id"]
 
 DEFAULT_BATCH_SIZE = 64
-"""Readings per message when replaying as fast as possible (benchmarks/fleet.py)."""
+"""Readings per message when replaying as fast as possible (benchmarks/fleet/scaling.py)."""
 
 RESUME_WAIT_S = 5.0
 """Most seconds `Replayer.run` waits for the leaves' retained confirmations when resuming."""

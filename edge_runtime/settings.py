@@ -52,7 +52,7 @@ class AgentSettings:
         seconds; a change inside it is confirmed when it ends. Default 0.5.
     wire_dtype : {"float32", "float64"}
         Precision of the basis and singular values in published snapshots. float32 halves
-        the bytes at no measurable cost in accuracy (benchmarks/fleet.py). Default "float32".
+        the bytes at no measurable cost in accuracy (benchmarks/fleet/dtype.py). Default "float32".
     offload_min_cells : int
         Merges and block updates touching at least this many matrix cells
         (``n_features * (rank + block_size)``) run in a worker thread so the event loop

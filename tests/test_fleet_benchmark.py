@@ -20,12 +20,12 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks import fleet, fleet_live, fleet_report
-from benchmarks.fleet_procs import _descendants, run_command
-from benchmarks.fleet_wire import measure_dtypes
+from benchmarks.fleet import live, report_section, scaling
+from benchmarks.fleet.dtype import measure_dtypes
+from benchmarks.fleet.processes import _descendants, run_command
 from benchmarks.run import QUICK, expand_names, main, run_suite
 
-TINY = dataclasses.replace(QUICK, name="tiny", fleet=fleet.TINY)
+TINY = dataclasses.replace(QUICK, name="tiny", fleet=scaling.TINY)
 MINIMAL = Path(__file__).resolve().parents[1] / "topologies" / "minimal.toml"
 
 
@@ -53,7 +53,7 @@ def test_the_sweep_and_dtype_parts_write_section_g_with_its_plot_and_raw_results
     assert (row.n_leaves, row.fan_out, row.n_sites) == (4, 2, 2)
     (run,) = row.runs
     assert run.covered, run.error
-    assert run.summary["samples"] == 4 * fleet.TINY.readings_per_leaf
+    assert run.summary["samples"] == 4 * scaling.TINY.readings_per_leaf
     assert 0 < row.medians["messages_per_reading"] < 1
     assert row.medians["error_ratio"] == pytest.approx(1.0, abs=1e-3)
     text = (tmp_path / "REPORT.md").read_text()
@@ -68,14 +68,14 @@ def test_the_sweep_and_dtype_parts_write_section_g_with_its_plot_and_raw_results
 
 
 def test_update_keeps_the_sweep_from_results_json_when_only_dtype_is_rerun(tmp_path):
-    sweep = fleet.SweepResult(
+    sweep = scaling.SweepResult(
         rows=[
-            fleet.SweepRow(
+            scaling.SweepRow(
                 8,
                 3,
                 3,
                 200,
-                [fleet.RunOutcome(0, 2.0, 1.0, 70 << 20, 80 << 20, {"samples": 1600})],
+                [scaling.RunOutcome(0, 2.0, 1.0, 70 << 20, 80 << 20, {"samples": 1600})],
                 {"wall_s": 1.5, "messages_per_reading": 0.01},
             )
         ],
@@ -101,7 +101,7 @@ def _jsonable(obj):
 
 
 def test_missing_summary_keys_are_none_and_ratios_are_derived_from_the_json():
-    run = fleet.RunOutcome(
+    run = scaling.RunOutcome(
         returncode=0,
         wall_s=3.0,
         cpu_s=2.0,
@@ -117,7 +117,7 @@ def test_missing_summary_keys_are_none_and_ratios_are_derived_from_the_json():
             "resent": 0,
         },
     )
-    metrics = fleet.metrics_of(run)
+    metrics = scaling.metrics_of(run)
 
     assert metrics["messages_per_reading"] == pytest.approx(0.02)
     assert metrics["payload_ratio"] == pytest.approx(0.25)
@@ -128,12 +128,12 @@ def test_missing_summary_keys_are_none_and_ratios_are_derived_from_the_json():
 
 
 def test_a_done_when_item_is_unknown_not_passed_when_its_key_is_missing():
-    row = fleet.SweepRow(1024, 32, 32, 200)
-    row.runs = [fleet.RunOutcome(0, 90.0, 80.0, 1, 1, {"covered": True})]
+    row = scaling.SweepRow(1024, 32, 32, 200)
+    row.runs = [scaling.RunOutcome(0, 90.0, 80.0, 1, 1, {"covered": True})]
     row.medians = {"error_ratio": 1.0, "resent": 0.0, "undelivered": None}
-    sweep = fleet.SweepResult([row], 200, 48, None, 900.0)
+    sweep = scaling.SweepResult([row], 200, 48, None, 900.0)
 
-    first = fleet_report.checks(sweep, None, None)[0]
+    first = report_section.checks(sweep, None, None)[0]
 
     assert first.passed is None
     assert "publish_not_delivered n/a" in first.measured
@@ -180,8 +180,8 @@ def test_float32_snapshots_are_about_half_the_bytes_at_the_same_root_error_ratio
 
 @pytest.mark.mqtt
 def test_latency_is_measured_with_every_node_a_process_and_nothing_is_left_running():
-    sizes = dataclasses.replace(fleet.TINY, latency_readings=80)
-    result = fleet_live.measure_latency(sizes, log=lambda _: None, topology_path=MINIMAL)
+    sizes = dataclasses.replace(scaling.TINY, latency_readings=80)
+    result = live.measure_latency(sizes, log=lambda _: None, topology_path=MINIMAL)
 
     assert result.covered, result.error
     assert result.readings_at_root == result.readings == 80
@@ -194,7 +194,7 @@ def test_latency_is_measured_with_every_node_a_process_and_nothing_is_left_runni
 
 @pytest.mark.mqtt
 def test_agent_cost_reports_cpu_per_reading_and_memory_of_each_role():
-    result = fleet_live.measure_agent_cost(fleet.TINY, log=lambda _: None)
+    result = live.measure_agent_cost(scaling.TINY, log=lambda _: None)
 
     assert result.covered, result.error
     roles = {c.role: c for c in result.costs}

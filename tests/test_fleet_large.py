@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks import fleet, fleet_report
-from benchmarks.fleet_procs import CommandResult, log_events_of
+from benchmarks.fleet import report_section, scaling
+from benchmarks.fleet.processes import CommandResult, log_events_of
 from benchmarks.report import _revive
 from benchmarks.run import _jsonable
 
@@ -40,14 +40,14 @@ def test_log_lines_are_counted_by_event() -> None:
     assert log_events_of("") == {}
 
 
-def _large(logged: dict[str, int] | None, returncode: int = 0) -> fleet.SweepRow:
+def _large(logged: dict[str, int] | None, returncode: int = 0) -> scaling.SweepRow:
     summary = {"covered": True, "samples": 512_000, "undelivered": 0, "error_ratio": 1.0}
-    run = fleet.RunOutcome(returncode, 300.0, 500.0, 1 << 30, 2 << 30, summary, "", logged)
-    return fleet.SweepRow(10_240, 64, 160, 50, [run], fleet.summarise([run]))
+    run = scaling.RunOutcome(returncode, 300.0, 500.0, 1 << 30, 2 << 30, summary, "", logged)
+    return scaling.SweepRow(10_240, 64, 160, 50, [run], scaling.summarise([run]))
 
 
-def _sweep(large: fleet.SweepRow | None) -> fleet.SweepResult:
-    return fleet.SweepResult(
+def _sweep(large: scaling.SweepRow | None) -> scaling.SweepResult:
+    return scaling.SweepResult(
         rows=[], readings_per_leaf=200, n_features=48, workers=None, run_timeout_s=900.0,
         large=large,
     )  # fmt: skip
@@ -55,17 +55,17 @@ def _sweep(large: fleet.SweepRow | None) -> fleet.SweepResult:
 
 def test_the_count_at_10240_leaves_is_a_line_of_section_g_and_a_done_when_check() -> None:
     sweep = _sweep(_large({"connection_lost": 3}))
-    text = "\n".join(fleet_report.section(sweep, None, None, None, None))
+    text = "\n".join(report_section.section(sweep, None, None, None, None))
     assert "**k = 10,240 leaves in one run** (160 sites x fan-out 64, 50 readings per leaf" in text
     assert "publish_not_delivered logged 0, publish_delivered_late 0, connection_lost 3" in text
-    (check,) = [c for c in fleet_report.checks(sweep, None, None) if "10,240" in c.item]
+    (check,) = [c for c in report_section.checks(sweep, None, None) if "10,240" in c.item]
     assert check.passed is True
     assert "publish_not_delivered logged 0" in check.measured
 
 
 def test_a_reported_delivered_snapshot_fails_the_check() -> None:
     sweep = _sweep(_large({"publish_not_delivered": 731}))
-    (check,) = [c for c in fleet_report.checks(sweep, None, None) if "10,240" in c.item]
+    (check,) = [c for c in report_section.checks(sweep, None, None) if "10,240" in c.item]
     assert check.passed is False
     assert "publish_not_delivered logged 731" in check.measured
 
@@ -73,20 +73,20 @@ def test_a_reported_delivered_snapshot_fails_the_check() -> None:
 def test_results_of_an_older_harness_read_back_as_not_measured() -> None:
     sweep = _sweep(_large(None))
     data = json.loads(json.dumps(_jsonable(sweep)))
-    revived = _revive(fleet.SweepResult, data)
+    revived = _revive(scaling.SweepResult, data)
     assert revived.large.runs[0].logged is None
     assert revived.large.medians["not_delivered_logged"] is None
-    (check,) = [c for c in fleet_report.checks(revived, None, None) if "10,240" in c.item]
+    (check,) = [c for c in report_section.checks(revived, None, None) if "10,240" in c.item]
     assert check.passed is None
     del data["large"]  # before issue 21: no large run at all
-    assert _revive(fleet.SweepResult, data).large is None
+    assert _revive(scaling.SweepResult, data).large is None
 
 
 def test_a_command_result_carries_its_log_counts_into_the_run_outcome() -> None:
     result = CommandResult(0, 1.0, 1.0, None, None, '{"covered": true}', "", {"x": 2})
-    assert fleet.RunOutcome.from_command(result).logged == {"x": 2}
+    assert scaling.RunOutcome.from_command(result).logged == {"x": 2}
 
 
 def test_only_the_full_sizes_run_the_large_point() -> None:
-    assert fleet.FULL.large == (10_240, 64, 50)
-    assert fleet.QUICK.large is None and fleet.TINY.large is None
+    assert scaling.FULL.large == (10_240, 64, 50)
+    assert scaling.QUICK.large is None and scaling.TINY.large is None

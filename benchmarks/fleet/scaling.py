@@ -4,7 +4,7 @@ Every number comes from a subprocess running the shipped command line, so it is 
 user gets, start-up excluded where the runtime reports its own times:
 
 - **sweep** (`run_sweep`): ``edge-runtime run TOPO --data FILE --json [--workers N]`` on a
-  depth-2 tree of k leaves (fan-out ``ceil(sqrt(k))``, ``benchmarks.fleet_inputs``; k =
+  depth-2 tree of k leaves (fan-out ``ceil(sqrt(k))``, `benchmarks.fleet.inputs`; k =
   1024 is 32 x 32, the Done-when topology), 200 synthetic d = 48 readings per leaf. Per k:
   wall, readings/s, agent messages per reading, payload / raw bytes, re-sent readings,
   peak RSS, error ratio, p50 / p95 latency from a reading to the root (the run's JSON;
@@ -14,12 +14,12 @@ user gets, start-up excluded where the runtime reports its own times:
   under fan-out 64 with 50 readings each (issue 21), counting the ``publish_not_delivered``
   lines it logs (the echo check must not report a snapshot the broker delivered).
 - **motes** (`run_motes`): ``edge-runtime run topologies/motes-light.toml --json``.
-- **latency** and **agent** (`benchmarks.fleet_live`): every node its own ``edge-runtime
+- **latency** and **agent** (`benchmarks.fleet.live`): every node its own ``edge-runtime
   agent`` process.
-- **dtype** (`benchmarks.fleet_wire`): float32 against float64 snapshots, offline.
+- **dtype** (`benchmarks.fleet.dtype`): float32 against float64 snapshots, offline.
 
 `FleetSizes` holds the sizes (`FULL`, `QUICK`, `TINY` for the smoke test);
-`benchmarks.fleet_report` evaluates issue 9's Done-when items and renders section (g).
+`benchmarks.fleet.report_section` evaluates issue 9's Done-when items and renders section (g).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.fleet_inputs import write_fleet_inputs
-from benchmarks.fleet_procs import CommandResult, edge_runtime_command, run_command
+from benchmarks.fleet.inputs import write_fleet_inputs
+from benchmarks.fleet.processes import CommandResult, edge_runtime_command, run_command
 
 __all__ = [
     "FULL",
@@ -52,7 +52,7 @@ __all__ = [
     "summarise",
 ]
 
-MOTES_TOPOLOGY = Path(__file__).resolve().parents[1] / "topologies" / "motes-light.toml"
+MOTES_TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "motes-light.toml"
 
 
 @dataclass(frozen=True)

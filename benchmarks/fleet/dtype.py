@@ -20,8 +20,8 @@ from typing import Literal
 
 import numpy as np
 
-from benchmarks.fleet import MOTES_TOPOLOGY
-from benchmarks.fleet_inputs import fleet_topology_text
+from benchmarks.fleet.inputs import fleet_topology_text
+from benchmarks.fleet.scaling import MOTES_TOPOLOGY
 from benchmarks.synth import low_rank
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, MergeTree, Subspace, error_ratio, principal_angles

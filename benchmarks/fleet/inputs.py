@@ -8,7 +8,7 @@ leaf gets exactly ``readings_per_leaf`` of them. Then::
 
     edge-runtime run fleet-128.toml --data fleet-128.csv --json
 
-From the shell: ``python -m benchmarks.fleet_inputs K FOLDER``.
+From the shell: ``python -m benchmarks.fleet.inputs K FOLDER``.
 """
 
 from __future__ import annotations
@@ -101,8 +101,10 @@ def write_fleet_inputs(
 
 
 def main() -> None:
-    """``python -m benchmarks.fleet_inputs K FOLDER [--readings N] [--features D]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """``python -m benchmarks.fleet.inputs K FOLDER [--readings N] [--features D]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fleet.inputs", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("k", type=int, help="number of leaves")
     parser.add_argument("folder", type=Path)
     parser.add_argument("--readings", type=int, default=200, help="readings per leaf")

@@ -37,14 +37,14 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 
-from benchmarks.fleet import MOTES_TOPOLOGY, FleetSizes
-from benchmarks.fleet_inputs import write_fleet_inputs
-from benchmarks.fleet_procs import (
+from benchmarks.fleet.inputs import write_fleet_inputs
+from benchmarks.fleet.processes import (
     ProcessSample,
     edge_runtime_command,
     sample_process,
     stop_processes,
 )
+from benchmarks.fleet.scaling import MOTES_TOPOLOGY, FleetSizes
 from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from benchmarks.fleet import MotesResult, SweepResult, SweepRow
-from benchmarks.fleet_live import AgentCostResult, LatencyResult, ProcessCost
-from benchmarks.fleet_wire import DtypeResult
+from benchmarks.fleet.dtype import DtypeResult
+from benchmarks.fleet.live import AgentCostResult, LatencyResult, ProcessCost
+from benchmarks.fleet.scaling import MotesResult, SweepResult, SweepRow
 from benchmarks.reporting import Check, figure, save_figure, table
 
 __all__ = ["PLOT", "checks", "section", "write_plot"]
@@ -257,7 +257,7 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
         f"`edge-runtime run fleet-<k>.toml --data fleet-<k>.csv --json` (workers: {workers}): "
         f"a depth-2 tree, root -> ceil(k / f) sites -> k leaves, fan-out f = ceil(sqrt(k)); "
         f"{sweep.readings_per_leaf} synthetic readings per leaf (d = {sweep.n_features}, rank-10 "
-        "signal plus noise, `benchmarks/fleet_inputs.py`); rank 10, block 50 and every flow "
+        "signal plus noise, `benchmarks/fleet/inputs.py`); rank 10, block 50 and every flow "
         "control setting at its default. Medians over the runs that covered every leaf "
         f'(column "runs"); a run still going after {sweep.run_timeout_s:g} s is stopped and '
         "counted as stalled. Wall = the run's own `wall_s` (replay to full coverage; "
@@ -391,7 +391,7 @@ def _latency_section(lat: LatencyResult) -> list[str]:
         "Motes rows. An observer subscribed to the sensor topics and to the model topic times "
         "each reading from its production (its slot in the replay's fixed-rate schedule) and "
         "from its arrival at the broker to the first root model whose provenance covers it "
-        "(`benchmarks/fleet_live.py`). Bound: the leaves' maximum publish interval "
+        "(`benchmarks/fleet/live.py`). Bound: the leaves' maximum publish interval "
         f"({lat.interval_source or 'n/a'}) + 1 s.",
         "",
         table(
@@ -494,7 +494,7 @@ def _dtype_section(dt: DtypeResult) -> list[str]:
     return [
         "### float32 or float64 snapshots on the wire",
         "",
-        "Offline, no broker (`benchmarks/fleet_wire.py`): the federation of the topology with "
+        "Offline, no broker (`benchmarks/fleet/dtype.py`): the federation of the topology with "
         "every snapshot (leaves' and aggregators') encoded with `encode_subspace(msg, dtype=...)` "
         "and decoded before it is merged; leaves run FPCA-Edge (rank 10, block 50, default "
         "oversample) on their share of the rows, aggregators a `MergeTree`, the root's merge is "
