@@ -13,6 +13,7 @@ from helpers import low_rank_data, tree_topology
 from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import free_port
 from edge_runtime.runner import run_topology, shared_loop_settings
+from edge_runtime.topology import parse_topology
 from edge_runtime.workers import (
     AgentHost,
     WorkerError,
@@ -87,6 +88,23 @@ def test_a_workers_job_carries_the_topology_through_pickle():
     again = pickle.loads(pickle.dumps(job)).topology()
     assert again == topology
     assert again.path("leaf-1-0") == topology.path("leaf-1-0")
+
+
+def test_a_workers_job_carries_an_open_aggregators_admit_table_through_pickle():
+    text = "[defaults]\nrank = 3\n[[nodes]]\nid = 'root'\nopen = true\n"
+    text += "[nodes.admit]\nrank = 3\nblock_size = 40\n"
+    topology = parse_topology('name = "open"\n' + text)
+    job = _Job.make(
+        topology,
+        ["root"],
+        settings=AgentSettings(),
+        n_features=5,
+        connect_timeout_s=None,
+        log_level="warning",
+    )
+    again = pickle.loads(pickle.dumps(job)).topology()
+    assert again == topology
+    assert again.admitted_leaf("root", "pi-09").block_size == 40
 
 
 def test_a_crowded_loop_gets_a_keepalive_it_can_answer_and_a_device_keeps_its_own():

@@ -104,7 +104,8 @@ class _Job:
     @classmethod
     def make(cls, topology: Topology, nodes: Sequence[str], **kwargs: Any) -> _Job:
         fields = {f.name: getattr(topology, f.name) for f in dataclasses.fields(topology) if f.init}
-        fields["nodes"] = dict(topology.nodes)
+        fields["nodes"] = dict(topology.nodes)  # read-only mappings do not pickle
+        fields["admit"] = {node: dict(admit) for node, admit in topology.admit.items()}
         return cls(topology_fields=fields, nodes=tuple(nodes), **kwargs)
 
     def topology(self) -> Topology:
