@@ -3,7 +3,9 @@
 The runtime needs one MQTT broker. A user either names one (``--broker
 mqtt://HOST:PORT``, parsed by `parse_broker_url`) or lets the runtime start a
 private Mosquitto on the loopback interface (`LocalMosquitto`), found by
-`find_mosquitto`.
+`find_mosquitto`. A broker with Mosquitto's dynamic security plugin
+(``broker_config/dynsec.conf``, ``LocalMosquitto(dynsec=True)``) changes its clients and
+their ACLs at run time through `DynsecClient`.
 
 Modules (one concept each):
 
@@ -12,22 +14,42 @@ Modules (one concept each):
 `config`       `derive_config`: the configuration a `LocalMosquitto` runs with, derived
                from the shipped ``broker_config/mosquitto.conf``
 `mosquitto`    `LocalMosquitto`, `find_mosquitto`, `free_port`: the private broker process
+`dynsec`       `DynsecClient`, `Acl`, `DynsecError`, `find_dynsec_plugin`: the dynamic
+               security plugin, where it is installed and its control API
 =============  ===========================================================================
 
 Exceptions::
 
     RuntimeError
      └── BrokerError      no broker binary, bad URL, broker failed to start or stop
+          └── DynsecError the dynamic security plugin refused or did not answer a command
 
-Stdlib only.
+Stdlib only, besides aiomqtt in `dynsec`.
 """
 
 from __future__ import annotations
 
-from edge_runtime.broker.config import DERIVED_CONFIG_DROPPED_KEYS, LOCAL_HOST, derive_config
+from edge_runtime.broker.config import (
+    DERIVED_CONFIG_DROPPED_KEYS,
+    DYNSEC_DROPPED_KEYS,
+    LOCAL_HOST,
+    derive_config,
+    dynsec_admin_config,
+)
+from edge_runtime.broker.dynsec import (
+    CONTROL_TOPIC,
+    DEFAULT_DYNSEC_TIMEOUT_S,
+    DYNSEC_PLUGIN_NOT_FOUND,
+    RESPONSE_TOPIC,
+    Acl,
+    DynsecClient,
+    DynsecError,
+    find_dynsec_plugin,
+)
 from edge_runtime.broker.mosquitto import (
     DEFAULT_START_TIMEOUT_S,
     DEFAULT_STOP_TIMEOUT_S,
+    DYNSEC_ADMIN_USER,
     FREE_PORT_ATTEMPTS,
     MOSQUITTO_FALLBACK_PATHS,
     MOSQUITTO_NOT_FOUND,
@@ -46,9 +68,14 @@ from edge_runtime.broker.url import (
 )
 
 __all__ = [
+    "CONTROL_TOPIC",
+    "DEFAULT_DYNSEC_TIMEOUT_S",
     "DEFAULT_START_TIMEOUT_S",
     "DEFAULT_STOP_TIMEOUT_S",
     "DERIVED_CONFIG_DROPPED_KEYS",
+    "DYNSEC_ADMIN_USER",
+    "DYNSEC_DROPPED_KEYS",
+    "DYNSEC_PLUGIN_NOT_FOUND",
     "FREE_PORT_ATTEMPTS",
     "LOCAL_HOST",
     "MOSQUITTO_FALLBACK_PATHS",
@@ -56,11 +83,17 @@ __all__ = [
     "MQTTS_PORT",
     "MQTT_PORT",
     "PORT_RETRIES",
+    "RESPONSE_TOPIC",
     "START_POLL_INTERVAL_S",
+    "Acl",
     "BrokerAddress",
     "BrokerError",
+    "DynsecClient",
+    "DynsecError",
     "LocalMosquitto",
     "derive_config",
+    "dynsec_admin_config",
+    "find_dynsec_plugin",
     "find_mosquitto",
     "free_port",
     "parse_broker_url",

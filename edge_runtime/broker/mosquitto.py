@@ -3,6 +3,8 @@
 `LocalMosquitto` starts ``mosquitto`` (found by `find_mosquitto`) on ``127.0.0.1`` and a
 free port (`free_port`), with the configuration `edge_runtime.broker.config.derive_config`
 writes into its own temporary directory, waits until it serves, and stops it in order.
+With ``dynsec=True`` it loads Mosquitto's dynamic security plugin (found by
+`find_dynsec_plugin`) with an admin client whose password is drawn for the run.
 Stdlib only.
 """
 
@@ -12,6 +14,7 @@ import errno
 import os
 import random
 import re
+import secrets
 import shutil
 import signal as _signal
 import socket
@@ -22,16 +25,21 @@ from pathlib import Path
 
 from edge_runtime.broker.config import (
     CONFIG_NAME,
+    DYNSEC_CONFIG_NAME,
+    DYNSEC_TEMPLATE_NAME,
     LOCAL_HOST,
     LOG_NAME,
     default_template,
     derive_config,
+    dynsec_admin_config,
 )
+from edge_runtime.broker.dynsec import find_dynsec_plugin
 from edge_runtime.broker.url import BrokerAddress, BrokerError
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
     "DEFAULT_STOP_TIMEOUT_S",
+    "DYNSEC_ADMIN_USER",
     "FREE_PORT_ATTEMPTS",
     "MOSQUITTO_FALLBACK_PATHS",
     "MOSQUITTO_NOT_FOUND",
@@ -51,6 +59,9 @@ MOSQUITTO_NOT_FOUND = (
     "(Debian/Raspberry Pi OS), or pass --broker mqtt://HOST:PORT"
 )
 """Message of the `BrokerError` raised by `find_mosquitto`."""
+
+DYNSEC_ADMIN_USER = "admin"
+"""User name of the admin client of a `LocalMosquitto` with ``dynsec=True``."""
 
 FREE_PORT_ATTEMPTS = 50
 """Random ports `free_port` tries before giving up."""
@@ -186,6 +197,15 @@ class LocalMosquitto:
     written to ``<data_dir>/mosquitto.conf``. The persistence database and the log
     (Mosquitto's own and its stdout/stderr) go to ``data_dir`` as well.
 
+    With ``dynsec=True`` the default template is ``broker_config/dynsec.conf``: Mosquitto
+    loads the dynamic security plugin (`find_dynsec_plugin`) and refuses anonymous clients.
+    The first `start` writes the plugin's file (`dynsec_config_path`, mode 0600) with one
+    client, `admin_username` / `admin_password` (drawn from ``secrets``), who may administer
+    the plugin (`edge_runtime.broker.dynsec`), publish and subscribe to everything
+    (`edge_runtime.broker.config.dynsec_admin_config`). That template replaces client ids by
+    user names: two connections as ``admin`` close each other (pass ``config``, e.g.
+    ``broker_config/mosquitto.conf``, for a template without ``use_username_as_clientid``).
+
     The port is chosen at the first successful `start` and kept for the lifetime of
     the object, so clients reconnect to the same URL after a restart. `stop` removes
     ``data_dir`` unless ``keep_dir`` is true; with ``keep_dir`` a later `start` reuses
@@ -208,6 +228,16 @@ class LocalMosquitto:
         Fixed port instead of a free one (no retry on another port if it is taken).
     keep_dir : bool, default False
         Keep ``data_dir`` on `stop` (the caller removes it when done).
+    dynsec : bool, default False
+        Load the dynamic security plugin with an admin client (see above); False: anonymous
+        clients, no plugin.
+    dynsec_plugin : str, optional
+        Path of ``mosquitto_dynamic_security.so``; default `find_dynsec_plugin` at `start`.
+
+    Raises
+    ------
+    ValueError
+        If ``port`` is not in 1-65535, or ``dynsec_plugin`` is given without ``dynsec``.
 
     Attributes
     ----------
@@ -216,6 +246,9 @@ class LocalMosquitto:
     port : int or None
         Listener port; None until the first `start`.
     keep_dir : bool
+    admin_username, admin_password : str or None
+        The dynamic security admin's credentials (`DYNSEC_ADMIN_USER` and a random
+        password); None without ``dynsec``.
 
     Examples
     --------
@@ -231,12 +264,20 @@ class LocalMosquitto:
         executable: str | None = None,
         port: int | None = None,
         keep_dir: bool = False,
+        dynsec: bool = False,
+        dynsec_plugin: str | None = None,
     ) -> None:
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(f"port must be in 1-65535, got {port}")
+        if dynsec_plugin is not None and not dynsec:
+            raise ValueError("dynsec_plugin needs dynsec=True")
         self.host: str = LOCAL_HOST
         self.port: int | None = port
         self.keep_dir: bool = keep_dir
+        self.dynsec: bool = dynsec
+        self.admin_username: str | None = DYNSEC_ADMIN_USER if dynsec else None
+        self.admin_password: str | None = secrets.token_urlsafe(24) if dynsec else None
+        self._dynsec_plugin = dynsec_plugin
         self._config = None if config is None else Path(config)
         self._executable = executable
         self._proc: subprocess.Popen[bytes] | None = None
@@ -287,9 +328,18 @@ class LocalMosquitto:
         """``<data_dir>/mosquitto.conf`` (the derived config); None when there is no directory."""
         return None if self._data_dir is None else self._data_dir / CONFIG_NAME
 
+    @property
+    def dynsec_config_path(self) -> Path | None:
+        """``<data_dir>/dynamic-security.json`` (the plugin's file); None without ``dynsec``
+        or without a directory."""
+        if not self.dynsec or self._data_dir is None:
+            return None
+        return self._data_dir / DYNSEC_CONFIG_NAME
+
     def __repr__(self) -> str:
         where = "no port" if self.port is None else self.url
-        return f"LocalMosquitto({where}, pid={self.pid}, running={self.running})"
+        dynsec = ", dynsec" if self.dynsec else ""
+        return f"LocalMosquitto({where}, pid={self.pid}, running={self.running}{dynsec})"
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -307,9 +357,10 @@ class LocalMosquitto:
         Raises
         ------
         BrokerError
-            If it is already running, Mosquitto is not found, the template cannot be
-            read, or Mosquitto exits or does not accept connections within
-            ``timeout_s``; the message quotes the relevant log line.
+            If it is already running, Mosquitto (or, with ``dynsec``, its dynamic security
+            plugin) is not found, the template cannot be read, or Mosquitto exits or does
+            not accept connections within ``timeout_s``; the message quotes the relevant
+            log line.
         """
         if self.running:
             raise BrokerError(f"Mosquitto is already running (pid {self.pid}) on {self.url}")
@@ -318,34 +369,53 @@ class LocalMosquitto:
             self._proc.wait()
             self._proc = None
         executable = self._executable or find_mosquitto()
+        plugin = None
+        if self.dynsec:
+            plugin = self._dynsec_plugin or find_dynsec_plugin(executable)
         template = self._read_template()
         created_dir = self._data_dir is None
         if self._data_dir is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="edge-mosquitto-"))
         try:
-            self._start_on_some_port(executable, template, timeout_s)
+            if plugin is not None:
+                self._write_dynsec_file()
+            self._start_on_some_port(executable, template, timeout_s, plugin)
         except BaseException:
             if created_dir and not self.keep_dir:
                 shutil.rmtree(self._data_dir, ignore_errors=True)
                 self._data_dir = None
             raise
 
+    def _write_dynsec_file(self) -> None:
+        """Write the plugin's file with the admin client, unless an earlier start did (the
+        plugin keeps the clients and roles made since in it)."""
+        path = self.dynsec_config_path
+        if path is None or path.exists():
+            return
+        assert self.admin_username is not None and self.admin_password is not None
+        text = dynsec_admin_config(self.admin_username, self.admin_password, salt=os.urandom(12))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
     def _read_template(self) -> str:
         if self._config is None:
-            return default_template()
+            return default_template(DYNSEC_TEMPLATE_NAME if self.dynsec else CONFIG_NAME)
         try:
             return self._config.read_text(encoding="utf-8")
         except OSError as exc:
             raise BrokerError(f"cannot read Mosquitto config {self._config}: {exc}") from exc
 
-    def _start_on_some_port(self, executable: str, template: str, timeout_s: float) -> None:
+    def _start_on_some_port(
+        self, executable: str, template: str, timeout_s: float, plugin: str | None
+    ) -> None:
         if self.port is not None:
-            self._launch(executable, template, self.port, timeout_s)
+            self._launch(executable, template, self.port, timeout_s, plugin)
             return
         for attempt in range(PORT_RETRIES + 1):
             port = free_port(self.host)
             try:
-                self._launch(executable, template, port, timeout_s)
+                self._launch(executable, template, port, timeout_s, plugin)
             except _PortTakenError:
                 if attempt == PORT_RETRIES:
                     raise
@@ -353,12 +423,16 @@ class LocalMosquitto:
             self.port = port
             return
 
-    def _launch(self, executable: str, template: str, port: int, timeout_s: float) -> None:
+    def _launch(
+        self, executable: str, template: str, port: int, timeout_s: float, plugin: str | None
+    ) -> None:
         if self._data_dir is None:
             raise BrokerError("LocalMosquitto has no directory (internal error)")
         config_path = self._data_dir / CONFIG_NAME
         log_path = self._data_dir / LOG_NAME
-        config_path.write_text(derive_config(template, port=port, data_dir=self._data_dir))
+        config_path.write_text(
+            derive_config(template, port=port, data_dir=self._data_dir, dynsec_plugin=plugin)
+        )
         offset = log_path.stat().st_size if log_path.exists() else 0
         with log_path.open("ab") as log:
             try:
