@@ -3,7 +3,8 @@
 Commands: ``run`` (the whole tree on this machine, with a replay and a summary),
 ``agent`` (one node, as a Raspberry Pi runs it), ``replay`` (a dataset as live sensor
 readings), ``watch`` (follow the root's global model), ``acl`` and ``bridge`` (Mosquitto
-configuration) and ``dashboard`` (a live web page). Bad input ends in one line on stderr
+configuration), ``dashboard`` (a live web page), ``enroll`` and ``retire`` (add or remove a
+device while the fleet runs). Bad input ends in one line on stderr
 and a non-zero exit status, never a traceback.
 
 This module is the entry point only (`main`, the exit statuses, `CliError`) and imports
@@ -16,8 +17,8 @@ small board) is exit status 130 too. The rest, top to bottom:
   into one line and an exit status.
 - `edge_runtime.cli.inputs`: arguments turned into a topology, data and broker settings.
 - `edge_runtime.cli.run` (``run``, ``agent``, ``replay``), `edge_runtime.cli.watch`
-  (``watch``, ``dashboard``), `edge_runtime.cli.configs` (``acl``, ``bridge``): the
-  commands.
+  (``watch``, ``dashboard``), `edge_runtime.cli.configs` (``acl``, ``bridge``),
+  `edge_runtime.cli.fleet` (``enroll``, ``retire``): the commands.
 - `edge_runtime.cli.output`: the progress line, the run summary, the model line.
 """
 

@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {STALE_AFTER_S:g}: 2.5 status heartbeats)",
     )
     _add_dashboard_parser(sub, parents=[common, connection])
+    _add_fleet_parsers(sub, parents=[common, connection])
     return parser
 
 
@@ -305,4 +306,63 @@ def _add_dashboard_parser(subparsers: Any, parents: list[argparse.ArgumentParser
         type=positive_float,
         default=STALE_AFTER_S,
         help=f"an online node silent this many seconds is shown as stale ({STALE_AFTER_S:g})",
+    )
+
+
+def _add_fleet_parsers(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """Add ``enroll`` and ``retire`` (`edge_runtime.cli.fleet`); ``parents`` are the CLI's
+    shared option parsers (log level, broker security: the operator's login)."""
+    operator = (
+        "The operator logs in with --username/--password-file (or $EDGE_MQTT_USERNAME and "
+        "$EDGE_MQTT_PASSWORD or $EDGE_MQTT_PASSWORD_FILE) as a dynamic security admin "
+        "(broker_config/dynsec.conf, broker_config/README.md)."
+    )
+    enroll = subparsers.add_parser(
+        name="enroll",
+        parents=parents,
+        help="add a device to a running fleet: its MQTT client and role (dynamic security)",
+        description="Create the MQTT client and role of device NODE through the broker's "
+        "dynamic security plugin, without a restart: it may publish only its sensor topic and "
+        "its own topics under its parent's path (subspace, status, status/detail, confirm, "
+        "scores), and read its sensor topic, its own subspace and the model; nothing of any "
+        "other device. Prints its credentials once (EDGE_MQTT_USERNAME=NODE, "
+        "EDGE_MQTT_PASSWORD=...), or writes the password to --credentials-file. " + operator,
+    )
+    enroll.add_argument("node", metavar="NODE", help="node id of the device (its user name)")
+    enroll.add_argument(
+        "--parent",
+        metavar="AGG",
+        help="aggregator of the topology the device reports to (default: the node's parent, "
+        "when the topology names the node)",
+    )
+    enroll.add_argument("--topology", type=Path, required=True, help="topology TOML file")
+    enroll.add_argument("--broker", type=broker_url, required=True, help="mqtt[s]://HOST[:PORT]")
+    enroll.add_argument(
+        "--sensor-topic",
+        metavar="TOPIC",
+        help="the device's sensor topic (default: the topology's, else sensors/NODE)",
+    )
+    enroll.add_argument(
+        "--credentials-file",
+        type=Path,
+        metavar="FILE",
+        help="write the password to this new file (mode 0600; its first line, as "
+        "--password-file reads it) instead of printing it",
+    )
+
+    retire = subparsers.add_parser(
+        name="retire",
+        parents=parents,
+        help="retire a device: disable its client and clear its retained topics",
+        description="Disable the MQTT client of device NODE (disconnected at once, no further "
+        "logins) and clear its retained status, status/detail, confirm and scores topics. Its "
+        "snapshot stays, and with it its data in the model, unless --forget. " + operator,
+    )
+    retire.add_argument("node", metavar="NODE", help="node id of the device")
+    retire.add_argument("--topology", type=Path, required=True, help="topology TOML file")
+    retire.add_argument("--broker", type=broker_url, required=True, help="mqtt[s]://HOST[:PORT]")
+    retire.add_argument(
+        "--forget",
+        action="store_true",
+        help="also clear its retained snapshot (subspace), so that its parent drops its data",
     )
