@@ -413,6 +413,7 @@ class AggregatorCore(NodeCore):
             if record is None or child not in included:  # forgotten, or excluded
                 if child in self.tree:
                     self.tree.remove(child)
+                    self.merges += self.tree.merges_last_update
                 self._scales.pop(child, None)
             else:
                 sub = record.snapshot.subspace
@@ -422,9 +423,10 @@ class AggregatorCore(NodeCore):
                 if child not in self.tree:  # admitted (again): the leftmost free slot
                     self.tree.insert(child)
                 self.tree.update(child, sub)
+                self.merges += self.tree.merges_last_update
                 self._scales[child] = scales[child]
+            if record is not None:
                 record.merged = True
-            self.merges += self.tree.merges_last_update
         covered = [included[c] for c in self.child_ids if c in included]
         if dirty or gone:
             self._merged_version += 1
