@@ -1,73 +1,39 @@
-"""Turn benchmark results into ``REPORT.md`` (Markdown tables) and PNG plots.
+"""Turn benchmark results into ``REPORT.md``: the Done-when tables, then one section per
+benchmark.
 
 `done_when` evaluates the Done-when criteria of issue 3 on one run's results,
 `privacy_done_when` those of issues 5 and 10 (differential privacy) and `fleet_done_when`
 those of issue 9 that the fleet benchmark measures; the report opens with those tables,
-then one section per benchmark (a)-(h) with its table and plot (section (f) and its plot
-come from `benchmarks.privacy.report_section`, section (g) and its plot from
-`benchmarks.fleet.report_section`, section (h) and its plot from
-`benchmarks.fedpower.report_section`; `fedpower_done_when` is issue 12's item). Checks,
-tables and figures come from `benchmarks.reporting` (figures on the Agg canvas: no
-display needed, no global backend switch). `load_results` reads a ``results.json`` back
-(for ``benchmarks.run --only ... --update`` and ``--render``).
+then one section per benchmark (a)-(i) with its table and plot (section (f) comes from
+`benchmarks.privacy.report_section`, (g) from `benchmarks.fleet.report_section`, (h) from
+`benchmarks.fedpower.report_section`, (i) from `benchmarks.anomaly.report_section`;
+`fedpower_done_when` is issue 12's item). The results are `benchmarks.results.Results`;
+the plots come from `benchmarks.plots`; checks and tables from `benchmarks.reporting`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import types
-import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from matplotlib import colormaps
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE, Trajectory
+from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE
 from benchmarks.anomaly import report_section as anomaly_report
-from benchmarks.anomaly.section import AnomalyBenchResults
 from benchmarks.baselines import FrequentDirections
 from benchmarks.fedpower import report_section as fedpower_report
-from benchmarks.fedpower.section import FedPowerBenchResults
 from benchmarks.fleet import report_section as fleet_report
-from benchmarks.fleet.dtype import DtypeResult
-from benchmarks.fleet.live import AgentCostResult, LatencyResult
-from benchmarks.fleet.scaling import MotesResult, SweepResult
-from benchmarks.memory import MemoryRow
 from benchmarks.privacy import report_section as privacy_report
 from benchmarks.privacy import section as privacy_section
-from benchmarks.reporting import Check, checks_table, figure, save_figure, table
-from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
+from benchmarks.reporting import Check, checks_table, table
+from benchmarks.results import Results
 
 __all__ = [
-    "DERIVED_PROPERTIES",
-    "Results",
-    "clear_results",
     "done_when",
     "fedpower_done_when",
     "fleet_done_when",
-    "load_results",
     "privacy_done_when",
-    "write_plots",
     "write_report",
 ]
-
-#: Properties of the result rows that ``results.json`` also records (not read back).
-DERIVED_PROPERTIES = (
-    "ratio",
-    "speedup",
-    "naive",
-    "update_per_log2k",
-    "covered",
-    "cpu_per_reading_s",
-    "cpu_share",
-    "bound_s",
-)
-
 
 #: Thresholds of the Done-when list of issue 3.
 MAX_RATIO = 1.01
@@ -78,112 +44,6 @@ MAX_MERGE_ANGLE = 1e-8
 LOG_GROWTH_TOLERANCE = 1.5
 #: Allowed spread (max / min) of the peak memory over the stream lengths.
 FLAT_MEMORY_TOLERANCE = 1.10
-
-
-@dataclass
-class Results:
-    """Everything one run of the suite measured (see `benchmarks.run`)."""
-
-    mode: str
-    rank: int
-    block_size: int
-    oversample: int
-    environment: dict[str, str]
-    motes: dict[str, Trajectory] = field(default_factory=dict)
-    motes_shape: tuple[int, int] = (0, 0)
-    federated: dict[str, float] = field(default_factory=dict)
-    synth: dict[float, dict[str, Trajectory]] = field(default_factory=dict)
-    synth_shape: tuple[int, int] = (0, 0)
-    throughput: list[ThroughputRow] = field(default_factory=list)
-    merge: MergeRow | None = None
-    merge_sweep_d: list[MergeRow] = field(default_factory=list)
-    merge_sweep_r: list[MergeRow] = field(default_factory=list)
-    aggregator: list[AggregatorRow] = field(default_factory=list)
-    growth: tuple[float, float] = (math.nan, math.nan)
-    memory: list[MemoryRow] = field(default_factory=list)
-    private_mode: privacy_section.PrivacyResults | None = None
-    fleet_sweep: SweepResult | None = None
-    fleet_motes: MotesResult | None = None
-    fleet_latency: LatencyResult | None = None
-    fleet_agent: AgentCostResult | None = None
-    fleet_dtype: DtypeResult | None = None
-    fedpower: FedPowerBenchResults | None = None
-    anomaly: AnomalyBenchResults | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-
-
-#: The `Results` fields each benchmark of `benchmarks.run` fills.
-BENCHMARK_FIELDS: dict[str, tuple[str, ...]] = {
-    "accuracy": ("motes", "motes_shape", "federated", "synth", "synth_shape"),
-    "throughput": ("throughput",),
-    "merge": ("merge", "merge_sweep_d", "merge_sweep_r"),
-    "aggregator": ("aggregator", "growth"),
-    "memory": ("memory",),
-    "privacy": ("private_mode",),
-    "fleet-sweep": ("fleet_sweep",),
-    "fleet-motes": ("fleet_motes",),
-    "fleet-latency": ("fleet_latency",),
-    "fleet-agent": ("fleet_agent",),
-    "fleet-dtype": ("fleet_dtype",),
-    "fedpower": ("fedpower",),
-    "anomaly": ("anomaly",),
-}
-
-
-def clear_results(res: Results, names: Sequence[str]) -> None:
-    """Reset the fields of the benchmarks ``names`` (and their times) to a fresh run's."""
-    fresh = Results(res.mode, res.rank, res.block_size, res.oversample, {})
-    for name in names:
-        for f in BENCHMARK_FIELDS[name]:
-            setattr(res, f, getattr(fresh, f))
-        res.seconds.pop(name, None)
-
-
-def _revive(tp: Any, value: Any) -> Any:
-    """``value`` parsed from JSON, converted to the annotated type ``tp``."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in args if a is not type(None)]
-        return _revive(kinds[0], value) if len(kinds) == 1 else value
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = typing.get_type_hints(tp)
-        kwargs = {
-            f.name: _revive(hints[f.name], value[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in value
-        }
-        return tp(**kwargs)
-    if origin is list:
-        return [_revive(args[0], v) for v in value]
-    if origin is tuple:
-        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
-        return tuple(_revive(a, v) for a, v in zip(items, value, strict=True))
-    if origin is dict:
-        return {_revive(args[0], k): _revive(args[1], v) for k, v in value.items()}
-    if tp is float:
-        return float(value)  # also "nan", "inf" written by benchmarks.run
-    if tp is int:
-        return int(value)
-    return value
-
-
-def load_results(path: Path) -> Results:
-    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results`.
-
-    Raises
-    ------
-    ValueError
-        If the file is missing or not a results file.
-    """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read benchmark results {path}: {exc}") from None
-    if not isinstance(data, dict) or "mode" not in data:
-        raise ValueError(f"{path} is not a benchmarks.run results file")
-    return _revive(Results, data)
 
 
 def _fmt_ratio(x: float | None) -> str:
@@ -663,173 +523,3 @@ def write_report(res: Results, out_dir: Path) -> Path:
     path = out_dir / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
-
-
-# --- plots ---------------------------------------------------------------------------
-
-_FLOOR = 1e-7  # error ratio - 1 below this is drawn at the floor (log axis)
-
-
-def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> None:
-    """One curve per method (a fixed colour per position in ``trajs``), centred dotted.
-
-    Methods with identical curves (e.g. the default oversample equal to 2r) are drawn
-    once, labelled "A = B".
-    """
-    colours = colormaps["tab10"].colors
-    curves: dict[tuple[float, ...], tuple[list[str], int, Trajectory]] = {}
-    for i, t in enumerate(trajs.values()):
-        key = tuple(t.ratios)
-        if key in curves:
-            curves[key][0].append(t.name)
-        else:
-            curves[key] = ([t.name], i, t)
-    for names, i, t in curves.values():
-        colour = colours[i % len(colours)]
-        y = [max(v - 1.0, _FLOOR) for v in t.ratios]
-        style = "-" if t.name.startswith("FPCA") else "--"
-        width = 2.0 if t.name == FPCA else 1.2
-        ax.plot(t.samples, y, style, color=colour, label=" = ".join(names), linewidth=width)
-        if t.ratios_centred:
-            yc = [max(v - 1.0, _FLOOR) for v in t.ratios_centred]
-            ax.plot(t.samples, yc, ":", color=colour, label=f"{t.name} (centred)", linewidth=1.2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(_ratio_label))
-    ax.set_title(title)
-    ax.set_xlabel("samples seen")
-    ax.set_ylabel("error ratio (log scale of ratio - 1)")
-    ax.grid(True, which="major", alpha=0.3)
-
-
-def _plain_log_axis(axis: Any) -> None:
-    """Log-axis ticks at 1, 2, 5 x 10^k labelled as plain numbers (no 6 x 10^1)."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _ratio_label(y: float, _pos: object = None) -> str:
-    """Tick label of ``ratio - 1 = y`` as the ratio itself: 1e-3 -> "1.001", 10 -> "11"."""
-    if y <= 0:
-        return ""
-    k = round(math.log10(y))
-    if abs(math.log10(y) - k) > 1e-9:
-        return ""  # minor positions: unlabelled
-    if k < 0:
-        return "1." + "0" * (-k - 1) + "1"
-    return f"{1 + 10**k:g}"
-
-
-def write_plots(res: Results, out_dir: Path) -> list[Path]:
-    """Write the PNG plots for ``res`` into ``out_dir``; returns their paths."""
-    paths: list[Path] = []
-
-    def save(fig: Any, name: str) -> None:
-        paths.append(save_figure(fig, out_dir / name, tight=True))
-
-    if res.motes:
-        fig, ax = figure(figsize=(8, 5))
-        _plot_trajectories(ax, res.motes, f"Motes light (d=48), rank {res.rank}")
-        ax.axhline(MAX_RATIO - 1.0, color="k", linewidth=0.8, linestyle="-.", label="1.01 bound")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        save(fig, "accuracy_motes.png")
-    if res.synth:
-        alphas = list(res.synth)
-        ncol = 3
-        nrow = math.ceil(len(alphas) / ncol)
-        fig, axes = figure(nrow, ncol, figsize=(14, 4 * nrow), squeeze=False)
-        for ax, a in zip(axes.flat, alphas, strict=False):
-            _plot_trajectories(ax, res.synth[a], f"Synth(alpha={a:g})")
-        for ax in list(axes.flat)[len(alphas) :]:
-            ax.set_visible(False)
-        legend: dict[str, Any] = {}
-        for ax in axes.flat:
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                legend.setdefault(label, handle)
-        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, fontsize=8)
-        legend_inches = 0.3 + 0.2 * math.ceil(len(legend) / 4)
-        fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
-        save(fig, "accuracy_synth.png")
-    if res.throughput:
-        fig, ax = figure(figsize=(12, 4.5))
-        shown = [r for r in res.throughput if r.fpca is not None or r.ipca is not None]
-        xs = range(len(shown))
-        ax.bar([x - 0.2 for x in xs], [r.fpca or 0.0 for r in shown], 0.4, label="FPCA-Edge")
-        ax.bar([x + 0.2 for x in xs], [r.ipca or 0.0 for r in shown], 0.4, label="IncrementalPCA")
-        for x, r in zip(xs, shown, strict=True):
-            top = max(r.fpca or 0.0, r.ipca or 0.0)
-            ax.text(x, top * 1.1, "n/a" if r.ratio is None else f"{r.ratio:.1f}x", ha="center")
-        ax.set_xticks(
-            list(xs),
-            [f"d={r.n_features}\nr={r.rank}\nb={r.block_size}" for r in shown],
-            fontsize=7,
-        )
-        ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
-        ax.set_ylim(top=2.0 * max(max(r.fpca or 0.0, r.ipca or 0.0) for r in shown))
-        ax.set_ylabel("samples/s (one BLAS thread)")
-        ax.set_title("Ingest throughput (label: FPCA-Edge / IncrementalPCA)")
-        ax.legend()
-        save(fig, "throughput.png")
-    if res.merge_sweep_d or res.merge_sweep_r:
-        fig, axes = figure(1, 2, figsize=(11, 4.2))
-        for ax, rows, key, label in (
-            (axes[0], res.merge_sweep_d, "n_features", f"d (r = {res.merge_sweep_d[0].rank})"),
-            (axes[1], res.merge_sweep_r, "rank", f"r (d = {res.merge_sweep_r[0].n_features})"),
-        ):
-            x = [getattr(m, key) for m in rows]
-            ax.plot(x, [m.merge * 1e3 for m in rows], "o-", label="Alg. 2 (merge_subspaces)")
-            ax.plot(x, [m.naive * 1e3 for m in rows], "s--", label="naive SVD of [U1 S1, U2 S2]")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            _plain_log_axis(ax.yaxis)
-            ax.set_xticks(x, [str(v) for v in x])
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel(label)
-            ax.set_ylabel("ms per merge")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-        fig.suptitle("Merge time (one BLAS thread)")
-        save(fig, "merge.png")
-    if res.aggregator:
-        rows = res.aggregator
-        k = [r.n_children for r in rows]
-        fig, axes = figure(1, 2, figsize=(11, 4.2))
-        axes[0].plot(k, [r.update * 1e3 for r in rows], "o-", label="MergeTree.update (1 child)")
-        axes[0].plot(k, [r.merge_many * 1e3 for r in rows], "s--", label="merge_many (all k)")
-        axes[0].set_yscale("log")
-        _plain_log_axis(axes[0].yaxis)
-        axes[0].set_ylabel("ms per arrival")
-        axes[1].plot(k, [r.update_per_log2k * 1e3 for r in rows], "o-")
-        axes[1].set_ylabel("update time / log2 k (ms)")
-        axes[1].set_ylim(0, 1.3 * max(r.update_per_log2k * 1e3 for r in rows))
-        for ax in axes:
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("children k")
-            ax.grid(True, alpha=0.3)
-        axes[0].legend(fontsize=8)
-        fig.suptitle("Aggregator update cost")
-        save(fig, "aggregator.png")
-    if res.memory:
-        fig, ax = figure(figsize=(7, 4.2))
-        n = [r.n_samples for r in res.memory]
-        ax.plot(n, [r.fpca / 1024 for r in res.memory], "o-", label="FPCA-Edge")
-        ipca = [(r.n_samples, r.ipca / 1024) for r in res.memory if r.ipca is not None]
-        if ipca:
-            ax.plot(*zip(*ipca, strict=True), "s--", label="IncrementalPCA")
-        ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("stream length (samples)")
-        ax.set_ylabel("peak allocated (KiB, tracemalloc)")
-        ax.set_title(f"Peak memory, d = 48, r = {res.rank}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        save(fig, "memory.png")
-    if res.private_mode is not None:
-        plot = privacy_report.write_plot(res.private_mode, out_dir)
-        paths += [] if plot is None else [plot]
-    paths += fleet_report.write_plot(res.fleet_sweep, out_dir)
-    paths += fedpower_report.write_plot(res.fedpower, out_dir)
-    paths += anomaly_report.write_plot(res.anomaly, out_dir)
-    return paths

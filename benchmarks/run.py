@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import accuracy, memory, report, timing
+from benchmarks import accuracy, memory, plots, report, results, timing
 from benchmarks.anomaly import section as anomaly_section
 from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
@@ -147,7 +147,7 @@ def _environment(sizes: Sizes) -> dict[str, str]:
     }
 
 
-def _bench_accuracy(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_accuracy(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     r, b = sizes.rank, sizes.block_size
     x = load_dataset("motes-light")[: sizes.motes_rows]
     res.motes_shape = (x.shape[0], x.shape[1])
@@ -177,7 +177,7 @@ def _bench_accuracy(res: report.Results, sizes: Sizes, log: Callable[[str], None
         log(f"  synth alpha={alpha:g}: FPCA-Edge {res.synth[alpha][accuracy.FPCA].final:.4f}")
 
 
-def _bench_throughput(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_throughput(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     for d in sizes.grid_d:
         for r in sizes.grid_r:
             for b in sizes.grid_b:
@@ -189,7 +189,7 @@ def _bench_throughput(res: report.Results, sizes: Sizes, log: Callable[[str], No
                 log(f"  d={d} r={r} b={b}: FPCA-Edge {fpca} samples/s, ratio {ratio} {row.note}")
 
 
-def _bench_merge(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_merge(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.merge = timing.merge_times(800, 100, repeats=sizes.merge_repeats)
     log(f"  d=800 r=100: {res.merge.speedup:.2f}x, angle {res.merge.max_angle:.1e}")
     reps = sizes.merge_sweep_repeats
@@ -197,7 +197,7 @@ def _bench_merge(res: report.Results, sizes: Sizes, log: Callable[[str], None]) 
     res.merge_sweep_r = [timing.merge_times(800, r, repeats=reps) for r in sizes.merge_sweep_r]
 
 
-def _bench_aggregator(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_aggregator(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.aggregator = timing.aggregator_times(
         sizes.children,
         48,
@@ -213,7 +213,7 @@ def _bench_aggregator(res: report.Results, sizes: Sizes, log: Callable[[str], No
     res.growth = timing.growth_check(res.aggregator)
 
 
-def _bench_memory(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_memory(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     for n in sizes.memory_lengths:
         row = memory.memory_row(
             n, rank=sizes.rank, block_size=sizes.block_size, with_ipca=n <= sizes.memory_ipca_max
@@ -222,39 +222,39 @@ def _bench_memory(res: report.Results, sizes: Sizes, log: Callable[[str], None])
         log(f"  n={n:,}: FPCA-Edge {row.fpca / 1024:.1f} KiB")
 
 
-def _bench_privacy(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_privacy(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.private_mode = privacy_section.run_privacy(sizes.privacy, log)
 
 
-def _bench_fleet_sweep(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fleet_sweep(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fleet_sweep = scaling.run_sweep(sizes.fleet, log)
 
 
-def _bench_fleet_motes(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fleet_motes(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fleet_motes = scaling.run_motes(sizes.fleet, log)
 
 
-def _bench_fleet_latency(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fleet_latency(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fleet_latency = live.measure_latency(sizes.fleet, log)
 
 
-def _bench_fleet_agent(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fleet_agent(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fleet_agent = live.measure_agent_cost(sizes.fleet, log)
 
 
-def _bench_fleet_dtype(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fleet_dtype(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fleet_dtype = dtype.measure_dtypes(log)
 
 
-def _bench_anomaly(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_anomaly(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.anomaly = anomaly_section.run_anomaly_benchmark(log)
 
 
-def _bench_fedpower(res: report.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
+def _bench_fedpower(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.fedpower = fedpower_section.run_fedpower_benchmark(sizes.fedpower, log)
 
 
-BENCHMARKS: dict[str, Callable[[report.Results, Sizes, Callable[[str], None]], None]] = {
+BENCHMARKS: dict[str, Callable[[results.Results, Sizes, Callable[[str], None]], None]] = {
     "accuracy": _bench_accuracy,
     "throughput": _bench_throughput,
     "merge": _bench_merge,
@@ -305,7 +305,7 @@ def run_suite(
     only: Sequence[str] | None = None,
     update: bool = False,
     log: Callable[[str], None] = print,
-) -> report.Results:
+) -> results.Results:
     """Run the benchmarks (all, or those named in ``only``) and write the report.
 
     Parameters
@@ -326,7 +326,7 @@ def run_suite(
 
     Returns
     -------
-    report.Results
+    results.Results
 
     Raises
     ------
@@ -338,13 +338,13 @@ def run_suite(
     out_dir.mkdir(parents=True, exist_ok=True)
     environment = _environment(sizes)
     if update:
-        res = report.load_results(out_dir / "results.json")
+        res = results.load_results(out_dir / "results.json")
         if res.mode != sizes.name:
             raise ValueError(
                 f"--update: {out_dir / 'results.json'} is a {res.mode!r} run, this is "
                 f"{sizes.name!r}"
             )
-        report.clear_results(res, names)
+        results.clear_results(res, names)
         # keep the original run and earlier re-runs of other benchmarks, drop this one's
         base, *reruns = res.environment.get("run", "").split("; re-ran ")
         kept = [r for r in reruns if not set(r.split(":")[0].split(", ")) <= set(names)]
@@ -353,7 +353,7 @@ def run_suite(
         )
         res.environment = environment
     else:
-        res = report.Results(
+        res = results.Results(
             mode=sizes.name,
             rank=sizes.rank,
             block_size=sizes.block_size,
@@ -373,14 +373,14 @@ def run_suite(
     res.seconds.pop("total", None)
     # with update: the total of the merged report (the kept benchmarks' times included)
     res.seconds["total"] = sum(res.seconds.values()) if update else elapsed
-    report.write_plots(res, out_dir)
+    plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
     (out_dir / "results.json").write_text(json.dumps(_jsonable(res), indent=1, allow_nan=True))
     log(f"wrote {out_dir / 'REPORT.md'} in {elapsed:.1f} s")
     return res
 
 
-def render(out_dir: Path, *, log: Callable[[str], None] = print) -> report.Results:
+def render(out_dir: Path, *, log: Callable[[str], None] = print) -> results.Results:
     """Rewrite ``out_dir/REPORT.md`` and the PNGs from ``out_dir/results.json``, measuring
     nothing (``results.json`` itself is left as it is).
 
@@ -389,8 +389,8 @@ def render(out_dir: Path, *, log: Callable[[str], None] = print) -> report.Resul
     ValueError
         If ``out_dir/results.json`` is missing or not a results file.
     """
-    res = report.load_results(out_dir / "results.json")
-    report.write_plots(res, out_dir)
+    res = results.load_results(out_dir / "results.json")
+    plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
     log(f"rendered {out_dir / 'REPORT.md'} from {out_dir / 'results.json'}")
     return res
@@ -399,7 +399,7 @@ def render(out_dir: Path, *, log: Callable[[str], None] = print) -> report.Resul
 def _jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        for prop in report.DERIVED_PROPERTIES:
+        for prop in results.DERIVED_PROPERTIES:
             if hasattr(type(obj), prop):
                 out[prop] = _jsonable(getattr(obj, prop))
         return out

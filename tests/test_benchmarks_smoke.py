@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
-from benchmarks import report
+from benchmarks import report, results
 from benchmarks.accuracy import checkpoints
 from benchmarks.measure import GramTracker, time_side_by_side
 from benchmarks.privacy import section as privacy_section
@@ -105,7 +105,7 @@ def test_render_rewrites_the_same_report_and_plots_from_results_json_alone(tmp_p
 
 def test_results_json_reads_back_into_equal_results(tmp_path):
     res = run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
-    back = report.load_results(tmp_path / "results.json")
+    back = results.load_results(tmp_path / "results.json")
     assert back.merge == res.merge
     assert back.private_mode is not None and res.private_mode is not None
     # rows compare field by field (noise_std is NaN for the rows without noise)
@@ -202,7 +202,7 @@ def test_side_by_side_timing_runs_every_contender_warmup_plus_repeats():
 
 
 def test_done_when_fails_an_item_whose_number_misses_its_target():
-    res = report.Results("t", 10, 50, 0, {})
+    res = results.Results("t", 10, 50, 0, {})
     res.merge = MergeRow(800, 100, merge=2.0, naive_scipy=1.0, naive_numpy=1.5, max_angle=0.0)
     (check,) = report.done_when(res)
     assert check.passed is False and "0.50x" in check.measured

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks import report
+from benchmarks import report, results
 from benchmarks.fedpower import data, section
 from benchmarks.fedpower.faults import DEAD, STRAGGLER, Fault
 from benchmarks.fedpower.fedpower_runs import simulate
@@ -101,6 +101,6 @@ def test_the_section_lands_in_the_report_with_its_plot(tmp_path):
     assert (tmp_path / "fedpower.png").stat().st_size > 0
     assert [c.passed for c in report.fedpower_done_when(res)] == [True]
     # results.json reads back into the same section
-    again = report.load_results(tmp_path / "results.json")
+    again = results.load_results(tmp_path / "results.json")
     assert again.fedpower is not None
     assert again.fedpower.curves[0].errors == fp.curves[0].errors

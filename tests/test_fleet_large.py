@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 from benchmarks.fleet import report_section, scaling
 from benchmarks.fleet.processes import CommandResult, log_events_of
-from benchmarks.report import _revive
+from benchmarks.results import _revive
 from benchmarks.run import _jsonable
 
 STDERR = "\n".join(

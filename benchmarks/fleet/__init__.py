@@ -13,7 +13,8 @@
 `dtype`             float32 against float64 snapshots on the wire, offline.
 `processes`         Subprocesses: run a command with a time limit, sample CPU and memory
                     from ``/proc``, stop a process group.
-`report_section`    The Markdown of section (g), its plot and issue 9's Done-when checks.
+`report_section`    The Markdown of section (g) and issue 9's Done-when checks.
+`plot`              ``fleet.png``: traffic per reading and wall time against k.
 ==================  ====================================================================
 
 The package imports none of its modules, so ``python -m benchmarks.fleet.inputs`` runs

@@ -1,24 +1,21 @@
-"""Section (g) of ``REPORT.md`` (the fleet benchmark), its plot and issue 9's Done-when checks.
+"""Section (g) of ``REPORT.md`` (the fleet benchmark) and issue 9's Done-when checks.
 
 `checks` evaluates the Done-when items of issue 9 that the fleet benchmark measures;
-`section` renders the Markdown of whichever parts ran; `write_plot` draws ``fleet.png``
-(agent messages per reading and payload / raw bytes against k, wall time against k).
+`section` renders the Markdown of whichever parts ran; its plot ``PLOT`` is drawn by
+`benchmarks.fleet.plot`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
-
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from benchmarks.fleet.dtype import DtypeResult
 from benchmarks.fleet.live import AgentCostResult, LatencyResult, ProcessCost
 from benchmarks.fleet.scaling import MotesResult, SweepResult, SweepRow
-from benchmarks.reporting import Check, figure, save_figure, table
+from benchmarks.reporting import Check, table
 
-__all__ = ["PLOT", "checks", "section", "write_plot"]
+__all__ = ["PLOT", "checks", "section"]
 
 PLOT = "fleet.png"
 
@@ -557,46 +554,3 @@ def section(
     if dtype is not None:
         out += _dtype_section(dtype)
     return out
-
-
-def write_plot(sweep: SweepResult | None, out_dir: Path) -> list[Path]:
-    """Draw ``fleet.png`` from the sweep (nothing without one); returns the paths written."""
-    if sweep is None:
-        return []
-    rows = [r for r in sweep.rows if r.medians.get("wall_s") is not None]
-    if not rows:
-        return []
-    k = [r.n_leaves for r in rows]
-    fig, axes = figure(1, 2, figsize=(11, 4.2))
-    ax = axes[0]
-    for key, style, label, target in (
-        ("messages_per_reading", "o-", "agent messages / reading", MAX_MESSAGES_PER_READING),
-        ("payload_ratio", "s-", "payload / raw bytes", MAX_SWEEP_PAYLOAD),
-    ):
-        pts = [(r.n_leaves, r.medians[key]) for r in rows if r.medians.get(key) is not None]
-        if not pts:
-            continue
-        line = ax.plot(*zip(*pts, strict=True), style, label=label)[0]
-        ax.axhline(target, color=line.get_color(), linestyle=":", linewidth=1.0)
-    ax.set_yscale("log")
-    ax.set_ylabel("per reading / per raw byte (dotted: targets)")
-    ax.set_title("Traffic per reading")
-    ax = axes[1]
-    wall = [r.medians["wall_s"] for r in rows]
-    ax.plot(k, wall, "o-", label="wall s (median)")
-    ax.plot(k, [wall[0] * x / k[0] for x in k], ":", color="gray", label="linear in k")
-    ax.set_yscale("log")
-    ax.set_ylabel("seconds")
-    ax.set_title(f"Wall time, {sweep.readings_per_leaf} readings per leaf")
-    for ax in axes:
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(k, [str(v) for v in k])
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("leaves k (one edge-runtime run)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("Fleet sweep: edge-runtime run, depth 2, fan-out ceil(sqrt(k))")
-    return [save_figure(fig, out_dir / PLOT, tight=True)]

@@ -9,7 +9,9 @@ concept each:
 ======================  ================================================================
 `section`               Sizes, results, `run_privacy` (every table) and the Done-when
                         `checks`; `benchmarks.run --only privacy` calls it.
-`report_section`        The Markdown of section (f) and its plot.
+`report_section`        The Markdown of section (f).
+`plot`                  ``privacy_utility.png``: error ratio against epsilon, noise
+                        against the horizon.
 `motes_tree`            The Motes light tree (8 private leaves, 2 aggregators, root) and
                         its root error ratio per method.
 `leaves`                What one leaf publishes per mechanism (a `Subspace`).

@@ -1,0 +1,155 @@
+"""What one run of the benchmark suite measured, and ``results.json`` read back.
+
+`Results` holds every benchmark's rows (a field per benchmark, `BENCHMARK_FIELDS`);
+`benchmarks.run` fills it and writes it as ``results.json``. `load_results` reads that file
+back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``),
+`clear_results` resets the fields of benchmarks about to be re-run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.accuracy import Trajectory
+from benchmarks.anomaly.section import AnomalyBenchResults
+from benchmarks.fedpower.section import FedPowerBenchResults
+from benchmarks.fleet.dtype import DtypeResult
+from benchmarks.fleet.live import AgentCostResult, LatencyResult
+from benchmarks.fleet.scaling import MotesResult, SweepResult
+from benchmarks.memory import MemoryRow
+from benchmarks.privacy import section as privacy_section
+from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
+
+__all__ = [
+    "BENCHMARK_FIELDS",
+    "DERIVED_PROPERTIES",
+    "Results",
+    "clear_results",
+    "load_results",
+]
+
+#: Properties of the result rows that ``results.json`` also records (not read back).
+DERIVED_PROPERTIES = (
+    "ratio",
+    "speedup",
+    "naive",
+    "update_per_log2k",
+    "covered",
+    "cpu_per_reading_s",
+    "cpu_share",
+    "bound_s",
+)
+
+
+@dataclass
+class Results:
+    """Everything one run of the suite measured (see `benchmarks.run`)."""
+
+    mode: str
+    rank: int
+    block_size: int
+    oversample: int
+    environment: dict[str, str]
+    motes: dict[str, Trajectory] = field(default_factory=dict)
+    motes_shape: tuple[int, int] = (0, 0)
+    federated: dict[str, float] = field(default_factory=dict)
+    synth: dict[float, dict[str, Trajectory]] = field(default_factory=dict)
+    synth_shape: tuple[int, int] = (0, 0)
+    throughput: list[ThroughputRow] = field(default_factory=list)
+    merge: MergeRow | None = None
+    merge_sweep_d: list[MergeRow] = field(default_factory=list)
+    merge_sweep_r: list[MergeRow] = field(default_factory=list)
+    aggregator: list[AggregatorRow] = field(default_factory=list)
+    growth: tuple[float, float] = (math.nan, math.nan)
+    memory: list[MemoryRow] = field(default_factory=list)
+    private_mode: privacy_section.PrivacyResults | None = None
+    fleet_sweep: SweepResult | None = None
+    fleet_motes: MotesResult | None = None
+    fleet_latency: LatencyResult | None = None
+    fleet_agent: AgentCostResult | None = None
+    fleet_dtype: DtypeResult | None = None
+    fedpower: FedPowerBenchResults | None = None
+    anomaly: AnomalyBenchResults | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+#: The `Results` fields each benchmark of `benchmarks.run` fills.
+BENCHMARK_FIELDS: dict[str, tuple[str, ...]] = {
+    "accuracy": ("motes", "motes_shape", "federated", "synth", "synth_shape"),
+    "throughput": ("throughput",),
+    "merge": ("merge", "merge_sweep_d", "merge_sweep_r"),
+    "aggregator": ("aggregator", "growth"),
+    "memory": ("memory",),
+    "privacy": ("private_mode",),
+    "fleet-sweep": ("fleet_sweep",),
+    "fleet-motes": ("fleet_motes",),
+    "fleet-latency": ("fleet_latency",),
+    "fleet-agent": ("fleet_agent",),
+    "fleet-dtype": ("fleet_dtype",),
+    "fedpower": ("fedpower",),
+    "anomaly": ("anomaly",),
+}
+
+
+def clear_results(res: Results, names: Sequence[str]) -> None:
+    """Reset the fields of the benchmarks ``names`` (and their times) to a fresh run's."""
+    fresh = Results(res.mode, res.rank, res.block_size, res.oversample, {})
+    for name in names:
+        for f in BENCHMARK_FIELDS[name]:
+            setattr(res, f, getattr(fresh, f))
+        res.seconds.pop(name, None)
+
+
+def _revive(tp: Any, value: Any) -> Any:
+    """``value`` parsed from JSON, converted to the annotated type ``tp``."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return _revive(kinds[0], value) if len(kinds) == 1 else value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        kwargs = {
+            f.name: _revive(hints[f.name], value[f.name])
+            for f in dataclasses.fields(tp)
+            if f.name in value
+        }
+        return tp(**kwargs)
+    if origin is list:
+        return [_revive(args[0], v) for v in value]
+    if origin is tuple:
+        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        return tuple(_revive(a, v) for a, v in zip(items, value, strict=True))
+    if origin is dict:
+        return {_revive(args[0], k): _revive(args[1], v) for k, v in value.items()}
+    if tp is float:
+        return float(value)  # also "nan", "inf" written by benchmarks.run
+    if tp is int:
+        return int(value)
+    return value
+
+
+def load_results(path: Path) -> Results:
+    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results`.
+
+    Raises
+    ------
+    ValueError
+        If the file is missing or not a results file.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read benchmark results {path}: {exc}") from None
+    if not isinstance(data, dict) or "mode" not in data:
+        raise ValueError(f"{path} is not a benchmarks.run results file")
+    return _revive(Results, data)
