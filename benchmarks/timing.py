@@ -240,7 +240,7 @@ def aggregator_times(
     list of AggregatorRow
         One per ``k``, in the order of ``children``.
     """
-    from edge_runtime.fpca.tree import MergeTree
+    from edge_runtime.fpca.merge_tree import MergeTree
 
     rng = np.random.default_rng(seed)
     pool = []

@@ -83,7 +83,7 @@ from faults import (
 from edge_runtime.broker import find_mosquitto, free_port
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio, principal_angles
-from edge_runtime.fpca.tree import MergeTree
+from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import SubspaceMessage, WireError, decode_confirm
 

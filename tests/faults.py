@@ -36,7 +36,7 @@ import aiomqtt
 import numpy as np
 
 from edge_runtime.fpca import FPCAEdge, Subspace
-from edge_runtime.fpca.tree import MergeTree
+from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import SubspaceMessage, WireError, decode_readings, decode_subspace
 

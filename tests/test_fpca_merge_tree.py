@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_runtime.fpca import tree as tree_module
+from edge_runtime.fpca import merge_tree as tree_module
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
+from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.fpca.metrics import offline_subspace, principal_angles
 from edge_runtime.fpca.subspace import Subspace
-from edge_runtime.fpca.tree import MergeTree
 
 
 def random_subspace(rng: np.random.Generator, d: int, rank: int, n_samples: int = 10) -> Subspace:

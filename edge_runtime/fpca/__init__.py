@@ -18,6 +18,7 @@ limits) are `AnomalyScorer`.
 """
 
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
+from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.fpca.metrics import (
     error_ratio,
     offline_subspace,
@@ -27,7 +28,6 @@ from edge_runtime.fpca.metrics import (
 from edge_runtime.fpca.scoring import AnomalyScorer, q_limit, t2_limit, total_energy
 from edge_runtime.fpca.streaming import FPCAEdge
 from edge_runtime.fpca.subspace import Subspace
-from edge_runtime.fpca.tree import MergeTree
 
 __all__ = [
     "AnomalyScorer",

@@ -134,7 +134,7 @@ class MergeTree:
     --------
     >>> import numpy as np
     >>> from edge_runtime.fpca import merge_many, offline_subspace
-    >>> from edge_runtime.fpca.tree import MergeTree
+    >>> from edge_runtime.fpca.merge_tree import MergeTree
     >>> rng = np.random.default_rng(0)
     >>> parts = {f"leaf{i}": offline_subspace(rng.normal(size=(20, 6)), 3) for i in range(8)}
     >>> tree = MergeTree(list(parts), rank=3)

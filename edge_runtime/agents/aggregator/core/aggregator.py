@@ -41,7 +41,7 @@ from edge_runtime.agents.aggregator.core.plausibility import (
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
-from edge_runtime.fpca.tree import MergeTree
+from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SubspaceMessage
 
