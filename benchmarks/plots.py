@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib import colormaps
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from benchmarks.accuracy import FPCA, Trajectory
 from benchmarks.anomaly import report_section as anomaly_report
@@ -20,7 +20,7 @@ from benchmarks.fedpower import report_section as fedpower_report
 from benchmarks.fleet import plot as fleet_plot
 from benchmarks.privacy import plot as privacy_plot
 from benchmarks.report import MAX_RATIO
-from benchmarks.reporting import figure, save_figure
+from benchmarks.reporting import figure, plain_log_axis, save_figure
 from benchmarks.results import Results
 
 __all__ = ["write_plots"]
@@ -58,13 +58,6 @@ def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> Non
     ax.set_xlabel("samples seen")
     ax.set_ylabel("error ratio (log scale of ratio - 1)")
     ax.grid(True, which="major", alpha=0.3)
-
-
-def _plain_log_axis(axis: Any) -> None:
-    """Log-axis ticks at 1, 2, 5 x 10^k labelled as plain numbers (no 6 x 10^1)."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
-    axis.set_minor_formatter(NullFormatter())
 
 
 def _ratio_label(y: float, _pos: object = None) -> str:
@@ -124,7 +117,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             fontsize=7,
         )
         ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
+        plain_log_axis(ax.yaxis)
         ax.set_ylim(top=2.0 * max(max(r.fpca or 0.0, r.ipca or 0.0) for r in shown))
         ax.set_ylabel("samples/s (one BLAS thread)")
         ax.set_title("Ingest throughput (label: FPCA-Edge / IncrementalPCA)")
@@ -141,7 +134,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             ax.plot(x, [m.naive * 1e3 for m in rows], "s--", label="naive SVD of [U1 S1, U2 S2]")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            _plain_log_axis(ax.yaxis)
+            plain_log_axis(ax.yaxis)
             ax.set_xticks(x, [str(v) for v in x])
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel(label)
@@ -157,7 +150,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         axes[0].plot(k, [r.update * 1e3 for r in rows], "o-", label="MergeTree.update (1 child)")
         axes[0].plot(k, [r.merge_many * 1e3 for r in rows], "s--", label="merge_many (all k)")
         axes[0].set_yscale("log")
-        _plain_log_axis(axes[0].yaxis)
+        plain_log_axis(axes[0].yaxis)
         axes[0].set_ylabel("ms per arrival")
         axes[1].plot(k, [r.update_per_log2k * 1e3 for r in rows], "o-")
         axes[1].set_ylabel("update time / log2 k (ms)")

@@ -6,8 +6,9 @@ target, result). `table` renders a Markdown table: every cell through ``str``, n
 escaping, so a cell may hold Markdown (``**FAIL**``) and must not hold ``|``. `figure`
 makes a matplotlib figure on the Agg canvas: no global backend switch, no pyplot state,
 so importing a report module never changes how anyone else's plots are drawn (and needs
-no display). `save_figure` writes it as PNG. matplotlib is imported only by `figure`:
-modules that build checks or tables do not need it.
+no display). `save_figure` writes it as PNG; `plain_log_axis` labels a log axis with
+plain numbers. matplotlib is imported only inside those three: modules that build checks
+or tables do not need it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["DPI", "Check", "checks_table", "figure", "mark", "save_figure", "table"]
+__all__ = [
+    "DPI",
+    "Check",
+    "checks_table",
+    "figure",
+    "mark",
+    "plain_log_axis",
+    "save_figure",
+    "table",
+]
 
 #: Resolution of the report's PNGs (dots per inch).
 DPI = 110
@@ -104,3 +114,14 @@ def save_figure(fig: Figure, path: Path, *, dpi: float = DPI, tight: bool = Fals
     drawn (``bbox_inches="tight"``: legends outside the axes stay in). Returns ``path``."""
     fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None)
     return path
+
+
+def plain_log_axis(axis: Any) -> None:
+    """Ticks of a log ``axis`` (``ax.xaxis`` or ``ax.yaxis``) at 1, 2, 5 x 10^k, labelled as
+    plain numbers with thousands separators (``2,000``, ``0.05``; no ``6 x 10^1``), minor
+    ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
+    axis.set_minor_formatter(NullFormatter())

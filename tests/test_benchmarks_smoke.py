@@ -21,6 +21,7 @@ from benchmarks import report, results
 from benchmarks.accuracy import checkpoints
 from benchmarks.measure import GramTracker, time_side_by_side
 from benchmarks.privacy import section as privacy_section
+from benchmarks.reporting import Check, checks_table, figure, save_figure, table
 from benchmarks.run import QUICK, render, run_suite
 from benchmarks.synth import low_rank, synth
 from benchmarks.timing import MergeRow, throughput
@@ -101,6 +102,18 @@ def test_render_rewrites_the_same_report_and_plots_from_results_json_alone(tmp_p
     assert again == written
     with pytest.raises(ValueError, match="cannot read benchmark results"):
         render(tmp_path / "missing", log=lambda _: None)
+
+
+def test_report_tables_render_cells_as_str_with_optional_alignment(tmp_path):
+    assert table(["a", "b"], [[1, "x"], [2.5, ""]]) == "| a | b |\n|---|---|\n| 1 | x |\n| 2.5 |  |"
+    assert table(["a", "b", "c"], [], align="lrc").splitlines()[1] == "|---|---:|:---:|"
+    with pytest.raises(ValueError, match="one of l, r, c for each of the 2 columns"):
+        table(["a", "b"], [], align="l")
+    rows = checks_table([Check("i", "m", "t", True), Check("j", "n", "u", None)])
+    assert rows.splitlines()[2:] == ["| i | m | t | pass |", "| j | n | u | n/a |"]
+    fig, axes = figure(1, 2, figsize=(4, 2))
+    assert type(fig.canvas).__name__ == "FigureCanvasAgg" and len(axes) == 2
+    assert save_figure(fig, tmp_path / "f.png").stat().st_size > 1000
 
 
 def test_results_json_reads_back_into_equal_results(tmp_path):

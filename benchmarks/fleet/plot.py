@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import NullFormatter
 
 from benchmarks.fleet.report_section import MAX_MESSAGES_PER_READING, MAX_SWEEP_PAYLOAD, PLOT
 from benchmarks.fleet.scaling import SweepResult
-from benchmarks.reporting import figure, save_figure
+from benchmarks.reporting import figure, plain_log_axis, save_figure
 
 __all__ = ["write_plot"]
 
@@ -45,9 +45,7 @@ def write_plot(sweep: SweepResult | None, out_dir: Path) -> list[Path]:
     ax.set_ylabel("seconds")
     ax.set_title(f"Wall time, {sweep.readings_per_leaf} readings per leaf")
     for ax in axes:
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        plain_log_axis(ax.yaxis)
         ax.set_xscale("log", base=2)
         ax.set_xticks(k, [str(v) for v in k])
         ax.xaxis.set_minor_formatter(NullFormatter())
