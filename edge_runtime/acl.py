@@ -13,12 +13,17 @@ what that node's agent does, and nothing else::
                 write      its confirm topic        (reading confirmations, JSON)
                 read       the model topic          (the global estimate)
                 write      its scores topic         (only when its ``score`` is not "off")
+    every node  read       <prefix>/config          (the deployed topology, `edge-runtime
+                                                    deploy`; agents follow it)
+                read       <prefix>/config/nodes/<id>  (its entry, written by ``enroll``)
     aggregator  read       <path>/+/subspace        (the children filter it subscribes to)
                 read       <path>/+/status, <path>/+/status/detail (its children's liveness)
                 readwrite  its subspace topic; write its status, status/detail
                 read       the model topic; the root may also write it
 
-Optional extra users: a *replay* / sensor-gateway user (default ``"replay"``) that writes every
+Optional extra users: an *operator* (``operator=``) that writes the configuration topics
+``<prefix>/config`` and ``<prefix>/config/nodes/+`` (``edge-runtime deploy``), which no node
+may write; a *replay* / sensor-gateway user (default ``"replay"``) that writes every
 leaf's sensor topic and reads the leaves' status (to wait until they are online) and confirm
 topics (to learn which readings are durable); *bridges* (``bridge-<node id>``,
 `edge_runtime.bridge`) that connect a site broker to this one: write the bridge's ``out`` topics
@@ -67,6 +72,8 @@ from edge_runtime.topology.topics import (
     STATUS,
     STATUS_DETAIL,
     children_filter,
+    config_node_topic,
+    config_topic,
     everything_filter,
 )
 
@@ -134,6 +141,7 @@ def generate_acl(
     replay: str | None = DEFAULT_REPLAY_USER,
     bridges: Sequence[str] = (),
     homeassistant: str | None = None,
+    operator: str | None = None,
 ) -> str:
     """The text of a Mosquitto ``acl_file`` that lets each node use only its own topics.
 
@@ -164,6 +172,10 @@ def generate_acl(
         Home Assistant's discovery prefix: each node may then write its own discovery config
         topics (`edge_runtime.homeassistant.discovery_messages` with ``node_ids=[node]``)
         and read ``<homeassistant>/status``; None grants nothing of Home Assistant's.
+    operator : str or None, default None
+        User name of the operator, who alone may write the configuration topics
+        (``<prefix>/config``: ``edge-runtime deploy``; ``<prefix>/config/nodes/+``); None
+        leaves the user out (nobody may write them).
 
     Returns
     -------
@@ -208,6 +220,10 @@ def generate_acl(
     topic write fpca/root/pi-01/confirm
     # the global estimate, published by the root
     topic read fpca/root/model
+    # the deployed topology (edge-runtime deploy): the agent applies its changes
+    topic read fpca/config
+    # its entry in the deployed topology (parent, sensor topic)
+    topic read fpca/config/nodes/pi-01
     """
     prefix = _check_topic(topology.prefix, "the topology prefix")
     users: dict[str, str] = {}
@@ -230,6 +246,13 @@ def generate_acl(
             section.topic(
                 "read", f"{homeassistant}/status", "Home Assistant's birth message ('online')"
             )
+        sections.append(section)
+
+    if operator is not None:
+        claim(operator, "the operator")
+        section = _Section(operator, f"operator {operator}: the deployed configuration")
+        section.topic("readwrite", config_topic(prefix), "the deployed topology (deploy)")
+        section.topic("readwrite", config_node_topic(prefix, "+"), "every device's entry (enroll)")
         sections.append(section)
 
     if replay is not None:
@@ -354,6 +377,16 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
         section.topic(
             "write", topology.scores_topic(node_id), "its anomaly scores (JSON, not retained)"
         )
+    section.topic(
+        "read",
+        topology.config_topic(),
+        "the deployed topology (edge-runtime deploy): the agent applies its changes",
+    )
+    section.topic(
+        "read",
+        topology.config_node_topic(node_id),
+        "its entry in the deployed topology (parent, sensor topic)",
+    )
     return section
 
 

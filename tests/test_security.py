@@ -424,6 +424,8 @@ def test_generated_acl_for_motes_light_has_one_section_per_node_with_its_own_top
         ("write", "fpca/root/site-a/pi-01/status/detail"),
         ("write", "fpca/root/site-a/pi-01/confirm"),
         ("read", "fpca/root/model"),
+        ("read", "fpca/config"),
+        ("read", "fpca/config/nodes/pi-01"),
     ]
     assert grants["site-a"] == [
         ("read", "fpca/root/site-a/+/subspace"),
@@ -433,6 +435,8 @@ def test_generated_acl_for_motes_light_has_one_section_per_node_with_its_own_top
         ("write", "fpca/root/site-a/status"),
         ("write", "fpca/root/site-a/status/detail"),
         ("read", "fpca/root/model"),
+        ("read", "fpca/config"),
+        ("read", "fpca/config/nodes/site-a"),
     ]
     assert grants["root"] == [
         ("read", "fpca/root/+/subspace"),
@@ -442,6 +446,8 @@ def test_generated_acl_for_motes_light_has_one_section_per_node_with_its_own_top
         ("write", "fpca/root/status"),
         ("write", "fpca/root/status/detail"),
         ("readwrite", "fpca/root/model"),
+        ("read", "fpca/config"),
+        ("read", "fpca/config/nodes/root"),
     ]
     assert grants[REPLAY][:4] == [
         ("write", "sensors/pi-01"),

@@ -38,6 +38,7 @@ async def cmd_acl(args: argparse.Namespace) -> int:
                 replay=replay,
                 bridges=bridges,
                 homeassistant=discovery_prefix(args, topology) if args.homeassistant else None,
+                operator=args.operator,
             )
         )
     sys.stdout.write("\n".join(texts))

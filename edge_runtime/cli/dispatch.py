@@ -26,6 +26,7 @@ from edge_runtime.acl import AclError
 from edge_runtime.broker import BrokerError
 from edge_runtime.cli import EXIT_FAILED, EXIT_USAGE, CliError
 from edge_runtime.cli.configs import cmd_acl, cmd_bridge
+from edge_runtime.cli.deploy import cmd_deploy
 from edge_runtime.cli.fleet import cmd_enroll, cmd_retire
 from edge_runtime.cli.inputs import login_refused, login_refused_line
 from edge_runtime.cli.run import cmd_agent, cmd_replay, cmd_run
@@ -46,6 +47,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "dashboard": cmd_dashboard,
     "enroll": cmd_enroll,
     "retire": cmd_retire,
+    "deploy": cmd_deploy,
 }
 """The handler of each sub-command: ``await handler(args)`` is its exit status."""
 

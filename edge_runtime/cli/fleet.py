@@ -11,15 +11,20 @@ other device::
                           readings), and <prefix>/<parent path>/<node>/subspace, status,
                           status/detail, confirm, scores
     subscribe, receive    its sensor topic, its own subspace (restore, and the echo that
-                          proves delivery), the model <prefix>/<root>/model
+                          proves delivery), the model <prefix>/<root>/model, the deployed
+                          topology <prefix>/config and its entry <prefix>/config/nodes/<node>
     receive anything else denied (lowest priority), whatever another role may grant
 
 and a client ``<node id>`` with that role and a random password (``secrets``), printed or
-written once. The node need not be in the topology file: its path is its parent's path and
-its id. `retire` disables the client (the plugin disconnects it at once, without its Last
-Will, and refuses its logins) and clears its retained status, status document, confirmations
-and scores with empty retained messages; ``--forget`` also clears its snapshot, so that its
-parent drops it. The static ACL (``edge-runtime acl``) stays the option for fixed fleets.
+written once; then it publishes, retained, the device's entry ``{"parent": ...,
+"sensor_topic": ...}`` on ``<prefix>/config/nodes/<node>`` (`edge_runtime.topology.deployed`),
+so that an agent started without a topology file finds its place in the deployed one
+(``edge-runtime deploy``). The node need not be in the topology file: its path is its
+parent's path and its id. `retire` disables the client (the plugin disconnects it at once,
+without its Last Will, and refuses its logins) and clears its retained status, status
+document, confirmations and scores with empty retained messages; ``--forget`` also clears its
+snapshot, so that its parent drops it. The static ACL (``edge-runtime acl``) stays the
+option for fixed fleets.
 
 The operator logs in with the usual flags or environment (`edge_runtime.cli.inputs`): a
 dynamic security admin (``mosquitto_ctrl dynsec init``) whose role may also publish and read
@@ -42,16 +47,20 @@ import aiomqtt
 
 from edge_runtime.broker import Acl, DynsecClient, DynsecError
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
+from edge_runtime.cli.deploy import publish_checked
 from edge_runtime.cli.inputs import broker_settings, login_refused
 from edge_runtime.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME, AgentSettings
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.topology.checks import check_node_id, topic_filter_problem
+from edge_runtime.topology.deployed import NodeEntry
 from edge_runtime.topology.topics import (
     CONFIRM,
     SCORES,
     STATUS,
     STATUS_DETAIL,
     SUBSPACE,
+    config_node_topic,
+    config_topic,
     default_sensor_topic,
     node_topic,
 )
@@ -116,7 +125,8 @@ class DeviceTopics:
         """The ACLs of its role (see the module docstring): allowed at priority 0, anything
         else it might receive denied at priority -1."""
         acls = [Acl("publishClientSend", topic) for topic in [self.sensor, *self.published]]
-        for topic in (self.sensor, self.topic(SUBSPACE), self.model):
+        config = [config_topic(self.prefix), config_node_topic(self.prefix, self.node)]
+        for topic in (self.sensor, self.topic(SUBSPACE), self.model, *config):
             acls.append(Acl("subscribeLiteral", topic))
             acls.append(Acl("publishClientReceive", topic))
         acls.append(Acl("publishClientReceive", "#", allow=False, priority=-1))
@@ -323,6 +333,9 @@ async def cmd_enroll(args: argparse.Namespace) -> int:
     try:
         async with _operator(settings, args.broker) as dynsec:
             await _enroll(dynsec, topics, password, topology)
+        entry = NodeEntry(topics.path.split("/")[-2], topics.sensor).encode()
+        entry_topic = config_node_topic(topics.prefix, topics.node)
+        await publish_checked(settings, entry_topic, entry, settings.timeout_s)
         if fd is not None:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fd = None

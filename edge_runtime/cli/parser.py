@@ -19,6 +19,7 @@ from edge_runtime.homeassistant import DEFAULT_DISCOVERY_PREFIX
 from edge_runtime.monitor import STALE_AFTER_S
 from edge_runtime.replay import DEFAULT_BATCH_SIZE
 from edge_runtime.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
+from edge_runtime.topology import DEFAULT_PREFIX
 
 __all__ = ["build_parser"]
 
@@ -106,8 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
         name="agent",
         help="run one node of a topology (what a device runs)",
     )
-    agent.add_argument("--topology", type=Path, required=True)
+    agent.add_argument(
+        "--topology",
+        type=Path,
+        help="topology TOML file; default: the topology deployed on the broker "
+        "(edge-runtime deploy), read from <prefix>/config",
+    )
     agent.add_argument("--node", required=True, help="node id in the topology")
+    agent.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help="without --topology: the topic prefix of the deployed topology "
+        f"(default {DEFAULT_PREFIX!r})",
+    )
     agent.add_argument("--broker", type=broker_url, default="mqtt://127.0.0.1:1883")
     agent.add_argument("--n-features", type=positive_int, help="reading width (default: learnt)")
     agent.add_argument(
@@ -134,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--startup-timeout",
         type=positive_float,
         default=30.0,
-        help="seconds to reach the broker the first time before giving up (default 30)",
+        help="seconds to reach the broker the first time (and, without --topology, to read "
+        "the deployed topology) before giving up (default 30)",
     )
     _add_homeassistant_flags(agent)
     agent.add_argument(
@@ -202,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
         "one after the other (node ids must differ between them)",
     )
     acl.add_argument("--reader", action="append", default=[], help="a read-only user (repeatable)")
+    acl.add_argument(
+        "--operator",
+        metavar="USER",
+        help="the user who may write the configuration topics <prefix>/config and "
+        "<prefix>/config/nodes/+ (edge-runtime deploy); default: nobody",
+    )
     acl.add_argument("--replay-user", default="replay", help="user that publishes readings")
     acl.add_argument("--no-replay", action="store_true", help="no replay / gateway user")
     acl.add_argument(
@@ -310,8 +329,9 @@ def _add_dashboard_parser(subparsers: Any, parents: list[argparse.ArgumentParser
 
 
 def _add_fleet_parsers(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add ``enroll`` and ``retire`` (`edge_runtime.cli.fleet`); ``parents`` are the CLI's
-    shared option parsers (log level, broker security: the operator's login)."""
+    """Add ``enroll``, ``deploy`` and ``retire`` (`edge_runtime.cli.fleet`,
+    `edge_runtime.cli.deploy`); ``parents`` are the CLI's shared option parsers (log level,
+    broker security: the operator's login)."""
     operator = (
         "The operator logs in with --username/--password-file (or $EDGE_MQTT_USERNAME and "
         "$EDGE_MQTT_PASSWORD or $EDGE_MQTT_PASSWORD_FILE) as a dynamic security admin "
@@ -348,6 +368,25 @@ def _add_fleet_parsers(subparsers: Any, parents: list[argparse.ArgumentParser]) 
         metavar="FILE",
         help="write the password to this new file (mode 0600; its first line, as "
         "--password-file reads it) instead of printing it",
+    )
+
+    deploy = subparsers.add_parser(
+        name="deploy",
+        parents=parents,
+        help="publish a topology on the broker for the agents (retained <prefix>/config)",
+        description="Publish the topology file's text, retained, QoS 1, on <prefix>/config "
+        "and check that it came back. Agents started without --topology read it; running "
+        "agents apply what may change at once and refuse the rest (README, 'Configuration "
+        "from the broker'). The operator's login must be allowed to write it.",
+    )
+    deploy.add_argument("topology", type=Path, metavar="TOPOLOGY", help="topology TOML file")
+    deploy.add_argument("--broker", type=broker_url, required=True, help="mqtt[s]://HOST[:PORT]")
+    deploy.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="most seconds to wait for the published topology to come back (default 10)",
     )
 
     retire = subparsers.add_parser(

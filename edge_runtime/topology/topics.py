@@ -18,6 +18,12 @@ kind                payload                                                     
 ``round``           FedPower's round message, under the root's path              yes
 ==================  ==========================================================  ===========
 
+Besides the nodes' topics, the operator's configuration (issue 23): the deployed topology
+file's text on ``<prefix>/config`` (`config_topic`, retained, QoS 1, written by ``edge-runtime
+deploy``) and one JSON entry per enrolled device on ``<prefix>/config/nodes/<id>``
+(`config_node_topic`, retained, written by ``edge-runtime enroll``). Only the operator writes
+them; every node reads them (`edge_runtime.topology.deployed`).
+
 An aggregator subscribes to ``<prefix>/<path>/+/subspace`` (`children_filter`) and reads the
 child's id back from the level that ``+`` matched (`child_level`). A leaf's sensor readings
 arrive on ``sensors/<id>`` unless the topology names another topic (`default_sensor_topic`).
@@ -27,6 +33,7 @@ Node ids are single topic levels and none of `RESERVED_IDS`, so a path never con
 from __future__ import annotations
 
 __all__ = [
+    "CONFIG",
     "CONFIRM",
     "MODEL",
     "REPLY",
@@ -38,6 +45,8 @@ __all__ = [
     "SUBSPACE",
     "child_level",
     "children_filter",
+    "config_node_topic",
+    "config_topic",
     "default_sensor_topic",
     "everything_filter",
     "node_topic",
@@ -60,6 +69,9 @@ MODEL = "model"
 """Kind of the root's global-estimate topic."""
 ROUND = "round"
 """Kind of the root's FedPower round topic."""
+
+CONFIG = "config"
+"""Level under the prefix of the operator's configuration topics (`config_topic`)."""
 
 RESERVED_IDS: frozenset[str] = frozenset(
     {"subspace", "status", "model", "confirm", "scores", "round", "reply"}
@@ -109,6 +121,30 @@ def children_filter(prefix: str, path: str, kind: str = SUBSPACE) -> str:
 def everything_filter(prefix: str) -> str:
     """The filter ``<prefix>/#`` matching every topic of a topology (its readers' view)."""
     return f"{prefix}/#"
+
+
+def config_topic(prefix: str) -> str:
+    """``<prefix>/config``: the deployed topology's TOML text (retained, operator-only).
+
+    Parameters
+    ----------
+    prefix : str
+        The topology's topic prefix.
+    """
+    return f"{prefix}/{CONFIG}"
+
+
+def config_node_topic(prefix: str, node_id: str) -> str:
+    """``<prefix>/config/nodes/<id>``: an enrolled device's place (retained JSON, operator-only).
+
+    Parameters
+    ----------
+    prefix : str
+        The topology's topic prefix.
+    node_id : str
+        The device's node id.
+    """
+    return f"{prefix}/{CONFIG}/nodes/{node_id}"
 
 
 def default_sensor_topic(node_id: str) -> str:

@@ -468,6 +468,14 @@ class Topology:
         """``<prefix>/<path>/reply``: a FedPower leaf's reply to a round (not retained)."""
         return topics.node_topic(self.prefix, self.path(node_id), topics.REPLY)
 
+    def config_topic(self) -> str:
+        """``<prefix>/config``: the deployed topology (retained, operator-only)."""
+        return topics.config_topic(self.prefix)
+
+    def config_node_topic(self, node_id: str) -> str:
+        """``<prefix>/config/nodes/<id>``: an enrolled device's entry (retained JSON)."""
+        return topics.config_node_topic(self.prefix, node_id)
+
     def children_filter(self, node_id: str) -> str:
         """``<prefix>/<path>/+/subspace``: the filter matching the snapshots of the children.
 
