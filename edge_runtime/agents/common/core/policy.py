@@ -118,7 +118,7 @@ class PublishPolicy:
     -----
     `decide` returns the reason of a publish — ``"first"``, ``"moved"``, ``"max_interval"``,
     ``"idle"`` — or None. The defaults (`LEAF_PUBLISH`, `AGGREGATOR_PUBLISH`) are measured in
-    ``benchmarks/fleet.py`` (REPORT.md, section "Fleet").
+    ``benchmarks/fleet/scaling.py`` (REPORT.md, section "Fleet").
     """
 
     min_interval_s: float
@@ -214,7 +214,7 @@ class PublishPolicy:
 
 
 LEAF_PUBLISH = PublishPolicy(min_interval_s=0.1, max_interval_s=5.0, idle_s=0.05)
-"""Default publish policy of a leaf (see benchmarks/fleet.py for the measurement)."""
+"""Default publish policy of a leaf (see benchmarks/fleet/scaling.py for the measurement)."""
 
 AGGREGATOR_PUBLISH = PublishPolicy(min_interval_s=0.05, max_interval_s=0.5, idle_s=0.05)
 """Default publish policy of an aggregator: coalesce arrivals, forward within 0.5 s."""
