@@ -19,6 +19,7 @@ from edge_runtime.agents.common.core.policy import (
     PublishPolicy,
     StatusPolicy,
 )
+from edge_runtime.agents.common.core.reconfigure import ConfigChange, classify_config
 from edge_runtime.topology import NodeConfig
 
 __all__ = ["NodeCore", "publish_policy_for"]
@@ -65,8 +66,15 @@ class NodeCore:
         Publish decisions by reason (``first``, ``moved``, ``max_interval``, ``idle``,
         ``shutdown``, ``reconnect``) and ``suppressed`` (candidates inside the deadband).
     rejects : Counter
-        Rejected inbound messages by reason.
+        Rejected inbound messages by reason (``config_privacy_change`` and
+        ``config_needs_restart``: refused configurations, `apply_config`).
+    config_version : str or None
+        Version of the deployed topology this node runs (`apply_config`); None while it
+        runs from a file and has seen no deployed one.
     """
+
+    is_leaf: bool = False
+    """Whether the role's publish defaults are a leaf's (`publish_policy_for`)."""
 
     def __init__(
         self,
@@ -93,6 +101,8 @@ class NodeCore:
         self._last_status = -math.inf
         self._status_signature: object = None
         self._signature_sent: object = None  # set by `settle_status` once state exists
+        self.config_version: str | None = None
+        self.config_changed_at = now
 
     def new_id(self) -> str:
         """A fresh random id, 16 hex digits (64 bits), from ``rng``."""
@@ -102,6 +112,57 @@ class NodeCore:
         """A fresh node has nothing to report but ``online`` (retained): its first status
         document goes out on a change of health, the heartbeat or shutdown."""
         self._signature_sent = self.health()
+
+    # ----------------------------------------------------------------- config
+    def apply_config(
+        self,
+        current: NodeConfig,
+        new: NodeConfig,
+        version: str,
+        now: float,
+        *,
+        tree_changes: tuple[str, ...] = (),
+    ) -> ConfigChange:
+        """Apply a deployed configuration, or refuse it whole (`classify_config`).
+
+        Applied: the publish policy becomes ``publish_policy_for(new)`` (the next decision
+        uses it: a shorter ``publish_min_interval_s`` lets the next snapshot out sooner) and
+        the role keeps ``new`` (`_adopt`: a leaf's sensor range). Refused: counted in
+        ``rejects`` under the reason (``config_privacy_change``, ``config_needs_restart``),
+        nothing else changes, `config_version` stays.
+
+        Parameters
+        ----------
+        current : NodeConfig
+            The node's configuration now.
+        new : NodeConfig
+            Its configuration in the deployed topology.
+        version : str
+            The deployed topology's version (`edge_runtime.topology.deployed.config_version`).
+        now : float
+            The current time, seconds.
+        tree_changes : tuple of str, default ()
+            Differences outside the node's settings (its path, the algorithm, the name).
+
+        Returns
+        -------
+        ConfigChange
+        """
+        change = classify_config(current, new, tree_changes=tree_changes)
+        if change.refused is not None:
+            self.rejects[change.refused] += 1
+            return change
+        if change.applied:
+            self.policy = publish_policy_for(new, leaf=self.is_leaf)
+            self._adopt(new)
+            self.config_changed_at = now
+        self.config_version = version
+        return change
+
+    def _adopt(self, new: NodeConfig) -> None:
+        """Keep an applied configuration (`LeafCore` and `AggregatorCore` hold it in
+        ``config``; a core whose ``config`` is of another kind overrides this)."""
+        self.config = new
 
     # ---------------------------------------------------------------- publish
     def _decide(self, now: float, *, moved: bool, first: bool) -> str | None:

@@ -28,6 +28,7 @@ import structlog
 
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
+from edge_runtime.agents.common.shell.config_watch import ConfigWatch
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
 from edge_runtime.backoff import OutageLog
@@ -116,6 +117,7 @@ class Agent(abc.ABC):
         self.last_connect_error: str | None = None
         self._served = False  # the current connection attempt got connected
         self.discovery = AgentDiscovery(topology, node_id, settings.discovery_prefix)
+        self.config_watch = ConfigWatch(topology.config_topic())  # the deployed topology
 
     @property
     @abc.abstractmethod
@@ -539,7 +541,7 @@ class Agent(abc.ABC):
 
     async def _serve_once(self) -> None:
         async with self._make_client() as client:
-            topics = [*self.subscriptions(), self._own_topic]
+            topics = [*self.subscriptions(), self._own_topic, self.config_watch.topic]
             if self.discovery.status_topic is not None:
                 topics.append(self.discovery.status_topic)
             for topic in topics:
@@ -582,6 +584,8 @@ class Agent(abc.ABC):
             try:
                 if str(message.topic) == self._own_topic:
                     self._on_echo(message.payload)
+                elif str(message.topic) == self.config_watch.topic:
+                    await self.config_watch.receive(self, message.payload)
                 elif str(message.topic) == self.discovery.status_topic:
                     if self.discovery.on_status(message.payload):
                         self.wake()

@@ -109,7 +109,8 @@ class CoreShell:
     ) -> StatusDetail:
         """The status document (`StatusDetail`) with the fields every role fills alike:
         ``node_id``, ``role``, ``online`` (not stopping), the core's ``rejects`` by reason
-        and ``uptime_s`` (seconds, rounded to milliseconds); the rest as given."""
+        and ``uptime_s`` (seconds, rounded to milliseconds); the rest as given, with
+        ``config_version`` in ``extra`` once the node runs a deployed topology."""
         return StatusDetail(
             node_id=self.node_id,
             role=self.role,
@@ -120,9 +121,14 @@ class CoreShell:
             epoch=epoch,
             rejects=dict(self._core.rejects),
             uptime_s=round(self.uptime_s(), 3),
-            extra=extra,
+            extra=extra | self._config_extra(),
             privacy=privacy,
         )
+
+    def _config_extra(self) -> dict[str, object]:
+        """``{"config_version": ...}``: the deployed topology applied (none: {})."""
+        version = self._core.config_version
+        return {} if version is None else {"config_version": version}
 
 
 class SnapshotViews:

@@ -19,7 +19,7 @@ from edge_runtime.fedpower import FedPowerServer, Schedule
 from edge_runtime.fedpower.aggregation import procrustes_rotation
 from edge_runtime.fedpower.power import initial_basis
 from edge_runtime.fpca import Subspace
-from edge_runtime.topology import FedPowerConfig
+from edge_runtime.topology import FedPowerConfig, NodeConfig
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
 from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage
 
@@ -109,6 +109,11 @@ class FedPowerRootCore(NodeCore):
         self.settle_status()
 
     # ------------------------------------------------------------------ state
+    def _adopt(self, new: NodeConfig) -> None:
+        """Its ``config`` is the `FedPowerConfig` of the rounds: only the publish policy
+        of `apply_config` changes."""
+        return None
+
     @property
     def done(self) -> bool:
         """The configured number of rounds closed (never when open-ended)."""

@@ -188,6 +188,13 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         # a fresh leaf has nothing to confirm: its first confirmation follows a change
         self._confirm_sent: tuple[object, ...] = self._confirm_key()
 
+    is_leaf = True
+
+    def _adopt(self, new: NodeConfig) -> None:
+        """Keep an applied configuration; its sensor range applies to the next block."""
+        self.config = new
+        self._bounds.clear()
+
     @property
     def idle_s(self) -> float:
         """The policy's ``idle_s``, stretched to twice the usual gap between this leaf's
