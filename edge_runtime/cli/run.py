@@ -18,6 +18,7 @@ from edge_runtime.agents import create_agent
 from edge_runtime.agents.common.shell.discovery import remove_discovery
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
+from edge_runtime.cli.deploy import read_deployed
 from edge_runtime.cli.inputs import (
     broker_settings,
     discovery_prefix,
@@ -42,6 +43,7 @@ from edge_runtime.runner import run_topology, screen_data
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import load_topology
+from edge_runtime.topology.checks import check_node_id
 from edge_runtime.workers import WorkerError
 
 __all__ = ["cmd_agent", "cmd_replay", "cmd_run"]
@@ -133,18 +135,31 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     """``edge-runtime agent``: run node ``--node`` until SIGINT or SIGTERM (exit 0), or
     with ``--homeassistant-remove`` remove its discovery configs and exit.
 
+    The topology is ``--topology``'s file, else the one deployed on the broker under
+    ``--prefix`` (`edge_runtime.cli.deploy.read_deployed`). Either way the agent follows
+    ``<prefix>/config`` while it runs (`edge_runtime.agents.common.shell.config_watch`).
+
     Raises
     ------
     CliError
-        If the node is not in the topology or ``--state-dir`` is no folder (exit 2), or
+        If the node is not in the topology or ``--state-dir`` is no folder (exit 2); without
+        ``--topology``, if no topology is deployed within ``--startup-timeout`` seconds or it
+        has no place for the node (exit 1); if
         the broker is not reached within ``--startup-timeout`` seconds, the discovery
         configs cannot be removed, or the leaf's local source cannot run (exit 1).
     """
-    topology = load_topology(args.topology)
+    settings = broker_settings(args.broker, args)
+    version = None
+    if args.topology is not None:
+        topology = load_topology(args.topology)
+    else:  # the topology deployed on the broker (edge-runtime deploy)
+        check_node_id(args.node)
+        topology, version = await read_deployed(
+            settings, args.prefix, args.node, args.startup_timeout
+        )
     if args.node not in topology.nodes:
         known = ", ".join(topology.nodes)
         raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
-    settings = broker_settings(args.broker, args)
     if args.homeassistant_remove:
         prefix = discovery_prefix(args, topology)
         try:
@@ -168,6 +183,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             "checkpoint_interval_s": args.checkpoint_interval,
         }
     agent = create_agent(topology, args.node, settings, n_features=args.n_features, **options)
+    if version is not None:
+        agent.config_watch.started_from(agent, version)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, agent.stop)
