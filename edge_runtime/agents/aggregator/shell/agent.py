@@ -213,7 +213,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             return (
                 f"snapshot from {child!r} which is not a child of {self.node_id!r} in "
                 f"topology {self.topology.name!r}: another deployment on this broker? "
-                "give each deployment its own prefix (or declare the aggregator open)"
+                "give each deployment its own prefix"
             )
         if child in self.topology.nodes:
             parent = self.topology.nodes[child].parent
