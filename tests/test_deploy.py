@@ -20,6 +20,7 @@ import pytest
 from helpers import collect_retained
 from structlog.testing import capture_logs
 
+from edge_runtime.acl import generate_acl
 from edge_runtime.agents import AgentSettings, create_agent
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
@@ -31,7 +32,7 @@ from edge_runtime.agents.common.core.reconfigure import (
 from edge_runtime.agents.common.shell.core_shell import status_policy_of
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.cli import CliError
-from edge_runtime.cli.deploy import cmd_deploy, read_deployed
+from edge_runtime.cli.deploy import cmd_deploy, deployable_payload, read_deployed
 from edge_runtime.cli.parser import build_parser
 from edge_runtime.topology import parse_topology
 from edge_runtime.topology.deployed import NodeEntry, config_version
@@ -129,6 +130,25 @@ def test_privacy_and_restart_changes_are_refused_whole_and_counted() -> None:
     same = core.apply_config(old, old, "v4", now=3.0)
     assert not same.applied and same.refused is None and core.config_version == "v4"
     assert classify_config(old, old, tree_changes=["path"]).refused == NEEDS_RESTART
+
+
+def test_deploy_names_a_nameless_topology_after_its_file_as_load_topology_does(tmp_path) -> None:
+    path = tmp_path / "plant-7.toml"
+    path.write_text(tree().replace('name = "deploy-test"\n', ""), encoding="utf-8")
+    payload, topology = deployable_payload(path)
+    assert topology.name == "plant-7"
+    assert parse_topology(payload.decode()).name == "plant-7"  # what a device parses
+
+
+def test_static_acl_lets_every_node_read_the_config_and_only_the_operator_write_it() -> None:
+    text = generate_acl(parse_topology(tree()), replay=None, operator="ops")
+    sections = {s.split("\nuser ")[1].split("\n")[0]: s for s in text.split("\n\n")[1:]}
+    assert "topic readwrite fpca/config\n" in sections["ops"]
+    assert "topic readwrite fpca/config/nodes/+" in sections["ops"]
+    for node in ("root", "site-a", "pi-01"):
+        assert "topic read fpca/config\n" in sections[node]
+        assert f"topic read fpca/config/nodes/{node}" in sections[node]
+        assert "write fpca/config" not in sections[node]
 
 
 # ---------------------------------------------------------------- broker
@@ -307,3 +327,5 @@ async def test_an_enrolled_device_reads_the_deployed_topology_but_cannot_write_i
     code, _, err = await _cli_as(broker, "pi-09", password, "deploy", str(other), "--timeout", "1")
     assert code == 1 and "did not deliver the published configuration back" in err
     assert (await read_deployed(device, "fpca", "pi-09", 5.0))[1] == version
+    code, out, err = await _cli_as(broker, *admin, "retire", "pi-09", "--topology", str(path))
+    assert code == 0 and "cleared fpca/config/nodes/pi-09" in out, err

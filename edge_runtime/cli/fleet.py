@@ -22,8 +22,8 @@ so that an agent started without a topology file finds its place in the deployed
 (``edge-runtime deploy``). The node need not be in the topology file: its path is its
 parent's path and its id. `retire` disables the client (the plugin disconnects it at once,
 without its Last Will, and refuses its logins) and clears its retained status, status
-document, confirmations and scores with empty retained messages; ``--forget`` also clears its
-snapshot, so that its parent drops it. The static ACL (``edge-runtime acl``) stays the
+document, confirmations, scores and entry with empty retained messages; ``--forget`` also
+clears its snapshot, so that its parent drops it. The static ACL (``edge-runtime acl``) stays the
 option for fixed fleets.
 
 The operator logs in with the usual flags or environment (`edge_runtime.cli.inputs`): a
@@ -133,10 +133,12 @@ class DeviceTopics:
         return acls
 
     def to_clear(self, forget: bool) -> list[str]:
-        """The topics `retire` clears: status, status/detail, confirm, scores; with
-        ``forget`` also the subspace (first)."""
+        """The topics `retire` clears: status, status/detail, confirm, scores, and its entry
+        in the deployed topology (``<prefix>/config/nodes/<node>``); with ``forget`` also
+        the subspace (first)."""
         kinds = (STATUS, STATUS_DETAIL, CONFIRM, SCORES)
-        return [self.topic(kind) for kind in (SUBSPACE, *kinds) if forget or kind != SUBSPACE]
+        mine = [self.topic(kind) for kind in (SUBSPACE, *kinds) if forget or kind != SUBSPACE]
+        return [*mine, config_node_topic(self.prefix, self.node)]
 
 
 def device_role(node: str) -> str:
