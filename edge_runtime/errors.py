@@ -12,7 +12,7 @@ still catches a bad payload, and ``except EdgeRuntimeError`` catches anything of
     ├── BridgeError(ValueError)        edge_runtime.bridge: a site that cannot be bridged
     ├── SourceError(RuntimeError)      edge_runtime.sources: a local source that cannot run at all
     ├── BrokerError(RuntimeError)      edge_runtime.broker: no broker, a bad URL, a failed start
-    │   └── DynsecError                 edge_runtime.broker.dynsec: a refused dynamic-security command
+    │   └── DynsecError                 edge_runtime.broker.dynsec: a refused dynsec command
     ├── LimitError(RuntimeError)       edge_runtime.limits: an OS limit too low for the run
     ├── WorkerError(RuntimeError)      edge_runtime.workers: an agent host that failed
     ├── PlotError                      edge_runtime.plots: plots that cannot be written
