@@ -1,78 +1,27 @@
-"""A real-time soak (issue 21, item 6): processes, faults every few minutes, RSS and open files.
-
-One command (from the repository root)::
-
-    python -m benchmarks.soak --minutes 35            # the soak of the report
-    python -m benchmarks.soak --minutes 3 --fault-every 40 --sample-every 10   # a short try
-
-What runs, as deployed: a private Mosquitto (`edge_runtime.broker.LocalMosquitto` on a free
-127.0.0.1 port above 20000, persistence on), and one ``edge-runtime agent`` process per node
-of a small tree -- ``root``, one aggregator ``site-a`` and ``--leaves`` leaves, each leaf with
-its own ``--state-dir`` (as the systemd unit runs them) -- fed continuously by a publisher in
-this process: per leaf one sequenced source (``{"src", "seq", "x"}``, QoS 1, the map form
-``replay`` sends) of Motes light rows (48 features, looped), ``--rate`` readings/s per leaf in
-messages of ``--batch``. The publisher reconnects after a broker restart and continues its
-sequence numbers (readings lost meanwhile show as gaps the leaves time out).
-
-Faults every ``--fault-every`` seconds, in turn: SIGKILL a leaf and start it again (same
-command and state directory), restart the broker (SIGTERM, start on the same port; its
-persistence keeps the retained messages and sessions), SIGKILL the aggregator and start it
-again. One leaf (the last) is never killed: the control.
-
-Every ``--sample-every`` seconds: ``VmRSS`` (``/proc/PID/status``) and the number of open
-file descriptors (``/proc/PID/fd``) of every agent and of the broker; per agent process
-(incarnation) the first, last and largest sample, and whether it is flat: the last sample
-within 10 % (RSS) and within 2 descriptors (files) of the first sample taken 2 minutes or
-more into its life (start-up imports and the first blocks settle first). Also each
-process's log lines, and at the end the leaves' confirmations (ingested and durable per
-source) against what was sent.
-
-The report: ``SOAK.md`` and ``soak.json`` in ``--out`` (default
-``benchmarks/report/longevity/``). The run is bounded: ``--minutes`` plus a minute to stop.
-"""
+"""The soak itself: Mosquitto and one agent process per node of a small tree, a publisher
+feeding the leaves, faults in turn, samples, and the result."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiomqtt
 import numpy as np
 
+from benchmarks.soak.processes import Incarnation, free_port, proc_sample
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset
 from edge_runtime.wire import decode_confirm, encode_readings
 
-__all__ = ["main"]
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = Path(__file__).resolve().parent / "report" / "longevity"
 WARMUP_S = 120.0  # samples before this age of a process are not its baseline
-
-
-def free_port(low: int = 20001) -> int:
-    """A free TCP port above 20000 on 127.0.0.1."""
-    rng = np.random.default_rng()
-    for _ in range(200):
-        port = int(rng.integers(low, 60000))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def topology_text(prefix: str, leaves: int) -> str:
@@ -98,28 +47,6 @@ def topology_text(prefix: str, leaves: int) -> str:
             f'sensor_topic = "{prefix}-sensors/pi-{i:02d}"',
         ]
     return "\n".join(lines) + "\n"
-
-
-def proc_sample(pid: int) -> tuple[int, int] | None:
-    """(VmRSS bytes, open file descriptors) of ``pid``; None if it is gone."""
-    try:
-        rss = 0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, ValueError):
-        return None
-    return rss, fds
-
-
-@dataclass
-class Incarnation:
-    node: str
-    pid: int
-    started: float
-    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (age s, rss, fds)
-    ended: str = "running"
 
 
 class Soak:
@@ -399,227 +326,3 @@ class Soak:
             "log_lines": log_lines,
             "workdir": str(self.workdir),
         }
-
-
-def proc_io(pid: int) -> dict[str, int]:
-    """``/proc/PID/io`` as numbers (write_bytes: bytes sent to storage; syscw: writes)."""
-    out = {}
-    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
-        key, _, value = line.partition(":")
-        out[key.strip()] = int(value)
-    return out
-
-
-async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
-    """One leaf process with ``--state-dir`` under a real Mosquitto, fed ``--rate`` readings/s
-    (default 100) in messages of ``--batch`` for ``--minutes``: its ``/proc/PID/io`` over the
-    window after a warm-up, its ``fsync`` calls counted by ``strace -c`` where ptrace is
-    allowed, and its checkpoints from its status document; extrapolated to a day."""
-    args.leaves = 1
-    soak = Soak(args, workdir)
-    soak.start_broker()
-    leaf = soak.leaves[0]
-    soak.start_agent(leaf)
-    stop = asyncio.Event()
-    publisher = asyncio.create_task(soak.publish(stop))
-    await asyncio.sleep(args.warmup)
-    pid = soak.procs[leaf].pid
-    first = proc_io(pid)
-    ckpt0 = await _checkpoints(soak, leaf)
-    t1 = time.monotonic()
-    strace = None
-    trace_out = workdir / "strace.txt"
-    with contextlib.suppress(OSError):
-        strace = subprocess.Popen(
-            [
-                "strace",
-                "-f",
-                "-c",
-                "-e",
-                "trace=fsync,fdatasync,rename,renameat,renameat2",
-                "-o",
-                str(trace_out),
-                "-p",
-                str(pid),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    await asyncio.sleep(args.minutes * 60.0)
-    last = proc_io(pid)
-    t2 = time.monotonic()
-    ckpt1 = await _checkpoints(soak, leaf)
-    if strace is not None:
-        strace.send_signal(signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            strace.wait(timeout=10)
-    stop.set()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(publisher, 10)
-    soak.procs[leaf].send_signal(signal.SIGTERM)
-    soak.procs[leaf].wait(timeout=30)
-    soak.broker.stop()
-    window = t2 - t1
-    per_day = 86_400.0 / window
-    fsyncs = None
-    with contextlib.suppress(OSError):
-        for line in trace_out.read_text().splitlines():
-            parts = line.split()
-            if parts and parts[-1] in ("fsync", "fdatasync") and len(parts) >= 5:
-                fsyncs = (fsyncs or 0) + int(parts[3])
-    delta = {k: last[k] - first[k] for k in last}
-    checkpoints = None if ckpt0 is None or ckpt1 is None else ckpt1 - ckpt0
-    return {
-        "checkpoint_interval": args.checkpoint_interval,
-        "rate": args.rate,
-        "batch": args.batch,
-        "window_s": round(window, 1),
-        "io_delta": delta,
-        "write_bytes_per_day": delta["write_bytes"] * per_day,
-        "wchar_per_day": delta["wchar"] * per_day,
-        "syscw_per_day": delta["syscw"] * per_day,
-        "checkpoints": checkpoints,
-        "checkpoints_per_day": None if checkpoints is None else checkpoints * per_day,
-        "fsyncs": fsyncs,
-        "fsyncs_per_day": None if fsyncs is None else fsyncs * per_day,
-        "strace": trace_out.read_text() if trace_out.exists() else None,
-        "readings_sent": soak.sent[leaf],
-    }
-
-
-async def _checkpoints(soak: Soak, leaf: str) -> int | None:
-    """The leaf's ``checkpoints`` from its retained status document (None if none came)."""
-    topic = f"{soak.prefix}/root/site-a/{leaf}/status/detail"
-    async with aiomqtt.Client("127.0.0.1", soak.port, timeout=5) as client:
-        await client.subscribe(topic, qos=1)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(3.0):
-                async for m in client.messages:
-                    if isinstance(m.payload, bytes | bytearray) and m.payload:
-                        return int(json.loads(m.payload)["extra"]["checkpoints"])
-    return None
-
-
-def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(result, indent=1))
-    procs: list[dict] = result["processes"]  # type: ignore[assignment]
-    md = [
-        "# Soak: processes under faults, RSS and open files (issue 21, item 6)",
-        "",
-        f"`python -m benchmarks.soak {' '.join(argv)}`: {result['minutes']} minutes, "
-        f"Mosquitto, `root`, `site-a` and {len(result['leaves'])} leaves "  # type: ignore[arg-type]
-        f"(each `edge-runtime agent` with `--state-dir`), fed {result['rate']} readings/s "
-        f"per leaf in messages of {result['batch']}; a fault every few minutes. Method: "
-        "the module docstring of `benchmarks/soak.py`.",
-        "",
-        "Faults: "
-        + "; ".join(f"{t:.0f} s {what}" for t, what in result["faults"])  # type: ignore[union-attr]
-        + ".",
-        "",
-        "| process | pid | ended | life (s) | samples | RSS first / at 2 min / last / max (MB) "
-        "| open fds first / at 2 min / last / max | flat (RSS, fds) |",
-        "|---|---:|---|---:|---:|---|---|---|",
-    ]
-
-    def mb(x: int | None) -> str:
-        return "-" if x is None else f"{x / 1e6:.1f}"
-
-    for p in procs:
-        flat = (
-            "n/a (< 5 min after warm-up)"
-            if p["flat_rss"] is None
-            else f"{'yes' if p['flat_rss'] else 'NO'}, {'yes' if p['flat_fd'] else 'NO'}"
-        )
-        md.append(
-            f"| {p['node']} | {p['pid']} | {p['ended']} | {p['life_s']:.0f} | {p['samples']} "
-            f"| {mb(p['rss_first'])} / {mb(p['rss_base'])} / {mb(p['rss_last'])} / "
-            f"{mb(p['rss_max'])} | {p['fd_first']} / "
-            f"{'-' if p['fd_base'] is None else p['fd_base']} / {p['fd_last']} / {p['fd_max']} "
-            f"| {flat} |"
-        )
-    md += [
-        "",
-        "Readings sent per leaf and its last confirmation (source `soak:<leaf>`):",
-        "",
-        "| leaf | sent | ingested | durable |",
-        "|---|---:|---:|---:|",
-    ]
-    for leaf in result["leaves"]:  # type: ignore[union-attr]
-        c = result["confirms"].get(leaf, {})  # type: ignore[union-attr]
-        src = f"soak:{leaf}"
-        md.append(
-            f"| {leaf} | {result['sent'][leaf]:,} | "  # type: ignore[index]
-            f"{c.get('ingested', {}).get(src, -1) + 1:,} | "
-            f"{c.get('durable', {}).get(src, -1) + 1:,} |"
-        )
-    md += [
-        "",
-        "Log lines per node over the whole soak (all incarnations): "
-        + ", ".join(f"{k} {v}" for k, v in result["log_lines"].items())  # type: ignore[union-attr]
-        + f"; publisher reconnects {result['publisher_reconnects']}.",
-        "",
-    ]
-    path = out / "SOAK.md"
-    path.write_text("\n".join(md))
-    return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.soak",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--minutes", type=float, default=35.0)
-    p.add_argument("--leaves", type=int, default=3)
-    p.add_argument("--rate", type=float, default=20.0, help="readings/s per leaf")
-    p.add_argument("--batch", type=int, default=10, help="readings per message")
-    p.add_argument("--fault-every", type=float, default=240.0, help="seconds")
-    p.add_argument("--sample-every", type=float, default=60.0, help="seconds")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument(
-        "--io",
-        action="store_true",
-        help="instead: one leaf at --rate (use 100) for --minutes, /proc/PID/io",
-    )
-    p.add_argument(
-        "--checkpoint-interval",
-        type=float,
-        default=None,
-        help="the leaves' --checkpoint-interval (default: the agent's own)",
-    )
-    p.add_argument("--warmup", type=float, default=30.0, help="--io: seconds before measuring")
-    args = p.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="edge-soak-"))
-    if args.io:
-        io = asyncio.run(io_probe(args, workdir))
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "proc_io.json").write_text(json.dumps(io, indent=1))
-        print(json.dumps({k: v for k, v in io.items() if k != "strace"}, indent=1))
-        print(io.get("strace") or "")
-        return 0
-    soak = Soak(args, workdir)
-    print(f"soak: {args.minutes} min, broker 127.0.0.1:{soak.port}, work dir {workdir}", flush=True)
-    try:
-        result = asyncio.run(soak.run())
-    finally:
-        for proc in soak.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        with contextlib.suppress(Exception):
-            soak.broker.keep_dir = False
-            soak.broker.stop()
-    path = write_report(result, args.out, argv if argv is not None else sys.argv[1:])
-    print(f"report: {path}")
-    print(path.read_text())
-    if not args.keep:
-        import shutil
-
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The report: ``LONGEVITY.md``, ``longevity.json`` and ``longevity.png``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
+from benchmarks.longevity.stats import DayStats
+from benchmarks.reporting import Check, checks_table, figure, save_figure
+from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+
+
+def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
+    """Per-day means (and maxima) over the steady days (the first day warms up)."""
+    steady = [d for d in days if d.case == "steady"]
+    if skip_first and len(steady) > 1:
+        steady = steady[1:]
+    if not steady:
+        return {}
+    return {
+        "fsyncs_per_day": float(np.mean([d.fsyncs for d in steady])),
+        "bytes_per_day": float(np.mean([d.bytes_written for d in steady])),
+        "proc_bytes_per_day": float(np.mean([d.proc_write_bytes or 0 for d in steady])),
+        "checkpoints_per_day": float(np.mean([d.checkpoints for d in steady])),
+        "state_bytes": float(max(d.state_bytes for d in steady)),
+        "latency_p50": float(np.median([d.latency_p50 for d in steady])),
+        "latency_p95": float(np.median([d.latency_p95 for d in steady])),
+        "latency_max": float(max(d.latency_max for d in steady)),
+        "log_lines_per_day": float(max(sum(d.log_lines.values()) for d in steady)),
+    }
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.2f}"
+
+
+def _day_table(title: str, days: list[DayStats]) -> list[str]:
+    lines = [
+        f"#### {title}",
+        "",
+        "| day | case | readings | rejected | checkpoints | fsync | MB written | /proc write MB "
+        "| state on disk (bytes) | leaf snapshots | aggregator snapshots | confirmations "
+        "| status docs | log lines (by kind) | tracemalloc current / peak (MB) "
+        "| edge_runtime live (MB) | VmRSS (MB) | gc objects "
+        "| durable latency p50 / p95 / max (s) | not durable at day end |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|---:|",
+    ]
+    for d in days:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(d.log_lines.items())) or "0"
+        proc = "n/a" if d.proc_write_bytes is None else _mb(d.proc_write_bytes)
+        lat = (
+            "-"
+            if math.isnan(d.latency_p50)
+            else f"{d.latency_p50:.1f} / {d.latency_p95:.1f} / {d.latency_max:.1f}"
+        )
+        lines.append(
+            f"| {d.day} | {d.case} | {d.readings:,} | {d.rejected:,} | {d.checkpoints:,} "
+            f"| {d.fsyncs:,} | {_mb(d.bytes_written)} | {proc} | {d.state_bytes:,} "
+            f"| {d.leaf_snapshots:,} | {d.aggregator_snapshots:,} | {d.confirmations:,} "
+            f"| {d.status_documents:,} | {sum(d.log_lines.values())} ({kinds}) "
+            f"| {_mb(d.mem_current)} / {_mb(d.mem_peak)} | {_mb(d.mem_runtime)} "
+            f"| {_mb(d.rss)} | {d.objects:,} | {lat} | {d.durable_lag_end:,} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _flat(days: list[DayStats], attr: str) -> str:
+    vals = [getattr(d, attr) for d in days[1:]] or [getattr(d, attr) for d in days]
+    lo, hi = min(vals), max(vals)
+    return f"{lo / 1e6:.3f}-{hi / 1e6:.3f} MB"
+
+
+def write_report(results: dict[str, object], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "longevity.json").write_text(json.dumps(results, indent=1, default=str))
+    runs: dict[str, list[DayStats]] = results["_days"]  # type: ignore[assignment]
+    sweep: list[dict[str, float]] = results["sweep"]  # type: ignore[assignment]
+    meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
+    md = [
+        "# Longevity: months on a Raspberry Pi (issue 21, item 6)",
+        "",
+        "Produced by `python -m benchmarks.longevity "
+        + " ".join(str(a) for a in meta["argv"])  # type: ignore[union-attr]
+        + "`; method in the module docstring of `benchmarks/longevity/__init__.py`. One leaf "
+        "(`pi-01` of `topologies/motes-light.toml`: 48 features, rank 10, block size 50, "
+        "`valid_range` [0, 2000]) and its aggregator (`site-a`), the real cores on a "
+        "virtual clock, driven as their shells drive them; checkpoints written by the real "
+        "`save_checkpoint` on a real disk with `os.fsync` counted by a test double.",
+        "",
+    ]
+    checks = results.get("checks", [])
+    if checks:
+        found = [
+            Check(c["check"], c["measured"], c["target"], bool(c["ok"]))
+            for c in checks  # type: ignore[union-attr]
+        ]
+        md += ["## Done when (issue 21)", "", checks_table(found, item="check"), ""]
+    if sweep:
+        md += [
+            "## Checkpoint interval sweep",
+            "",
+            f"Steady stream at {meta['sweep_rate']:g} readings/s, "
+            f"{meta['sweep_hours']:g} h simulated per interval (per-day numbers scaled "
+            "from it; the first checkpoint interval of warm-up included). Latency: from a "
+            "reading's arrival at the leaf to the first confirmation that reports it durable "
+            "(what a publisher such as `replay` waits for, and keeps in its window).",
+            "",
+            "| checkpoint_interval_s | checkpoints/day | fsync/day | MB written/day "
+            "| /proc write_bytes MB/day | checkpoint file (bytes) | latency p50 (s) | p95 (s) "
+            "| max (s) | readings a publisher holds at p95 (per leaf) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in sweep:
+            md.append(
+                f"| {row['interval']:g} | {row['checkpoints_per_day']:,.0f} "
+                f"| {row['fsyncs_per_day']:,.0f} | {_mb(row['bytes_per_day'])} "
+                f"| {_mb(row['proc_bytes_per_day'])} "
+                f"| {row['state_bytes']:,.0f} | {row['latency_p50']:.1f} "
+                f"| {row['latency_p95']:.1f} | {row['latency_max']:.1f} "
+                f"| {row['latency_p95'] * meta['sweep_rate']:,.0f} |"  # type: ignore[operator]
+            )
+        md.append("")
+        gaps: list[dict[str, float]] = results.get("gaps", [])  # type: ignore[assignment]
+        if gaps:
+            md += [
+                "### A sensor that pauses between messages (default settings)",
+                "",
+                "One message of 64 readings every *gap* seconds, default "
+                f"`checkpoint_interval_s` {CHECKPOINT_INTERVAL_S:g} s and "
+                f"`IDLE_CHECKPOINT_GAP_S` {IDLE_CHECKPOINT_GAP_S:g} s: every pause longer "
+                "than the leaf's idle time is a checkpoint, at most one per "
+                "`IDLE_CHECKPOINT_GAP_S`.",
+                "",
+                "| gap (s) | readings/s | checkpoints/day | fsync/day | MB written/day "
+                "| latency p50 / p95 / max (s) | within 3,000 fsync |",
+                "|---:|---:|---:|---:|---:|---|---|",
+            ]
+            for row in gaps:
+                md.append(
+                    f"| {row['gap']:g} | {64 / row['gap']:.2f} "
+                    f"| {row['checkpoints_per_day']:,.0f} | {row['fsyncs_per_day']:,.0f} "
+                    f"| {_mb(row['bytes_per_day'])} | {row['latency_p50']:.1f} / "
+                    f"{row['latency_p95']:.1f} / {row['latency_max']:.1f} "
+                    f"| {'yes' if row['fsyncs_per_day'] <= MAX_FSYNCS_PER_DAY else '**no**'} |"
+                )
+            md.append("")
+        rec = results.get("recommendation")
+        if rec:
+            md += [f"**Recommendation.** {rec}", ""]
+    md += ["## Per day", ""]
+    for name, days in runs.items():
+        md += _day_table(name, days)
+        if len(days) > 2 and all(d.mem_current for d in days):
+            md += [
+                f"Memory over days 2-{len(days)}: tracemalloc current "
+                f"{_flat(days, 'mem_current')}, peak {_flat(days, 'mem_peak')}.",
+                "",
+            ]
+    for note in results.get("notes", []):  # type: ignore[union-attr]
+        md += [note, ""]
+    md += [
+        "## Environment",
+        "",
+        f"Python {platform.python_version()}, numpy {np.__version__}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs; run took {meta['wall_s']:.0f} s.",
+        "",
+    ]
+    path = out / "LONGEVITY.md"
+    path.write_text("\n".join(md))
+    _plot(runs, sweep, out)
+    return path
+
+
+def _plot(runs: dict[str, list[DayStats]], sweep: list[dict[str, float]], out: Path) -> None:
+    try:
+        fig, axes = figure(1, 3, figsize=(15, 4))
+    except ImportError:
+        return
+    for name, days in runs.items():
+        if len(days) < 3 or not all(d.mem_current for d in days):
+            continue
+        x = [d.day for d in days]
+        axes[0].plot(x, [d.mem_current / 1e6 for d in days], marker=".", label=f"{name} current")
+        axes[0].plot(x, [d.mem_peak / 1e6 for d in days], ls="--", label=f"{name} peak")
+    axes[0].set(xlabel="simulated day", ylabel="tracemalloc (MB)", title="memory per day")
+    axes[0].legend(fontsize=6)
+    if sweep:
+        xs = [r["interval"] for r in sweep]
+        axes[1].plot(xs, [r["fsyncs_per_day"] for r in sweep], marker="o", label="fsync/day")
+        axes[1].plot(
+            xs, [r["bytes_per_day"] / 1e4 for r in sweep], marker="s", label="bytes/day / 1e4"
+        )
+        axes[1].axhline(MAX_FSYNCS_PER_DAY, color="r", ls=":", label="3,000 fsync")
+        axes[1].axhline(MAX_BYTES_PER_DAY / 1e4, color="m", ls=":", label="50 MB")
+        axes[1].set(
+            xscale="log",
+            yscale="log",
+            xlabel="checkpoint_interval_s",
+            title="SD-card wear per device-day",
+        )
+        axes[1].legend(fontsize=7)
+        axes[2].plot(xs, [r["latency_p50"] for r in sweep], marker="o", label="p50")
+        axes[2].plot(xs, [r["latency_p95"] for r in sweep], marker="o", label="p95")
+        axes[2].plot(xs, [r["latency_max"] for r in sweep], marker="o", label="max")
+        axes[2].set(
+            xscale="log",
+            yscale="log",
+            xlabel="checkpoint_interval_s",
+            ylabel="s",
+            title="reading -> confirmed durable",
+        )
+        axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, out / "longevity.png", dpi=90)

@@ -1,0 +1,108 @@
+"""``--io``: one leaf process under a real Mosquitto, its ``/proc/PID/io``, ``fsync`` calls and
+checkpoints over a window, extrapolated to a day."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import aiomqtt
+
+from benchmarks.soak.harness import Soak
+from benchmarks.soak.processes import proc_io
+
+
+async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
+    """One leaf process with ``--state-dir`` under a real Mosquitto, fed ``--rate`` readings/s
+    (default 100) in messages of ``--batch`` for ``--minutes``: its ``/proc/PID/io`` over the
+    window after a warm-up, its ``fsync`` calls counted by ``strace -c`` where ptrace is
+    allowed, and its checkpoints from its status document; extrapolated to a day."""
+    args.leaves = 1
+    soak = Soak(args, workdir)
+    soak.start_broker()
+    leaf = soak.leaves[0]
+    soak.start_agent(leaf)
+    stop = asyncio.Event()
+    publisher = asyncio.create_task(soak.publish(stop))
+    await asyncio.sleep(args.warmup)
+    pid = soak.procs[leaf].pid
+    first = proc_io(pid)
+    ckpt0 = await _checkpoints(soak, leaf)
+    t1 = time.monotonic()
+    strace = None
+    trace_out = workdir / "strace.txt"
+    with contextlib.suppress(OSError):
+        strace = subprocess.Popen(
+            [
+                "strace",
+                "-f",
+                "-c",
+                "-e",
+                "trace=fsync,fdatasync,rename,renameat,renameat2",
+                "-o",
+                str(trace_out),
+                "-p",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    await asyncio.sleep(args.minutes * 60.0)
+    last = proc_io(pid)
+    t2 = time.monotonic()
+    ckpt1 = await _checkpoints(soak, leaf)
+    if strace is not None:
+        strace.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            strace.wait(timeout=10)
+    stop.set()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(publisher, 10)
+    soak.procs[leaf].send_signal(signal.SIGTERM)
+    soak.procs[leaf].wait(timeout=30)
+    soak.broker.stop()
+    window = t2 - t1
+    per_day = 86_400.0 / window
+    fsyncs = None
+    with contextlib.suppress(OSError):
+        for line in trace_out.read_text().splitlines():
+            parts = line.split()
+            if parts and parts[-1] in ("fsync", "fdatasync") and len(parts) >= 5:
+                fsyncs = (fsyncs or 0) + int(parts[3])
+    delta = {k: last[k] - first[k] for k in last}
+    checkpoints = None if ckpt0 is None or ckpt1 is None else ckpt1 - ckpt0
+    return {
+        "checkpoint_interval": args.checkpoint_interval,
+        "rate": args.rate,
+        "batch": args.batch,
+        "window_s": round(window, 1),
+        "io_delta": delta,
+        "write_bytes_per_day": delta["write_bytes"] * per_day,
+        "wchar_per_day": delta["wchar"] * per_day,
+        "syscw_per_day": delta["syscw"] * per_day,
+        "checkpoints": checkpoints,
+        "checkpoints_per_day": None if checkpoints is None else checkpoints * per_day,
+        "fsyncs": fsyncs,
+        "fsyncs_per_day": None if fsyncs is None else fsyncs * per_day,
+        "strace": trace_out.read_text() if trace_out.exists() else None,
+        "readings_sent": soak.sent[leaf],
+    }
+
+
+async def _checkpoints(soak: Soak, leaf: str) -> int | None:
+    """The leaf's ``checkpoints`` from its retained status document (None if none came)."""
+    topic = f"{soak.prefix}/root/site-a/{leaf}/status/detail"
+    async with aiomqtt.Client("127.0.0.1", soak.port, timeout=5) as client:
+        await client.subscribe(topic, qos=1)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(3.0):
+                async for m in client.messages:
+                    if isinstance(m.payload, bytes | bytearray) and m.payload:
+                        return int(json.loads(m.payload)["extra"]["checkpoints"])
+    return None

@@ -1,0 +1,71 @@
+"""The report of a soak: ``SOAK.md`` and ``soak.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak.json").write_text(json.dumps(result, indent=1))
+    procs: list[dict] = result["processes"]  # type: ignore[assignment]
+    md = [
+        "# Soak: processes under faults, RSS and open files (issue 21, item 6)",
+        "",
+        f"`python -m benchmarks.soak {' '.join(argv)}`: {result['minutes']} minutes, "
+        f"Mosquitto, `root`, `site-a` and {len(result['leaves'])} leaves "  # type: ignore[arg-type]
+        f"(each `edge-runtime agent` with `--state-dir`), fed {result['rate']} readings/s "
+        f"per leaf in messages of {result['batch']}; a fault every few minutes. Method: "
+        "the module docstring of `benchmarks/soak/__init__.py`.",
+        "",
+        "Faults: "
+        + "; ".join(f"{t:.0f} s {what}" for t, what in result["faults"])  # type: ignore[union-attr]
+        + ".",
+        "",
+        "| process | pid | ended | life (s) | samples | RSS first / at 2 min / last / max (MB) "
+        "| open fds first / at 2 min / last / max | flat (RSS, fds) |",
+        "|---|---:|---|---:|---:|---|---|---|",
+    ]
+
+    def mb(x: int | None) -> str:
+        return "-" if x is None else f"{x / 1e6:.1f}"
+
+    for p in procs:
+        flat = (
+            "n/a (< 5 min after warm-up)"
+            if p["flat_rss"] is None
+            else f"{'yes' if p['flat_rss'] else 'NO'}, {'yes' if p['flat_fd'] else 'NO'}"
+        )
+        md.append(
+            f"| {p['node']} | {p['pid']} | {p['ended']} | {p['life_s']:.0f} | {p['samples']} "
+            f"| {mb(p['rss_first'])} / {mb(p['rss_base'])} / {mb(p['rss_last'])} / "
+            f"{mb(p['rss_max'])} | {p['fd_first']} / "
+            f"{'-' if p['fd_base'] is None else p['fd_base']} / {p['fd_last']} / {p['fd_max']} "
+            f"| {flat} |"
+        )
+    md += [
+        "",
+        "Readings sent per leaf and its last confirmation (source `soak:<leaf>`):",
+        "",
+        "| leaf | sent | ingested | durable |",
+        "|---|---:|---:|---:|",
+    ]
+    for leaf in result["leaves"]:  # type: ignore[union-attr]
+        c = result["confirms"].get(leaf, {})  # type: ignore[union-attr]
+        src = f"soak:{leaf}"
+        md.append(
+            f"| {leaf} | {result['sent'][leaf]:,} | "  # type: ignore[index]
+            f"{c.get('ingested', {}).get(src, -1) + 1:,} | "
+            f"{c.get('durable', {}).get(src, -1) + 1:,} |"
+        )
+    md += [
+        "",
+        "Log lines per node over the whole soak (all incarnations): "
+        + ", ".join(f"{k} {v}" for k, v in result["log_lines"].items())  # type: ignore[union-attr]
+        + f"; publisher reconnects {result['publisher_reconnects']}.",
+        "",
+    ]
+    path = out / "SOAK.md"
+    path.write_text("\n".join(md))
+    return path
