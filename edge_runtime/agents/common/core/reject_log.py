@@ -21,7 +21,7 @@ MAX_REJECT_LOG_INTERVAL_S = 3600.0
 """Longest interval of a reason that keeps firing: its interval doubles after every interval
 that had to suppress some, up to this, and is back to ``interval_s`` after one that did not
 (a sensor rejecting every reading for a day: about 100 lines instead of 25,000,
-``benchmarks/longevity.py``)."""
+``benchmarks/longevity/``)."""
 
 
 class RejectLog:

@@ -31,7 +31,7 @@ interval bounds how long readings wait in its window while a stream runs (at 100
 readings/s and 120 s: 12,000 readings), and what a power cut can make it re-send; the SD
 card sees about one checkpoint (two ``fsync``) per interval: 720 checkpoints, 1,440
 ``fsync`` and 28 MB written a day at 120 s for a Motes leaf at 100 readings/s, measured in
-``benchmarks/longevity.py`` (at 60 s: 2,880 ``fsync``, 40-56 MB: too close to a budget of
+``benchmarks/longevity/`` (at 60 s: 2,880 ``fsync``, 40-56 MB: too close to a budget of
 3,000 and 50 MB).
 """
 
@@ -53,7 +53,7 @@ __all__ = [
 
 CHECKPOINT_INTERVAL_S = 120.0
 """Default ``checkpoint_interval_s``: most seconds between checkpoints while new readings
-arrive (``benchmarks/longevity.py``: 720 checkpoints and 1,440 ``fsync`` a device-day)."""
+arrive (``benchmarks/longevity/``: 720 checkpoints and 1,440 ``fsync`` a device-day)."""
 
 IDLE_CHECKPOINT_BURST = 10
 """Checkpoints after pauses the leaf may write in a row; one more every interval."""
