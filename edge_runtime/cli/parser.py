@@ -271,7 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--topology", type=Path, required=True)
     watch.add_argument("--broker", type=broker_url, required=True)
-    watch.add_argument("--json", action="store_true", help="one JSON object per root update")
+    watch.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per root update (and per child joined, forgotten, quarantined "
+        'or released: an object with an "event" key)',
+    )
     watch.add_argument("--until-samples", type=positive_int, help="exit 0 once covered")
     watch.add_argument(
         "--timeout",

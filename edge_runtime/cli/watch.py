@@ -15,17 +15,34 @@ from edge_runtime import __version__
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
 from edge_runtime.cli.inputs import broker_settings
 from edge_runtime.cli.output import model_line
-from edge_runtime.monitor import ModelWatcher, connection_problem
+from edge_runtime.monitor import MembershipEvent, ModelWatcher, connection_problem
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import SubspaceMessage
 
-__all__ = ["cmd_dashboard", "cmd_watch"]
+__all__ = ["cmd_dashboard", "cmd_watch", "membership_line"]
+
+
+def membership_line(event: MembershipEvent) -> str:
+    """``watch``'s line for a change of an aggregator's children, e.g. ``site-0 joined:
+    pi-09 (joins=1)``, ``site-0 forgot: pi-09 n_samples=50 (forgets=1)``, ``site-a
+    quarantined: pi-03 (energy_bound)``, ``site-a released: pi-03``."""
+    agg, child = event.aggregator, event.child
+    if event.kind == "joined":
+        return f"{agg} joined: {child} (joins={event.joins})"
+    if event.kind == "forgotten":
+        return f"{agg} forgot: {child} n_samples={event.n_samples} (forgets={event.forgets})"
+    if event.kind == "quarantined":
+        return f"{agg} quarantined: {child} ({event.reason})"
+    return f"{agg} {event.kind}: {child}"
 
 
 async def cmd_watch(args: argparse.Namespace) -> int:
     """``edge-runtime watch``: one line (or ``--json`` object) on stdout per root model,
-    with every node's liveness and the quarantined clients. A lost connection is re-opened
-    (one line on stderr says why it was lost, one that it is back).
+    with every node's liveness, the quarantined clients and the aggregators' joins and
+    forgets; and one (``--json``: an object with an ``"event"`` key, see
+    `MembershipEvent.to_json`) per child that joins an aggregator, is forgotten,
+    quarantined or released (`membership_line`), as their status documents show. A lost
+    connection is re-opened (one line on stderr says why it was lost, one that it is back).
 
     Returns
     -------
@@ -63,14 +80,20 @@ async def cmd_watch(args: argparse.Namespace) -> int:
         on_connection=connection,
     )
 
+    def member(event: MembershipEvent) -> None:
+        text = json.dumps(event.to_json()) if args.json else membership_line(event)
+        print(text, flush=True)
+
     def show(model: SubspaceMessage) -> None:
         states = watcher.node_states()
         quarantined = watcher.quarantined()
         tracked = watcher.tracked()
+        shown = watcher.membership.shown()
         line = model_line(model) | {
             "tracked": tracked,
             "nodes": states,
             "quarantined": quarantined,
+            "membership": {agg: m.to_json() for agg, m in shown.items()},
         }
         if args.json:
             print(json.dumps(line), flush=True)
@@ -93,11 +116,13 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                 " | quarantined: " + ", ".join(f"{c} ({r})" for c, r in quarantined.items())
                 if quarantined
                 else ""
-            ),
+            )
+            + (" | joins={} forgets={}".format(*watcher.membership.totals()) if shown else ""),
             flush=True,
         )
 
     watcher.on_update = show
+    watcher.on_membership = member
     target = args.until_samples
     timeout = args.timeout if args.timeout is not None else math.inf
     async with watcher:

@@ -2,11 +2,12 @@
 
 One aiomqtt connection subscribed to every node's ``status`` and ``status/detail`` and the
 root's model (retained, so a fresh connection gets the whole picture at once); each message
-is folded with ``time.monotonic()``. A lost connection is retried with the agents'
-full-jitter exponential backoff (``AgentSettings.reconnect_min_s`` .. ``reconnect_max_s``)
-until ``stop`` is set. It does not reuse `edge_runtime.monitor.ModelWatcher` as a whole
-because that keeps neither the status documents nor reconnects; it shares its rules
-(liveness, `STALE_AFTER_S`, `privacy_of`, the deployment check) through `DashboardState`.
+is folded with ``time.monotonic()`` and whether it was retained. A lost connection is retried
+with the agents' full-jitter exponential backoff (``AgentSettings.reconnect_min_s`` ..
+``reconnect_max_s``) until ``stop`` is set. It does not reuse
+`edge_runtime.monitor.ModelWatcher` as a whole because that keeps neither the status
+documents nor reconnects; it shares its rules (liveness, `STALE_AFTER_S`, `privacy_of`, the
+deployment check, `edge_runtime.monitor.MembershipTracker`) through `DashboardState`.
 """
 
 from __future__ import annotations
@@ -116,5 +117,6 @@ class Follower:
             payload = message.payload
             if not isinstance(payload, bytes | bytearray):
                 continue
-            if self.state.fold(str(message.topic), bytes(payload), time.monotonic()):
+            retained, now = bool(message.retain), time.monotonic()
+            if self.state.fold(str(message.topic), bytes(payload), now, retained=retained):
                 await self._notify()

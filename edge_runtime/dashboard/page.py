@@ -4,7 +4,11 @@ It renders the snapshot the server inlines (or fetches ``/state.json``), then fo
 ``/events`` (server-sent events, each a whole snapshot) and redraws by hand in SVG: the
 tree with each node's liveness, coverage, rank and privacy; the root model's scree plot;
 anomaly rates over time. A table lists the same nodes with ``data-node`` / ``data-state``
-attributes (what the browser test reads).
+attributes (what the browser test reads). The membership table has a row per aggregator that
+is open or has had a child join, be forgotten or quarantined (``data-aggregator``,
+``data-joins``, ``data-forgets``): its admitted children, the forgotten ones with the samples
+they took with them, the quarantined ones with the reason; below it the latest changes,
+newest first.
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ PAGE_HTML = r"""<!doctype html>
     <table><thead><tr><th>node</th><th>state</th><th>samples</th><th>rank</th><th>seq</th>
     <th>privacy</th><th>anomaly rate</th><th>rejects</th></tr></thead>
     <tbody id="rows"></tbody></table></div>
+  <div class="card wide"><h2>Membership: children joined, forgotten, quarantined</h2>
+    <table><thead><tr><th>aggregator</th><th>admits</th><th>joined</th><th>forgotten</th>
+    <th>quarantined</th></tr></thead>
+    <tbody id="members"></tbody></table>
+    <ul id="member-events"></ul></div>
 </div>
 <script>
 "use strict";
@@ -191,6 +200,38 @@ function drawRows(s) {
   ).join("");
 }
 
+function listText(items) {
+  return items.length ? items.map(esc).join(", ") : "\u2013";
+}
+
+const EVENT_WORDS = {joined: "joined", forgotten: "forgot", quarantined: "quarantined",
+                     released: "released"};
+
+function drawMembership(s) {
+  const members = s.membership || [], events = s.membership_events || [];
+  document.getElementById("members").innerHTML = members.length ? members.map(m =>
+    '<tr data-aggregator="' + esc(m.aggregator) + '" data-joins="' + esc(m.joins) +
+    '" data-forgets="' + esc(m.forgets) + '">' +
+    '<td>' + esc(m.aggregator) + '</td>' +
+    '<td>' + (m.open ? "any child (open)" : "declared children") + '</td>' +
+    '<td>' + listText(m.joined) + ' <span class="unknown">(joins=' + esc(m.joins) +
+    ')</span></td>' +
+    '<td>' + listText(Object.entries(m.forgotten).map(([c, f]) =>
+      c + " (n=" + f.n_samples + ")")) + ' <span class="unknown">(forgets=' +
+    esc(m.forgets) + ')</span></td>' +
+    '<td>' + listText(Object.entries(m.quarantined).map(([c, r]) => c + " (" + r + ")")) +
+    '</td></tr>'
+  ).join("") : '<tr><td colspan="5" class="unknown">no aggregator is open or has had a ' +
+    'child join, be forgotten or quarantined</td></tr>';
+  document.getElementById("member-events").innerHTML = events.slice(-10).reverse().map(e =>
+    '<li data-event="' + esc(e.event) + '" data-child="' + esc(e.child) + '">' +
+    esc(e.aggregator) + " " + esc(EVENT_WORDS[e.event] || e.event) + ": " + esc(e.child) +
+    (e.n_samples !== undefined ? " n_samples=" + esc(e.n_samples) : "") +
+    (e.reason !== undefined ? " (" + esc(e.reason) + ")" : "") +
+    ' <span class="unknown">' + esc(fmt(s.now - e.t)) + ' s ago</span></li>'
+  ).join("");
+}
+
 function rankText(n) {
   return fmt(n.rank) + (n.tracked ? " (" + n.tracked + " tracked)" : "");
 }
@@ -205,7 +246,7 @@ function render(s) {
   const problem = document.getElementById("problem");
   problem.hidden = !s.broker_error;
   problem.textContent = s.broker_error ? "broker: " + s.broker_error : "";
-  drawTree(s); drawScree(s); drawAnomaly(s); drawRows(s);
+  drawTree(s); drawScree(s); drawAnomaly(s); drawRows(s); drawMembership(s);
   document.body.dataset.ready = "1";
 }
 

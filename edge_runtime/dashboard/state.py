@@ -17,7 +17,14 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
   sum sigma^2``, a scree plot), samples, rank, leaves covered and privacy
   (`edge_runtime.monitor.privacy_of`, as `edge_runtime.wire.PrivacyParams.to_json`);
 * anomaly rates over time: per node, the last `HISTORY_POINTS` ``(t, rate)`` pairs, ``t``
-  in seconds of the same clock.
+  in seconds of the same clock;
+* ``membership`` (issue 23): one entry per aggregator that is open or has had a child join,
+  be forgotten or quarantined (`edge_runtime.monitor.Membership.to_json` and its id as
+  ``aggregator``: ``open``, ``joins``, ``joined``, ``forgets``, ``forgotten``,
+  ``quarantined`` with reasons), from its latest status document; admitted children are not
+  in the topology, so they are listed here, not among the nodes; and ``membership_events``:
+  the last `MEMBERSHIP_EVENTS` changes (`edge_runtime.monitor.MembershipEvent.to_json` with
+  the time ``t``), oldest first.
 
 Invalid payloads are counted in ``rejects`` (by reason) and otherwise ignored.
 """
@@ -32,9 +39,10 @@ from dataclasses import dataclass, field
 from edge_runtime.monitor import (
     LIVENESS,
     STALE_AFTER_S,
+    MembershipEvent,
+    MembershipTracker,
     liveness,
     privacy_of,
-    quarantined_children,
 )
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
@@ -46,10 +54,13 @@ from edge_runtime.wire import (
     decode_subspace,
 )
 
-__all__ = ["HISTORY_POINTS", "DashboardState"]
+__all__ = ["HISTORY_POINTS", "MEMBERSHIP_EVENTS", "DashboardState"]
 
 HISTORY_POINTS = 360
 """Anomaly-rate points kept per node (an hour at one status document per 10 s)."""
+
+MEMBERSHIP_EVENTS = 50
+"""Membership changes (joins, forgets, quarantines, releases) kept for the page."""
 
 
 @dataclass
@@ -111,6 +122,10 @@ class DashboardState:
         self.model: SubspaceMessage | None = None
         self.model_heard: float | None = None
         self.rejects: dict[str, int] = {}
+        self.membership = MembershipTracker()
+        self.membership_events: deque[tuple[float, MembershipEvent]] = deque(
+            maxlen=MEMBERSHIP_EVENTS
+        )
         self.connected = False
         self.broker_error: str | None = None
         self.version = 0
@@ -138,8 +153,10 @@ class DashboardState:
     def _reject(self, reason: str) -> None:
         self.rejects[reason] = self.rejects.get(reason, 0) + 1
 
-    def fold(self, topic: str, payload: bytes, now: float) -> bool:
-        """Take one message at time ``now``; return whether it was one of ours and valid."""
+    def fold(self, topic: str, payload: bytes, now: float, *, retained: bool = True) -> bool:
+        """Take one message at time ``now``; return whether it was one of ours and valid.
+        ``retained``: it was sent on subscribing (an aggregator's first status document is
+        then the baseline of its membership; a live one's changes are all news)."""
         route = self._routes.get(topic)
         if route is None:
             return False
@@ -169,6 +186,8 @@ class DashboardState:
             rate = _anomaly_rate(detail.extra)
             if rate is not None:
                 node.anomaly.append((now, rate))
+            for event in self.membership.fold(node_id, detail, baseline=retained):
+                self.membership_events.append((now, event))
         else:
             try:
                 model = decode_subspace(payload, max_bytes=self.max_payload_bytes)
@@ -234,10 +253,7 @@ class DashboardState:
                     "anomaly_rate": node.anomaly[-1][1] if node.anomaly else None,
                 }
             )
-        quarantined: dict[str, str] = {}
-        for node in self.nodes.values():
-            if node.detail is not None:
-                quarantined.update(quarantined_children(node.detail))
+        quarantined = self.membership.quarantined()
         for view in nodes:
             view["quarantined"] = quarantined.get(str(view["id"]))
         counts = dict.fromkeys(LIVENESS, 0)
@@ -260,6 +276,11 @@ class DashboardState:
                 if node.anomaly
             },
             "rejects": dict(self.rejects),
+            "membership": [
+                {"aggregator": agg, **member.to_json()}
+                for agg, member in self.membership.shown().items()
+            ],
+            "membership_events": [{"t": t, **e.to_json()} for t, e in self.membership_events],
         }
 
     def _model_view(self, now: float) -> dict[str, object] | None:

@@ -5,7 +5,8 @@ the nodes' liveness (for ``run``, ``watch`` and the dashboard).
 `liveness` is the one rule for "online" / "stale" / "offline" / "unknown" (the dashboard's
 too); `wait_online` waits for nodes' retained ``online`` status; `login_refused` and
 `connection_problem` say in one line what went wrong with a broker connection (the
-dashboard's and ``watch``'s words).
+dashboard's and ``watch``'s words). `edge_runtime.monitor.membership` reads the
+aggregators' children (joined, forgotten, quarantined) from their status documents.
 """
 
 from __future__ import annotations
@@ -20,11 +21,17 @@ import aiomqtt
 import structlog
 from aiomqtt.exceptions import MqttConnectError
 
+from edge_runtime.monitor.membership import (
+    Membership,
+    MembershipEvent,
+    MembershipTracker,
+    membership_of,
+    quarantined_children,
+)
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     PrivacyParams,
-    StatusDetail,
     SubspaceMessage,
     WireError,
     decode_status,
@@ -34,12 +41,16 @@ from edge_runtime.wire import (
 __all__ = [
     "LIVENESS",
     "STALE_AFTER_S",
+    "Membership",
+    "MembershipEvent",
+    "MembershipTracker",
     "ModelWatcher",
     "connection_problem",
     "covers",
     "leaves_reporting",
     "liveness",
     "login_refused",
+    "membership_of",
     "privacy_of",
     "quarantined_children",
     "wait_online",
@@ -158,19 +169,6 @@ def privacy_of(model: SubspaceMessage | None) -> PrivacyParams | None:
     return None if model is None else model.privacy
 
 
-def quarantined_children(detail: StatusDetail) -> dict[str, str]:
-    """Child id -> reason for the children an aggregator's status document
-    (``extra["quarantined"]``, issue 14) says are quarantined; empty for any other node.
-    A malformed entry gives the reason ``"?"``."""
-    found = detail.extra.get("quarantined")
-    if not isinstance(found, dict):
-        return {}
-    return {
-        str(child): str(entry.get("reason", "?")) if isinstance(entry, dict) else "?"
-        for child, entry in found.items()
-    }
-
-
 def covers(model: SubspaceMessage | None, expected: Mapping[str, int]) -> bool:
     """Whether the model covers every leaf's expected samples exactly."""
     return leaves_reporting(model, expected) == len(expected)
@@ -198,6 +196,11 @@ class ModelWatcher:
     on_connection : callable, optional
         Called after the first connection with None when the connection is back, and with
         the error when it is lost or a reconnection fails (`connection_problem` words it).
+    on_membership : callable, optional
+        With ``watch_nodes``: called with each `MembershipEvent` (a child joined, was
+        forgotten, quarantined or released) an aggregator's status document shows, in the
+        listening task. An aggregator's retained document is the baseline: what it shows
+        already is in `membership`, not reported.
 
     Use as ``async with ModelWatcher(...) as watcher`` then `wait_until`; `privacy`
     gives the current model's differential-privacy guarantee. Entering connects (one
@@ -224,6 +227,9 @@ class ModelWatcher:
     reported_rank : dict
         With ``watch_nodes``: the ``rank`` of each node's latest status document (for an
         aggregator, the directions its snapshot tracks, see `tracked`).
+    membership : MembershipTracker
+        With ``watch_nodes``: each aggregator's children as its latest status document says
+        (``membership.members``; `quarantined`).
 
     Raises
     ------
@@ -240,14 +246,16 @@ class ModelWatcher:
         watch_nodes: bool = False,
         stale_after_s: float = STALE_AFTER_S,
         on_connection: Callable[[BaseException | None], None] | None = None,
+        on_membership: Callable[[MembershipEvent], None] | None = None,
     ) -> None:
         self.on_connection = on_connection
+        self.on_membership = on_membership
         self.disconnects = 0
         self.watch_nodes = watch_nodes
         self.stale_after_s = stale_after_s
         self.online: dict[str, bool] = {}
         self.last_heard: dict[str, float] = {}
-        self._quarantined: dict[str, dict[str, str]] = {}  # aggregator -> child -> reason
+        self.membership = MembershipTracker()
         self.reported_rank: dict[str, int] = {}  # node -> rank in its status document
         self._topics: dict[str, tuple[str, str]] = {}
         for node in topology.nodes:
@@ -331,7 +339,7 @@ class ModelWatcher:
                 if kind == "status":
                     self.online[node] = bytes(payload) == b"online"
                 else:
-                    self._fold_detail(node, bytes(payload))
+                    self._fold_detail(node, bytes(payload), retained=bool(message.retain))
                 self.last_heard[node] = time.monotonic()
                 continue
             try:
@@ -359,23 +367,25 @@ class ModelWatcher:
             if self.on_update is not None:
                 self.on_update(model)
 
-    def _fold_detail(self, node: str, payload: bytes) -> None:
-        """Keep what an aggregator's status document says of its quarantined children."""
+    def _fold_detail(self, node: str, payload: bytes, *, retained: bool = True) -> None:
+        """Keep a node's reported rank and what an aggregator's status document says of its
+        children; report the changes (`on_membership`). A node's first document is the
+        baseline when ``retained`` (sent on subscribing), news when not."""
         try:
             detail = decode_status(payload, max_bytes=self.settings.max_payload_bytes)
         except WireError:
             return
-        if detail.node_id == node:
-            self._quarantined[node] = quarantined_children(detail)
-            self.reported_rank[node] = detail.rank
+        if detail.node_id != node:
+            return
+        self.reported_rank[node] = detail.rank
+        for event in self.membership.fold(node, detail, baseline=retained):
+            if self.on_membership is not None:
+                self.on_membership(event)
 
     def quarantined(self) -> dict[str, str]:
         """Children their aggregator has quarantined (issue 14), with the reason, as the
         aggregators' latest status documents say."""
-        out: dict[str, str] = {}
-        for children in self._quarantined.values():
-            out.update(children)
-        return dict(sorted(out.items()))
+        return self.membership.quarantined()
 
     def tracked(self) -> int | None:
         """How many directions the root's snapshot tracks (``rank + oversample``, its status
