@@ -64,7 +64,9 @@ _dtrsm = blas.dtrsm
 _dsyevd = lapack.dsyevd
 _dsytrd = lapack.dsytrd
 _dsytrd_lwork = lapack.dsytrd_lwork
-_dstevd = lapack.dstevd
+# scipy < 1.17 (Debian bookworm's 1.10, PyPI's 1.13, trixie's 1.15) has no dstevd
+# wrapper: there the Gram formulations use dsyevd (same eigenpairs, 10-15 % slower).
+_dstevd = getattr(lapack, "dstevd", None)
 _dormqr = lapack.dormqr
 _dpotrf = lapack.dpotrf
 
@@ -149,7 +151,10 @@ def _accept_gram(w: np.ndarray, check_rank: int) -> bool:
 
 #: Symmetric eigensolver of the Gram formulations: "stevd" (``dsytrd`` + ``dstevd`` +
 #: ``dormqr`` on the kept eigenvectors only) or "syevd" (``dsyevd``, all of them).
-EIGH_DRIVER = "stevd"
+#: "syevd" where scipy has no ``dstevd`` wrapper.
+EIGH_DRIVER = "stevd" if _dstevd is not None else "syevd"
+#: The drivers this scipy provides (tests compare them).
+EIGH_DRIVERS = ("stevd", "syevd") if _dstevd is not None else ("syevd",)
 
 
 def _eigh_top(a: np.ndarray, k: int, out: np.ndarray) -> np.ndarray | None:
@@ -163,7 +168,7 @@ def _eigh_top(a: np.ndarray, k: int, out: np.ndarray) -> np.ndarray | None:
     if n == 1:
         out[0, :k] = 1.0
         return a[0].copy()
-    if EIGH_DRIVER == "syevd":
+    if EIGH_DRIVER == "syevd" or _dstevd is None:
         w, v, info = _dsyevd(a, lower=1, overwrite_a=1)
         if info != 0:
             return None
