@@ -1,0 +1,69 @@
+"""The churn benchmark (issue 23, Done-when 3) end to end on a tiny fleet.
+
+8 declared leaves under 3 open aggregators, 2 undeclared leaves joining and 1 declared leaf
+retired with forgetting while the replay goes, on a private Mosquitto (`run_once` starts and
+stops it): the root must cover exactly the kept leaves' readings, name the joined leaves,
+and no longer name the retired one, whose data it held before the forget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from benchmarks.fleet.churn import evaluate, render
+from benchmarks.fleet.churn_run import ChurnPlan, build_fleet, open_fleet_text, run_once
+from edge_runtime.topology import parse_topology
+
+pytestmark = pytest.mark.mqtt
+
+TINY = ChurnPlan(
+    leaves=8,
+    join=2,
+    retire=1,
+    readings_per_leaf=100,
+    workers=1,
+    waves=1,
+    retire_from=0.9,
+    retire_to=0.9,
+    settle_timeout_s=20.0,
+    run_timeout_s=25.0,
+)
+
+
+def test_open_fleet_text_opens_every_aggregator_but_the_root() -> None:
+    topology = parse_topology(open_fleet_text(8, admit_range=50, admit_rate=20))
+    sites = topology.children(topology.root)
+    assert len(sites) == 3 and len(topology.leaves()) == 8
+    assert all(topology.is_open(site) for site in sites)
+    assert not topology.is_open(topology.root)
+    leaf = topology.admitted_leaf(sites[0], "join-0")
+    assert leaf.valid_range == (-50.0, 50.0)
+    assert topology.max_reading_rate("leaf-0") != 20  # declared leaves keep their settings
+
+
+def test_churn_run_covers_exactly_the_kept_leaves() -> None:
+    fleet = build_fleet(TINY)
+    (retired,) = fleet.retiring
+    joined = [leaf for wave in fleet.join_waves for leaf in wave]
+    assert len(joined) == 2 and retired not in fleet.kept
+
+    started = time.monotonic()
+    result = asyncio.run(run_once(TINY, fleet, churn=True))
+    assert time.monotonic() - started < 30
+
+    assert result.error == ""
+    assert set(result.expected) == {*fleet.kept, *joined}
+    assert result.exact, (result.provenance, result.expected)
+    assert retired not in result.provenance
+    assert result.retired_present == []
+    assert result.retired_seen == {retired}  # it was in the model, then forgotten
+    assert result.n_samples == sum(result.expected.values()) == 9 * 100
+    assert result.error_ratio <= 1.001
+    assert result.readings == 10 * 100 and result.messages > 0
+
+    coverage, n_samples, *_ = evaluate(TINY, [(result, result)])
+    assert coverage.passed and n_samples.passed
+    assert "| pass |" in render(TINY, [(result, result)], "test")
