@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ import aiomqtt
 import numpy as np
 
 from benchmarks.fleet.inputs import fleet_topology_text
+from benchmarks.fleet.processes import sample_process
 from benchmarks.synth import low_rank
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli.fleet import _clear_retained, device_topics
@@ -59,7 +61,7 @@ from edge_runtime.runner import screen_data, shared_loop_settings
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import NodeConfig, Topology, parse_topology
 from edge_runtime.wire import SubspaceMessage
-from edge_runtime.workers import AgentHost, WorkerPool, WorkerReport, assign_nodes
+from edge_runtime.workers import AgentHost, WorkerPool, WorkerReport, assign_nodes, cpu_time_s
 
 __all__ = [
     "ChurnPlan",
@@ -235,8 +237,11 @@ class RunResult:
 
     ``wall_s`` is from the first reading sent to the first exact root model (None: never
     exact within ``settle_timeout_s``); ``total_s`` also counts starting and stopping the
-    agents. ``readings`` are the readings sent (a retired leaf's up to its retirement);
-    ``messages`` / ``payload_bytes`` what every agent published. ``expected`` maps each
+    agents; ``cpu_s`` is the CPU time (user + system) of this process, the workers and the
+    broker over the run (less sensitive than wall time to other loads on the machine).
+    ``readings`` are the readings sent (a retired leaf's up to its retirement);
+    ``messages`` / ``payload_bytes`` what every agent published (``leaf_messages``: the
+    leaves' share; the rest is the aggregators'). ``expected`` maps each
     kept leaf to its accepted readings; ``provenance`` is the final root model's.
     ``error_ratio`` compares that model with the offline SVD of the kept leaves' accepted
     rows. ``retired_seen`` holds the retired leaves some root model named (before they were
@@ -246,8 +251,10 @@ class RunResult:
     churn: bool
     wall_s: float | None = None
     total_s: float = 0.0
+    cpu_s: float = 0.0
     readings: int = 0
     messages: int = 0
+    leaf_messages: int = 0
     payload_bytes: int = 0
     expected: dict[str, int] = field(default_factory=dict)
     provenance: dict[str, int] = field(default_factory=dict)
@@ -445,7 +452,7 @@ async def run_once(plan: ChurnPlan, fleet: Fleet, *, churn: bool) -> RunResult:
     RunResult
         With ``error`` set (one line) when a step failed or was not done in time.
     """
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), cpu_time_s()
     retiring = set(fleet.retiring)
     topology = fleet.topology
     groups = [
@@ -482,6 +489,13 @@ async def run_once(plan: ChurnPlan, fleet: Fleet, *, churn: bool) -> RunResult:
                 reports: list[WorkerReport] = []
                 for h in run.hosts:
                     reports += await h.close()
+            broker_cpu = sample_process(broker.pid) if broker.pid is not None else None
+            run.result.cpu_s = (
+                cpu_time_s()
+                - cpu_start
+                + sum(r.cpu_s for r in reports if r.pid != os.getpid())  # whole worker lives
+                + (0.0 if broker_cpu is None else broker_cpu.cpu_s)
+            )
         except (TimeoutError, StepError, EdgeRuntimeError, aiomqtt.MqttError, OSError) as exc:
             result.error = _one_line(exc)
             model, reports = None, []
@@ -510,6 +524,8 @@ def _summarise(
     )
     agents = [a for r in reports for a in r.agents]
     result.messages = sum(a.messages_published for a in agents)
+    aggregators = set(run.fleet.topology.aggregators())
+    result.leaf_messages = sum(a.messages_published for a in agents if a.node not in aggregators)
     result.payload_bytes = sum(a.bytes_published for a in agents)
     result.rejects = sum(a.rejects for a in agents)
     result.undelivered = sum(a.undelivered for a in agents)
