@@ -20,14 +20,16 @@ Three formulations, chosen per call (measurements in ``benchmarks/README.md``):
     ``Y = M V_t``, ``s = ||Y_i||``, ``U_new = Y / s`` re-orthonormalised by one Cholesky
     QR (Householder QR if the Gram of ``Y`` is singular).
 
-Both eigendecompositions are ``dsytrd`` (tridiagonalisation), ``dstevd`` (divide and
-conquer on the tridiagonal) and ``dormqr`` applied to the ``t`` kept eigenvectors
-only -- ``dsyevd`` minus back-transforming the discarded ones, 10-15 % faster at
-n = 48 (``dsyevr``/``dsyevx`` for a subset are 2x slower than ``dsyevd`` here: their
-subset path is bisection plus inverse iteration).
+Both eigendecompositions are `numpy.linalg.eigh` (LAPACK ``dsyevd``, divide and
+conquer). Until issue 24 they were scipy's ``dsytrd`` + ``dstevd`` + ``dormqr`` on the
+kept eigenvectors only, 10-15 % faster at n = 48 in the issue-3 measurements, but
+``lapack.dstevd`` exists only from scipy 1.17 and importing scipy costs a leaf more
+than the whole saving (see below); `tests/test_fpca_linalg_fallback.py` checks the two
+agree.
 ``"qr_svd"`` (the paper's Alg. 2 as written; the precise fallback)
-    Projection ``Z = U^T C`` with re-orthogonalisation, pivoted QR of the residual,
-    SVD of the small ``[[lambda S, Z], [0, R]]`` (``gesdd``, ``gesvd`` if it does not
+    Projection ``Z = U^T C`` with re-orthogonalisation, an orthonormal basis ``Q R``
+    of the residual (QR, or a truncated SVD when it has more columns than room), SVD
+    of the small ``[[lambda S, Z], [0, R]]`` (``gesdd``, ``gesvd`` if it does not
     converge), final re-orthonormalisation.
 
 The two Gram formulations square the condition number: an eigenvector of ``G`` or
@@ -39,18 +41,19 @@ for data of lower rank than the checked rank, or if LAPACK reports a failure) th
 call falls back to ``"qr_svd"``. Nothing here inverts a possibly singular matrix: the
 Motes blocks are rank-deficient, which only adds zero eigenvalues.
 
-All BLAS and LAPACK calls of the hot path go through scipy's wrappers
-(`scipy.linalg.blas`, `scipy.linalg.lapack`): numpy and scipy wheels each bundle their
-own OpenBLAS, and alternating the two on tiny matrices is several times slower than
-staying in one.
+numpy only: every BLAS and LAPACK call is numpy's (``A @ A.T`` is a ``syrk``), so a
+leaf never imports scipy, which costs ~0.3 s and ~25 MB of RSS at import (issue 24;
+on a Pi Zero 2 several seconds) and whose LAPACK wrappers differ between the scipy
+versions a Pi gets (Debian bookworm's 1.10 has no ``dstevd``). scipy is imported
+lazily in one place: `thin_svd`'s ``gesvd`` fallback when ``gesdd`` fails to
+converge, which numpy lacks. Against the scipy kernels of issue 3 the block update
+measured within ~10 % (Motes, d = 48) and a d = 800, r = 100 merge 5-10 % slower, both
+inside this machine's run-to-run noise.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
-import scipy.linalg.blas as blas
-import scipy.linalg.lapack as lapack
 
 __all__ = ["GRAM_MIN_RATIO", "TrackedBasis", "UpdateBuffers", "svd_update", "thin_svd"]
 
@@ -58,30 +61,21 @@ __all__ = ["GRAM_MIN_RATIO", "TrackedBasis", "UpdateBuffers", "svd_update", "thi
 #: checked rank ``r`` (i.e. ``s_r >= 1e-3 * s_1``), else the QR + SVD formulation.
 GRAM_MIN_RATIO = 1e-6
 
-_dgemm = blas.dgemm
-_dsyrk = blas.dsyrk
-_dtrsm = blas.dtrsm
-_dsyevd = lapack.dsyevd
-_dsytrd = lapack.dsytrd
-_dsytrd_lwork = lapack.dsytrd_lwork
-# scipy < 1.17 (Debian bookworm's 1.10, PyPI's 1.13, trixie's 1.15) has no dstevd
-# wrapper: there the Gram formulations use dsyevd (same eigenpairs, 10-15 % slower).
-_dstevd = getattr(lapack, "dstevd", None)
-_dormqr = lapack.dormqr
-_dpotrf = lapack.dpotrf
+_LinAlgError = np.linalg.LinAlgError
 
 
 def thin_svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Economy SVD ``a = u @ diag(s) @ vt`` by LAPACK ``gesdd``, ``gesvd`` if it fails.
 
-    ``a`` must already be known to be finite (``check_finite`` is off).
+    ``a`` must be finite. ``gesdd`` is numpy's; only if its divide and conquer fails to
+    converge (rare) is scipy imported, for ``gesvd`` (QR iteration), which numpy lacks.
     """
     try:
-        return sla.svd(a, full_matrices=False, check_finite=False, lapack_driver="gesdd")
-    except np.linalg.LinAlgError:
-        # gesdd's divide and conquer occasionally fails to converge; gesvd (QR
-        # iteration) is slower but more robust.
-        return sla.svd(a, full_matrices=False, check_finite=False, lapack_driver="gesvd")
+        return np.linalg.svd(a, full_matrices=False)
+    except _LinAlgError:
+        import scipy.linalg  # lazily: numpy has no gesvd; 0.1-0.4 s and ~25 MB at import
+
+        return scipy.linalg.svd(a, full_matrices=False, check_finite=False, lapack_driver="gesvd")
 
 
 class UpdateBuffers:
@@ -114,9 +108,15 @@ class UpdateBuffers:
         return self.square[: n * n].reshape((n, n), order="F")
 
 
-def _fortran(a: np.ndarray) -> np.ndarray:
-    """``a`` as a Fortran-contiguous float64 array (no copy when it already is)."""
-    return a if a.flags.f_contiguous else np.asfortranarray(a)
+def _scale(
+    basis: np.ndarray, lambda_s: np.ndarray, buffers: UpdateBuffers | None
+) -> np.ndarray | None:
+    """``lambda U S`` ``(d, t0)`` (a buffer's view), None if ``t0 = 0``."""
+    d, t0 = basis.shape
+    if not t0:
+        return None
+    scaled = buffers.scaled[:, :t0] if buffers is not None else np.empty((d, t0), order="F")
+    return np.multiply(basis, lambda_s, out=scaled)
 
 
 def _gram_surely_rejected(lambda_s: np.ndarray, cols_sv: np.ndarray, check_rank: int) -> bool:
@@ -149,51 +149,22 @@ def _accept_gram(w: np.ndarray, check_rank: int) -> bool:
     return bool(w[w.shape[0] - check_rank] >= GRAM_MIN_RATIO * top)
 
 
-#: Symmetric eigensolver of the Gram formulations: "stevd" (``dsytrd`` + ``dstevd`` +
-#: ``dormqr`` on the kept eigenvectors only) or "syevd" (``dsyevd``, all of them).
-#: "syevd" where scipy has no ``dstevd`` wrapper.
-EIGH_DRIVER = "stevd" if _dstevd is not None else "syevd"
-#: The drivers this scipy provides (tests compare them).
-EIGH_DRIVERS = ("stevd", "syevd") if _dstevd is not None else ("syevd",)
-
-
 def _eigh_top(a: np.ndarray, k: int, out: np.ndarray) -> np.ndarray | None:
     """Eigenvalues (ascending) of ``a``; its ``k`` leading eigenvectors into ``out``.
 
-    ``a`` is ``(n, n)``, Fortran-ordered, with its lower triangle set; it is
-    overwritten. ``out`` (``(n, k)``) gets the eigenvectors of the ``k`` largest
-    eigenvalues, largest first. None if LAPACK reports a failure.
+    ``a`` is ``(n, n)`` with its lower triangle set (the upper one is not read).
+    ``out`` (``(n, k)``) gets the eigenvectors of the ``k`` largest eigenvalues, largest
+    first. None if LAPACK reports a failure. `numpy.linalg.eigh` (``dsyevd``).
     """
     n = a.shape[0]
     if n == 1:
         out[0, :k] = 1.0
         return a[0].copy()
-    if EIGH_DRIVER == "syevd" or _dstevd is None:
-        w, v, info = _dsyevd(a, lower=1, overwrite_a=1)
-        if info != 0:
-            return None
-        np.copyto(out, v[:, n - k :][:, ::-1])
-        return w
-    # T = Q^T A Q (dsytrd, lower: Q = diag(1, Q') with Q' stored as a QR factor of
-    # A[1:, :n-1]), all eigenpairs of the tridiagonal T (divide and conquer), and Q
-    # applied to the k kept eigenvectors only (dormqr), as dormtr would.
-    if n > 96:
-        # The default workspace (n) makes dsytrd unblocked; the optimal one (n * nb)
-        # is 25-30 % faster from n ~ 125 up, no gain below (measured).
-        lwork = int(_dsytrd_lwork(n, lower=1)[0])
-        c, d, e, tau, info = _dsytrd(a, lower=1, overwrite_a=1, lwork=lwork)
-    else:
-        c, d, e, tau, info = _dsytrd(a, lower=1, overwrite_a=1)
-    if info != 0:
+    try:
+        w, v = np.linalg.eigh(a, UPLO="L")
+    except _LinAlgError:
         return None
-    w, z, info = _dstevd(d, e, overwrite_d=1, overwrite_e=1)
-    if info != 0:
-        return None
-    q, _, info = _dormqr("L", "N", c[1:, : n - 1], tau, z[1:, n - k :], 64 * k, overwrite_c=1)
-    if info != 0:
-        return None
-    out[0] = z[0, n - k :][::-1]
-    out[1:] = q[:, ::-1]
+    np.copyto(out, v[:, n - k :][:, ::-1])
     return w
 
 
@@ -207,23 +178,22 @@ def _gram_d(
     buffers: UpdateBuffers | None,
 ) -> np.ndarray | None:
     """``"gram_d"``: writes the basis into ``out_basis[:, :t]``, returns the singular values."""
-    d, t0 = basis.shape
+    d = basis.shape[0]
     gram = buffers.square_view(d) if buffers is not None else np.empty((d, d), order="F")
-    _dsyrk(1.0, cols, beta=0.0, c=gram, overwrite_c=1, lower=1)  # C C^T, lower triangle
-    scaled = None
-    if t0:
-        scaled = buffers.scaled[:, :t0] if buffers is not None else np.empty((d, t0), order="F")
-        np.multiply(basis, lambda_s, out=scaled)
-        _dsyrk(1.0, scaled, beta=1.0, c=gram, overwrite_c=1, lower=1)
+    # numpy calls syrk for a product with its own transpose: C C^T + (lambda U S)(...)^T.
+    np.matmul(cols, cols.T, out=gram)
+    scaled = _scale(basis, lambda_s, buffers)
+    if scaled is not None:
+        gram += scaled @ scaled.T
     new = out_basis[:, :t]
     w = _eigh_top(gram, t, new)
     if w is None or not _accept_gram(w, check_rank):
         return None
     # Singular values as the row norms of U_new^T M: an SVD's precision, not sqrt(w)'s.
-    proj = _dgemm(1.0, new, cols, trans_a=1)
+    proj = new.T @ cols
     sq = np.einsum("ij,ij->i", proj, proj)
     if scaled is not None:
-        proj = _dgemm(1.0, new, scaled, trans_a=1)
+        proj = new.T @ scaled
         sq += np.einsum("ij,ij->i", proj, proj)
     return np.sqrt(sq, out=sq)
 
@@ -239,32 +209,29 @@ def _gram_small(
     buffers: UpdateBuffers | None,
 ) -> np.ndarray | None:
     """``"gram_small"``: writes the basis into ``out_basis[:, :t]``, returns the singular values."""
-    d, t0 = basis.shape
-    k = cols.shape[1]
-    n = t0 + k
+    t0 = basis.shape[1]
+    n = t0 + cols.shape[1]
     h = buffers.square_view(n) if buffers is not None else np.empty((n, n), order="F")
-    h.fill(0.0)
+    h.fill(0.0)  # eigh reads the lower triangle only
     flat_diag = h.reshape(-1, order="F")[:: n + 1]
-    scaled = None
-    if t0:
-        scaled = buffers.scaled[:, :t0] if buffers is not None else np.empty((d, t0), order="F")
-        np.multiply(basis, lambda_s, out=scaled)
-        np.square(lambda_s, out=flat_diag[:t0])
-        h[t0:, :t0] = _dgemm(1.0, cols, scaled, trans_a=1)  # C^T (lambda U S)
+    scaled = _scale(basis, lambda_s, buffers)
+    if scaled is not None:
+        np.square(lambda_s, out=flat_diag[:t0])  # (lambda U S)^T (lambda U S), exactly
+        h[t0:, :t0] = cols.T @ scaled
     if cols_sv is not None:
-        np.square(cols_sv, out=flat_diag[t0:])
+        np.square(cols_sv, out=flat_diag[t0:])  # C^T C of C = U2 S2, exactly
     else:
-        h[t0:, t0:] = _dsyrk(1.0, cols, trans=1, lower=1)
+        h[t0:, t0:] = cols.T @ cols  # syrk
     lead = np.empty((n, t), order="F")
     w = _eigh_top(h, t, lead)
     if w is None or not _accept_gram(w, check_rank):
         return None
     y = out_basis[:, :t]
-    if t0:
-        _dgemm(1.0, scaled, lead[:t0], beta=0.0, c=y, overwrite_c=1)
-        _dgemm(1.0, cols, lead[t0:], beta=1.0, c=y, overwrite_c=1)
+    if scaled is not None:
+        np.matmul(scaled, lead[:t0], out=y)
+        y += cols @ lead[t0:]
     else:
-        _dgemm(1.0, cols, lead, beta=0.0, c=y, overwrite_c=1)
+        np.matmul(cols, lead, out=y)
     sv = np.sqrt(np.einsum("ij,ij->j", y, y))
     np.divide(y, np.where(sv > 0.0, sv, 1.0), out=y)
     _orthonormalise(y)
@@ -272,7 +239,7 @@ def _gram_small(
 
 
 def _orthonormalise(y: np.ndarray) -> None:
-    """Make the nearly orthonormal columns of ``y`` (Fortran order) orthonormal in place.
+    """Make the nearly orthonormal columns of ``y`` orthonormal in place.
 
     One Cholesky QR (``y <- y R^{-1}``, ``R^T R = y^T y``) keeps each column's direction
     and sign up to the correction; if ``y^T y`` is not numerically positive definite
@@ -280,14 +247,19 @@ def _orthonormalise(y: np.ndarray) -> None:
     """
     if y.shape[1] == 0:
         return
-    r, info = _dpotrf(_dsyrk(1.0, y, trans=1), lower=0, clean=1, overwrite_a=1)
+    try:
+        low = np.linalg.cholesky(y.T @ y)  # y^T y = L L^T, R = L^T
+    except _LinAlgError:
+        low = None
     # The columns have unit norm, so a diagonal of R far below 1 means (nearly)
     # dependent columns, for which Cholesky QR would lose orthogonality.
-    if info == 0 and np.min(np.diagonal(r)) > 0.5:
-        _dtrsm(1.0, r, y, side=1, lower=0, overwrite_b=1)  # in place: y is Fortran-ordered
+    if low is not None and np.min(np.diagonal(low)) > 0.5:
+        # y R^{-1} = y (L^{-1})^T. numpy has no triangular solve; L is close to the
+        # identity (condition ~1), so its explicit inverse loses nothing, and inverting
+        # the small L then one product is 3-4x faster than numpy's general solve.
+        np.matmul(y, np.linalg.inv(low).T, out=y)
         return
-    q = sla.qr(y, mode="economic", check_finite=False)[0]
-    y[...] = q
+    y[...] = np.linalg.qr(y)[0]
 
 
 def _qr_svd(
@@ -300,12 +272,13 @@ def _qr_svd(
     """``"qr_svd"`` (Alg. 2 as written): precise for any conditioning and rank.
 
     * the projection is done twice (classical Gram-Schmidt with re-orthogonalisation),
-      so ``Q`` is orthogonal to ``U`` to working precision;
-    * the QR is column-pivoted, so the rows of ``R`` beyond the numerical rank of the
-      residual (at most ``d - t0``) are negligible and only ``m = min(k, d - t0)``
-      columns of ``Q`` are kept: the small matrix never has more than ``d`` rows
-      (without pivoting, an all-zero column such as a sample of zeros would take one of
-      the ``m`` places);
+      so the residual is orthogonal to ``U`` to working precision;
+    * only ``m = min(k, d - t0)`` columns of the residual's orthonormal basis ``Q`` are
+      kept, so the small matrix never has more than ``d`` rows: a QR of the residual
+      if ``k <= d - t0`` (nothing to drop), else its SVD truncated to ``m`` (the
+      residual has rank ``<= d - t0``, so what is dropped is rounding; an unpivoted
+      QR could give one of the ``m`` places to an all-zero column such as a sample of
+      zeros);
     * the result is re-orthonormalised by a QR (a no-op up to rounding for directions
       carrying data; it makes directions with zero singular value orthonormal too).
     """
@@ -324,18 +297,18 @@ def _qr_svd(
     else:
         resid = np.array(cols, copy=True)
     q = None
-    if m:
-        q, r, piv = sla.qr(resid, mode="economic", pivoting=True, check_finite=False)
+    if m == k:
+        q, small[t0:, t0:] = np.linalg.qr(resid)
+    elif m:
+        q, s_res, vt_res = thin_svd(resid)
         q = q[:, :m]
-        # resid[:, piv] = q @ r, so column piv[j] of the unpermuted R is r[:, j].
-        small[t0:, t0 + piv] = r[:m]
+        np.multiply(s_res[:m, None], vt_res[:m], out=small[t0:, t0:])
     u_small, s, _ = thin_svd(small)
     u_small = u_small[:, :t]
     new = basis @ u_small[:t0] if t0 else np.zeros((d, t))
     if q is not None:
         new += q @ u_small[t0:]
-    new = sla.qr(new, mode="economic", check_finite=False, overwrite_a=True)[0]
-    out_basis[:, :t] = new
+    out_basis[:, :t] = np.linalg.qr(new)[0]
     return s[:t].copy()
 
 
@@ -412,13 +385,12 @@ def svd_update(
             method = "qr_svd"
     sv = None
     if method == "gram_d":
-        # basis is only read by np.multiply (into a Fortran buffer): any layout will do.
-        sv = _gram_d(basis, lambda_s, _fortran(cols), t, check, out_basis, buffers)
+        sv = _gram_d(basis, lambda_s, cols, t, check, out_basis, buffers)
     elif method == "gram_small":
         sv = _gram_small(
             basis,
             lambda_s,
-            _fortran(cols),
+            cols,
             cols_singular_values,
             t,
             check,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import log_ndtr
 
 __all__ = [
     "NEIGHBOURS",
@@ -50,6 +49,9 @@ _LOG_TINY = -1e6  # log(delta) floor: far below any delta a float can hold (log 
 
 def _log_delta(s: float, epsilon: float) -> float:
     """``log(Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s))``, in the log domain."""
+    # Lazily: only calibrating a private mechanism needs it (scipy.special: ~25 MB).
+    from scipy.special import log_ndtr
+
     upper = float(log_ndtr(0.5 / s - epsilon * s))
     lower = epsilon + float(log_ndtr(-0.5 / s - epsilon * s))
     if lower >= upper:  # far in both tails the difference is below rounding: delta ~ 0

@@ -9,7 +9,6 @@ written for rows). Dividing by the error of the exact rank-``r`` truncated SVD o
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as sla
 
 from edge_runtime.fpca._linalg import thin_svd
 from edge_runtime.fpca._validation import as_float_array, check_finite_2d, check_int
@@ -178,7 +177,7 @@ def principal_angles(a_basis: np.ndarray, b_basis: np.ndarray) -> np.ndarray:
     ----------
     a_basis : array-like of shape (n_features, r_a)
     b_basis : array-like of shape (n_features, r_b)
-        Need not be orthonormal (`scipy.linalg.subspace_angles` orthonormalises).
+        Need not be orthonormal (orthonormalised first, as `scipy.linalg.subspace_angles`).
 
     Returns
     -------
@@ -206,4 +205,28 @@ def principal_angles(a_basis: np.ndarray, b_basis: np.ndarray) -> np.ndarray:
     check_finite_2d(a, "a_basis")
     if a.shape[1] == 0 or b.shape[1] == 0:
         return np.zeros(0)
-    return sla.subspace_angles(a, b)
+    return _subspace_angles(a, b)
+
+
+def _orth(a: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of ``range(a)`` by SVD, numerical rank as `scipy.linalg.orth`."""
+    u, s, _ = thin_svd(a)
+    if s.shape[0] == 0:
+        return u
+    tol = max(a.shape) * np.finfo(np.float64).eps * s[0]
+    return u[:, : int(np.sum(s > tol))]
+
+
+def _subspace_angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`scipy.linalg.subspace_angles` in numpy (Knyazev & Argentati, SIAM J. Sci.
+    Comput. 23(6), 2002: the sines of the small angles from the SVD of the difference,
+    where the cosines lose precision), largest angle first."""
+    qa, qb = _orth(a), _orth(b)
+    cross = qa.T @ qb
+    cos = np.linalg.svd(cross, compute_uv=False)
+    diff = qb - qa @ cross if qa.shape[1] >= qb.shape[1] else qa - qb @ cross.T
+    mask = cos**2 >= 0.5
+    small = (
+        np.arcsin(np.clip(np.linalg.svd(diff, compute_uv=False), -1.0, 1.0)) if mask.any() else 0.0
+    )
+    return np.where(mask, small, np.arccos(np.clip(cos[::-1], -1.0, 1.0)))

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.linalg import eigh
 
 from edge_runtime.fpca.continual import (
     MAX_HORIZON,
@@ -159,8 +158,8 @@ class PrivateGram:
             May be negative (noise).
         """
         d = self.n_features
-        values, vectors = eigh(self._released, subset_by_index=[d - count, d - 1])
-        return vectors[:, ::-1], values[::-1]
+        values, vectors = np.linalg.eigh(self._released)  # all d: numpy has no subset
+        return vectors[:, d - count :][:, ::-1], values[d - count :][::-1]
 
     def set_released(self, matrix: np.ndarray) -> None:
         """Start from an already released sum (a published snapshot); a new segment."""

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from edge_runtime.fedpower.power import initial_basis
 from edge_runtime.wire.arrays import (
     _blob,
     _check_dtype_option,
@@ -72,6 +71,9 @@ from edge_runtime.wire.guarantee import (
     _privacy_to_wire,
 )
 
+if TYPE_CHECKING:  # at run time lazily, by __getattr__
+    from edge_runtime.fedpower.power import initial_basis
+
 __all__ = [
     "MAX_LOCAL_STEPS",
     "REPLY_VERSION",
@@ -84,6 +86,16 @@ __all__ = [
     "encode_round",
     "initial_basis",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``initial_basis`` (re-exported from `edge_runtime.fedpower.power`), imported lazily."""
+    if name == "initial_basis":
+        from edge_runtime.fedpower.power import initial_basis
+
+        return initial_basis
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ROUND_VERSION = 1
 """Schema version ``v`` that `encode_round` writes; `decode_round` reads it and the one
@@ -208,6 +220,10 @@ class RoundMessage:
         if self.basis is None:
             if self.rank > n_features:
                 raise ValueError(f"rank {self.rank} exceeds n_features {n_features}")
+            # Lazily: the package edge_runtime.fedpower imports scipy.linalg (0.1-0.4 s,
+            # ~25 MB), which an FPCA agent decoding the wire never needs.
+            from edge_runtime.fedpower.power import initial_basis
+
             return initial_basis(self.seed, n_features, self.rank)
         if self.basis.shape[0] != n_features:
             raise ValueError(f"basis has {self.basis.shape[0]} rows, readings {n_features}")
