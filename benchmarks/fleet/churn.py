@@ -5,7 +5,8 @@
 Each repeat runs the same depth-2 tree twice, each time on a fresh plain Mosquitto (the
 order alternates between repeats): without churn, and with ``--join`` undeclared leaves
 joining the open aggregators and ``--retire`` declared leaves retired with forgetting
-while the replay goes (`benchmarks.fleet.churn_run` says how). `evaluate` turns the pairs
+while the replay goes, in waves at the same phases of the run as measured by the latest
+run without churn (`benchmarks.fleet.churn_run` says how). `evaluate` turns the pairs
 into the Done-when checks: coverage exact for the kept leaves and none of the retired,
 root ``n_samples`` against the kept leaves' accepted readings, the error ratio against the
 offline SVD of their rows, agent messages per reading (<= 0.05), and wall time churn /
@@ -132,7 +133,10 @@ def render(plan: ChurnPlan, pairs: list[tuple[RunResult, RunResult]], command: s
         f"{plan.leaves} declared leaves under {math.ceil(plan.leaves / sites)} open aggregators "
         f"(fan-out {sites}), {plan.readings_per_leaf} readings of d = {plan.n_features} each; "
         f"during the replay {plan.join} undeclared leaves join and {plan.retire} declared "
-        f"leaves retire with forgetting, in {plan.waves} waves each. {plan.workers} worker "
+        f"leaves retire with forgetting, in {plan.waves} waves each, starting at "
+        f"{plan.join_from:.0%}..{plan.join_to:.0%} (joins) and {plan.retire_from:.0%}.."
+        f"{plan.retire_to:.0%} (retirements) of the latest run without churn's wall time, "
+        f"counted from the first reading sent. {plan.workers} worker "
         "process(es) host the tree; the joining and retiring leaves, the replays and the "
         "model watcher run in the benchmark's process. A plain Mosquitto without the dynamic "
         "security plugin (Done-when 1, `membership.md`, measures the ACL side): a retirement "
@@ -216,11 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("warning")
     fleet = build_fleet(plan)
     pairs: list[tuple[RunResult, RunResult]] = []
+    reference_s = 0.0  # the latest run without churn's wall time (the first pair starts with one)
     for rep in range(args.repeats):
         order = (False, True) if rep % 2 == 0 else (True, False)
         done = {}
         for churn in order:
-            done[churn] = asyncio.run(run_once(plan, fleet, churn=churn))
+            done[churn] = asyncio.run(run_once(plan, fleet, churn=churn, reference_s=reference_s))
+            if not churn:
+                reference_s = done[churn].wall_s or done[churn].total_s
             r = done[churn]
             print(
                 f"repeat {rep + 1}/{args.repeats} {'churn' if churn else 'no churn'}: wall "

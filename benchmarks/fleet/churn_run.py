@@ -7,17 +7,17 @@ with churn or without:
 
 - **no churn**: the ``k`` declared leaves, ``readings_per_leaf`` rows of
   `benchmarks.synth.low_rank` data each (d = 48, rank 10);
-- **churn**: the same, and while the replay is going, in ``waves`` waves triggered by the
-  share of the kept leaves' readings the root's model already covers: ``join`` undeclared
-  leaves start under the open aggregators (dealt round-robin over them; each joined leaf's
-  agent runs on the topology with itself added as `Topology.admitted_leaf` of its parent,
-  the aggregators on the file's, so they admit it on its first snapshot) and get
-  ``readings_per_leaf`` rows of their own; ``retire`` declared leaves (spread over the
-  aggregators) are retired with forgetting: their sensor feed stops, their agents stop
-  (final snapshot), then their retained subspace, status, status/detail, confirm, scores
-  and entry topics are cleared as ``edge-runtime retire --forget`` clears them
-  (`edge_runtime.cli.fleet.device_topics` and its ``_clear_retained``, which checks that
-  each empty message came back), one device after the other.
+- **churn**: the same, and while the replay is going, in ``waves`` waves at shares of
+  ``reference_s`` (the wall time of a run without churn: the waves fall at the same phases
+  of the run): ``join`` undeclared leaves start under the open aggregators (dealt
+  round-robin over them; each joined leaf's agent runs on the topology with itself added as
+  `Topology.admitted_leaf` of its parent, the aggregators on the file's, so they admit it on
+  its first snapshot) and get ``readings_per_leaf`` rows of their own; ``retire`` declared
+  leaves (spread over the aggregators) are retired with forgetting: their sensor feed stops,
+  their agents stop (final snapshot), then their retained subspace, status, status/detail,
+  confirm, scores and entry topics are cleared as ``edge-runtime retire --forget`` clears
+  them (`edge_runtime.cli.fleet.device_topics` and its ``_clear_retained``, which checks
+  that each empty message came back), one device after the other.
 
 The broker has no dynamic security plugin: Done-when 1 (`benchmarks.fleet.membership`)
 measures the ACL side; here `retire`'s disabling of the client is replaced by stopping the
@@ -93,9 +93,11 @@ class ChurnPlan:
     waves : int
         Join waves and retire waves (each of about ``join / waves``, ``retire / waves``).
     join_from, join_to, retire_from, retire_to : float
-        Shares of the kept leaves' readings the root's model covers when the first and the
-        last wave start (the replay sends faster than the leaves learn, so the share sent
-        would put every wave at its end).
+        Shares of the reference time (`run_once`) at which the first and the last wave
+        start, counted from the first reading sent. Not shares of the readings sent: the
+        replay sends every reading long before the leaves have learnt them (at 1024 leaves
+        in about a quarter of the run), and the root's coverage grows in jumps (a leaf
+        publishes when its sample count doubles, and when idle).
     admit_range : float
         The open aggregators admit leaves of ``valid_range = [-admit_range, admit_range]``.
     admit_rate : float
@@ -287,7 +289,14 @@ class RunResult:
 class _Run:
     """The state of one run in progress (see `run_once`)."""
 
-    def __init__(self, plan: ChurnPlan, fleet: Fleet, churn: bool, settings: AgentSettings) -> None:
+    def __init__(
+        self,
+        plan: ChurnPlan,
+        fleet: Fleet,
+        churn: bool,
+        settings: AgentSettings,
+        reference_s: float,
+    ) -> None:
         self.plan, self.fleet, self.churn, self.settings = plan, fleet, churn, settings
         self.result = RunResult(churn=churn, retired=fleet.retiring if churn else [])
         self.a_view, self.a_data = _feed(fleet, {lf: fleet.topology.nodes[lf] for lf in fleet.kept})
@@ -308,8 +317,7 @@ class _Run:
         self.a_expected = screen_data(self.a_view, self.a_data).accepted
         self.a_total = max(1, sum(self.a_expected.values()))
         self.sent_a = self.covered_a = 0
-        self.a_done_at: float | None = None
-        self.triggers: list[tuple[float, asyncio.Event]] = []
+        self.reference_s = reference_s
         self.covered_at: float | None = None
         self.t0 = 0.0
         self.hosts: list[AgentHost | WorkerPool] = []
@@ -323,30 +331,13 @@ class _Run:
         if self.covered_at is None and dict(prov) == self.result.expected:
             self.covered_at = time.monotonic()
         self.covered_a = sum(min(prov.get(leaf, 0), n) for leaf, n in self.a_expected.items())
-        for share, event in self.triggers:
-            if self.covered_a >= share * self.a_total:
-                event.set()
 
     def on_sent_a(self, rows: int) -> None:
         self.sent_a = rows
 
     async def when(self, share: float) -> None:
-        """Return once the root covers ``share`` of the kept leaves' readings; `StepError`
-        if it does not within ``settle_timeout_s`` after their replay ended."""
-        event = asyncio.Event()
-        self.triggers.append((share, event))
-        if self.covered_a >= share * self.a_total:
-            event.set()
-        while not event.is_set():
-            done = self.a_done_at
-            if done is not None and time.monotonic() - done > self.plan.settle_timeout_s:
-                raise StepError(
-                    f"the root did not cover {share:.0%} of the kept leaves' readings within "
-                    f"{self.plan.settle_timeout_s:g} s after their replay"
-                )
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await event.wait()
+        """Return ``share * reference_s`` seconds after the first reading was sent."""
+        await asyncio.sleep(max(0.0, self.t0 + share * self.reference_s - time.monotonic()))
 
     def note(self, text: str) -> None:
         sent = self.sent_a / self.a_total
@@ -407,7 +398,7 @@ class _Run:
             self.t0 = time.monotonic()
             try:
                 async with asyncio.TaskGroup() as group:
-                    group.create_task(self._replay_a())
+                    group.create_task(self.replay(self.a_replayer, self.on_sent_a))
                     for replayer in self.b_replayers:  # awaited below, or by `retire`
                         self.b_tasks.append(asyncio.create_task(self.replay(replayer)))
                     if self.churn:
@@ -433,19 +424,27 @@ class _Run:
                 )
             return watcher.model
 
-    async def _replay_a(self) -> None:
-        try:
-            await self.replay(self.a_replayer, self.on_sent_a)
-        finally:
-            self.a_done_at = time.monotonic()
-
 
 async def _await(task: asyncio.Task) -> None:
     await task
 
 
-async def run_once(plan: ChurnPlan, fleet: Fleet, *, churn: bool) -> RunResult:
+async def run_once(
+    plan: ChurnPlan, fleet: Fleet, *, churn: bool, reference_s: float = 0.0
+) -> RunResult:
     """One run of ``fleet`` on a fresh plain `LocalMosquitto`: with churn or without.
+
+    Parameters
+    ----------
+    plan : ChurnPlan
+    fleet : Fleet
+        From `build_fleet` of ``plan``.
+    churn : bool
+        Join and retire leaves during the run, or not.
+    reference_s : float, default 0
+        Seconds: the waves start at ``plan.join_from * reference_s`` ... after the first
+        reading was sent (`ChurnPlan`); the wall time of a run without churn
+        (`RunResult.wall_s`) puts them at the same phases of the run. Not used without churn.
 
     Returns
     -------
@@ -471,7 +470,7 @@ async def run_once(plan: ChurnPlan, fleet: Fleet, *, churn: bool) -> RunResult:
     with LocalMosquitto() as broker:
         base = AgentSettings(host=broker.host, port=broker.port)
         settings = shared_loop_settings(base, per_loop)
-        run = _Run(plan, fleet, churn, settings)
+        run = _Run(plan, fleet, churn, settings, reference_s)
         result = run.result
         try:
             async with asyncio.timeout(plan.run_timeout_s), run.stack:
