@@ -136,7 +136,10 @@ def render(plan: ChurnPlan, pairs: list[tuple[RunResult, RunResult]], command: s
         f"leaves retire with forgetting, in {plan.waves} waves each, starting at "
         f"{plan.join_from:.0%}..{plan.join_to:.0%} (joins) and {plan.retire_from:.0%}.."
         f"{plan.retire_to:.0%} (retirements) of the latest run without churn's wall time, "
-        f"counted from the first reading sent. {plan.workers} worker "
+        f"counted from the first reading sent. MQTT keepalive and operation timeout "
+        f"{plan.keepalive_s} s for every client (`ChurnPlan.keepalive_s`: about 500 agents "
+        "share each worker's loop on 2 cores shared with other work). "
+        f"{plan.workers} worker "
         "process(es) host the tree; the joining and retiring leaves, the replays and the "
         "model watcher run in the benchmark's process. A plain Mosquitto without the dynamic "
         "security plugin (Done-when 1, `membership.md`, measures the ACL side): a retirement "
@@ -210,12 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readings", type=int, default=200, help="readings per leaf (200)")
     parser.add_argument("--workers", type=int, default=2, help="agent host processes (2)")
     parser.add_argument("--waves", type=int, default=5, help="join and retire waves (5)")
+    parser.add_argument(
+        "--keepalive", type=int, default=30, help="MQTT keepalive of every client, s (30)"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs (medians)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder")
     args = parser.parse_args(argv)
     plan = ChurnPlan(
         leaves=args.leaves, join=args.join, retire=args.retire,
         readings_per_leaf=args.readings, workers=args.workers, waves=args.waves,
+        keepalive_s=args.keepalive,
     )  # fmt: skip
     configure_logging("warning")
     fleet = build_fleet(plan)

@@ -102,8 +102,15 @@ class ChurnPlan:
         The open aggregators admit leaves of ``valid_range = [-admit_range, admit_range]``.
     admit_rate : float
         ... and of ``max_reading_rate`` (readings/s) this.
-    settle_timeout_s : float
-        Seconds, after the last reading is sent, for the root to reach exact coverage.
+    keepalive_s : int
+        MQTT keepalive of every client, seconds (at least `shared_loop_settings`'). The
+        benchmark hosts about 500 agents per process on 2 cores shared with other work; at
+        the runtime's 6 s the broker dropped every client of one worker at once in 3 of 6
+        runs (a loop late by 1.5 keepalives; 144 to 433 ``connection_lost`` lines, in runs
+        with churn and without), which measures the host, not the churn: a device runs one
+        agent per loop. An MQTT operation's bound (``timeout_s``) is at least this too, as
+        `shared_loop_settings` makes it (a PUBACK 10 s late ended the root's connection once
+        a minute under that load). for the root to reach exact coverage.
     run_timeout_s : float
         Bound of one whole run (start, replay, settle, stop), seconds.
     seed : int
@@ -123,6 +130,7 @@ class ChurnPlan:
     retire_to: float = 0.7
     admit_range: float = 100.0
     admit_rate: float = 100.0
+    keepalive_s: int = 30
     settle_timeout_s: float = 120.0
     run_timeout_s: float = 600.0
     seed: int = 0
@@ -468,7 +476,12 @@ async def run_once(
         )
     )
     with LocalMosquitto() as broker:
-        base = AgentSettings(host=broker.host, port=broker.port)
+        base = AgentSettings(
+            host=broker.host,
+            port=broker.port,
+            keepalive_s=plan.keepalive_s,
+            timeout_s=max(AgentSettings.timeout_s, plan.keepalive_s),
+        )
         settings = shared_loop_settings(base, per_loop)
         run = _Run(plan, fleet, churn, settings, reference_s)
         result = run.result
