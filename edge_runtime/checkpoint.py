@@ -137,7 +137,9 @@ def _serialise(state: Mapping[str, object]) -> bytes:
     text = json.dumps(header, allow_nan=False, separators=(",", ":"))
     arrays[_HEADER_MEMBER] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     buffer = io.BytesIO()
-    np.savez(buffer, allow_pickle=False, **arrays)
+    # No allow_pickle=False here: object arrays are refused above, and numpy < 2.1
+    # (Debian bookworm's 1.24) would store the keyword as an array named allow_pickle.
+    np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
