@@ -23,9 +23,8 @@ Three formulations, chosen per call (measurements in ``benchmarks/README.md``):
 Both eigendecompositions are `numpy.linalg.eigh` (LAPACK ``dsyevd``, divide and
 conquer). Until issue 24 they were scipy's ``dsytrd`` + ``dstevd`` + ``dormqr`` on the
 kept eigenvectors only, 10-15 % faster at n = 48 in the issue-3 measurements, but
-``lapack.dstevd`` exists only from scipy 1.17 and importing scipy costs a leaf more
-than the whole saving (see below); `tests/test_fpca_linalg_fallback.py` checks the two
-agree.
+``lapack.dstevd`` exists only from scipy 1.17 and importing scipy costs a leaf far
+more (below); `tests/test_fpca_linalg_fallback.py` checks the two agree.
 ``"qr_svd"`` (the paper's Alg. 2 as written; the precise fallback)
     Projection ``Z = U^T C`` with re-orthogonalisation, an orthonormal basis ``Q R``
     of the residual (QR, or a truncated SVD when it has more columns than room), SVD
@@ -46,9 +45,10 @@ leaf never imports scipy, which costs ~0.3 s and ~25 MB of RSS at import (issue 
 on a Pi Zero 2 several seconds) and whose LAPACK wrappers differ between the scipy
 versions a Pi gets (Debian bookworm's 1.10 has no ``dstevd``). scipy is imported
 lazily in one place: `thin_svd`'s ``gesvd`` fallback when ``gesdd`` fails to
-converge, which numpy lacks. Against the scipy kernels of issue 3 the block update
-measured within ~10 % (Motes, d = 48) and a d = 800, r = 100 merge 5-10 % slower, both
-inside this machine's run-to-run noise.
+converge, which numpy lacks. Against the scipy kernels of issue 3, side by side with
+one BLAS thread: a Motes block update (d = 48, b = 50) takes ~20 % longer (~240 instead
+of ~200 us, i.e. ~1 us more per reading: numpy's per-call overhead and dsyevd's full
+back-transformation), a d = 48 merge ~25 % longer, a d = 800, r = 100 merge ~13 % less.
 """
 
 from __future__ import annotations
