@@ -26,15 +26,16 @@ device's agent.
 
 Both runs host the agents the same way: the tree's other nodes over ``workers`` processes
 (`edge_runtime.workers.WorkerPool`, the groups of `assign_nodes` without the retiring
-leaves), the retiring leaves in this process (one `AgentHost` per wave: stopping them does
-not block this loop, as `WorkerPool.close` does while it reaps a process), and each wave of
-joining leaves in a worker process started when the wave joins, as a device starts its own
-(about 1.8 s to connected, 0.85 s of CPU each); with ``workers = 1`` everything in this
-process. This process also runs the replays (one `Replayer` for the kept leaves and one per
-retire wave in both runs, one per join wave in the churn run), the model watcher and the
-operator's clearing. Measured with the 100 joining agents in this process too: in one run
-on the loaded machine the replay of the kept leaves' readings took 93 s instead of about
-7 s, so the churn run measured this process's loop, not the runtime. Every wait is bounded
+leaves); the retiring leaves (one `AgentHost` per wave) and the joining ones (one per wave,
+started when the wave joins) in this process, with the replays (one `Replayer` for the kept
+leaves and one per retire wave in both runs, one per join wave in the churn run), the model
+watcher and the operator's clearing. Measured against the alternative of a worker process
+per join wave (a device starts its own process): each took about 1.8 s to connect and
+0.85-1.1 s of CPU to start an interpreter, which this machine's 2 cores pay and devices do
+not; in one pair at 1024 leaves the churn run's CPU time was 1.35 x the run without churn
+that way, 1.20 x with the joining leaves here. A worker per retire wave is no option:
+`WorkerPool.close` blocks the loop while it reaps the process (up to 5 s under load),
+stalling the replays and the model watcher. Every wait is bounded
 (``run_timeout_s`` over the whole run, the replays' own confirmation timeouts,
 ``settle_timeout_s`` for the root); the workers and the broker are stopped by their pids
 (`WorkerPool.close` / its exit, `LocalMosquitto.stop`), also on error.
@@ -347,14 +348,6 @@ class _Run:
             self.covered_at = time.monotonic()
         self.covered_a = sum(min(prov.get(leaf, 0), n) for leaf, n in self.a_expected.items())
 
-    def join_host(self, topology: Topology, nodes: list[str]) -> AgentHost | WorkerPool:
-        """The host of a wave of joining leaves: a worker process of their own (a device
-        starts its own process; and this process's loop stays free for the replays), or
-        this process with ``workers = 1``."""
-        if self.plan.workers == 1:
-            return AgentHost(topology, nodes, self.settings, self.plan.n_features)
-        return WorkerPool(topology, [nodes], self.settings, self.plan.n_features)
-
     async def when(self, share: float) -> None:
         """Return ``share * reference_s`` seconds after the first reading was sent."""
         await asyncio.sleep(max(0.0, self.t0 + share * self.reference_s - time.monotonic()))
@@ -385,7 +378,7 @@ class _Run:
     async def join(self, wave: int, share: float) -> None:
         await self.when(share)
         view, _ = self.c_feeds[wave]
-        host = self.join_host(view, view.leaves())
+        host = AgentHost(view, view.leaves(), self.settings, self.plan.n_features)
         self.hosts.append(await self.stack.enter_async_context(host))
         self.note(f"join wave {wave + 1}: {len(view.leaves())} undeclared leaves connected")
         await self.replay(self.c_replayers[wave])
@@ -484,9 +477,8 @@ async def run_once(
         for g in assign_nodes(topology, plan.workers)
         if (kept := [n for n in g if n not in retiring])
     ]
-    in_main = len(retiring) + (plan.join if churn and plan.workers == 1 else 0)
-    per_loop = max(map(len, groups)) + (in_main if plan.workers == 1 else 0)
-    per_loop = max(per_loop, in_main)
+    in_main = len(retiring) + (plan.join if churn else 0)
+    per_loop = max(max(map(len, groups)), in_main + (len(groups[0]) if plan.workers == 1 else 0))
     replayers = 2 + 2 * plan.waves
     ensure_descriptors(
         run_descriptors_needed(
