@@ -25,7 +25,11 @@ NODE = "leaf-1"
 TOPIC = f"sensors/{NODE}"
 N_FEATURES = 48
 IMPORT_RUNS = 7
-LEAF_IMPORT = "edge_runtime.cli.dispatch"
+LEAF_IMPORT = "edge_runtime.cli.dispatch, edge_runtime.cli.run"
+"""What ``edge-runtime agent`` imports before it runs (its handler is in ``cli.run``)."""
+NO_RICH = "import sys; sys.modules['rich'] = None; "
+"""rich is no dependency of the project (import-linter, a dev tool, brings it), but
+structlog imports it (and pygments) where it is installed: hidden, as on a Pi."""
 FAST_RATE = 2000.0
 """Readings/s for the 10^5-reading run (faster than 100/s, to keep it short)."""
 N_LONG = 100_000
@@ -52,7 +56,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
-def import_time(module: str, runs: int = IMPORT_RUNS) -> float:
+def import_time(module: str, runs: int = IMPORT_RUNS, prefix: str = "") -> float:
     """Median wall time of ``python -c 'import module'`` minus ``python -c pass``."""
 
     def median(code: str) -> float:
@@ -63,7 +67,7 @@ def import_time(module: str, runs: int = IMPORT_RUNS) -> float:
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
-    return median(f"import {module}") - median("pass")
+    return median(f"{prefix}import {module}") - median(f"{prefix}pass")
 
 
 class Leaf:
@@ -142,7 +146,10 @@ def measure(quick: bool = False) -> dict:
     res: dict = {"python": sys.version.split()[0], "machine": platform.machine(),
                  "cpu_model": _cpu_model(), "leaf_import": LEAF_IMPORT}  # fmt: skip
     res["import_s"] = import_time(LEAF_IMPORT, 3 if quick else IMPORT_RUNS)
+    res["import_norich_s"] = import_time(LEAF_IMPORT, 3 if quick else IMPORT_RUNS, NO_RICH)
     res["import_agents_s"] = import_time("edge_runtime.agents", 3 if quick else IMPORT_RUNS)
+    res["import_numpy_s"] = import_time("numpy", 3 if quick else IMPORT_RUNS)
+    res["load"] = Path("/proc/loadavg").read_text().split()[:3]
     pool = payloads(1000)
     windows = {1.0: 60.0, 10.0: 30.0, 100.0: 30.0}
     if quick:
@@ -222,7 +229,12 @@ def report(res: dict) -> str:
         "",
         f"- import: median of `python -c 'import {res['leaf_import']}'` (everything "
         "`edge-runtime agent` imports before it runs) minus `python -c pass`; "
-        f"`import edge_runtime.agents` alone: {res['import_agents_s']:.3f} s.",
+        f"`import edge_runtime.agents` alone: {res['import_agents_s']:.3f} s; with `rich` "
+        f"hidden (no dependency of the project: the dev tool import-linter brings it, and "
+        f"structlog then imports it and pygments), as on a Pi: {res['import_norich_s']:.3f} s. "
+        f"`python -c 'import numpy'` for scale: {res['import_numpy_s']:.3f} s. The machine "
+        f"is shared (load average at the start: {' '.join(res['load'])}), so these vary "
+        "between runs.",
         "- RSS after start: VmRSS 0.5 s after the agent logged `connected`.",
         "- CPU per reading: the agent's utime + stime over the window divided by the readings "
         "sent in it; idle work (keepalive, timers) counts, which dominates at 1/s.",

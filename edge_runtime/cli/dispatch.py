@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import ssl
 import sys
 from collections.abc import Awaitable, Callable
@@ -25,31 +26,42 @@ from threadpoolctl import threadpool_limits
 from edge_runtime.acl import AclError
 from edge_runtime.broker import BrokerError
 from edge_runtime.cli import EXIT_FAILED, EXIT_USAGE, CliError
-from edge_runtime.cli.configs import cmd_acl, cmd_bridge
-from edge_runtime.cli.deploy import cmd_deploy
-from edge_runtime.cli.fleet import cmd_enroll, cmd_retire
 from edge_runtime.cli.inputs import login_refused, login_refused_line
-from edge_runtime.cli.run import cmd_agent, cmd_replay, cmd_run
-from edge_runtime.cli.watch import cmd_dashboard, cmd_watch
 from edge_runtime.datasets import DatasetError
 from edge_runtime.logs import configure_logging
 from edge_runtime.topology import TopologyError
 
 __all__ = ["COMMANDS", "DEFAULT_LOG_LEVEL", "dispatch", "failure"]
 
+
+def _handler(module: str, name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """``module.name``, imported when the command runs: ``edge-runtime agent`` on a Pi does
+    not pay for the modules of ``run``, ``replay``, ``watch``, ``dashboard`` and the rest
+    (issue 24: a leaf's import time and RSS)."""
+
+    async def handler(args: argparse.Namespace) -> int:
+        command = getattr(importlib.import_module(module), name)
+        return await command(args)
+
+    handler.__qualname__ = handler.__name__ = name
+    handler.__doc__ = f"`{module}.{name}`, imported when the command runs."
+    return handler
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "run": cmd_run,
-    "agent": cmd_agent,
-    "replay": cmd_replay,
-    "watch": cmd_watch,
-    "acl": cmd_acl,
-    "bridge": cmd_bridge,
-    "dashboard": cmd_dashboard,
-    "enroll": cmd_enroll,
-    "retire": cmd_retire,
-    "deploy": cmd_deploy,
+    "run": _handler("edge_runtime.cli.run", "cmd_run"),
+    "agent": _handler("edge_runtime.cli.run", "cmd_agent"),
+    "replay": _handler("edge_runtime.cli.run", "cmd_replay"),
+    "watch": _handler("edge_runtime.cli.watch", "cmd_watch"),
+    "acl": _handler("edge_runtime.cli.configs", "cmd_acl"),
+    "bridge": _handler("edge_runtime.cli.configs", "cmd_bridge"),
+    "dashboard": _handler("edge_runtime.cli.watch", "cmd_dashboard"),
+    "enroll": _handler("edge_runtime.cli.fleet", "cmd_enroll"),
+    "retire": _handler("edge_runtime.cli.fleet", "cmd_retire"),
+    "deploy": _handler("edge_runtime.cli.deploy", "cmd_deploy"),
 }
-"""The handler of each sub-command: ``await handler(args)`` is its exit status."""
+"""The handler of each sub-command: ``await handler(args)`` is its exit status. Each
+imports its module when it runs."""
 
 DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
 """The log level of each command without ``--log-level``."""

@@ -27,24 +27,12 @@ from edge_runtime.cli.inputs import (
     login_refused_line,
     warn_narrow_data,
 )
-from edge_runtime.cli.output import ProgressLine, print_summary
 from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
 from edge_runtime.monitor import wait_online
-from edge_runtime.plots import (
-    PlotError,
-    RunRecorder,
-    describe,
-    prepare_dir,
-    require_matplotlib,
-    write_plots,
-)
-from edge_runtime.replay import Replayer
-from edge_runtime.runner import run_topology, screen_data
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import load_topology
 from edge_runtime.topology.checks import check_node_id
-from edge_runtime.workers import WorkerError
 
 __all__ = ["cmd_agent", "cmd_replay", "cmd_run"]
 
@@ -65,6 +53,20 @@ async def cmd_run(args: argparse.Namespace) -> int:
         On bad input (exit 2): plots impossible, too few file descriptors, no dataset;
         exit 1 if an agent host fails or the plots cannot be written.
     """
+    # Imported here, not at the top: ``edge-runtime agent`` (a leaf on a Pi) does not need
+    # them (issue 24: a leaf's import time and RSS).
+    from edge_runtime.cli.output import ProgressLine, print_summary
+    from edge_runtime.plots import (
+        PlotError,
+        RunRecorder,
+        describe,
+        prepare_dir,
+        require_matplotlib,
+        write_plots,
+    )
+    from edge_runtime.runner import run_topology, screen_data
+    from edge_runtime.workers import WorkerError
+
     if args.plot is not None:  # up front: not after a run of minutes
         try:
             require_matplotlib()
@@ -224,6 +226,8 @@ async def cmd_replay(args: argparse.Namespace) -> int:
         If the replay's options are invalid (exit 2), or leaves are not online within
         ``--wait-online`` seconds or readings remain unconfirmed (exit 1).
     """
+    from edge_runtime.replay import Replayer  # here: ``edge-runtime agent`` does not need it
+
     topology = load_topology(args.topology)
     data = load_data(topology, args.data)
     settings = broker_settings(args.broker, args)

@@ -30,7 +30,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.linalg import orthogonal_procrustes
 
 from edge_runtime.fedpower._checks import as_basis
 from edge_runtime.fedpower.power import orthonormalise
@@ -65,6 +64,8 @@ def procrustes_rotation(y: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """
     y = as_basis(y, "y")
     ref = as_basis(reference, "reference", n_features=y.shape[0], rank=y.shape[1])
+    from scipy.linalg import orthogonal_procrustes  # lazily: a leaf's import needs no scipy
+
     rotation, _ = orthogonal_procrustes(y, ref, check_finite=False)
     return rotation
 
@@ -128,6 +129,8 @@ def aggregate(
     if opt:
         ref = ys[int(np.argmax(w))] if reference is None else reference
         ref = as_basis(ref, "reference", n_features=first.shape[0], rank=first.shape[1])
+        from scipy.linalg import orthogonal_procrustes  # lazily, as above
+
         ys = [y @ orthogonal_procrustes(y, ref, check_finite=False)[0] for y in ys]
     total = np.zeros_like(first)
     for wi, y in zip(w, ys, strict=True):
