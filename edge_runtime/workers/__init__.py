@@ -10,7 +10,11 @@ A worker is started with the ``"spawn"`` method (a fresh interpreter: the parent
 an event loop and threads, which ``fork`` would copy in an undefined state), hosts its
 agents in an `AgentHost`, sends ``ready`` once every agent is connected, runs until the
 parent sends ``stop`` (or the pipe to the parent closes: the parent died), then stops
-its agents (final snapshots) and sends back a `WorkerReport`. BLAS runs one thread per
+its agents (final snapshots) and sends back a `WorkerReport`. Meanwhile the parent may ask
+it to ``add`` agents (a topology and node ids; answered ``added`` once they are connected)
+or ``remove`` some (answered ``removed`` with their `AgentReport`), one request at a time:
+`WorkerPool.add_agents`, `WorkerPool.remove_agents`, e.g. for a leaf an open aggregator
+admits or a device retired while the tree runs. BLAS runs one thread per
 worker. A worker that fails sends its error as one line (and prints the traceback at log
 level debug). Every wait of the parent is bounded: a worker that fails to start, dies, or
 does not answer ends the run with a one-line `WorkerError`, and every worker is

@@ -1,9 +1,11 @@
 """Agents hosted in this process (`AgentHost`), and what a host reports when it stops.
 
 `AgentHost` creates the agents of some nodes, starts them, waits until each is connected
-and stops them together; `WorkerReport` (with one `AgentReport` per agent, and the
-process's peak memory `peak_rss_bytes` and CPU time `cpu_time_s`) is what it returns, in
-this process or sent back by a worker process (`edge_runtime.workers.pool`).
+and stops them together (`AgentHost.add_agents` and `remove_agents` start and stop some
+while the others run: a leaf an open aggregator admits, a device retired); `WorkerReport`
+(with one `AgentReport` per agent, and the process's peak memory `peak_rss_bytes` and CPU
+time `cpu_time_s`) is what it returns, in this process or sent back by a worker process
+(`edge_runtime.workers.pool`).
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ class AgentHost:
     ``async with AgentHost(...) as host`` creates the agents (``restore_from_broker``
     off: a run starts from a clean broker), starts them and waits until every one is
     connected; `close` stops them all at once (each publishes its final snapshot) and
-    returns their counters. Leaving the block closes them too.
+    returns their counters. Leaving the block closes them too. `add_agents` and
+    `remove_agents` start and stop some agents while the others run.
 
     Parameters
     ----------
@@ -148,6 +151,7 @@ class AgentHost:
             3 * settings.timeout_s if connect_timeout_s is None else connect_timeout_s
         )
         self.agents: list[Agent] = []
+        self._removed: list[AgentReport] = []
         self._report: WorkerReport | None = None
 
     @property
@@ -156,35 +160,83 @@ class AgentHost:
         return 1
 
     async def __aenter__(self) -> AgentHost:
-        self.agents = [
-            create_agent(
-                self.topology,
-                node,
-                self.settings,
-                n_features=self.n_features,
-                restore_from_broker=False,
-            )
-            for node in self.nodes
-        ]
         try:
-            for agent in self.agents:
-                await agent.__aenter__()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.connect_timeout_s
-            for agent in self.agents:
-                await agent.wait_connected(max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            missing = [a.node_id for a in self.agents if not a.connected.is_set()]
-            await self.close()
-            raise WorkerError(
-                f"{len(missing)} of {len(self.agents)} agents ({format_nodes(missing)}) did not "
-                f"connect to the broker at {self.settings.host}:{self.settings.port} within "
-                f"{self.connect_timeout_s:g} s"
-            ) from None
+            await self._start(self.topology, self.nodes)
         except BaseException:
             await self.close()
             raise
         return self
+
+    async def _start(self, topology: Topology, nodes: Sequence[str]) -> None:
+        """Create and start the agents of ``nodes``, and wait until each is connected."""
+        agents = [
+            create_agent(
+                topology, node, self.settings, n_features=self.n_features, restore_from_broker=False
+            )
+            for node in nodes
+        ]
+        self.agents += agents  # from now on `close` stops them, whatever happens here
+        try:
+            for agent in agents:
+                await agent.__aenter__()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.connect_timeout_s
+            for agent in agents:
+                await agent.wait_connected(max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            missing = [a.node_id for a in agents if not a.connected.is_set()]
+            raise WorkerError(
+                f"{len(missing)} of {len(agents)} agents ({format_nodes(missing)}) did not "
+                f"connect to the broker at {self.settings.host}:{self.settings.port} within "
+                f"{self.connect_timeout_s:g} s"
+            ) from None
+
+    async def add_agents(self, topology: Topology, nodes: Sequence[str]) -> None:
+        """Start the agents of ``nodes`` while the others run, and wait until each is
+        connected (bounded by ``connect_timeout_s``).
+
+        Parameters
+        ----------
+        topology : Topology
+            Where the new nodes are declared: for a leaf an open aggregator admits, the
+            host's topology with the leaf added (`edge_runtime.topology.deployed.with_node`
+            of `Topology.admitted_leaf`); the running agents keep theirs.
+        nodes : sequence of str
+            Node ids, none of them hosted here already.
+
+        Raises
+        ------
+        ValueError
+            If a node is hosted here already.
+        KeyError
+            If a node is not in ``topology``.
+        WorkerError
+            If some new agent does not connect in time (the new agents stay hosted: `close`
+            stops them).
+        """
+        hosted = {a.node_id for a in self.agents} & set(nodes)
+        if hosted:
+            raise ValueError(f"already hosted here: {format_nodes(sorted(hosted))}")
+        await self._start(topology, nodes)
+
+    async def remove_agents(self, nodes: Sequence[str]) -> list[AgentReport]:
+        """Stop the agents of ``nodes`` (each publishes its final snapshot, in parallel; each
+        bounded as in `close`) and stop hosting them; ids not hosted here are ignored.
+
+        Returns
+        -------
+        list of AgentReport
+            Their counters, in hosting order; `close` reports them too.
+        """
+        wanted = set(nodes)
+        gone = [a for a in self.agents if a.node_id in wanted]
+        for agent in gone:
+            agent.stop()
+        await asyncio.gather(*(agent.aclose() for agent in gone))
+        self.agents = [a for a in self.agents if a.node_id not in wanted]
+        reports = [AgentReport.of(a) for a in gone]
+        self._removed += reports
+        return reports
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -204,7 +256,7 @@ class AgentHost:
             await asyncio.gather(*(agent.aclose() for agent in self.agents))
             self._report = WorkerReport(
                 pid=os.getpid(),
-                agents=tuple(AgentReport.of(a) for a in self.agents),
+                agents=(*self._removed, *(AgentReport.of(a) for a in self.agents)),
                 peak_rss_bytes=peak_rss_bytes(),
                 cpu_s=cpu_time_s(),
             )

@@ -1,9 +1,9 @@
 """Agents hosted in worker processes (`WorkerPool`), one group of `assign_nodes` each.
 
 The protocol between the parent and a worker is in the `edge_runtime.workers` docstring:
-a spawned interpreter hosts its agents in an `AgentHost`, sends ``ready``, runs until the
-parent sends ``stop`` (or dies), then sends back its `WorkerReport`; every wait of the
-parent is bounded and ends in a one-line `WorkerError`.
+a spawned interpreter hosts its agents in an `AgentHost`, sends ``ready``, answers ``add``
+and ``remove`` requests, runs until the parent sends ``stop`` (or dies), then sends back its
+`WorkerReport`; every wait of the parent is bounded and ends in a one-line `WorkerError`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from typing import Any, NoReturn, TypeVar
 
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
-from edge_runtime.workers.host import AgentHost, WorkerError, WorkerReport, format_nodes
+from edge_runtime.workers.host import (
+    AgentHost,
+    AgentReport,
+    WorkerError,
+    WorkerReport,
+    format_nodes,
+)
 
 __all__ = ["START_METHOD", "WorkerPool", "assign_nodes"]
 
@@ -103,13 +109,19 @@ class _Job:
 
     @classmethod
     def make(cls, topology: Topology, nodes: Sequence[str], **kwargs: Any) -> _Job:
-        fields = {f.name: getattr(topology, f.name) for f in dataclasses.fields(topology) if f.init}
-        fields["nodes"] = dict(topology.nodes)  # read-only mappings do not pickle
-        fields["admit"] = {node: dict(admit) for node, admit in topology.admit.items()}
-        return cls(topology_fields=fields, nodes=tuple(nodes), **kwargs)
+        return cls(topology_fields=_topology_fields(topology), nodes=tuple(nodes), **kwargs)
 
     def topology(self) -> Topology:
         return Topology(**self.topology_fields)
+
+
+def _topology_fields(topology: Topology) -> dict[str, Any]:
+    """``Topology(**fields)`` rebuilds ``topology``; picklable (a `Topology` holds
+    mappingproxies, which are not)."""
+    fields = {f.name: getattr(topology, f.name) for f in dataclasses.fields(topology) if f.init}
+    fields["nodes"] = dict(topology.nodes)
+    fields["admit"] = {node: dict(admit) for node, admit in topology.admit.items()}
+    return fields
 
 
 def _worker_main(conn: Connection, job: _Job) -> None:
@@ -142,6 +154,7 @@ def _one_line(exc: BaseException) -> str:
 async def _serve(conn: Connection, job: _Job) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    requests: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     host = AgentHost(
         job.topology(),
         job.nodes,
@@ -151,17 +164,39 @@ async def _serve(conn: Connection, job: _Job) -> None:
     )
 
     def on_parent() -> None:
-        # anything from the parent -- "stop", or end of file when it died -- means stop
-        loop.remove_reader(conn.fileno())
-        stop.set()
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError, ValueError):  # the parent died
+            kind, payload = "stop", None
+        if kind in ("add", "remove"):
+            requests.put_nowait((kind, payload))
+        else:  # "stop", or end of file
+            loop.remove_reader(conn.fileno())
+            stop.set()
+
+    async def serve_requests() -> None:
+        while True:  # one at a time, answered in order
+            kind, payload = await requests.get()
+            if kind == "add":
+                fields, nodes = payload
+                await host.add_agents(Topology(**fields), nodes)
+                conn.send(("added", None))
+            else:
+                conn.send(("removed", await host.remove_agents(payload)))
 
     async with host:
         loop.add_reader(conn.fileno(), on_parent)
+        serving = asyncio.create_task(serve_requests())
+        stopping = asyncio.create_task(stop.wait())
         try:
             conn.send(("ready", None))
-            await stop.wait()
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                serving.result()  # a request failed: the worker reports it and exits
         finally:
             loop.remove_reader(conn.fileno())
+            for task in (serving, stopping):
+                task.cancel()
         (report,) = await host.close()
     conn.send(("stopped", report))
 
@@ -190,6 +225,7 @@ class _Worker:
     nodes: list[str]
     process: BaseProcess
     conn: Connection
+    requests: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)  # one at a time
 
     def ended(self) -> bool:
         """Whether the process has ended (its sentinel is ready; it may not be reaped yet)."""
@@ -200,7 +236,12 @@ class _Worker:
         return f"worker {self.index + 1}/{total} ({agents})"
 
 
-_WHEN = {"ready": "while starting", "stopped": "while stopping its agents"}
+_WHEN = {
+    "ready": "while starting",
+    "stopped": "while stopping its agents",
+    "added": "while starting more agents",
+    "removed": "while stopping some agents",
+}
 
 
 def _exit_text(code: int | None) -> str:
@@ -217,6 +258,7 @@ class WorkerPool:
 
     ``async with WorkerPool(...) as pool`` starts the workers and waits until each has
     every agent connected; `guard` runs the main work while watching the workers;
+    `add_agents` and `remove_agents` start and stop some agents in running workers;
     `close` stops them and collects their `WorkerReport`. Leaving the block without
     `close` (an error) terminates the workers.
 
@@ -334,6 +376,91 @@ class WorkerPool:
         await _readable(*(w.process.sentinel for w in self._workers))
         dead = next((w for w in self._workers if w.ended()), self._workers[0])
         await self._fail(dead, "while running")
+
+    async def add_agents(
+        self, topology: Topology, nodes: Sequence[str], *, worker: int | None = None
+    ) -> int:
+        """Start the agents of ``nodes`` in a running worker (`AgentHost.add_agents`) and
+        wait until each is connected; not while `close` runs.
+
+        Parameters
+        ----------
+        topology : Topology
+            Where the new nodes are declared (e.g. the pool's topology with a leaf an open
+            aggregator admits, `edge_runtime.topology.deployed.with_node`).
+        nodes : sequence of str
+            Node ids hosted by no worker yet.
+        worker : int, optional
+            Index of the worker (0-based); default the one hosting the fewest agents.
+
+        Returns
+        -------
+        int
+            The index of the worker that hosts them.
+
+        Raises
+        ------
+        ValueError
+            If a node is hosted already, or ``worker`` is out of range.
+        WorkerError
+            If the worker fails (e.g. an agent did not connect) or does not answer within
+            ``startup_timeout_s``; the worker has then ended.
+        """
+        hosted = {n for w in self._workers for n in w.nodes} & set(nodes)
+        if hosted:
+            raise ValueError(f"already hosted: {format_nodes(sorted(hosted))}")
+        if worker is None:
+            worker = min(range(len(self._workers)), key=lambda i: len(self._workers[i].nodes))
+        if not 0 <= worker < len(self._workers):
+            raise ValueError(f"worker must be in 0..{len(self._workers) - 1}, got {worker}")
+        target = self._workers[worker]
+        request = ("add", (_topology_fields(topology), tuple(nodes)))
+        await self._request(target, request, "added", self.startup_timeout_s)
+        target.nodes += nodes
+        self.groups[worker] += nodes
+        return worker
+
+    async def remove_agents(self, nodes: Sequence[str]) -> list[AgentReport]:
+        """Stop the agents of ``nodes`` in the workers hosting them (each publishes its final
+        snapshot: `AgentHost.remove_agents`); ids hosted nowhere are ignored; not while
+        `close` runs. Their counters are in the workers' final reports too.
+
+        Returns
+        -------
+        list of AgentReport
+
+        Raises
+        ------
+        WorkerError
+            If a worker fails or does not answer within ``stop_timeout_s``.
+        """
+        wanted = set(nodes)
+        reports: list[AgentReport] = []
+        for i, worker in enumerate(self._workers):
+            mine = [n for n in worker.nodes if n in wanted]
+            if mine:
+                request = ("remove", tuple(mine))
+                reports += await self._request(worker, request, "removed", self.stop_timeout_s)
+                worker.nodes = [n for n in worker.nodes if n not in wanted]
+                self.groups[i] = [n for n in self.groups[i] if n not in wanted]
+        return reports
+
+    async def _request(
+        self, worker: _Worker, request: tuple[str, Any], answer: str, timeout_s: float
+    ) -> Any:
+        async with worker.requests:
+            try:
+                worker.conn.send(request)
+            except OSError:
+                await self._fail(worker, _WHEN[answer])
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await self._expect(worker, answer)
+            except TimeoutError:
+                raise WorkerError(
+                    f"{worker.name(self.workers)} did not answer {request[0]!r} within "
+                    f"{timeout_s:g} s"
+                ) from None
 
     async def close(self) -> list[WorkerReport]:
         """Ask every worker to stop, collect their reports, reap them; idempotent."""
