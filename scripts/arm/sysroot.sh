@@ -97,10 +97,11 @@ Dir::Etc::TrustedParts "/etc/apt/trusted.gpg.d";
 EOF
   export APT_CONFIG="$d/apt.conf"
   # A partial failure (a mirror syncing one index) is tolerated: resolving says if it matters.
-  if ! apt-get update -qq >"$d/update.log" 2>&1; then
-    grep -q 'Packages' <(find "$d/lists" -name '*Packages*' -print -quit) \
-      || unavailable "apt-get update for $debarch failed: $(tail -n 1 "$d/update.log")"
-    log "apt-get update for $debarch: some index failed, using the others ($(grep -m1 '^E:' "$d/update.log" || true))"
+  apt-get update -qq >"$d/update.log" 2>&1 || true
+  if [ -z "$(find "$d/lists" -name '*_binary-'"$debarch"'_Packages*' -print -quit)" ]; then
+    unavailable "apt-get update for $debarch failed: $(grep -m1 '^[EW]:' "$d/update.log" || tail -n 1 "$d/update.log")"
+  elif grep -q '^[EW]:' "$d/update.log"; then
+    log "apt-get update for $debarch: $(grep -m1 '^[EW]:' "$d/update.log" | cut -c1-160) (the other indexes are used)"
   fi
 }
 
