@@ -24,18 +24,18 @@ The broker has no dynamic security plugin: Done-when 1 (`benchmarks.fleet.member
 measures the ACL side; here `retire`'s disabling of the client is replaced by stopping the
 device's agent.
 
-Both runs host the agents the same way: the tree's other nodes over ``workers`` processes
-(`edge_runtime.workers.WorkerPool`, the groups of `assign_nodes` without the retiring
-leaves); the retiring leaves (one `AgentHost` per wave) and the joining ones (one per wave,
-started when the wave joins) in this process, with the replays (one `Replayer` for the kept
-leaves and one per retire wave in both runs, one per join wave in the churn run), the model
-watcher and the operator's clearing. Measured against the alternative of a worker process
-per join wave (a device starts its own process): each took about 1.8 s to connect and
-0.85-1.1 s of CPU to start an interpreter, which this machine's 2 cores pay and devices do
-not; in one pair at 1024 leaves the churn run's CPU time was 1.35 x the run without churn
-that way, 1.20 x with the joining leaves here. A worker per retire wave is no option:
-`WorkerPool.close` blocks the loop while it reaps the process (up to 5 s under load),
-stalling the replays and the model watcher. Every wait is bounded
+Both runs host the agents as ``edge-runtime run`` does: spread over ``workers`` processes
+(`edge_runtime.workers.WorkerPool`, the groups of `assign_nodes`; with ``workers = 1`` an
+`AgentHost` in this process). A joining wave's agents start in the running worker with the
+fewest agents (`WorkerPool.add_agents`, on the topology with the wave's leaves added); a
+retiring wave's stop in theirs (`WorkerPool.remove_agents`). This process runs the replays
+(one `Replayer` for the kept leaves and one per retire wave in both runs, one per join wave
+in the churn run), the model watcher and the operator's clearing. Measured before the
+pool could start agents while it runs: with the 100 joining agents in this process, its
+loop, shared with the replays, delayed the whole fleet's readings (a churn run's CPU time
+1.6-1.7 x the run without churn, wall time 1.5-2.9 x, in three pairs on the loaded
+machine); with a worker process per join wave, each cost an interpreter start (0.85-1.1 s
+of CPU on 2 cores the devices would not share). Every wait is bounded
 (``run_timeout_s`` over the whole run, the replays' own confirmation timeouts,
 ``settle_timeout_s`` for the root); the workers and the broker are stopped by their pids
 (`WorkerPool.close` / its exit, `LocalMosquitto.stop`), also on error.
@@ -336,8 +336,7 @@ class _Run:
         self.reference_s = reference_s
         self.covered_at: float | None = None
         self.t0 = 0.0
-        self.hosts: list[AgentHost | WorkerPool] = []
-        self.retire_hosts: list[AgentHost] = []
+        self.host: AgentHost | WorkerPool | None = None  # every agent, set by `run_once`
         self.b_tasks: list[asyncio.Task] = []
         self.stack = contextlib.AsyncExitStack()
 
@@ -378,8 +377,8 @@ class _Run:
     async def join(self, wave: int, share: float) -> None:
         await self.when(share)
         view, _ = self.c_feeds[wave]
-        host = AgentHost(view, view.leaves(), self.settings, self.plan.n_features)
-        self.hosts.append(await self.stack.enter_async_context(host))
+        assert self.host is not None
+        await self.host.add_agents(view, view.leaves())  # a pool: the least crowded worker
         self.note(f"join wave {wave + 1}: {len(view.leaves())} undeclared leaves connected")
         await self.replay(self.c_replayers[wave])
         self.note(f"join wave {wave + 1}: its readings confirmed")
@@ -394,7 +393,8 @@ class _Run:
         await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-        await self.retire_hosts[wave].close()  # stop their agents: final snapshots
+        assert self.host is not None
+        await self.host.remove_agents(leaves)  # their final snapshots go out
         topology = self.fleet.topology
         await asyncio.gather(  # one `retire --forget` per device, the wave's side by side
             *(
@@ -470,15 +470,9 @@ async def run_once(
         With ``error`` set (one line) when a step failed or was not done in time.
     """
     start, cpu_start = time.monotonic(), cpu_time_s()
-    retiring = set(fleet.retiring)
     topology = fleet.topology
-    groups = [
-        kept
-        for g in assign_nodes(topology, plan.workers)
-        if (kept := [n for n in g if n not in retiring])
-    ]
-    in_main = len(retiring) + (plan.join if churn else 0)
-    per_loop = max(max(map(len, groups)), in_main + (len(groups[0]) if plan.workers == 1 else 0))
+    groups = assign_nodes(topology, plan.workers)
+    per_loop = max(map(len, groups)) + (math.ceil(plan.join / len(groups)) if churn else 0)
     replayers = 2 + 2 * plan.waves
     ensure_descriptors(
         run_descriptors_needed(
@@ -497,20 +491,14 @@ async def run_once(
         result = run.result
         try:
             async with asyncio.timeout(plan.run_timeout_s), run.stack:
-                stable: AgentHost | WorkerPool
-                if plan.workers == 1:
-                    stable = AgentHost(topology, groups[0], settings, plan.n_features)
+                host: AgentHost | WorkerPool
+                if len(groups) == 1:
+                    host = AgentHost(topology, groups[0], settings, plan.n_features)
                 else:
-                    stable = WorkerPool(topology, groups, settings, plan.n_features)
-                run.hosts.append(await run.stack.enter_async_context(stable))
-                for wave in fleet.retire_waves:
-                    host = AgentHost(topology, wave, settings, plan.n_features)
-                    run.retire_hosts.append(await run.stack.enter_async_context(host))
-                run.hosts += run.retire_hosts
-                model = await stable.guard(run.phase())
-                reports: list[WorkerReport] = []
-                for h in run.hosts:
-                    reports += await h.close()
+                    host = WorkerPool(topology, groups, settings, plan.n_features)
+                run.host = await run.stack.enter_async_context(host)
+                model = await host.guard(run.phase())
+                reports: list[WorkerReport] = await host.close()  # the removed agents too
             broker_cpu = sample_process(broker.pid) if broker.pid is not None else None
             run.result.cpu_s = (
                 cpu_time_s()
