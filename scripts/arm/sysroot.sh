@@ -28,7 +28,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${EDGE_ARM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edge-runtime-arm}
+cache=${EDGE_ARM_CACHE:-${XDG_CACHE_HOME:-${HOME:-${TMPDIR:-/tmp}}/.cache}/edge-runtime-arm}
 VERSION=1  # bump when what is built changes in a way the key below does not see
 SUITE=bookworm
 
