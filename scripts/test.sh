@@ -2,7 +2,9 @@
 # Set up (see scripts/setup.sh), then lint and run the whole test suite against a
 # real Mosquitto that the test fixtures start on free loopback ports.
 # Extra arguments go to pytest, e.g. `./scripts/test.sh -m "not slow"`; without them the run
-# ends with scripts/test-py313.sh (Python 3.13, skipped where it is not installed).
+# ends with scripts/test-py313.sh (Python 3.13), scripts/test-oldest.sh (the oldest numpy/scipy
+# pyproject.toml allows, and Debian bookworm's own) and scripts/test-arm.sh (aarch64 and armhf
+# under qemu user-mode emulation); each skips with one line where it cannot be set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,4 +13,6 @@ scripts/setup.sh
 # A full run (no arguments) also runs the version-sensitive part on Python 3.13, when present.
 if [ "$#" -eq 0 ]; then
   scripts/test-py313.sh
+  scripts/test-oldest.sh
+  scripts/test-arm.sh
 fi
