@@ -17,15 +17,15 @@ repo=$(pwd)
 
 # What runs under emulation (-m "not slow"). The numerics run 40-100x slower there than
 # natively (30-40x for large BLAS calls, more for small matrices and Python), the MQTT tests
-# mostly wait on the broker: the subset keeps each arch's tests near 2.5 minutes with both
-# arches sharing 2 cores. Not run here: test_fpca_merge_tree (3 min emulated),
-# test_wire_fuzz (3 min), test_analytic_gaussian (1.5 min), test_fedpower_numerics (40 s).
+# mostly wait on the broker: the subset keeps each arch's tests near 2 minutes with both
+# arches sharing 2 cores. Not run here, for time (emulated, per arch): test_fpca_merge_tree
+# (3 min), test_wire_fuzz (3 min), test_analytic_gaussian (1.5 min), test_fedpower_numerics
+# (40 s), test_fpca_centering and test_fpca_scoring (15 s each), every other module.
 TEST_MODULES=(
   # numerics: the streaming update, merge, the numpy-only kernels against scipy's (armhf:
-  # Debian's scipy 1.10), resumable state, centring, anomaly scores, the Gaussian mechanism
+  # Debian's scipy 1.10), resumable state, the Gaussian mechanism
   tests/test_fpca_streaming.py tests/test_fpca_merge.py tests/test_fpca_linalg_fallback.py
-  tests/test_fpca_state.py tests/test_fpca_centering.py tests/test_fpca_scoring.py
-  tests/test_fpca_gaussian.py
+  tests/test_fpca_state.py tests/test_fpca_gaussian.py
   # wire format (msgpack), golden payloads
   tests/test_wire.py tests/test_wire_golden.py tests/test_fedpower_wire.py
   # topology files and splits
@@ -117,7 +117,7 @@ run_arch() {
   for d in "${DESELECT[@]}"; do deselect+=(--deselect "$d"); done
   echo "== $arch: pytest -m 'not slow' ${TEST_MODULES[*]##*/}" >> "$log"
   timeout -k 10 $((deadline - SECONDS > 30 ? deadline - SECONDS : 30)) "${env_[@]}" "$py" -m pytest -q -m "not slow" \
-    -p no:cacheprovider --timeout 120 "${TEST_MODULES[@]}" "${deselect[@]}" \
+    -p no:cacheprovider --timeout 120 --durations 5 "${TEST_MODULES[@]}" "${deselect[@]}" \
     "${pytest_args[@]}" >> "$log" 2>&1 || status=failed
   local passed failed
   passed=$(tail -n 1 "$log" | grep -o '[0-9]* passed' | cut -d' ' -f1)

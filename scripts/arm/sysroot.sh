@@ -242,8 +242,8 @@ EOF
 chmod +x "$dir/root/usr/bin/python3-qemu"
 # Bytecode now, by a native Python 3.11 when there is one (same magic number), not emulated.
 if "$hostpy" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
-  "$hostpy" -m compileall -q -j 0 "$dir/root/usr/lib/python3.11" "$dir/root/usr/lib/python3" \
-    >/dev/null 2>&1 || true
+  "$hostpy" -m compileall -q -j 0 -x "/(tests?|test_[a-z_]*|idlelib|lib2to3|tkinter|turtledemo)/" \
+    "$dir/root/usr/lib/python3.11" "$dir/root/usr/lib/python3" >/dev/null 2>&1 || true
 fi
 "$dir/root/usr/bin/python3-qemu" -c 'import sys, ssl, sqlite3; assert sys.version_info[:2] == (3, 11)' \
   > "$dir/smoke.log" 2>&1 \
@@ -266,7 +266,7 @@ if [ -d "$dir/runtime" ]; then
   rm -rf "$dir/runtime"
 fi
 if "$hostpy" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
-  "$hostpy" -m compileall -q -j 0 "$site" "$dir/testdeps" >/dev/null 2>&1 || true
+  "$hostpy" -m compileall -q -j 0 -x "/tests?/" "$site" "$dir/testdeps" >/dev/null 2>&1 || true
 fi
 
 {
