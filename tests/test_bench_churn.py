@@ -63,7 +63,9 @@ def test_churn_run_covers_exactly_the_kept_leaves() -> None:
     assert result.retired_present == []
     assert result.n_samples == sum(result.expected.values()) == 9 * 100
     assert result.error_ratio <= 1.001
-    assert result.readings == 10 * 100 and result.messages > 0
+    # the retiring leaf may retire before all its readings went out (a loaded machine): the
+    # kept leaves' 900 always, the retiring leaf's up to 100
+    assert 9 * 100 <= result.readings <= 10 * 100 and result.messages > 0
 
     coverage, n_samples, *_ = evaluate(TINY, [(quiet, result)])
     assert coverage.passed and n_samples.passed
