@@ -93,7 +93,8 @@ def test_largest_principal_angle_helper_agrees_with_principal_angles() -> None:
     a, b = (np.linalg.qr(rng.normal(size=(10, 3)))[0] for _ in range(2))
 
     assert largest_principal_angle(a, b) == pytest.approx(principal_angles(a, b).max(), rel=1e-9)
-    assert largest_principal_angle(a, a[:, ::-1]) < 1e-15
+    # a few ulp of 1.0 (aarch64 gives 1.0057e-15 where x86 gives less): the same subspace
+    assert largest_principal_angle(a, a[:, ::-1]) < 1e-13
 
 
 @pytest.mark.parametrize("k", [*range(1, 18), 31, 32, 33, 64, 100, 129])
