@@ -242,13 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs (medians)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder")
     args = parser.parse_args(argv)
-    plan = ChurnPlan(
-        leaves=args.leaves, join=args.join, retire=args.retire,
-        readings_per_leaf=args.readings, workers=args.workers, waves=args.waves,
-        keepalive_s=args.keepalive,
-    )  # fmt: skip
+    try:
+        plan = ChurnPlan(
+            leaves=args.leaves, join=args.join, retire=args.retire,
+            readings_per_leaf=args.readings, workers=args.workers, waves=args.waves,
+            keepalive_s=args.keepalive,
+        )  # fmt: skip
+        fleet = build_fleet(plan)
+    except ValueError as exc:
+        parser.error(str(exc))  # one line, exit 2
     configure_logging("warning")
-    fleet = build_fleet(plan)
     pairs: list[tuple[RunResult, RunResult]] = []
     reference_s = 0.0  # the latest run without churn's wall time (the first pair starts with one)
     for rep in range(args.repeats):
