@@ -317,6 +317,11 @@ class ModelWatcher:
                 await self._listen(self._client)
                 error: BaseException = aiomqtt.MqttError("the broker closed the connection")
             except aiomqtt.MqttError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # aiomqtt may turn a cancelled wait into an MqttError (seen: Ctrl-C on
+                    # `watch` hung, reconnecting forever): a cancelled watcher ends
+                    raise asyncio.CancelledError from exc
                 error = exc
             if self._client is not None:
                 self.disconnects += 1
