@@ -151,7 +151,7 @@ def render(plan: ChurnPlan, pairs: list[tuple[RunResult, RunResult]], command: s
         "measures the ACL side. A retirement stops the device's agent where `retire` would "
         "disable its client, then clears its subspace, status, status/detail, confirm, scores "
         "and entry topics as `retire --forget` does (`edge_runtime.cli.fleet.device_topics`, "
-        "`_clear_retained`: each empty message checked back), a wave's devices side by side.",
+        "`clear_device_topics`: each empty message checked back), a wave's devices side by side.",
         f"- MQTT keepalive and operation timeout {plan.keepalive_s} s for every client of both "
         "runs (`ChurnPlan.keepalive_s`): about 500 agents share each worker's loop on 2 cores "
         "shared with other work, and at 6 s the broker dropped a whole worker's clients in 3 "

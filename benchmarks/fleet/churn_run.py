@@ -16,7 +16,7 @@ with churn or without:
   leaves (spread over the aggregators) are retired with forgetting: their sensor feed stops,
   their agents stop (final snapshot), then their retained subspace, status, status/detail,
   confirm, scores and entry topics are cleared as ``edge-runtime retire --forget`` clears
-  them (`edge_runtime.cli.fleet.device_topics` and its ``_clear_retained``, which checks
+  them (`edge_runtime.cli.fleet.device_topics` and its ``clear_device_topics``, which checks
   that each empty message came back), the wave's devices side by side (one clear, about
   14 round trips to the broker, took up to a second on the loaded machine).
 
@@ -59,7 +59,7 @@ from benchmarks.fleet.inputs import fleet_topology_text
 from benchmarks.fleet.processes import sample_process
 from benchmarks.synth import low_rank
 from edge_runtime.broker import LocalMosquitto
-from edge_runtime.cli.fleet import _clear_retained, device_topics
+from edge_runtime.cli.fleet import clear_device_topics, device_topics
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fpca import error_ratio
 from edge_runtime.limits import ensure_descriptors, run_descriptors_needed
@@ -398,7 +398,7 @@ class _Run:
         topology = self.fleet.topology
         await asyncio.gather(  # one `retire --forget` per device, the wave's side by side
             *(
-                _clear_retained(
+                clear_device_topics(
                     self.settings, device_topics(topology, leaf).to_clear(True), topology.prefix
                 )
                 for leaf in leaves

@@ -454,7 +454,7 @@ async def cmd_retire(args: argparse.Namespace) -> int:
     else:
         print(f"no client {node} in the broker's dynamic security: nothing to disable")
     cleared = topics.to_clear(args.forget)
-    await _clear_retained(settings, cleared, topology.prefix)
+    await clear_device_topics(settings, cleared, topology.prefix)
     for topic in cleared:
         print(f"cleared {topic}")
     if not args.forget:
@@ -516,8 +516,20 @@ def _topics_from_acls(topology: Topology, node: str, acls: Sequence[Acl]) -> Dev
     return None
 
 
-async def _clear_retained(settings: AgentSettings, topics: Sequence[str], prefix: str) -> None:
+async def clear_device_topics(settings: AgentSettings, topics: Sequence[str], prefix: str) -> None:
     """Publish an empty retained message on each topic and wait until each comes back.
+
+    What ``retire`` does to a device's topics (`device_topics`); also used by the churn
+    benchmark (``benchmarks.fleet.churn_run``) to retire devices the same way.
+
+    Parameters
+    ----------
+    settings : AgentSettings
+        The operator's broker address and credentials; ``timeout_s`` (seconds) bounds the wait.
+    topics : sequence of str
+        Topics to clear (QoS 1, retained, zero-length payload).
+    prefix : str
+        The topology's topic prefix, named in the error's hint.
 
     Raises
     ------
