@@ -1,0 +1,511 @@
+"""Runner of issue 25's event benchmark: detectors against injected faults, many seeds.
+
+``python -m benchmarks.anomaly.events [--seeds 20] [--data FILE ...] [--out DIR]``
+
+Protocol, per dataset (rows = readings, columns = sensors):
+
+- **Warm-up**: the first ``warmup`` rows, clean (Motes light: 2,787 readings, the first
+  device-day; a ``--data`` matrix: its first third unless ``--warmup``). Each detector is
+  built from them by its factory (``Callable[[ndarray (n_warmup, n_features)],
+  Detector]``) and then fed the remaining rows one at a time, ``update(x, t)`` with ``t =
+  row * epoch`` seconds.
+- **Clean run**: the rows after the warm-up as they are: alarm events per device-day
+  (``86400 / epoch`` readings) and the share of readings in alarm.
+- **Faulty runs**: per seed ``0 .. seeds - 1``, the same rows with that seed's faults
+  (`benchmarks.anomaly.inject`, default `FaultConfig`), a fresh detector each.
+- Metrics (`benchmarks.anomaly.events`) are pooled over the seeds: recall = detected /
+  visible faults of the kind over all seeds, precision = true / (true + false) events
+  over all seeds, identification = named the faulty sensor / detected, median delay over
+  all detected faults but spikes, NAB (`benchmarks.anomaly.nab`) summed over the seeds
+  before normalising, as NAB sums its files.
+
+NAB windows: one per visible fault, starting at its onset, ``max(0.1 * n_scored /
+n_faults, delay window + 1)`` readings long (NAB gives 10 % of the data to windows),
+cut before the next fault; detections (alarm-event starts) between a fault's start and
+its onset, after its window while the fault lasts (plus `events.TAIL`), or in an
+invisible fault are neutral.
+
+Motes light: dropouts (zeros) are filled with the mote's last reading first
+(`faults.fill_dropouts`): a missing reading is known to the device, not a fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib
+import io
+import lzma
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from benchmarks.anomaly.baselines import HalfSpaceTreesDetector, RobustZ, StaticLimits
+from benchmarks.anomaly.events import (
+    DELAY_WINDOW,
+    TAIL,
+    AlarmEvent,
+    classify_events,
+    match_faults,
+    merge_alarms,
+)
+from benchmarks.anomaly.faults import fill_dropouts
+from benchmarks.anomaly.inject import (
+    CONSTANT_KINDS,
+    KINDS,
+    Fault,
+    FaultConfig,
+    inject,
+    noise_sigma,
+)
+from benchmarks.anomaly.nab import Stream, nab_score
+from benchmarks.reporting import Check, checks_table, table
+from edge_runtime.datasets import load_dataset
+
+__all__ = [
+    "DAPHNET",
+    "DAY_S",
+    "Dataset",
+    "Detector",
+    "DetectorResult",
+    "detectors",
+    "evaluate",
+    "load_matrix",
+    "main",
+    "motes",
+    "nab_stream",
+    "render",
+    "run_stream",
+]
+
+#: Seconds in a device-day.
+DAY_S = 86400.0
+#: Motes light's epoch (s): 2,787 readings per device-day.
+MOTES_EPOCH = 31.0
+#: The second real dataset shipped with the benchmark (see benchmarks/anomaly/data/README.md).
+DAPHNET = Path(__file__).with_name("data") / "daphnet-s06r02e0.csv.xz"
+#: Its epoch: 64 Hz accelerometers.
+DAPHNET_EPOCH = 1.0 / 64.0
+#: The detector of issue 25 (built in parallel); its row is skipped while it is absent.
+FAULT_DETECTOR = ("edge_runtime.fpca.faults", "FaultDetector")
+NEW = "FaultDetector (issue 25)"
+
+
+class Detector(Protocol):
+    """A streaming detector: one reading in, (alarm, suspected sensor or -1) out."""
+
+    def update(self, x: np.ndarray, t: float) -> tuple[bool, int]: ...
+
+
+Factory = Callable[[np.ndarray], Detector]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A clean matrix (n_samples, n_features), its warm-up length and epoch (s)."""
+
+    name: str
+    data: np.ndarray
+    warmup: int
+    epoch: float
+
+
+@dataclass
+class DetectorResult:
+    """Everything measured for one detector on one dataset (pooled over seeds)."""
+
+    name: str
+    visible: dict[str, int] = field(default_factory=dict)
+    injected: dict[str, int] = field(default_factory=dict)
+    detected: dict[str, int] = field(default_factory=dict)
+    delays: dict[str, list[int]] = field(default_factory=dict)
+    identified: int = 0
+    n_detected: int = 0
+    true_events: int = 0
+    false_events: int = 0
+    neutral_events: int = 0
+    clean_events: int = 0
+    clean_days: float = float("nan")
+    clean_share: float = float("nan")
+    nab: float = float("nan")
+    seconds: float = 0.0
+
+    def recall(self, kinds: tuple[str, ...]) -> float:
+        """Detected / visible faults over ``kinds`` (NaN when none was visible)."""
+        v = sum(self.visible.get(k, 0) for k in kinds)
+        return sum(self.detected.get(k, 0) for k in kinds) / v if v else float("nan")
+
+    @property
+    def clean_per_day(self) -> float:
+        """Alarm events per device-day on the clean stream."""
+        return self.clean_events / self.clean_days
+
+    @property
+    def precision(self) -> float:
+        """True / (true + false) alarm events on the faulty streams."""
+        n = self.true_events + self.false_events
+        return self.true_events / n if n else float("nan")
+
+    @property
+    def identification(self) -> float:
+        """Share of detected faults whose event named the faulty sensor."""
+        return self.identified / self.n_detected if self.n_detected else float("nan")
+
+    @property
+    def median_delay(self) -> float:
+        """Median delay (readings) over detected faults other than spikes."""
+        d = [x for k, v in self.delays.items() if k != "short" for x in v]
+        return float(np.median(d)) if d else float("nan")
+
+
+def motes() -> Dataset:
+    """Motes light (7712 x 48 lux), dropouts filled, warm-up = the first device-day."""
+    data = fill_dropouts(np.asarray(load_dataset("motes-light"), dtype=np.float64))
+    return Dataset("Motes light", data, round(DAY_S / MOTES_EPOCH), MOTES_EPOCH)
+
+
+def load_matrix(path: Path, epoch: float, warmup: int | None = None) -> Dataset:
+    """A matrix from ``path``: ``.npy``, or text (comma or whitespace separated, an
+    optional header line, ``.xz``/``.gz`` compressed); rows = readings.
+
+    Parameters
+    ----------
+    path : Path
+    epoch : float
+        Seconds between readings.
+    warmup : int or None
+        Warm-up rows; None means a third of the rows.
+
+    Returns
+    -------
+    Dataset
+    """
+    if path.suffix == ".npy":
+        data = np.load(path).astype(np.float64)
+    else:
+        opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
+        with opener(path, "rt") as fh:
+            text = fh.read()
+        first = text.split("\n", 1)[0]
+        skip = 0 if _numeric(first) else 1
+        delimiter = "," if "," in first else None
+        data = np.loadtxt(io.StringIO(text), delimiter=delimiter, skiprows=skip, ndmin=2)
+    n = data.shape[0]
+    return Dataset(path.name, data, n // 3 if warmup is None else warmup, epoch)
+
+
+def _numeric(line: str) -> bool:
+    try:
+        [float(v) for v in line.replace(",", " ").split()]
+    except ValueError:
+        return False
+    return True
+
+
+def detectors() -> tuple[dict[str, Factory], str]:
+    """The detector factories, and a note on the issue-25 detector if it is absent."""
+    out: dict[str, Factory] = {}
+    note = ""
+    try:
+        cls = getattr(importlib.import_module(FAULT_DETECTOR[0]), FAULT_DETECTOR[1])
+    except (ImportError, AttributeError) as exc:
+        note = f"`{'.'.join(FAULT_DETECTOR)}` not available ({exc}): its row is skipped."
+    else:
+        out[NEW] = cls.from_warmup if hasattr(cls, "from_warmup") else cls
+    out["static Q/T^2 limits (today)"] = StaticLimits
+    out["robust z of first differences"] = RobustZ
+    out["HalfSpaceTrees + QuantileFilter"] = HalfSpaceTreesDetector
+    return out, note
+
+
+def run_stream(
+    detector: Detector, data: np.ndarray, start: int, epoch: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Feed rows ``[start, n)`` of ``data`` (n, n_features) to ``detector`` one by one.
+
+    Returns
+    -------
+    alarms : ndarray of shape (n,), bool
+        False on the warm-up rows.
+    sensors : ndarray of shape (n,), int
+        Suspected sensor per row, -1 where none.
+    """
+    n = data.shape[0]
+    alarms = np.zeros(n, dtype=bool)
+    sensors = np.full(n, -1, dtype=np.int64)
+    for i in range(start, n):
+        alarm, sensor = detector.update(data[i], i * epoch)
+        alarms[i] = bool(alarm)
+        sensors[i] = int(sensor) if alarm else -1
+    return alarms, sensors
+
+
+def nab_stream(events: list[AlarmEvent], faults: list[Fault], n_scored: int, n: int) -> Stream:
+    """The NAB view of one faulty run (windows and neutral spans as in the module).
+
+    Parameters
+    ----------
+    events : list of AlarmEvent
+    faults : list of Fault
+        Sorted by start.
+    n_scored : int
+        Rows after the warm-up (for NAB's window size).
+    n : int
+        Rows of the matrix.
+
+    Returns
+    -------
+    Stream
+    """
+    visible = [f for f in faults if f.onset is not None]
+    size = max(1, int(0.1 * n_scored / max(len(visible), 1)))
+    windows, neutral = [], []
+    starts = [f.start for f in faults] + [n]
+    for k, f in enumerate(faults):
+        onset = f.onset
+        if onset is None:
+            neutral.append((f.start, f.end + TAIL - 1))
+            continue
+        width = max(size, DELAY_WINDOW[f.kind] + 1)
+        right = min(onset + width - 1, starts[k + 1] - 1, n - 1)
+        windows.append((onset, right))
+        if onset > f.start:
+            neutral.append((f.start, onset - 1))
+        span_end = max(f.end, onset + DELAY_WINDOW[f.kind] + 1) + TAIL - 1
+        if span_end > right:
+            neutral.append((right + 1, span_end))
+    return Stream([e.start for e in events], windows, neutral)
+
+
+def evaluate(
+    name: str,
+    factory: Factory,
+    ds: Dataset,
+    seeds: int,
+    config: FaultConfig | None = None,
+    log: Callable[[str], None] = print,
+) -> DetectorResult:
+    """One detector on one dataset: the clean run and ``seeds`` faulty runs."""
+    t0 = time.perf_counter()
+    res = DetectorResult(name)
+    start = ds.warmup
+    warm = ds.data[:start]
+    sigma = noise_sigma(warm)
+    alarms, _ = run_stream(factory(warm), ds.data, start, ds.epoch)
+    res.clean_events = len(merge_alarms(alarms[start:], np.zeros(len(alarms) - start, int)))
+    res.clean_days = (ds.data.shape[0] - start) * ds.epoch / DAY_S
+    res.clean_share = float(alarms[start:].mean())
+    streams = []
+    for seed in range(seeds):
+        inj = inject(ds.data, start=start, seed=seed, sigma=sigma, config=config)
+        alarms, sensors = run_stream(factory(warm), inj.data, start, ds.epoch)
+        events = merge_alarms(alarms, sensors)
+        for f in inj.faults:
+            res.injected[f.kind] = res.injected.get(f.kind, 0) + 1
+        for m in match_faults(inj.faults, events):
+            k = m.fault.kind
+            res.visible[k] = res.visible.get(k, 0) + 1
+            if m.detected:
+                res.detected[k] = res.detected.get(k, 0) + 1
+                res.delays.setdefault(k, []).append(int(m.delay or 0))
+                res.n_detected += 1
+                res.identified += int(bool(m.identified))
+        n_true, n_false, n_neutral = classify_events(events, inj.faults)
+        res.true_events += n_true
+        res.false_events += n_false
+        res.neutral_events += n_neutral
+        streams.append(nab_stream(events, inj.faults, ds.data.shape[0] - start, len(alarms)))
+    res.nab = nab_score(streams)
+    res.seconds = time.perf_counter() - t0
+    log(f"  {name}: {res.seconds:.1f} s")
+    return res
+
+
+def _f(x: float, digits: int = 2) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def main_table(results: list[DetectorResult]) -> str:
+    """One row per detector: recall per kind (window), clean events/day, precision,
+    median delay, identification, NAB."""
+    w = DELAY_WINDOW
+    header = [
+        "detector",
+        f"SHORT recall (delay {w['short']})",
+        f"NOISE recall (<= {w['noise']})",
+        f"CONSTANT recall (<= {w['stuck_rail']})",
+        f"DRIFT recall (<= {w['drift']})",
+        "clean alarm events / device-day",
+        "event precision",
+        "median delay (readings)",
+        "identification",
+        "NAB (standard)",
+    ]
+    rows = [
+        [
+            r.name,
+            _f(r.recall(("short",))),
+            _f(r.recall(("noise",))),
+            _f(r.recall(CONSTANT_KINDS)),
+            _f(r.recall(("drift",))),
+            _f(r.clean_per_day, 1),
+            _f(r.precision),
+            _f(r.median_delay, 1),
+            _f(r.identification),
+            _f(r.nab, 1),
+        ]
+        for r in results
+    ]
+    return table(header, rows, align="l" + "r" * (len(header) - 1))
+
+
+def detail_table(results: list[DetectorResult]) -> str:
+    """Per kind: detected / visible (injected) and median delay; events and timing."""
+    header = ["detector", *KINDS, "true / false / neutral events", "clean alarm share", "s"]
+    rows = []
+    for r in results:
+        cells = [r.name]
+        for k in KINDS:
+            d = r.delays.get(k, [])
+            med = f", {np.median(d):.0f}" if d else ""
+            vis = r.visible.get(k, 0)
+            inj = r.injected.get(k, 0)
+            seen = f"{vis}" if vis == inj else f"{vis} of {inj}"
+            cells.append(f"{r.detected.get(k, 0)}/{seen}{med}")
+        cells.append(f"{r.true_events} / {r.false_events} / {r.neutral_events}")
+        cells.append(f"{r.clean_share:.4f}")
+        cells.append(f"{r.seconds:.0f}")
+        rows.append(cells)
+    return table(header, rows, align="l" + "r" * (len(header) - 1))
+
+
+def done_when(results: list[DetectorResult]) -> list[Check]:
+    """Issue 25's Done-when items for the issue-25 detector (or, if absent, for each row
+    marked n/a)."""
+    new = next((r for r in results if r.name == NEW), None)
+    base = [r for r in results if r.name != NEW]
+    if new is None:
+        return [Check(f"{NEW} present", "absent", "present", None)]
+    best = max((r.nab for r in base), default=float("nan"))
+    return [
+        Check(
+            "clean alarm events / device-day", _f(new.clean_per_day), "<= 2", new.clean_per_day <= 2
+        ),
+        Check(
+            "SHORT recall at the faulty reading",
+            _f(new.recall(("short",))),
+            ">= 0.95",
+            new.recall(("short",)) >= 0.95,
+        ),
+        Check(
+            "NOISE recall within 20 readings",
+            _f(new.recall(("noise",))),
+            ">= 0.8",
+            new.recall(("noise",)) >= 0.8,
+        ),
+        Check(
+            "CONSTANT recall within 10 readings of the truth moving away",
+            _f(new.recall(CONSTANT_KINDS)),
+            ">= 0.9",
+            new.recall(CONSTANT_KINDS) >= 0.9,
+        ),
+        Check(
+            "identification of detected events",
+            _f(new.identification),
+            ">= 0.9",
+            new.identification >= 0.9,
+        ),
+        Check("event precision", _f(new.precision), ">= 0.8", new.precision >= 0.8),
+        Check(
+            "NAB score above every baseline",
+            f"{_f(new.nab, 1)} vs best baseline {_f(best, 1)}",
+            "> best baseline",
+            new.nab > best,
+        ),
+    ]
+
+
+def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str) -> str:
+    """The Markdown report: per dataset the main table, the details and the checks."""
+    cfg = FaultConfig()
+    parts = [
+        "# Anomaly flags against injected faults, event level (issue 25)",
+        "",
+        "Written by `python -m benchmarks.anomaly.events`. Faults: `benchmarks/anomaly/"
+        "inject.py`; metrics: `events.py`, `nab.py`; baselines: `baselines.py`; protocol: "
+        "`event_bench.py`. Per seed: "
+        + ", ".join(f"{v} {k}" for k, v in cfg.counts.items())
+        + f" faults, one sensor at a time, at least {cfg.guard} clean readings apart. "
+        "Recall, precision and identification are pooled over the seeds; NAB sums the "
+        "seeds' raw scores before normalising (null detector 0, perfect 100). No point "
+        "adjustment.",
+    ]
+    if note:
+        parts += ["", note]
+    for ds, results, seeds in sections:
+        n, d = ds.data.shape
+        parts += [
+            "",
+            f"## {ds.name}",
+            "",
+            f"{n} readings x {d} sensors, epoch {ds.epoch:g} s (a device-day = "
+            f"{DAY_S / ds.epoch:.0f} readings); warm-up rows 0-{ds.warmup - 1}, scored rows "
+            f"{ds.warmup}-{n - 1} ({(n - ds.warmup) * ds.epoch / DAY_S:.3g} device-days); "
+            f"{seeds} seeds.",
+            "",
+            main_table(results),
+            "",
+            "Per kind: detected / visible faults (`m of k`: k injected, m visible, the "
+            "others had a flat truth: nothing to detect), then the median delay in "
+            "readings.",
+            "",
+            detail_table(results),
+            "",
+            f"Done-when (issue 25), {ds.name}:",
+            "",
+            checks_table(done_when(results)),
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.events")
+    parser.add_argument("--seeds", type=int, default=20, help="fault seeds (default 20)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        default=[],
+        help="also run on this matrix (rows = readings; .npy, .csv, .txt, .xz, .gz)",
+    )
+    parser.add_argument("--epoch", type=float, default=None, help="seconds per --data reading")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up rows of --data")
+    parser.add_argument("--no-motes", action="store_true", help="skip Motes light")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
+    args = parser.parse_args(argv)
+    datasets = [] if args.no_motes else [motes()]
+    for path in args.data:
+        epoch = args.epoch
+        if epoch is None:
+            epoch = DAPHNET_EPOCH if path.resolve() == DAPHNET.resolve() else MOTES_EPOCH
+        datasets.append(load_matrix(path, epoch, args.warmup))
+    factories, note = detectors()
+    if note:
+        print(note)
+    sections = []
+    for ds in datasets:
+        print(f"{ds.name}: {ds.data.shape}, {args.seeds} seeds")
+        results = [evaluate(name, f, ds, args.seeds) for name, f in factories.items()]
+        sections.append((ds, results, args.seeds))
+    text = render(sections, note)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "anomaly_events.md"
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
