@@ -19,11 +19,11 @@ Protocol, per dataset (rows = readings, columns = sensors):
   all detected faults but spikes, NAB (`benchmarks.anomaly.nab`) summed over the seeds
   before normalising, as NAB sums its files.
 
-NAB windows: one per visible fault, starting at its onset, ``max(0.1 * n_scored /
-n_faults, delay window + 1)`` readings long (NAB gives 10 % of the data to windows),
-cut before the next fault; detections (alarm-event starts) between a fault's start and
-its onset, after its window while the fault lasts (plus `events.TAIL`), or in an
-invisible fault are neutral.
+NAB windows: one per visible fault, from its first faulty row to ``max(0.1 * n_scored /
+n_faults, delay window + 1)`` readings after its onset (NAB gives 10 % of the data to
+windows), cut before the next fault. The detections are the alarm events' first rows;
+those after a window while its fault lasts (plus `events.TAIL`), or in an invisible
+fault, are neutral.
 
 Motes light: dropouts (zeros) are filled with the mote's last reading first
 (`faults.fill_dropouts`): a missing reading is known to the device, not a fault.
@@ -273,9 +273,7 @@ def nab_stream(events: list[AlarmEvent], faults: list[Fault], n_scored: int, n: 
             continue
         width = max(size, DELAY_WINDOW[f.kind] + 1)
         right = min(onset + width - 1, starts[k + 1] - 1, n - 1)
-        windows.append((onset, right))
-        if onset > f.start:
-            neutral.append((f.start, onset - 1))
+        windows.append((f.start, right))
         span_end = max(f.end, onset + DELAY_WINDOW[f.kind] + 1) + TAIL - 1
         if span_end > right:
             neutral.append((right + 1, span_end))
