@@ -7,7 +7,8 @@ n_features)``):
 
 - `StaticLimits`: today's leaf rule, ``Q > Q_alpha`` or ``T^2 > T^2_alpha`` with the
   Jackson-Mudholkar and F limits of `edge_runtime.fpca.scoring` (rank 10, oversampling
-  10, alpha 0.01, model fitted once on the warm-up: `precision_recall.fit_scorer`); the
+  10, alpha 0.01, model fitted once on the warm-up as `precision_recall.fit_scorer`; with
+  fewer than 30 features the rank is ``n_features // 3``); the
   suspect is the largest per-feature contribution to Q (``e_j^2``, the contribution plot).
 - `RobustZ`: per sensor, the robust z-score of the first difference against the rolling
   median and MAD of the last ``window`` (120) differences; alarm when ``max_j |z_j| >
@@ -40,7 +41,9 @@ class StaticLimits:
     warmup : ndarray of shape (n_warmup, n_features)
         Clean readings, ``n_warmup > rank``.
     rank, oversample, alpha
-        As `benchmarks.anomaly.precision_recall.fit_scorer`.
+        As `benchmarks.anomaly.precision_recall.fit_scorer`; with few features the rank
+        is capped at ``n_features // 3`` (at least 1) and the oversampling at
+        ``n_features - rank`` (Motes light: 10 and 10, as the leaves).
     """
 
     def __init__(
@@ -50,7 +53,10 @@ class StaticLimits:
         oversample: int = OVERSAMPLE,
         alpha: float = ALPHA,
     ) -> None:
-        est = FPCAEdge(warmup.shape[1], rank, oversample=oversample, center=True).fit(warmup)
+        d = warmup.shape[1]
+        rank = min(rank, max(1, d // 3))
+        oversample = min(oversample, d - rank)
+        est = FPCAEdge(d, rank, oversample=oversample, center=True).fit(warmup)
         model = est.tracked_subspace
         self.scorer = AnomalyScorer(
             model, alpha, rank=rank, total_energy=total_energy(warmup, centered=True)

@@ -64,7 +64,7 @@ from benchmarks.anomaly.inject import (
     noise_sigma,
 )
 from benchmarks.anomaly.nab import Stream, nab_score
-from benchmarks.reporting import Check, checks_table, table
+from benchmarks.reporting import Check, checks_table, figure, save_figure, table
 from edge_runtime.datasets import load_dataset
 
 __all__ = [
@@ -79,6 +79,7 @@ __all__ = [
     "main",
     "motes",
     "nab_stream",
+    "plot",
     "render",
     "run_stream",
 ]
@@ -130,6 +131,7 @@ class DetectorResult:
     false_events: int = 0
     neutral_events: int = 0
     clean_events: int = 0
+    clean_readings: int = 0
     clean_days: float = float("nan")
     clean_share: float = float("nan")
     nab: float = float("nan")
@@ -296,7 +298,8 @@ def evaluate(
     sigma = noise_sigma(warm)
     alarms, _ = run_stream(factory(warm), ds.data, start, ds.epoch)
     res.clean_events = len(merge_alarms(alarms[start:], np.zeros(len(alarms) - start, int)))
-    res.clean_days = (ds.data.shape[0] - start) * ds.epoch / DAY_S
+    res.clean_readings = ds.data.shape[0] - start
+    res.clean_days = res.clean_readings * ds.epoch / DAY_S
     res.clean_share = float(alarms[start:].mean())
     streams = []
     for seed in range(seeds):
@@ -364,7 +367,14 @@ def main_table(results: list[DetectorResult]) -> str:
 
 def detail_table(results: list[DetectorResult]) -> str:
     """Per kind: detected / visible (injected) and median delay; events and timing."""
-    header = ["detector", *KINDS, "true / false / neutral events", "clean alarm share", "s"]
+    header = [
+        "detector",
+        *KINDS,
+        "true / false / neutral events",
+        "clean events / 1000 readings",
+        "clean alarm share",
+        "s",
+    ]
     rows = []
     for r in results:
         cells = [r.name]
@@ -376,6 +386,7 @@ def detail_table(results: list[DetectorResult]) -> str:
             seen = f"{vis}" if vis == inj else f"{vis} of {inj}"
             cells.append(f"{r.detected.get(k, 0)}/{seen}{med}")
         cells.append(f"{r.true_events} / {r.false_events} / {r.neutral_events}")
+        cells.append(f"{1000 * r.clean_events / max(r.clean_readings, 1):.2f}")
         cells.append(f"{r.clean_share:.4f}")
         cells.append(f"{r.seconds:.0f}")
         rows.append(cells)
@@ -471,6 +482,55 @@ def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str)
     return "\n".join(parts) + "\n"
 
 
+def plot(sections: list[tuple[Dataset, list[DetectorResult], int]], path: Path) -> Path:
+    """Recall per fault kind and NAB score per detector, one panel row per dataset (PNG)."""
+    fig, axes = figure(len(sections), 2, figsize=(11.0, 3.2 * len(sections)), squeeze=False)
+    groups = [
+        ("SHORT", ("short",)),
+        ("NOISE", ("noise",)),
+        ("CONSTANT", CONSTANT_KINDS),
+        ("DRIFT", ("drift",)),
+    ]
+    for row, (ds, results, _) in enumerate(sections):
+        ax_r, ax_n = axes[row]
+        width = 0.8 / max(len(results), 1)
+        for k, r in enumerate(results):
+            xs = np.arange(len(groups)) + k * width
+            ax_r.bar(xs, [np.nan_to_num(r.recall(g)) for _, g in groups], width, label=r.name)
+        ax_r.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, [g for g, _ in groups])
+        ax_r.set_ylim(0, 1)
+        ax_r.set_ylabel("recall within the window")
+        ax_r.set_title(ds.name)
+        ax_n.barh([r.name for r in results], [np.nan_to_num(r.nab) for r in results])
+        ax_n.axvline(0, color="black", linewidth=0.8)
+        ax_n.set_xlabel("NAB score (standard profile; null 0, perfect 100)")
+        ax_n.invert_yaxis()
+        if row == 0:
+            ax_r.legend(fontsize="small")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def _provenance(seeds: int) -> str:
+    """When and on what the run was made (commit, and the detector module's git state)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+        except OSError:
+            return ""
+        return out.stdout.strip()
+
+    module = FAULT_DETECTOR[0].replace(".", "/") + ".py"
+    state = git("status", "--porcelain", "--", module)
+    state = {"": "as committed", "??": "not yet committed"}.get(state[:2].strip(), "modified")
+    return (
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seeds} seeds, at commit "
+        f"{git('rev-parse', '--short', 'HEAD') or 'unknown'}; `{module}` {state}."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.events")
@@ -494,16 +554,29 @@ def main(argv: list[str] | None = None) -> None:
             epoch = DAPHNET_EPOCH if path.resolve() == DAPHNET.resolve() else MOTES_EPOCH
         datasets.append(load_matrix(path, epoch, args.warmup))
     factories, note = detectors()
+    notes = [note] if note else []
     if note:
         print(note)
     sections = []
     for ds in datasets:
         print(f"{ds.name}: {ds.data.shape}, {args.seeds} seeds")
-        results = [evaluate(name, f, ds, args.seeds) for name, f in factories.items()]
+        results = []
+        for name, factory in factories.items():
+            try:
+                results.append(evaluate(name, factory, ds, args.seeds))
+            except Exception as exc:  # a detector's own bug must not end the benchmark
+                failed = f"{name} raised on {ds.name}: {type(exc).__name__}: {exc}"
+                print(f"  {failed}")
+                notes.append(f"{failed} (its row is skipped).")
         sections.append((ds, results, args.seeds))
-    text = render(sections, note)
+    notes.append(_provenance(args.seeds))
+    text = render(sections, " ".join(notes))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "anomaly_events.md"
     path.write_text(text)
     print(text)
     print(f"wrote {path}")
+    try:
+        print(f"wrote {plot(sections, args.out / 'anomaly_events.png')}")
+    except ImportError:  # matplotlib is in the bench extra; the tables do not need it
+        print("matplotlib not installed: no plot")
