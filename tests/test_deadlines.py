@@ -210,6 +210,40 @@ def test_a_stream_that_never_pauses_publishes_within_the_maximum_interval() -> N
     assert gaps.max() <= core.policy.max_interval_s + 0.02, gaps
 
 
+def test_readings_that_arrive_during_a_publish_do_not_make_every_slot_a_publish() -> None:
+    """A publish takes time (the PUBACK's round trip); readings that arrive meanwhile are
+    unpublished since then. They were counted from the change the snapshot had just
+    published, so once a stream had run for ``max_interval_s`` every rate-limit slot
+    published "max_interval" (seen: 115 snapshots in 20 s at 100 readings/s)."""
+    core = leaf(checkpointing=False)
+    rng = np.random.default_rng(1)
+    basis = np.linalg.qr(rng.normal(size=(D, 2)))[0]
+    x = rng.normal(size=(6_000, 2)) * [10.0, 5.0] @ basis.T + 0.01 * rng.normal(size=(6_000, D))
+    publish_s = 0.004  # from `make_snapshot` to `snapshot_published`
+    ev, seq = Events(), 0
+
+    def deliver(now: float) -> None:
+        nonlocal seq
+        for block, _, _ in core.accept_labelled(SensorReadings(x[seq : seq + 1], SRC, seq), now):
+            core.apply(block, now)
+        seq += 1
+
+    for i in range(2_900):  # a reading every 10 ms for 29 s
+        now = i / 100.0
+        deliver(now)
+        reason = core.snapshot_due(now)
+        if reason is not None:
+            msg = core.make_snapshot(now, reason)
+            assert msg is not None
+            deliver(now + publish_s / 2)  # arrives before the PUBACK
+            core.snapshot_published(msg, now + publish_s)
+            ev.snapshots.append((now, reason, msg.n_samples))
+    reasons = [reason for _, reason, _ in ev.snapshots]
+    assert reasons.count("max_interval") <= 30.0 / core.policy.max_interval_s + 1, reasons
+    times = [t for t, _, _ in ev.snapshots]
+    assert np.diff([0.0, *times]).max() <= core.policy.max_interval_s + 0.02  # still bounded
+
+
 def test_confirmations_go_at_most_every_interval_with_a_trailing_one() -> None:
     core = leaf(checkpointing=False)
     inputs = stream(2_000, 100.0, batch=10)
@@ -303,6 +337,27 @@ def test_an_aggregator_coalesces_a_burst_and_publishes_a_trailing_merge_covering
     assert (gaps >= core.policy.min_interval_s - 1e-9).all()
     assert published[-1][1] == 1000  # the last arrival of each child is covered
     assert published[-1][0] <= 0.049 + core.policy.max_interval_s + 0.06
+
+
+def test_an_arrival_during_an_aggregator_publish_does_not_make_every_slot_a_publish() -> None:
+    """The aggregator's form of the leaf's rule above: a child's snapshot that arrives
+    between the merge and the PUBACK is unpublished since the merge."""
+    core = aggregator()
+    times = [0.02 * k for k in range(1_000)]  # each child every 20 ms for 20 s
+    arrivals = iter(sorted(snapshots_of("a", times) + snapshots_of("b", times), key=lambda a: a[0]))
+    reasons = []
+    for t, child, msg in arrivals:
+        assert core.receive(child, msg, t) is None
+        reason = core.snapshot_due(t)
+        if reason is None:
+            continue
+        out = core.make_snapshot(t, reason)
+        assert out is not None
+        t2, child2, msg2 = next(arrivals)  # arrives before the PUBACK
+        assert core.receive(child2, msg2, t2) is None
+        core.snapshot_published(out, t2)
+        reasons.append(reason)
+    assert reasons.count("max_interval") <= 20.0 / core.policy.max_interval_s + 1, reasons
 
 
 def test_a_silent_child_is_dropped_when_its_staleness_deadline_comes() -> None:

@@ -205,6 +205,7 @@ class AggregatorCore(NodeCore):
         self.duplicates = 0
         self.tree = MergeTree(self.child_ids)
         self._dirty: set[str] = set()
+        self._merged_at = -math.inf  # when `snapshot_due` last merged
         self._merged_version = 0
         self._checked_version = -1
         self._moved = False
@@ -444,6 +445,7 @@ class AggregatorCore(NodeCore):
         ):
             return None
         merged, _ = self.merge()
+        self._merged_at = now
         if merged is None:
             self.unpublished_since = math.inf
             return None
@@ -483,6 +485,8 @@ class AggregatorCore(NodeCore):
         self._checked_version = self._merged_version
         if not self._dirty:
             self.unpublished_since = math.inf
+        else:  # arrivals since the merge are unpublished since then (see LeafCore)
+            self.unpublished_since = max(self.unpublished_since, self._merged_at)
 
     @property
     def unpublished(self) -> bool:

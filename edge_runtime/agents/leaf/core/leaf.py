@@ -161,8 +161,10 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.privacy: PrivacyParams | None = config.privacy
         self.noise: int | np.random.Generator | None = config.noise_seed
         self.noise_restarts = 0
-        self._candidate_version = -1
+        self._candidate_version: tuple[object, int, int] = (None, -2, -2)
         self._candidate_moved = False
+        self._decided_at = -math.inf  # when `snapshot_due` last let a publish through
+        self._tracked_cache: tuple[tuple[object, ...], Subspace] | None = None
         self._input_version = 0  # bumped whenever the estimator changes
         self._checkpointed_version = self._captured_version = 0
         self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
@@ -211,7 +213,29 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         est = self.estimator
         if est is None or self.snapshot_n() == 0:
             return None
-        return est.tracked_subspace
+        return self._tracked()
+
+    def _tracked(self) -> Subspace:
+        """The estimator's `tracked_subspace`, computed once per input version: the
+        deadband's candidate is what `make_snapshot` publishes right after it."""
+        est = self.estimator
+        assert est is not None
+        key = (est, self._input_version, est.n_samples_seen_, est.n_pending_)
+        cached = self._tracked_cache
+        if cached is None or cached[0] != key:
+            cached = self._tracked_cache = (key, est.tracked_subspace)
+        return cached[1]
+
+    def _deadband_key(self) -> tuple[object, int, int]:
+        """What the deadband's verdict depends on: the estimator and its completed blocks
+        (full or flushed). Rows of a partial block do not re-open the question -- the
+        candidate is evaluated once per block, not per reading (issue 24: one SVD per
+        message was most of a leaf's CPU) -- and reach the parent with the next block, the
+        idle publish or ``max_interval_s``, whichever comes first."""
+        est = self.estimator
+        if est is None:
+            return (None, -1, -1)
+        return (est, est.n_blocks_, est.n_flushed_)
 
     def idle(self, now: float) -> bool:
         """No reading for the policy's ``idle_s`` while something is unpublished."""
@@ -262,15 +286,16 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
                 return None
         if not self.policy.may_publish(now, self.last_publish):
             return None
+        self._decided_at = now
         if self.snapshot is None:
             self._candidate_moved = False
-        elif self._candidate_version != self._input_version:
+        elif self._candidate_version != self._deadband_key():
             candidate = self._candidate()
             previous = None if self.snapshot is None else self.snapshot.subspace
             self._candidate_moved = candidate is not None and self.policy.moved(
                 previous, candidate, self.config.rank
             )
-            self._candidate_version = self._input_version
+            self._candidate_version = self._deadband_key()
         return self._decide(now, moved=self._candidate_moved, first=self._first_due())
 
     def _first_due(self) -> bool:
@@ -292,7 +317,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         privacy = snapshot_privacy(est)
         if privacy != self.privacy:  # unreachable by construction; never publish then
             return None
-        subspace = est.tracked_subspace
+        subspace = self._tracked()
         self.seq += 1
         self.decisions[reason] += 1
         self._snapshot_ingested = self.ingested
@@ -312,12 +337,17 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         """``msg`` (from `make_snapshot`) was handed to the broker at ``now``."""
         self.snapshot = msg
         self.last_publish = now
-        self._candidate_version = self._input_version
+        self._candidate_version = self._deadband_key()
         self._candidate_moved = False
         est = self.estimator
         pending = 0 if est is None or est.privacy is None else est.n_pending_
         if self.snapshot_n() == msg.n_samples and pending == 0:
             self.unpublished_since = math.inf  # (a private leaf's pending rows wait for a flush)
+        else:
+            # Readings that arrived while it was made and handed over are unpublished since
+            # then, not since the change this snapshot published: else, once the stream had
+            # run for ``max_interval_s``, every rate-limit slot published ("max_interval").
+            self.unpublished_since = max(self.unpublished_since, self._decided_at)
         # Without a checkpoint the snapshot is what a restart restores; a private snapshot
         # covers the ingested readings only once no rows are pending (after a flush).
         if not self.checkpointing and (msg.privacy is None or self._snapshot_pending == 0):
