@@ -52,8 +52,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_runtime.fpca.faults_limits import PotLimit
+from edge_runtime.fpca.faults_model import LaggedPCA
 
-__all__ = ["KINDS", "FaultDetector", "FaultVerdict"]
+__all__ = ["FLOORS", "KINDS", "RULES", "FaultDetector", "FaultVerdict"]
 
 #: Fault kinds a verdict may name ("" when there is no alarm).
 KINDS = ("short", "noise", "constant")
@@ -61,7 +62,12 @@ KINDS = ("short", "noise", "constant")
 #: Lowest limit of each rule, whatever the fitted tail says: 3 standardised changes for
 #: SHORT and CONSTANT, 9 (3 squared) for NOISE. A rule whose clean scores are all 0 (no
 #: sensor ever repeats a value) would otherwise fit a limit of 0.
-FLOORS = {"short": 3.0, "noise": 9.0, "constant": 3.0}
+FLOORS = {"short": 3.0, "rail": 3.0, "constant": 3.0, "noise": 9.0}
+
+#: The rules, in the order they are tried (the first that fires names the suspect), and
+#: the kind each reports: RAIL is a CONSTANT fault found by the level model.
+RULES = ("short", "rail", "constant", "noise")
+RULE_KIND = {"short": "short", "rail": "constant", "constant": "constant", "noise": "noise"}
 
 
 @dataclass(frozen=True)
@@ -108,16 +114,19 @@ class FaultDetector:
         Number of sensors ``d >= 2``.
     rank : int, default=8
         Directions of the cross-sensor model of changes, ``0 <= rank < d``.
+    level_rank : int, default=2
+        Directions of the cross-sensor model of levels (the RAIL rule), ``0 <= . < d``.
     log_offset : float or None, default=10.0
         Offset of the log transform (units of the readings); None: no transform.
     halflife : float, default=2787.0
-        Half-life (readings) of the weighted covariance and of the scales; the default is
-        one Motes device-day.
+        Half-life (readings) of the weighted covariances and of the scales; the default
+        is one Motes device-day.
     refresh : int, default=256
-        Readings between model refreshes; the model in use lags ``refresh`` to ``2 *
+        Readings between model refreshes; the models in use lag ``refresh`` to ``2 *
         refresh`` readings behind.
-    risk : float, default=2e-5
-        Per-reading exceedance probability of each limit.
+    risk : float or dict of str to float, default=2e-5
+        Per-reading exceedance probability of each limit; a dict gives it per rule (keys
+        of `RULES`, missing ones 2e-5).
     window : int, default=2048
         Scores kept per limit.
     level : float, default=0.98
@@ -133,10 +142,21 @@ class FaultDetector:
     reanchor : int, default=30
         After this many consecutive SHORT alarms on one sensor its new level is accepted.
     rtol : float, default=1e-6
-        Relative tolerance under which two consecutive values count as equal.
+        Relative tolerance under which two values count as equal.
     zero_rail : bool, default=True
         A sensor reading 0 (or less) for ``min_run`` readings is a CONSTANT fault (stuck
         at the low rail). Set False where 0 is a normal value or unfilled dropouts.
+    mute_after : int, default=100
+        A sensor whose value has repeated this many readings is taken as offline (a dead
+        mote): the CONSTANT and RAIL rules stop scoring it until it changes, so a dead
+        sensor is one event and its alarm does not swallow the next fault's. Longer than
+        any frozen stretch the detector must catch at its start (the benchmark's: 20-80).
+    local_halflife : float or None, default=None
+        If set, the SHORT rule scales ``loo_j`` by a local RMS (this half-life, readings,
+        unflagged readings only) floored at ``local_floor`` times the global one, instead
+        of the global RMS: a change is judged against the sensor's recent activity.
+    local_floor : float, default=0.3
+        See ``local_halflife``.
 
     Raises
     ------
@@ -149,10 +169,11 @@ class FaultDetector:
         n_features: int,
         *,
         rank: int = 8,
+        level_rank: int = 2,
         log_offset: float | None = 10.0,
         halflife: float = 2787.0,
         refresh: int = 256,
-        risk: float = 2e-5,
+        risk: float | dict[str, float] = 2e-5,
         window: int = 2048,
         level: float = 0.98,
         every: int = 64,
@@ -162,65 +183,75 @@ class FaultDetector:
         reanchor: int = 30,
         rtol: float = 1e-6,
         zero_rail: bool = True,
+        mute_after: int = 100,
+        local_halflife: float | None = None,
+        local_floor: float = 0.3,
     ) -> None:
         d = int(n_features)
         if d < 2:
             raise ValueError(f"n_features must be >= 2, got {n_features}")
-        if not 0 <= rank < d:
-            raise ValueError(f"rank must be in [0, {d}), got {rank}")
+        for name, r in (("rank", rank), ("level_rank", level_rank)):
+            if not 0 <= r < d:
+                raise ValueError(f"{name} must be in [0, {d}), got {r}")
         if log_offset is not None and not log_offset > 0:
             raise ValueError(f"log_offset must be > 0 or None, got {log_offset}")
         for name, value in (("halflife", halflife), ("noise_halflife", noise_halflife)):
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
-        if refresh < 1 or min_run < 1 or reanchor < 1:
-            raise ValueError("refresh, min_run and reanchor must be >= 1")
+        if min(refresh, min_run, reanchor, mute_after) < 1:
+            raise ValueError("refresh, min_run, reanchor and mute_after must be >= 1")
+        risks = risk if isinstance(risk, dict) else dict.fromkeys(RULES, risk)
+        if set(risks) - set(RULES):
+            raise ValueError(f"risk keys must be among {RULES}, got {sorted(risks)}")
         self.n_features = d
-        self.rank = int(rank)
         self.log_offset = None if log_offset is None else float(log_offset)
-        self.refresh = int(refresh)
         self.noise_clip = float(noise_clip)
         self.min_run = int(min_run)
         self.reanchor = int(reanchor)
         self.rtol = float(rtol)
         self.zero_rail = bool(zero_rail)
-        self._forget = 0.5 ** (1.0 / halflife)
+        self.mute_after = int(mute_after)
+        self.local_floor = float(local_floor)
+        self._local_a = None if local_halflife is None else 1.0 - 0.5 ** (1.0 / local_halflife)
+        self._a = 1.0 - 0.5 ** (1.0 / halflife)
         self._noise_a = 1.0 - 0.5 ** (1.0 / noise_halflife)
-        self.limits = {k: PotLimit(window, risk, level, every) for k in KINDS}
-        # Model and per-sensor state, all fixed-size.
-        self._cov = np.zeros((d, d))  # weighted second moment of changes
-        self._cov_snapshot = np.zeros((d, d))  # as of the last refresh (the lag)
-        self._basis = np.zeros((d, self.rank))
-        self._inv1mh = np.ones(d)
-        self._scale2 = np.ones(d)  # weighted mean square of loo
+        self.limits = {k: PotLimit(window, float(risks.get(k, 2e-5)), level, every) for k in RULES}
+        forget = 1.0 - self._a
+        self.changes = LaggedPCA(d, rank, forget, refresh, centered=False)
+        self.levels = LaggedPCA(d, level_rank, forget, refresh, centered=True)
+        # Per-sensor state, all of shape (d,).
+        self._scale2 = np.ones(d)  # weighted mean square of the change loo
+        self._local2 = np.ones(d)  # the same over ~local_halflife readings
+        self._lscale2 = np.ones(d)  # weighted mean square of the level loo
         self._ref = np.zeros(d)  # last accepted transformed value
         self._x_prev = np.zeros(d)  # last raw value
+        self._rail = np.zeros(d)  # largest accepted raw value (the saturation rail)
         self._noise = np.zeros(d)  # EWMA of clipped z^2
         self._run = np.zeros(d, dtype=np.int64)  # readings the raw value repeated
+        self._rail_run = np.zeros(d, dtype=np.int64)  # readings at the rail
         self._acc = np.zeros(d)  # predicted change accumulated over the run
         self._streak = np.zeros(d, dtype=np.int64)  # consecutive SHORT alarms
-        self._since_refresh = 0
         self.n_seen = 0
         self.learning = False  # True: push every score, raise no alarm (warm-up)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def from_warmup(cls, X: np.ndarray, **params: object) -> FaultDetector:  # noqa: N803
-        """A detector whose model, scales and limits are learned from clean readings.
+        """A detector whose models, scales and limits are learned from clean readings.
 
         Parameters
         ----------
         X : array-like of shape (n_warmup, n_features)
             Clean readings in time order, finite; ``n_warmup >= 2`` (a few hundred or
-            more for useful limits: each limit needs ``2 * MIN_EXCESSES / (1 - level)``
-            scores, 800 at the defaults, before its first fit).
+            more for useful limits: a limit needs ``2 * MIN_EXCESSES / (1 - level)``
+            scores, 800 at the defaults, before its first fit; until then it is
+            `FLOORS`).
         **params
             Keyword parameters of `FaultDetector`.
 
         Returns
         -------
         FaultDetector
-            Ready for `update`; the warm-up readings are its history (``x_prev``).
+            Ready for `update`; the last warm-up reading is its previous reading.
 
         Raises
         ------
@@ -235,13 +266,16 @@ class FaultDetector:
         det = cls(x.shape[1], **params)  # type: ignore[arg-type]
         v = det._transform(x)
         dv = np.diff(v, axis=0)
-        # Initial model and scales from the whole warm-up (batch), then a replay that
-        # fills the limits with the scores the stream would have produced.
-        det._cov = dv.T @ dv / len(dv)
-        det._cov_snapshot = det._cov.copy()
-        det._activate(det._cov)
-        loo = (dv - (dv @ det._basis) @ det._basis.T) * det._inv1mh
+        # Models and scales from the whole warm-up (batch), then a replay in learning
+        # mode fills the limits with the scores the stream would have produced.
+        det.changes.fit(dv)
+        det.levels.fit(v)
+        loo = np.array([det.changes.loo(row) for row in dv])
         det._scale2 = np.maximum(np.mean(loo * loo, axis=0), 1e-12)
+        det._local2 = det._scale2.copy()
+        lres = np.array([det.levels.loo(row) for row in v])
+        det._lscale2 = np.maximum(np.mean(lres * lres, axis=0), 1e-12)
+        det._rail = x.max(axis=0)
         det._ref = v[0].copy()
         det._x_prev = x[0].copy()
         det.learning = True
@@ -252,22 +286,14 @@ class FaultDetector:
             lim.refit()
         return det
 
-    # ------------------------------------------------------------------ internals
     def _transform(self, x: np.ndarray) -> np.ndarray:
         if self.log_offset is None:
             return np.asarray(x, dtype=np.float64)
         return np.log(np.maximum(x, 0.0) + self.log_offset)
 
-    def _activate(self, cov: np.ndarray) -> None:
-        """Make the leading eigenvectors of ``cov`` the basis in use."""
-        if self.rank == 0:
-            return
-        _, vecs = np.linalg.eigh(cov)
-        self._basis = np.ascontiguousarray(vecs[:, ::-1][:, : self.rank])
-        h = np.einsum("ij,ij->i", self._basis, self._basis)
-        self._inv1mh = 1.0 / np.maximum(1.0 - h, 1e-3)
+    def _limit(self, rule: str) -> float:
+        return max(self.limits[rule].limit, FLOORS[rule])
 
-    # ------------------------------------------------------------------ streaming
     def update(self, x: np.ndarray, t: float) -> tuple[bool, int]:
         """Score one reading; ``(alarm, suspected sensor index or -1)``.
 
@@ -293,75 +319,71 @@ class FaultDetector:
     def verdict(self, x: np.ndarray, t: float) -> FaultVerdict:
         """Score one reading and update the state; the full `FaultVerdict`.
 
-        Parameters and errors as `update`. Unflagged readings update the model, the
-        scales and the limits; a flagged one updates none of them.
+        Parameters and errors as `update`. The sensors no rule flags update the models,
+        the scales and the limits; flagged ones update none of them (the models take the
+        value the other sensors predict for them instead).
         """
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         if x.shape[0] != self.n_features:
             raise ValueError(f"x must have shape ({self.n_features},), got {x.shape}")
         v = self._transform(x)
         dv = v - self._ref
-        basis = self._basis
-        pred_model = basis @ (basis.T @ dv) if self.rank else np.zeros_like(dv)
-        loo = (dv - pred_model) * self._inv1mh
+        loo = self.changes.loo(dv)
+        short_den = (
+            self._scale2
+            if self._local_a is None
+            else np.maximum(self._local2, self.local_floor**2 * self._scale2)
+        )
+        zs2 = loo * loo / short_den
+        j = int(np.argmax(zs2))
+        if not self.learning and zs2[j] > self._limit("short") ** 2:
+            # A spike on j leaks into the others' residuals through the projection.
+            loo = self.changes.loo(dv, exclude=j)
+            zs2 = loo * loo / short_den
         z2 = loo * loo / self._scale2
-        j = int(np.argmax(z2))
-        if self.rank and not self.learning and z2[j] > max(self.limits["short"].limit, 9.0):
-            # A spike on j leaks into the others' residuals through the projection: refit
-            # the model's scores without j (rank-one downdate of V^T V = I) and take the
-            # others' residuals and j's prediction from that fit.
-            u = basis[j]
-            t_mj = basis.T @ dv - u * dv[j]
-            t_mj += u * (float(u @ t_mj) / (1.0 - float(u @ u) + 1e-12))
-            fit = basis @ t_mj
-            loo_j = dv[j] - fit[j]
-            loo = (dv - fit) * self._inv1mh
-            loo[j] = loo_j
-            z2 = loo * loo / self._scale2
-        # Per-sensor scores of each rule, shape (d,).
         self._noise += self._noise_a * (np.minimum(z2, self.noise_clip**2) - self._noise)
         # CONSTANT: the change the others predict for j is dv_j - loo_j.
-        same = np.abs(x - self._x_prev) <= self.rtol * np.maximum(np.abs(x), 1.0)
-        self._run = np.where(same, self._run + 1, 0)
-        self._acc = np.where(same, self._acc + (dv - loo), 0.0)
-        long_run = self._run >= self.min_run
-        cscore = np.where(long_run, np.abs(self._acc) / np.sqrt(self._scale2), 0.0)
+        tol = self.rtol * np.maximum(np.abs(x), 1.0)
+        self._run = np.where(np.abs(x - self._x_prev) <= tol, self._run + 1, 0)
+        self._acc = np.where(self._run > 0, self._acc + (dv - loo), 0.0)
+        live = self._run < self.mute_after
+        cscore = np.where(live & (self._run >= self.min_run), np.abs(self._acc), 0.0)
+        cscore /= np.sqrt(self._scale2)
         if self.zero_rail:
-            cscore = np.where(long_run & (x <= 0.0), np.inf, cscore)
-        per = {"short": np.sqrt(z2), "constant": cscore, "noise": self._noise}
-        limits = {k: max(self.limits[k].limit, FLOORS[k]) for k in KINDS}
+            cscore = np.where(live & (self._run >= self.min_run) & (x <= 0.0), np.inf, cscore)
+        # RAIL: at the largest value seen while the others say the level is lower.
+        self._rail_run = np.where(x >= self._rail - tol, self._rail_run + 1, 0)
+        lres = self.levels.loo(v)
+        rscore = np.where(live & (self._rail_run >= 2), lres / np.sqrt(self._lscale2), 0.0)
+        per = {"short": np.sqrt(zs2), "rail": rscore, "constant": cscore, "noise": self._noise}
+        limits = {k: self._limit(k) for k in RULES}
         flagged = np.zeros(self.n_features, dtype=bool)
-        kind, sensor = "", -1
+        rule, sensor = "", -1
         if not self.learning:
-            for k in ("short", "constant", "noise"):
+            for k in RULES:
                 over = per[k] > limits[k]
                 if over.any():
                     flagged |= over
                     if sensor < 0:
-                        kind, sensor = k, int(np.argmax(per[k]))
-        alarm = sensor >= 0
+                        rule, sensor = k, int(np.argmax(per[k]))
         short_over = flagged & (per["short"] > limits["short"])
-        self._learn(v, dv, loo, per, flagged, short_over)
-        self._x_prev = x
+        self._learn(x, v, dv, loo, lres, per, flagged, short_over)
         self.n_seen += 1
-        self._since_refresh += 1
-        if self._since_refresh >= self.refresh:
-            self._since_refresh = 0
-            self._activate(self._cov_snapshot)
-            self._cov_snapshot = self._cov.copy()
-        if alarm:
-            score, limit = float(per[kind][sensor]), limits[kind]
+        if sensor >= 0:
+            kind, score, limit = RULE_KIND[rule], float(per[rule][sensor]), limits[rule]
         else:
-            ratio = {k: float(per[k].max()) / limits[k] for k in KINDS}
-            kind_near = max(ratio, key=ratio.__getitem__)
-            score, limit = float(per[kind_near].max()), limits[kind_near]
-        return FaultVerdict(float(t), alarm, sensor, kind, score, limit, z2)
+            ratio = {k: float(per[k].max()) / limits[k] for k in RULES}
+            near = max(ratio, key=ratio.__getitem__)
+            kind, score, limit = "", float(per[near].max()), limits[near]
+        return FaultVerdict(float(t), sensor >= 0, sensor, kind, score, limit, z2)
 
     def _learn(
         self,
+        x: np.ndarray,
         v: np.ndarray,
         dv: np.ndarray,
         loo: np.ndarray,
+        lres: np.ndarray,
         per: dict[str, np.ndarray],
         flagged: np.ndarray,
         short_over: np.ndarray,
@@ -369,23 +391,31 @@ class FaultDetector:
         """Learn from the unflagged sensors of this reading; flagged ones are imputed."""
         ok = ~flagged
         pred = dv - loo  # the change the other sensors predict
-        dv_ok = np.where(ok, dv, pred)
-        f = self._forget
-        self._cov *= f
-        self._cov += (1.0 - f) * np.outer(dv_ok, dv_ok)
-        self._scale2 = np.where(
-            ok, self._scale2 + (1.0 - f) * (loo * loo - self._scale2), self._scale2
+        self.changes.learn(np.where(ok, dv, pred))
+        self.levels.learn(np.where(ok, v, v - lres))
+        self.changes.tick()
+        self.levels.tick()
+        a = self._a
+        self._scale2 = np.where(ok, self._scale2 + a * (loo * loo - self._scale2), self._scale2)
+        self._lscale2 = np.where(
+            ok, self._lscale2 + a * (lres * lres - self._lscale2), self._lscale2
         )
         np.maximum(self._scale2, 1e-12, out=self._scale2)
+        np.maximum(self._lscale2, 1e-12, out=self._lscale2)
+        if self._local_a is not None:
+            b = self._local_a
+            self._local2 = np.where(ok, self._local2 + b * (loo * loo - self._local2), self._local2)
         if ok.any():
-            for k in KINDS:
+            for k in RULES:
                 self.limits[k].push(float(per[k][ok].max()))
+        self._rail = np.where(ok, np.maximum(self._rail, x), self._rail)
         # Short-flagged sensors keep a reference where the others say they should be,
         # until `reanchor` consecutive alarms accept the new level.
         self._streak = np.where(flagged, self._streak + 1, 0)
         keep = short_over & (self._streak < self.reanchor)
         self._ref = np.where(keep, self._ref + pred, v)
         self._streak[self._streak >= self.reanchor] = 0
+        self._x_prev = x
 
     def run(self, X: np.ndarray, t: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803
         """`update` over the rows of ``X`` in order.
@@ -414,4 +444,9 @@ class FaultDetector:
     def nbytes(self) -> int:
         """Bytes of array state: fixed, independent of the number of readings."""
         arrays = [v for v in vars(self).values() if isinstance(v, np.ndarray)]
-        return int(sum(a.nbytes for a in arrays) + sum(L.nbytes for L in self.limits.values()))
+        return int(
+            sum(a.nbytes for a in arrays)
+            + sum(lim.nbytes for lim in self.limits.values())
+            + self.changes.nbytes
+            + self.levels.nbytes
+        )
