@@ -1,12 +1,22 @@
-"""Asyncio agents over MQTT: leaves run FPCA-Edge, aggregators merge their children."""
+"""Asyncio agents over MQTT: leaves run FPCA-Edge, aggregators merge their children.
 
-from typing import Any
+`LeafAgent` and `AggregatorAgent` are imported on first use (PEP 562), and `create_agent`
+imports only the role it creates: a leaf does not load the aggregator's modules, nor an
+FPCA node FedPower's (issue 24: a leaf's import time and RSS).
+"""
 
-from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from edge_runtime.agents.common.shell.agent import Agent, AgentState, AgentStats
-from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
-from edge_runtime.topology import Topology
+
+if TYPE_CHECKING:
+    from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+    from edge_runtime.agents.leaf.shell.agent import LeafAgent
+    from edge_runtime.topology import Topology
 
 __all__ = [
     "Agent",
@@ -56,5 +66,30 @@ def create_agent(
             return FedPowerRootAgent(topology, node_id, settings)
         return FedPowerAggregatorAgent(topology, node_id, settings)
     if topology.is_leaf(node_id):
+        from edge_runtime.agents.leaf.shell.agent import LeafAgent
+
         return LeafAgent(topology, node_id, settings, n_features=n_features, **leaf_options)
+    from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+
     return AggregatorAgent(topology, node_id, settings)
+
+
+_MODULE_OF = {
+    "AggregatorAgent": "edge_runtime.agents.aggregator.shell.agent",
+    "LeafAgent": "edge_runtime.agents.leaf.shell.agent",
+}
+"""The module of each name imported on first use (by `__getattr__`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``edge_runtime.agents.NAME``, imported from its module on first use."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

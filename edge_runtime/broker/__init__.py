@@ -24,48 +24,54 @@ Exceptions::
      └── BrokerError      no broker binary, bad URL, broker failed to start or stop
           └── DynsecError the dynamic security plugin refused or did not answer a command
 
-Stdlib only, besides aiomqtt in `dynsec`.
+Stdlib only, besides aiomqtt in `dynsec`. The names below are imported from their module
+on first use (PEP 562): an agent, which only parses a URL, does not load the rest
+(issue 24: a leaf's import time and RSS).
 """
 
 from __future__ import annotations
 
-from edge_runtime.broker.config import (
-    DERIVED_CONFIG_DROPPED_KEYS,
-    DYNSEC_DROPPED_KEYS,
-    LOCAL_HOST,
-    derive_config,
-    dynsec_admin_config,
-)
-from edge_runtime.broker.dynsec import (
-    CONTROL_TOPIC,
-    DEFAULT_DYNSEC_TIMEOUT_S,
-    DYNSEC_PLUGIN_NOT_FOUND,
-    RESPONSE_TOPIC,
-    Acl,
-    DynsecClient,
-    DynsecError,
-    find_dynsec_plugin,
-)
-from edge_runtime.broker.mosquitto import (
-    DEFAULT_START_TIMEOUT_S,
-    DEFAULT_STOP_TIMEOUT_S,
-    DYNSEC_ADMIN_USER,
-    FREE_PORT_ATTEMPTS,
-    MOSQUITTO_FALLBACK_PATHS,
-    MOSQUITTO_NOT_FOUND,
-    PORT_RETRIES,
-    START_POLL_INTERVAL_S,
-    LocalMosquitto,
-    find_mosquitto,
-    free_port,
-)
-from edge_runtime.broker.url import (
-    MQTT_PORT,
-    MQTTS_PORT,
-    BrokerAddress,
-    BrokerError,
-    parse_broker_url,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_runtime.broker.config import (
+        DERIVED_CONFIG_DROPPED_KEYS,
+        DYNSEC_DROPPED_KEYS,
+        LOCAL_HOST,
+        derive_config,
+        dynsec_admin_config,
+    )
+    from edge_runtime.broker.dynsec import (
+        CONTROL_TOPIC,
+        DEFAULT_DYNSEC_TIMEOUT_S,
+        DYNSEC_PLUGIN_NOT_FOUND,
+        RESPONSE_TOPIC,
+        Acl,
+        DynsecClient,
+        DynsecError,
+        find_dynsec_plugin,
+    )
+    from edge_runtime.broker.mosquitto import (
+        DEFAULT_START_TIMEOUT_S,
+        DEFAULT_STOP_TIMEOUT_S,
+        DYNSEC_ADMIN_USER,
+        FREE_PORT_ATTEMPTS,
+        MOSQUITTO_FALLBACK_PATHS,
+        MOSQUITTO_NOT_FOUND,
+        PORT_RETRIES,
+        START_POLL_INTERVAL_S,
+        LocalMosquitto,
+        find_mosquitto,
+        free_port,
+    )
+    from edge_runtime.broker.url import (
+        MQTT_PORT,
+        MQTTS_PORT,
+        BrokerAddress,
+        BrokerError,
+        parse_broker_url,
+    )
 
 __all__ = [
     "CONTROL_TOPIC",
@@ -98,3 +104,56 @@ __all__ = [
     "free_port",
     "parse_broker_url",
 ]
+
+_MODULE_OF = {
+    name: f"edge_runtime.broker.{module}"
+    for module, names in {
+        "config": (
+            "DERIVED_CONFIG_DROPPED_KEYS",
+            "DYNSEC_DROPPED_KEYS",
+            "LOCAL_HOST",
+            "derive_config",
+            "dynsec_admin_config",
+        ),
+        "dynsec": (
+            "CONTROL_TOPIC",
+            "DEFAULT_DYNSEC_TIMEOUT_S",
+            "DYNSEC_PLUGIN_NOT_FOUND",
+            "RESPONSE_TOPIC",
+            "Acl",
+            "DynsecClient",
+            "DynsecError",
+            "find_dynsec_plugin",
+        ),
+        "mosquitto": (
+            "DEFAULT_START_TIMEOUT_S",
+            "DEFAULT_STOP_TIMEOUT_S",
+            "DYNSEC_ADMIN_USER",
+            "FREE_PORT_ATTEMPTS",
+            "MOSQUITTO_FALLBACK_PATHS",
+            "MOSQUITTO_NOT_FOUND",
+            "PORT_RETRIES",
+            "START_POLL_INTERVAL_S",
+            "LocalMosquitto",
+            "find_mosquitto",
+            "free_port",
+        ),
+        "url": ("MQTT_PORT", "MQTTS_PORT", "BrokerAddress", "BrokerError", "parse_broker_url"),
+    }.items()
+    for name in names
+}
+"""The module of each public name (imported on first use by `__getattr__`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``edge_runtime.broker.NAME``, imported from its module on first use."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

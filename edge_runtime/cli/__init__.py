@@ -24,7 +24,10 @@ small board) is exit status 130 too. The rest, top to bottom:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from edge_runtime.errors import EdgeRuntimeError
@@ -99,9 +102,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         From argparse: status 0 after ``--help`` / ``--version``, 2 on a usage error.
     """
     try:  # the runtime loads here, so that Ctrl-C while it loads is no traceback either
-        from edge_runtime.cli.dispatch import dispatch
+        blas_pinned = "numpy" not in sys.modules
+        with _one_blas_thread_at_load(blas_pinned):
+            from edge_runtime.cli.dispatch import dispatch
 
-        args = build_parser().parse_args(argv)
-        return dispatch(args)
+            args = build_parser().parse_args(argv)
+        return dispatch(args, blas_pinned=blas_pinned)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+_BLAS_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+)
+"""The environment variables that BLAS libraries (and OpenMP) read once, when loaded."""
+
+
+@contextmanager
+def _one_blas_thread_at_load(pin: bool) -> Iterator[None]:
+    """With ``pin``: the BLAS library numpy loads inside starts with one thread (the
+    variables of `_BLAS_THREAD_VARIABLES` are 1 while it loads, then restored, so child
+    processes do not inherit them). That is what `edge_runtime.cli.dispatch.dispatch` would
+    otherwise set with ``threadpoolctl`` (one BLAS thread for small matrices); a library
+    loaded so starts no idle worker threads and a command need not import ``threadpoolctl``
+    and ``ctypes`` (issue 24: a leaf's import time and RSS). Without ``pin`` (numpy was
+    loaded before `main`): nothing."""
+    if not pin:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in _BLAS_THREAD_VARIABLES}
+    os.environ.update(dict.fromkeys(_BLAS_THREAD_VARIABLES, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

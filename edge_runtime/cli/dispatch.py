@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import ssl
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiomqtt
-from threadpoolctl import threadpool_limits
 
-from edge_runtime.acl import AclError
-from edge_runtime.broker import BrokerError
+from edge_runtime.broker.url import BrokerError
 from edge_runtime.cli import EXIT_FAILED, EXIT_USAGE, CliError
 from edge_runtime.cli.inputs import login_refused, login_refused_line
-from edge_runtime.datasets import DatasetError
 from edge_runtime.logs import configure_logging
 from edge_runtime.topology import TopologyError
 
@@ -67,7 +66,7 @@ DEFAULT_LOG_LEVEL = dict.fromkeys(COMMANDS, "warning") | {"agent": "info"}
 """The log level of each command without ``--log-level``."""
 
 
-def dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace, *, blas_pinned: bool = False) -> int:
     """Run the command ``args.command`` with its arguments; returns its exit status.
 
     Sets ``args.log_level`` to the command's default (`DEFAULT_LOG_LEVEL`) when not
@@ -79,6 +78,9 @@ def dispatch(args: argparse.Namespace) -> int:
     ----------
     args : argparse.Namespace
         As `edge_runtime.cli.parser.build_parser` parses them.
+    blas_pinned : bool, default False
+        True when numpy's BLAS was loaded with one thread (`edge_runtime.cli.main` does
+        that): then ``threadpoolctl`` is not needed, nor imported.
 
     Returns
     -------
@@ -96,7 +98,7 @@ def dispatch(args: argparse.Namespace) -> int:
     try:
         configure_logging(args.log_level)
         # Small matrices: one BLAS thread is faster and leaves the other core to the loop.
-        with threadpool_limits(limits=1):
+        with contextlib.nullcontext() if blas_pinned else _one_blas_thread():
             return asyncio.run(COMMANDS[args.command](args))
     except Exception as raised:
         translated = failure(raised, getattr(args, "broker", None), args)
@@ -105,6 +107,15 @@ def dispatch(args: argparse.Namespace) -> int:
         message, code = translated
     print(f"edge-runtime: error: {message}", file=sys.stderr)
     return code
+
+
+def _one_blas_thread() -> Any:
+    """``threadpoolctl.threadpool_limits(limits=1)``, imported here: `edge_runtime.cli.main`
+    loads numpy with one BLAS thread instead, and a leaf need not load ``threadpoolctl`` and
+    ``ctypes`` (issue 24)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
 
 
 def failure(
@@ -129,7 +140,9 @@ def failure(
     exc = _innermost(raised)
     if isinstance(exc, CliError):
         return str(exc), exc.code
-    if isinstance(exc, TopologyError | DatasetError | BrokerError | AclError | ValueError):
+    # AclError, BridgeError and DatasetError are ValueErrors (edge_runtime.errors): not
+    # imported here, as an agent loads neither edge_runtime.acl nor the datasets (issue 24)
+    if isinstance(exc, TopologyError | BrokerError | ValueError):
         return str(exc), EXIT_USAGE
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {exc}", EXIT_USAGE

@@ -14,9 +14,7 @@ import numpy as np
 
 from edge_runtime.broker import parse_broker_url
 from edge_runtime.cli import CliError
-from edge_runtime.datasets import load_dataset
 from edge_runtime.homeassistant import discovery_messages
-from edge_runtime.monitor import login_refused
 from edge_runtime.settings import (
     ENV_PASSWORD,
     ENV_PASSWORD_FILE,
@@ -57,6 +55,8 @@ def load_data(topology: Topology, path: Path | None) -> np.ndarray:
     DatasetError
         If the file or dataset is missing or malformed (`main` prints it in one line).
     """
+    from edge_runtime.datasets import load_dataset  # here: ``agent`` needs no data (issue 24)
+
     if path is not None:
         return load_dataset(path)
     source = topology.dataset_path() or topology.dataset
@@ -159,6 +159,21 @@ def discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
     except ValueError as exc:
         raise CliError(f"--discovery-prefix: {exc}") from None
     return str(args.discovery_prefix)
+
+
+def login_refused(error: BaseException | str | None) -> bool:
+    """Whether a connection error is the broker refusing the login
+    (`edge_runtime.monitor.login_refused`, imported when called: ``edge-runtime agent`` does
+    not load the monitor, issue 24).
+
+    Parameters
+    ----------
+    error : BaseException, str or None
+        An ``aiomqtt`` error, or its text (an agent keeps only ``str(error)``).
+    """
+    from edge_runtime.monitor import login_refused as refused
+
+    return refused(error)
 
 
 def login_refused_line(url: str, args: argparse.Namespace, error: BaseException | str) -> str:

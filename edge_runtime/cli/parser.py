@@ -16,12 +16,17 @@ from edge_runtime import __version__
 from edge_runtime.cli import EXIT_USAGE
 from edge_runtime.cli.argtypes import broker_url, port, positive_float, positive_int
 from edge_runtime.homeassistant import DEFAULT_DISCOVERY_PREFIX
-from edge_runtime.monitor import STALE_AFTER_S
-from edge_runtime.replay import DEFAULT_BATCH_SIZE
 from edge_runtime.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
 from edge_runtime.topology import DEFAULT_PREFIX
 
 __all__ = ["build_parser"]
+
+# Copies, not imports, so that ``edge-runtime agent`` does not load the replay and the monitor
+# to build its parser (issue 24); tests/test_pi_budget.py pins them to the originals.
+DEFAULT_BATCH_SIZE = 64
+"""`edge_runtime.replay.DEFAULT_BATCH_SIZE`: ``replay --batch-size``."""
+STALE_AFTER_S = 75.0
+"""`edge_runtime.monitor.STALE_AFTER_S`: ``watch`` / ``dashboard --stale-after``."""
 
 
 class _Parser(argparse.ArgumentParser):

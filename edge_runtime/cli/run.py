@@ -16,9 +16,7 @@ import aiomqtt
 
 from edge_runtime.agents import create_agent
 from edge_runtime.agents.common.shell.discovery import remove_discovery
-from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
-from edge_runtime.cli.deploy import read_deployed
 from edge_runtime.cli.inputs import (
     broker_settings,
     discovery_prefix,
@@ -27,8 +25,6 @@ from edge_runtime.cli.inputs import (
     login_refused_line,
     warn_narrow_data,
 )
-from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
-from edge_runtime.monitor import wait_online
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import load_topology
@@ -55,7 +51,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
     """
     # Imported here, not at the top: ``edge-runtime agent`` (a leaf on a Pi) does not need
     # them (issue 24: a leaf's import time and RSS).
+    from edge_runtime.broker.mosquitto import LocalMosquitto
     from edge_runtime.cli.output import ProgressLine, print_summary
+    from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed
     from edge_runtime.plots import (
         PlotError,
         RunRecorder,
@@ -155,6 +153,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     if args.topology is not None:
         topology = load_topology(args.topology)
     else:  # the topology deployed on the broker (edge-runtime deploy)
+        from edge_runtime.cli.deploy import read_deployed  # here: the other command's module
+
         check_node_id(args.node)
         topology, version = await read_deployed(
             settings, args.prefix, args.node, args.startup_timeout
@@ -226,7 +226,9 @@ async def cmd_replay(args: argparse.Namespace) -> int:
         If the replay's options are invalid (exit 2), or leaves are not online within
         ``--wait-online`` seconds or readings remain unconfirmed (exit 1).
     """
-    from edge_runtime.replay import Replayer  # here: ``edge-runtime agent`` does not need it
+    # here: ``edge-runtime agent`` does not need them
+    from edge_runtime.monitor import wait_online
+    from edge_runtime.replay import Replayer
 
     topology = load_topology(args.topology)
     data = load_data(topology, args.data)

@@ -16,21 +16,31 @@ optionally decaying ``p``). The server loop with partial participation (Algorith
 `FedPowerServer`, time passed in; `run_fedpower` drives it in one process. Differential
 privacy: Gaussian noise on every local product, accounted with Renyi DP
 (`edge_runtime.fedpower.accounting`).
+
+The names below are imported on first use (PEP 562): a leaf of an FPCA topology, which reads
+only `MECHANISM` (through `edge_runtime.topology`), does not load the server, the
+simulation or the schedule (issue 24: a leaf's import time and RSS).
 """
 
-from edge_runtime.fedpower.accounting import (
-    MECHANISM,
-    FedPowerBudget,
-    fedpower_noise_std,
-    power_step_sensitivity,
-    rdp_epsilon,
-)
-from edge_runtime.fedpower.aggregation import aggregate, procrustes_rotation
-from edge_runtime.fedpower.local_gram import LocalGram
-from edge_runtime.fedpower.power import local_iterations, orthonormalise
-from edge_runtime.fedpower.schedule import Schedule
-from edge_runtime.fedpower.server import FedPowerServer, RoundRecord, RoundStart
-from edge_runtime.fedpower.simulation import FedPowerResult, run_fedpower
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_runtime.fedpower.accounting import (
+        MECHANISM,
+        FedPowerBudget,
+        fedpower_noise_std,
+        power_step_sensitivity,
+        rdp_epsilon,
+    )
+    from edge_runtime.fedpower.aggregation import aggregate, procrustes_rotation
+    from edge_runtime.fedpower.local_gram import LocalGram
+    from edge_runtime.fedpower.power import local_iterations, orthonormalise
+    from edge_runtime.fedpower.schedule import Schedule
+    from edge_runtime.fedpower.server import FedPowerServer, RoundRecord, RoundStart
+    from edge_runtime.fedpower.simulation import FedPowerResult, run_fedpower
 
 __all__ = [
     "MECHANISM",
@@ -50,3 +60,38 @@ __all__ = [
     "rdp_epsilon",
     "run_fedpower",
 ]
+
+_MODULE_OF = {
+    name: f"edge_runtime.fedpower.{module}"
+    for module, names in {
+        "accounting": (
+            "MECHANISM",
+            "FedPowerBudget",
+            "fedpower_noise_std",
+            "power_step_sensitivity",
+            "rdp_epsilon",
+        ),
+        "aggregation": ("aggregate", "procrustes_rotation"),
+        "local_gram": ("LocalGram",),
+        "power": ("local_iterations", "orthonormalise"),
+        "schedule": ("Schedule",),
+        "server": ("FedPowerServer", "RoundRecord", "RoundStart"),
+        "simulation": ("FedPowerResult", "run_fedpower"),
+    }.items()
+    for name in names
+}
+"""The module of each public name (imported on first use by `__getattr__`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``edge_runtime.fedpower.NAME``, imported from its module on first use."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass, replace
 
 from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
-from edge_runtime.fedpower.schedule import Schedule
 from edge_runtime.fpca.privacy import MECHANISMS
 from edge_runtime.topology.checks import TopologyError, check_kind, is_number, toml_repr, toml_type
 from edge_runtime.topology.node import NodeConfig
@@ -141,6 +140,9 @@ class FedPowerConfig:
         covers), or None when the schedule is open-ended (``rounds = 0``)."""
         if self.rounds == 0:
             return None
+        # here: an FPCA topology (no FedPower section) does not load the schedule (issue 24)
+        from edge_runtime.fedpower.schedule import Schedule
+
         decay = None if self.decay == "none" else self.decay
         schedule = Schedule(self.local_steps, decay=decay)
         return sum(schedule.local_steps(k) for k in range(1, self.rounds + 1))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_runtime.datasets.split import SPLITS
-
 __all__ = [
     "ADMIT_KEYS",
     "ALGORITHMS",
@@ -35,6 +33,11 @@ __all__ = [
     "STALE_POLICIES",
     "TOP_LEVEL_KEYS",
 ]
+
+SPLITS: tuple[str, ...] = ("contiguous", "round-robin")
+"""The values of ``[data] split``: `edge_runtime.datasets.split.SPLITS`, copied so that an
+agent, which needs no data, does not load `edge_runtime.datasets` (issue 24; a test pins the
+copy)."""
 
 DEFAULT_PREFIX = "fpca"
 """Topic prefix when the file sets none."""

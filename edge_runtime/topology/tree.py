@@ -16,9 +16,6 @@ from types import MappingProxyType
 
 import numpy as np
 
-from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
-from edge_runtime.datasets import split as data_split
-from edge_runtime.datasets.split import SPLITS
 from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.topology import topics
 from edge_runtime.topology.checks import (
@@ -38,6 +35,7 @@ from edge_runtime.topology.keys import (
     BUILTIN_DEFAULTS,
     PRIVACY_KEYS,
     SENSOR_KEYS,
+    SPLITS,
 )
 from edge_runtime.topology.node import NodeConfig
 from edge_runtime.topology.parents import check_tree, root_paths
@@ -517,6 +515,8 @@ class Topology:
                 "aggregators admit their children at run time)"
             )
         shares = [self.nodes[leaf].share for leaf in leaves]
+        from edge_runtime.datasets import split as data_split  # here: an agent needs no data
+
         return dict(zip(leaves, data_split.split_rows(n_rows, shares, self.split), strict=True))
 
     def dataset_path(self) -> Path | None:
@@ -530,6 +530,9 @@ class Topology:
         """
         if self.dataset is None:
             return None
+        # here: an agent needs no data (issue 24: a leaf's import time and RSS)
+        from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
+
         if self.dataset in BUILTIN_DATASETS:
             return builtin_dataset_path(self.dataset)
         path = Path(self.dataset).expanduser()
