@@ -393,6 +393,21 @@ def detail_table(results: list[DetectorResult]) -> str:
     return table(header, rows, align="l" + "r" * (len(header) - 1))
 
 
+def _remarks(ds: Dataset, results: list[DetectorResult]) -> list[str]:
+    """Lines (each followed by a blank) on silent detectors and fast sensors."""
+    out = []
+    for r in results:
+        if r.clean_events == 0 and r.true_events + r.false_events + r.neutral_events == 0:
+            out += [f"{r.name} raised no alarm at all: its NAB is the null detector's.", ""]
+    if DAY_S / ds.epoch > 100_000:
+        out += [
+            f"At {1 / ds.epoch:g} readings per second a device-day is "
+            f"{DAY_S / ds.epoch:,.0f} readings: compare clean events per 1000 readings.",
+            "",
+        ]
+    return out
+
+
 def done_when(results: list[DetectorResult]) -> list[Check]:
     """Issue 25's Done-when items for the issue-25 detector (or, if absent, for each row
     marked n/a)."""
@@ -454,6 +469,24 @@ def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str)
         "seeds' raw scores before normalising (null detector 0, perfect 100). No point "
         "adjustment.",
     ]
+    parts += [
+        "",
+        "Choices (issue 25 is silent on them): fault sizes are in each sensor's robust "
+        "sigma of its *non-zero* first differences over the warm-up (1.4826 x median "
+        "|diff|; held readings give zero differences, and with them the MAD is 0 for most "
+        f"motes); spikes {cfg.short_size[0]:g}-{cfg.short_size[1]:g} sigma, noise "
+        f"{cfg.noise_factor[0]:g}-{cfg.noise_factor[1]:g} local sigmas for "
+        f"{cfg.noise_length[0]}-{cfg.noise_length[1]} readings, CONSTANT (the column's "
+        f"largest clean value as the rail, 0, or the last value) for "
+        f"{cfg.stuck_length[0]}-{cfg.stuck_length[1]} readings, drift to "
+        f"{cfg.drift_size[0]:g}-{cfg.drift_size[1]:g} sigma over {cfg.drift_length}. Every "
+        f"CONSTANT reading counts only where the truth is more than {cfg.frozen_noise:g} "
+        "sigma from the constant; a fault with no such reading is left out (nothing to "
+        "detect). A detection is an alarm event *starting* between the fault's first row "
+        "and its onset plus the window, so a detector alarming all the time detects "
+        f"nothing new; events starting up to {TAIL} readings after a fault still count as "
+        "true.",
+    ]
     if note:
         parts += ["", note]
     for ds, results, seeds in sections:
@@ -475,6 +508,7 @@ def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str)
             "",
             detail_table(results),
             "",
+            *_remarks(ds, results),
             f"Done-when (issue 25), {ds.name}:",
             "",
             checks_table(done_when(results)),
