@@ -13,6 +13,7 @@ from edge_runtime.agents.common.core.policy import (
     EchoTracker,
     PublishPolicy,
     StatusPolicy,
+    _largest_angle_orthonormal,
     largest_angle,
     subspace_change,
 )
@@ -159,6 +160,21 @@ def test_the_spectrum_is_compared_per_sample_so_growth_alone_does_not_move_it() 
 
 def test_largest_angle_is_the_rotation_between_the_spans() -> None:
     assert largest_angle(subspace(0.3).basis, subspace().basis) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_deadbands_angle_is_the_largest_principal_angle(seed: int) -> None:
+    """The deadband's one-SVD form for orthonormal bases against the general one, from
+    identical spans (0) through small rotations to unrelated spans."""
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(2, 60))
+    k = int(rng.integers(1, d + 1))
+    a = np.linalg.qr(rng.normal(size=(d, k)))[0]
+    scale = [0.0, 1e-6, 1e-3, 0.05, 1.0, 100.0][seed % 6]
+    b = np.linalg.qr(a + scale * rng.normal(size=(d, k)))[0]
+    fast = _largest_angle_orthonormal(a, b)
+    assert fast == pytest.approx(largest_angle(a, b), abs=1e-9)
+    assert 0.0 <= fast <= math.pi / 2
 
 
 @pytest.mark.parametrize(
