@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.anomaly.event_bench import Dataset, evaluate, nab_stream, render
+from benchmarks.anomaly.event_bench import (
+    DAPHNET,
+    DAPHNET_EPOCH,
+    Dataset,
+    evaluate,
+    load_matrix,
+    nab_stream,
+    render,
+)
 from benchmarks.anomaly.events import (
     DELAY_WINDOW,
     AlarmEvent,
@@ -175,3 +183,17 @@ def test_runner_end_to_end_small() -> None:
         w[1] >= f.onset
         for w, f in zip(stream.windows, [f for f in inj.faults if f.onset is not None], strict=True)
     )
+
+
+def test_second_dataset_loads(tmp_path) -> None:
+    ds = load_matrix(DAPHNET, DAPHNET_EPOCH)
+    assert ds.data.shape == (7040, 9)
+    assert ds.warmup == 7040 // 3
+    assert np.isfinite(ds.data).all()
+    # Any matrix: whitespace text without a header, or .npy.
+    np.savetxt(tmp_path / "m.txt", synthetic(30, 3))
+    np.save(tmp_path / "m.npy", synthetic(30, 3))
+    for name in ("m.txt", "m.npy"):
+        got = load_matrix(tmp_path / name, 60.0, warmup=10)
+        np.testing.assert_allclose(got.data, synthetic(30, 3))
+        assert got.warmup == 10 and got.epoch == 60.0

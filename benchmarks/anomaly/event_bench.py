@@ -37,8 +37,10 @@ import importlib
 import io
 import lzma
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -545,6 +547,18 @@ def plot(sections: list[tuple[Dataset, list[DetectorResult], int]], path: Path) 
     return save_figure(fig, path)
 
 
+def _evaluate_safe(
+    task: tuple[str, Factory, Dataset, int],
+) -> tuple[DetectorResult | None, str]:
+    """`evaluate` of one (name, factory, dataset, seeds); a detector's own exception is
+    returned as text (its row is skipped) rather than ending the benchmark."""
+    name, factory, ds, seeds = task
+    try:
+        return evaluate(name, factory, ds, seeds), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def _provenance(seeds: int) -> str:
     """When and on what the run was made (commit, and the detector module's git state)."""
     import subprocess
@@ -580,6 +594,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up rows of --data")
     parser.add_argument("--no-motes", action="store_true", help="skip Motes light")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="detectors run in parallel processes (default 2)"
+    )
     args = parser.parse_args(argv)
     datasets = [] if args.no_motes else [motes()]
     for path in args.data:
@@ -594,14 +611,21 @@ def main(argv: list[str] | None = None) -> None:
     sections = []
     for ds in datasets:
         print(f"{ds.name}: {ds.data.shape}, {args.seeds} seeds")
+        tasks = [(name, factory, ds, args.seeds) for name, factory in factories.items()]
+        if args.jobs > 1:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+                outcomes = list(pool.map(_evaluate_safe, tasks))
+        else:
+            outcomes = [_evaluate_safe(task) for task in tasks]
         results = []
-        for name, factory in factories.items():
-            try:
-                results.append(evaluate(name, factory, ds, args.seeds))
-            except Exception as exc:  # a detector's own bug must not end the benchmark
-                failed = f"{name} raised on {ds.name}: {type(exc).__name__}: {exc}"
+        for name, (res, error) in zip(factories, outcomes, strict=True):
+            if res is None:
+                failed = f"{name} raised on {ds.name}: {error}"
                 print(f"  {failed}")
                 notes.append(f"{failed} (its row is skipped).")
+            else:
+                results.append(res)
         sections.append((ds, results, args.seeds))
     notes.append(_provenance(args.seeds))
     text = render(sections, " ".join(notes))
