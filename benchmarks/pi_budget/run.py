@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.metadata
 import os
 import platform
+import re
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiomqtt
@@ -25,11 +32,22 @@ NODE = "leaf-1"
 TOPIC = f"sensors/{NODE}"
 N_FEATURES = 48
 IMPORT_RUNS = 7
-LEAF_IMPORT = "edge_runtime.cli.dispatch, edge_runtime.cli.run"
-"""What ``edge-runtime agent`` imports before it runs (its handler is in ``cli.run``)."""
+LEAF_IMPORT = (
+    "edge_runtime.cli.dispatch, edge_runtime.cli.parser, edge_runtime.cli.run, "
+    "edge_runtime.agents.leaf.shell.agent"
+)
+"""What ``edge-runtime agent`` imports for a leaf before it connects: the dispatch, the
+parser, its handler (``cli.run``) and the leaf's agent (`create_agent` imports the role's
+module when the topology says which)."""
+DEPS_IMPORT = "numpy, asyncio, aiomqtt, structlog, msgpack"
+"""The leaf's third-party (and asyncio) imports alone: the floor under `LEAF_IMPORT`."""
+LEAF_IMPORT_BEFORE = "edge_runtime.cli.dispatch, edge_runtime.cli.run"
+"""What the import row measured before the role's module was imported lazily (it then
+included the leaf's and the aggregator's agents), kept for comparison."""
 NO_RICH = "import sys; sys.modules['rich'] = None; "
 """rich is no dependency of the project (import-linter, a dev tool, brings it), but
-structlog imports it (and pygments) where it is installed: hidden, as on a Pi."""
+structlog imports it (and pygments) where it is installed: hidden, as on a Pi, when no lean
+venv can be built (`device_python`)."""
 FAST_RATE = 2000.0
 """Readings/s for the 10^5-reading run (faster than 100/s, to keep it short)."""
 N_LONG = 100_000
@@ -56,28 +74,137 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
-def import_time(module: str, runs: int = IMPORT_RUNS, prefix: str = "") -> float:
-    """Median wall time of ``python -c 'import module'`` minus ``python -c pass``."""
+@dataclass(frozen=True)
+class Python:
+    """The interpreter a device would run the agent with, and how.
 
-    def median(code: str) -> float:
-        times = []
+    ``executable`` in ``cwd`` with ``env``; ``prefix`` is code run before the measured code
+    (`NO_RICH` without a lean venv); ``kind`` says which, for the report."""
+
+    executable: str
+    cwd: Path
+    env: dict[str, str]
+    prefix: str
+    kind: str
+
+    def run(self, code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.executable, "-c", self.prefix + code],
+            check=True,
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+
+    def agent_argv(self) -> list[str]:
+        if not self.prefix:
+            return [self.executable, "-m", "edge_runtime.cli"]
+        main = "from edge_runtime.cli import main; sys.exit(main())"
+        return [self.executable, "-c", self.prefix + main]
+
+
+def device_env() -> dict[str, str]:
+    """This environment, but bytecode written as on a device (``PYTHONDONTWRITEBYTECODE``
+    unset: a device caches ``.pyc`` files after its first start)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _runtime_requirements() -> list[str]:
+    """The installed versions of the project's dependencies (no extras), as constraints: the
+    lean venv gets the same numpy, aiomqtt, ... as this one."""
+    pins = []
+    for requirement in importlib.metadata.requires("edge-runtime") or []:
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+    return pins
+
+
+@contextlib.contextmanager
+def device_python(lean: bool = True) -> Iterator[Python]:
+    """A lean venv in a temporary folder (``pip install`` of the project without extras, so
+    no dev tools and no rich; pip's cache is reused: ~15 s), or this interpreter with rich
+    hidden (`NO_RICH`) when ``lean`` is False or the venv cannot be built. Commands run
+    outside the checkout, so the lean venv imports its installed copy."""
+    env = device_env()
+    if not lean:
+        yield Python(sys.executable, ROOT, env, NO_RICH, "this venv, rich hidden")
+        return
+    with tempfile.TemporaryDirectory(prefix="pi_budget-") as tmp:
+        venv = Path(tmp) / "venv"
+        python = venv / "bin" / "python"
+        constraints = Path(tmp) / "constraints.txt"
+        constraints.write_text("\n".join(_runtime_requirements()) + "\n")
+        try:
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
+                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                 "-c", str(constraints), str(ROOT)],
+                check=True, capture_output=True, text=True, timeout=600, env=env,
+            )  # fmt: skip
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            detail = getattr(exc, "stderr", "") or ""
+            print(f"pi_budget: no lean venv ({exc}); rich hidden instead\n{detail[-2000:]}",
+                  file=sys.stderr)  # fmt: skip
+            yield Python(sys.executable, ROOT, env, NO_RICH, "this venv, rich hidden")
+            return
+        yield Python(str(python), Path(tmp), env, "", "lean venv (pip install ., no extras)")
+
+
+def import_time(
+    python: Python, module: str, runs: int = IMPORT_RUNS, code_before: str = ""
+) -> tuple[float, float]:
+    """Median wall time of ``python -c 'import module'`` minus ``python -c pass``, after one
+    warm-up run of each (it writes the ``.pyc`` files a device would have); and the same
+    for the CPU time (user + system) of the process, which a loaded machine disturbs less."""
+
+    def median(code: str) -> tuple[float, float]:
+        python.run(code)  # warm-up: bytecode written
+        walls, cpus = [], []
         for _ in range(runs):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+            r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            python.run(code)
+            t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+            walls.append(t1 - t0)
+            cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+        return statistics.median(walls), statistics.median(cpus)
 
-    return median(f"{prefix}import {module}") - median(f"{prefix}pass")
+    (wall, cpu), (wall0, cpu0) = (
+        median(f"{code_before}import {module}"),
+        median(f"{code_before}pass"),
+    )
+    return wall - wall0, cpu - cpu0
+
+
+RSS_CODE = "print([x for x in open('/proc/self/status') if x.startswith('VmRSS:')][0].split()[1])"
+
+
+def rss_after_import(python: Python, module: str | None) -> float:
+    """VmRSS (MB) of a process that imported ``module`` (None: nothing)."""
+    code = ("" if module is None else f"import {module}; ") + RSS_CODE
+    return int(python.run(code).stdout.split()[-1]) / 1024
 
 
 class Leaf:
     """One ``edge-runtime agent`` process for `NODE` against ``url``."""
 
-    def __init__(self, url: str) -> None:
-        argv = [sys.executable, "-m", "edge_runtime.cli", "agent", "--topology", str(TOPOLOGY),
-                "--node", NODE, "--broker", url, "--n-features", str(N_FEATURES)]  # fmt: skip
+    def __init__(self, url: str, python: Python | None = None) -> None:
+        command = (
+            [sys.executable, "-m", "edge_runtime.cli"] if python is None else python.agent_argv()
+        )
+        argv = [*command, "agent", "--topology", str(TOPOLOGY), "--node", NODE, "--broker",
+                url, "--n-features", str(N_FEATURES)]  # fmt: skip
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            argv,
+            cwd=ROOT if python is None else python.cwd,
+            env=None if python is None else python.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.connected = threading.Event()
         self.log: list[str] = []
@@ -154,43 +281,84 @@ def cpu_per_reading(
             "ms_per_reading": (c1 - c0) / n * 1000}  # fmt: skip
 
 
-def measure(quick: bool = False) -> dict:
+def measure_start(python: Python, runs: int) -> dict:
+    """Import times (the leaf's, numpy's, ``edge_runtime.agents``'s) and the RSS of a
+    process after the leaf's imports, with ``python`` (`device_python`)."""
+    res: dict = {"python_kind": python.kind, "leaf_import": LEAF_IMPORT,
+                 "leaf_import_before": LEAF_IMPORT_BEFORE}  # fmt: skip
+    for key, module, before in [
+        ("import", LEAF_IMPORT, ""),
+        ("import_numpy", "numpy", ""),
+        ("import_after_numpy", LEAF_IMPORT, "import numpy; "),
+        ("import_deps", DEPS_IMPORT, ""),
+        ("import_before", LEAF_IMPORT_BEFORE, ""),
+        ("import_agents", "edge_runtime.agents", ""),
+    ]:
+        res[f"{key}_s"], res[f"{key}_cpu_s"] = import_time(python, module, runs, before)
+    res["rss_python_mb"] = rss_after_import(python, None)
+    res["rss_numpy_mb"] = rss_after_import(python, "numpy")
+    res["rss_deps_mb"] = rss_after_import(python, DEPS_IMPORT)
+    res["rss_import_mb"] = rss_after_import(python, LEAF_IMPORT)
+    return res
+
+
+def start_leaf(broker: LocalMosquitto, python: Python) -> Leaf:
+    """An agent for `NODE`, connected; raises if it does not connect within 60 s."""
+    leaf = Leaf(broker.url, python)
+    if not leaf.connected.wait(60):
+        leaf.stop()
+        raise RuntimeError("agent did not connect:\n" + "".join(leaf.log))
+    time.sleep(0.5)
+    return leaf
+
+
+def threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise RuntimeError("no Threads")
+
+
+def measure(quick: bool = False, lean: bool = True, start_only: bool = False) -> dict:
     res: dict = {"python": sys.version.split()[0], "machine": platform.machine(),
-                 "cpu_model": _cpu_model(), "leaf_import": LEAF_IMPORT}  # fmt: skip
-    res["import_s"] = import_time(LEAF_IMPORT, 3 if quick else IMPORT_RUNS)
-    res["import_norich_s"] = import_time(LEAF_IMPORT, 3 if quick else IMPORT_RUNS, NO_RICH)
-    res["import_agents_s"] = import_time("edge_runtime.agents", 3 if quick else IMPORT_RUNS)
-    res["import_numpy_s"] = import_time("numpy", 3 if quick else IMPORT_RUNS)
-    res["load"] = Path("/proc/loadavg").read_text().split()[:3]
+                 "cpu_model": _cpu_model()}  # fmt: skip
+    with device_python(lean) as python:
+        res |= measure_start(python, 3 if quick else IMPORT_RUNS)
+        res["load"] = Path("/proc/loadavg").read_text().split()[:3]
+        with LocalMosquitto() as broker:
+            assert broker.port is not None
+            leaf = start_leaf(broker, python)
+            try:
+                res["rss_start_mb"] = rss_mb(leaf.pid)
+                res["threads_start"] = threads(leaf.pid)
+                if not start_only:
+                    res |= measure_running(leaf, broker.port, quick)
+            finally:
+                leaf.stop()
+    return res
+
+
+def measure_running(leaf: Leaf, port: int, quick: bool) -> dict:
+    """CPU per reading, and RSS after 10^5 readings (10^4 when ``quick``)."""
+    res: dict = {}
     pool = payloads(1000)
     windows = {1.0: 60.0, 10.0: 30.0, 100.0: 30.0}
     if quick:
         windows = dict.fromkeys(windows, 10.0)
     n_long = 10_000 if quick else N_LONG
-    with LocalMosquitto() as broker:
-        assert broker.port is not None
-        leaf = Leaf(broker.url)
-        try:
-            if not leaf.connected.wait(60):
-                raise RuntimeError("agent did not connect:\n" + "".join(leaf.log))
-            time.sleep(0.5)
-            res["rss_start_mb"] = rss_mb(leaf.pid)
-            res["cpu"] = [
-                cpu_per_reading(leaf, broker.port, pool, rate, window)
-                for rate, window in windows.items()
-            ]
-            res["cpu_batched"] = cpu_per_reading(
-                leaf, broker.port, payloads(100, batch=BATCH), 100.0, windows[100.0], BATCH
-            )
-            res["rss_before_long_mb"] = rss_mb(leaf.pid)
-            t = asyncio.run(feed(broker.port, pool, n_long, FAST_RATE))
-            wait_quiet(leaf.pid)
-            res["long"] = {"n": n_long, "rate": FAST_RATE, "elapsed_s": t}
-            res["rss_long_mb"] = rss_mb(leaf.pid)
-            if leaf.proc.poll() is not None:
-                raise RuntimeError("agent exited:\n" + "".join(leaf.log[-20:]))
-        finally:
-            leaf.stop()
+    res["cpu"] = [
+        cpu_per_reading(leaf, port, pool, rate, window) for rate, window in windows.items()
+    ]
+    res["cpu_batched"] = cpu_per_reading(
+        leaf, port, payloads(100, batch=BATCH), 100.0, windows[100.0], BATCH
+    )
+    res["rss_before_long_mb"] = rss_mb(leaf.pid)
+    t = asyncio.run(feed(port, pool, n_long, FAST_RATE))
+    wait_quiet(leaf.pid)
+    res["long"] = {"n": n_long, "rate": FAST_RATE, "elapsed_s": t}
+    res["rss_long_mb"] = rss_mb(leaf.pid)
+    if leaf.proc.poll() is not None:
+        raise RuntimeError("agent exited:\n" + "".join(leaf.log[-20:]))
     return res
 
 
@@ -249,15 +417,24 @@ def report(res: dict) -> str:
     lines += [f"| {a} | {b} | {c} | {d} | {emu} | {emu} |" for a, b, c, d in rows]
     lines += [
         "",
-        f"- import: median of `python -c 'import {res['leaf_import']}'` (everything "
-        "`edge-runtime agent` imports before it runs) minus `python -c pass`; "
-        f"`import edge_runtime.agents` alone: {res['import_agents_s']:.3f} s; with `rich` "
-        f"hidden (no dependency of the project: the dev tool import-linter brings it, and "
-        f"structlog then imports it and pygments), as on a Pi: {res['import_norich_s']:.3f} s. "
-        f"`python -c 'import numpy'` for scale: {res['import_numpy_s']:.3f} s. The machine "
-        f"is shared (load average at the start: {' '.join(res['load'])}), so these vary "
-        "between runs.",
-        "- RSS after start: VmRSS 0.5 s after the agent logged `connected`.",
+        f"- Python as on a device: {res['python_kind']}; bytecode written "
+        "(`PYTHONDONTWRITEBYTECODE` unset, one warm-up run before the timed ones).",
+        f"- import: median of `python -c 'import {res['leaf_import']}'` (what "
+        "`edge-runtime agent` imports for a leaf before it connects) minus `python -c pass`, "
+        f"wall time (CPU time, user + system: {res['import_cpu_s']:.3f} s); "
+        f"numpy alone (`python -c 'import numpy'`): {res['import_numpy_s']:.3f} s, so "
+        f"everything but numpy: {res['import_after_numpy_s']:.3f} s (the same import after "
+        f"`import numpy`); the third-party imports alone (`import {DEPS_IMPORT}`): "
+        f"{res['import_deps_s']:.3f} s. `import {res['leaf_import_before']}` (this row before "
+        "the role's "
+        f"agent was imported lazily): {res['import_before_s']:.3f} s; `import "
+        f"edge_runtime.agents`: {res['import_agents_s']:.3f} s. The machine is shared (load "
+        f"average at the start: {' '.join(res['load'])}), so these vary between runs.",
+        "- RSS after start: VmRSS 0.5 s after the agent logged `connected` "
+        f"({res['threads_start']} threads); for scale, VmRSS of `python -c pass`: "
+        f"{res['rss_python_mb']:.1f} MB, after `import numpy`: {res['rss_numpy_mb']:.1f} MB, "
+        f"after `import {DEPS_IMPORT}`: {res['rss_deps_mb']:.1f} MB, after the leaf's imports: "
+        f"{res['rss_import_mb']:.1f} MB.",
         "- CPU per reading: the agent's utime + stime over the window divided by the readings "
         "sent in it; idle work (keepalive, timers) counts. One reading per message unless "
         "the row says otherwise (a 2-D array per message, as the sensor topic accepts).",
@@ -270,12 +447,46 @@ def report(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def start_summary(res: dict) -> str:
+    """The import and start rows, one line each (``--start-only``)."""
+    return "\n".join([
+        f"python: {res['python_kind']}; load average {' '.join(res['load'])}",
+        "import times, wall s (CPU s):",
+        *(f"  {what}: {res[k + '_s']:.3f} ({res[k + '_cpu_s']:.3f})" for k, what in [
+            ("import", f"{res['leaf_import']} (budget 0.15)"),
+            ("import_numpy", "numpy"),
+            ("import_after_numpy", "the same after import numpy"),
+            ("import_deps", DEPS_IMPORT),
+            ("import_before", res["leaf_import_before"]),
+            ("import_agents", "edge_runtime.agents"),
+        ]),
+        f"RSS after start: {res['rss_start_mb']:.1f} MB (budget 40), "
+        f"{res['threads_start']} threads",
+        f"RSS of python -c pass: {res['rss_python_mb']:.1f} MB, after numpy: "
+        f"{res['rss_numpy_mb']:.1f} MB, after {DEPS_IMPORT}: {res['rss_deps_mb']:.1f} MB, "
+        f"after the leaf's imports: {res['rss_import_mb']:.1f} MB",
+    ])  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pi_budget")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report")
     parser.add_argument("--quick", action="store_true", help="short windows, 10^4 readings")
+    parser.add_argument(
+        "--no-lean",
+        action="store_true",
+        help="this venv with rich hidden, not a lean venv (pip install . without extras)",
+    )
+    parser.add_argument(
+        "--start-only",
+        action="store_true",
+        help="import times and RSS after start only, printed; no CPU or long run, no report",
+    )
     args = parser.parse_args(argv)
-    res = measure(args.quick)
+    res = measure(args.quick, lean=not args.no_lean, start_only=args.start_only)
+    if args.start_only:
+        print(start_summary(res))
+        return 0
     text = report(res)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pi_budget.md").write_text(text)
