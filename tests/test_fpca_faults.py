@@ -130,3 +130,37 @@ def test_input_errors() -> None:
     det = _detector(_sensors(500, 8))
     with pytest.raises(ValueError, match="shape"):
         det.update(np.zeros(D + 1), 0.0)
+
+
+def test_stuck_at_the_saturation_rail_is_named() -> None:
+    x = np.clip(_sensors(4000, 9), None, 260.0)  # every sensor saturates at 260
+    det = _detector(x[:3000])
+    start = next(i for i in range(3100, 4000) if x[i].max() < 200.0)  # all below the rail
+    j = 4
+    x = x.copy()
+    x[start : start + 30, j] = 260.0
+    hits = [(i, det.verdict(x[i], float(i))) for i in range(3000, start + 30)]
+    named = [(i, v.kind) for i, v in hits if v.alarm and v.sensor == j]
+    assert named and start <= named[0][0] < start + 10
+
+
+def test_stuck_at_zero_is_named_and_a_dead_sensor_is_one_event() -> None:
+    x = _sensors(4000, 10)
+    det = _detector(x[:3000])
+    j, start = 1, 3300
+    x = x.copy()
+    x[start:, j] = 0.0
+    alarms, sensors = det.run(x[3000:])
+    rows = np.flatnonzero(alarms) + 3000
+    assert rows.size and start <= rows[0] < start + 5 and sensors[rows[0] - 3000] == j
+    # Muted after `mute_after` repeats: the alarm stops, so later faults start new events.
+    assert not alarms[start - 3000 + det.mute_after :].any()
+
+
+def test_auto_log_offset() -> None:
+    from edge_runtime.fpca.faults import auto_log_offset
+
+    assert auto_log_offset(np.array([[1.0, -1.0], [2.0, 0.0]])) is None  # signed
+    assert auto_log_offset(np.ones((5, 2))) is None  # never changes
+    x = np.array([[0.0, 10.0], [2.0, 10.0], [2.0, 14.0], [0.0, 10.0]])
+    assert auto_log_offset(x) == pytest.approx(1.4826 * 3.0)  # median of 2 and 4

@@ -14,9 +14,11 @@ merges, `MergeTree`. Differential privacy is ``FPCAEdge(..., privacy=(epsilon, d
 clip_norm=C)``: the analytic Gaussian mechanism by default, streaming MOD-SuLQ (eq.
 (5)-(8)) as ``mechanism="fpca-eq8"``; `edge_runtime.fpca.privacy` has the noise scales.
 Anomaly scores of readings against a model (Q/SPE, Hotelling's T^2 and their control
-limits) are `AnomalyScorer`.
+limits) are `AnomalyScorer`; sensor faults (SHORT, NOISE, CONSTANT) with adaptive limits,
+naming the suspected sensor, are `FaultDetector` (`edge_runtime.fpca.faults`).
 """
 
+from edge_runtime.fpca.faults import FaultDetector, FaultVerdict
 from edge_runtime.fpca.merge import merge_many, merge_subspaces
 from edge_runtime.fpca.merge_tree import MergeTree
 from edge_runtime.fpca.metrics import (
@@ -32,6 +34,8 @@ from edge_runtime.fpca.subspace import Subspace
 __all__ = [
     "AnomalyScorer",
     "FPCAEdge",
+    "FaultDetector",
+    "FaultVerdict",
     "MergeTree",
     "Subspace",
     "error_ratio",
