@@ -235,7 +235,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         est = self.estimator
         if est is None:
             return (None, -1, -1)
-        return (est, est.n_blocks_, est.n_flushed_)
+        return (est, est.n_blocks_, est.n_samples_seen_ - est.n_pending_)
 
     def idle(self, now: float) -> bool:
         """No reading for the policy's ``idle_s`` while something is unpublished."""
