@@ -1,6 +1,7 @@
 """Runner of issue 25's event benchmark: detectors against injected faults, many seeds.
 
-``python -m benchmarks.anomaly.events [--seeds 20] [--data FILE ...] [--out DIR]``
+``python -m benchmarks.anomaly.events [--seeds 20] [--data FILE ...] [--epoch S] [--warmup N]
+[--only NAME ...] [--jobs 2] [--out DIR]``
 
 Protocol, per dataset (rows = readings, columns = sensors):
 
@@ -137,6 +138,7 @@ class DetectorResult:
     clean_days: float = float("nan")
     clean_share: float = float("nan")
     nab: float = float("nan")
+    nab_seeds: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
     def recall(self, kinds: tuple[str, ...]) -> float:
@@ -324,6 +326,7 @@ def evaluate(
         res.neutral_events += n_neutral
         streams.append(nab_stream(events, inj.faults, ds.data.shape[0] - start, len(alarms)))
     res.nab = nab_score(streams)
+    res.nab_seeds = [nab_score([s]) for s in streams]
     res.seconds = time.perf_counter() - t0
     log(f"  {name}: {res.seconds:.1f} s")
     return res
@@ -375,6 +378,7 @@ def detail_table(results: list[DetectorResult]) -> str:
         "true / false / neutral events",
         "clean events / 1000 readings",
         "clean alarm share",
+        "NAB per seed: median [min, max]",
         "s",
     ]
     rows = []
@@ -390,6 +394,11 @@ def detail_table(results: list[DetectorResult]) -> str:
         cells.append(f"{r.true_events} / {r.false_events} / {r.neutral_events}")
         cells.append(f"{1000 * r.clean_events / max(r.clean_readings, 1):.2f}")
         cells.append(f"{r.clean_share:.4f}")
+        if r.nab_seeds:
+            lo, med, hi = np.nanmin(r.nab_seeds), np.nanmedian(r.nab_seeds), np.nanmax(r.nab_seeds)
+            cells.append(f"{med:.1f} [{lo:.1f}, {hi:.1f}]")
+        else:
+            cells.append("n/a")
         cells.append(f"{r.seconds:.0f}")
         rows.append(cells)
     return table(header, rows, align="l" + "r" * (len(header) - 1))
@@ -595,6 +604,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-motes", action="store_true", help="skip Motes light")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
     parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=2, help="detectors run in parallel processes (default 2)"
     )
     args = parser.parse_args(argv)
@@ -605,6 +620,10 @@ def main(argv: list[str] | None = None) -> None:
             epoch = DAPHNET_EPOCH if path.resolve() == DAPHNET.resolve() else MOTES_EPOCH
         datasets.append(load_matrix(path, epoch, args.warmup))
     factories, note = detectors()
+    if args.only:
+        factories = {
+            k: v for k, v in factories.items() if any(o.lower() in k.lower() for o in args.only)
+        }
     notes = [note] if note else []
     if note:
         print(note)
