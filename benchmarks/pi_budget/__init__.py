@@ -23,10 +23,18 @@ import has one warm-up run before it.
   ``python -c pass``, after numpy, after the third-party imports and after the leaf's;
 - CPU per reading at 1, 10 and 100 readings/s: CPU time over the window / readings sent
   (the window includes the agent's idle work: keepalives, timers);
-- RSS after 10^5 readings: VmRSS once 10^5 readings were sent (faster than 100/s,
-  paced at ``FAST_RATE``) and the agent's CPU went quiet.
+- RSS after 10^5 readings: VmRSS once 10^5 readings were sent (faster than 100/s: at
+  ``LONG_RATE``, `BATCH` per message, a rate the leaf keeps up with) and the agent's CPU
+  went quiet;
+- the floor: the CPU per reading of a bare aiomqtt subscriber that only decodes and
+  acknowledges the same 100/s feed (`benchmarks.pi_budget.floor`).
+
+The agent runs with a state directory, as deployed; the readings are a stationary array
+of 48 sensors (five common factors plus noise).
 
 Writes ``<out>/pi_budget.md`` (default ``benchmarks/report``); ``--start-only`` prints the
-import and start rows only and writes nothing. The aarch64 / armhf columns
-say "see scripts/test-arm.sh": nothing here runs under emulation.
+import and start rows only and writes nothing. The aarch64 / armhf columns come from
+``benchmarks/report/pi_budget_emulated.json``, written by ``python -m
+benchmarks.pi_budget.emulated`` (the same measurements with the agent's Python under qemu
+user-mode emulation, `benchmarks.pi_budget.emulated`); emulated RSS and CPU are qemu's.
 """

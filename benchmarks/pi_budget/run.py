@@ -56,6 +56,9 @@ Python's memory pools behind once drained: a high-water mark, not growth per rea
 N_LONG = 100_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+ARCHES = ("aarch64", "armhf")
+"""The emulated columns, in order (`benchmarks.pi_budget.emulated`)."""
+
 BUDGETS = {
     "import": 0.15,  # s
     "rss_start": 40.0,  # MB
@@ -421,8 +424,14 @@ def _ok(value: float, budget: float) -> str:
     return "pass" if value <= budget else "FAIL"
 
 
-def report(res: dict) -> str:
-    emu = "see scripts/test-arm.sh"
+def report(res: dict, emulated: dict | None = None) -> str:
+    """The Markdown report of `measure`'s ``res``; ``emulated`` (the JSON of
+    `benchmarks.pi_budget.emulated`, by arch) fills the aarch64 and armhf columns."""
+    from benchmarks.pi_budget.emulated import emulated_columns, emulated_notes
+
+    emulated = emulated or {}
+    columns = {arch: emulated_columns(emulated[arch]) for arch in ARCHES if arch in emulated}
+    keys = ["import", "rss_start", "rss_long", "cpu_1", "cpu_10", "cpu_100", "cpu_100_batched"]
     cpu = {c["rate"]: c for c in res["cpu"]}
     growth = res["rss_long_mb"] - res["rss_start_mb"]
     imp, start = res["import_s"], res["rss_start_mb"]
@@ -468,7 +477,11 @@ def report(res: dict) -> str:
         "| budget | native x86 | budget | pass/fail | aarch64 (emulated) | armhf (emulated) |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {a} | {b} | {c} | {d} | {emu} | {emu} |" for a, b, c, d in rows]
+    for i, (a, b, c, d) in enumerate(rows):
+        key = keys[i] if i < len(keys) else None
+        cells = [columns[arch].get(key, "-") if arch in columns and key else "-"
+                 for arch in ARCHES]  # fmt: skip
+        lines.append(f"| {a} | {b} | {c} | {d} | {cells[0]} | {cells[1]} |")
     lines += [
         "",
         f"- Python as on a device: {res['python_kind']}; bytecode written "
@@ -507,6 +520,11 @@ def report(res: dict) -> str:
         "- Readings: a stationary array of 48 sensors, five common factors plus noise "
         "(`payloads`); the agent runs with a state directory, as deployed.",
         "- No timing claims for real Raspberry Pi hardware.",
+        *(
+            emulated_notes(emulated)
+            if emulated
+            else ["- aarch64 / armhf: not measured (`python -m benchmarks.pi_budget.emulated`)."]
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -551,7 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.start_only:
         print(start_summary(res))
         return 0
-    text = report(res)
+    from benchmarks.pi_budget.emulated import load
+
+    text = report(res, load())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "pi_budget.md").write_text(text)
     print(text)
