@@ -22,7 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LaggedPCA"]
+__all__ = ["MIN_1MH", "LaggedPCA"]
+
+#: Floor of ``1 - h_j``: a sensor the basis almost spans alone (leverage near 1) would
+#: have its leave-one-out residual amplified without bound (``1 / (1 - h)``), and the
+#: detector's imputation of a flagged sensor from it diverged on 9 accelerometer axes
+#: with rank 8 (Daphnet); 0.1 caps the amplification at 10.
+MIN_1MH = 0.1
 
 
 class LaggedPCA:
@@ -79,7 +85,7 @@ class LaggedPCA:
         _, vecs = np.linalg.eigh(cov)
         self.basis = np.ascontiguousarray(vecs[:, ::-1][:, : self.rank])
         h = np.einsum("ij,ij->i", self.basis, self.basis)
-        self._inv1mh = 1.0 / np.maximum(1.0 - h, 1e-3)
+        self._inv1mh = 1.0 / np.maximum(1.0 - h, MIN_1MH)
 
     def loo(self, y: np.ndarray, exclude: int = -1) -> np.ndarray:
         """Leave-one-out residuals of ``y`` (shape (d,)) against the lagged basis.
@@ -102,7 +108,7 @@ class LaggedPCA:
             return (yc - v @ t) * self._inv1mh
         u = v[exclude]
         t = t - u * yc[exclude]
-        t += u * (float(u @ t) / max(1.0 - float(u @ u), 1e-3))
+        t += u * (float(u @ t) / max(1.0 - float(u @ u), MIN_1MH))
         fit = v @ t
         out = (yc - fit) * self._inv1mh
         out[exclude] = yc[exclude] - fit[exclude]
