@@ -257,6 +257,7 @@ rank = 3
 block_size = 10
 idle_flush_s = 0.2
 score = "{mode}"
+score_detector = "static"
 score_interval_s = 0.5
 [[nodes]]
 id = "root"

@@ -525,7 +525,9 @@ def test_the_leaf_agent_logs_clipping_as_its_own_event() -> None:
 
 async def test_a_scoring_leaf_never_scores_a_rejected_reading() -> None:
     """Scores go out per reading with its own sequence number; the rejected one has none."""
-    topology = range_topology("p", 'valid_range = [-50, 50]\nscore = "reading"')
+    topology = range_topology(
+        "p", 'valid_range = [-50, 50]\nscore = "reading"\nscore_detector = "static"'
+    )
     agent = LeafAgent(topology, "leaf")
     scoring = agent.core.scoring
     assert scoring is not None

@@ -13,6 +13,7 @@ import numpy as np
 from edge_runtime.fpca.privacy import NEIGHBOURS, gaussian_default_block_size
 from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import check_n_features
+from edge_runtime.topology.keys import DEFAULT_SCORE_WARMUP
 from edge_runtime.topology.node_checks import check_node
 from edge_runtime.wire.guarantee import PrivacyParams
 
@@ -124,10 +125,21 @@ class NodeConfig:
         leaf reads ``sensor_topic`` over MQTT (a TOML ``source = { kind = "mqtt", topic =
         "..." }`` sets ``sensor_topic``). Leaves only; not in ``[defaults]``.
     score : {"off", "reading", "interval"}, default "off"
-        Anomaly scoring of a leaf's readings against the root's model
-        (`edge_runtime.agents.leaf.core.scoring`): none, one JSON document per reading, or one
-        per ``score_interval_s``, on ``<prefix>/<path>/scores``. Leaves of FPCA topologies
-        only (a ``[defaults]`` value skips aggregators).
+        Anomaly scoring of a leaf's readings (`edge_runtime.agents.leaf.core.scoring`,
+        `edge_runtime.agents.leaf.core.fault_scoring`): none, one JSON document per reading,
+        or one per ``score_interval_s``, on ``<prefix>/<path>/scores``. Leaves of FPCA
+        topologies only (a ``[defaults]`` value skips aggregators).
+    score_detector : {"faults", "static"}, default "faults"
+        What scores: ``"faults"``, the streaming sensor-fault detector
+        (`edge_runtime.fpca.FaultDetector`: adaptive limits, names the suspected sensor
+        and the fault kind) warmed on the leaf's own first ``score_warmup`` readings, no
+        model needed; ``"static"``, Q and T^2 against the root's model with static limits
+        at ``score_alpha`` (the scoring before issue 25, unchanged).
+    score_warmup : int, default `DEFAULT_SCORE_WARMUP`
+        Readings (>= 2; a few hundred or more for useful limits) the ``"faults"`` detector
+        is warmed on, the leaf's first ones after it starts, assumed clean; buffered as
+        ``score_warmup x n_features`` float64 (8 bytes each) until the detector is built,
+        then freed. Ignored by ``"static"``.
     score_interval_s : float, default 10.0
         Seconds of one batch in ``"interval"`` mode, > 0.
     score_alpha : float, default 0.01
@@ -200,6 +212,8 @@ class NodeConfig:
     score_interval_s: float = 10.0
     score_alpha: float = 0.01
     score_allow_private: bool = False
+    score_detector: str = "faults"
+    score_warmup: int = DEFAULT_SCORE_WARMUP
     valid_range: tuple[float, float] | tuple[tuple[float, ...], tuple[float, ...]] | None = None
     out_of_range: str = "reject"
     max_reading_rate: float | None = None

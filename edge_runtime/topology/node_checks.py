@@ -32,6 +32,7 @@ from edge_runtime.topology.keys import (
     OUT_OF_RANGE_MODES,
     PRIVACY_KEYS,
     PUBLISH_KEYS,
+    SCORE_DETECTORS,
     SCORE_KEYS,
     SCORE_MODES,
     STALE_POLICIES,
@@ -130,8 +131,8 @@ def check_node(node: NodeConfig) -> None:
 
 
 def _check_scoring(node: NodeConfig, where: str) -> None:
-    """Types and ranges of the anomaly-scoring keys (`SCORE_MODES`), and the privacy
-    rule: a private leaf scores only with ``score_allow_private = true``."""
+    """Types and ranges of the anomaly-scoring keys (`SCORE_MODES`, `SCORE_DETECTORS`),
+    and the privacy rule: a private leaf scores only with ``score_allow_private = true``."""
     for key in SCORE_KEYS:
         _set(node, key, check_kind(where, key, getattr(node, key)))
     if node.score not in SCORE_MODES:
@@ -144,9 +145,16 @@ def _check_scoring(node: NodeConfig, where: str) -> None:
         )
     if not 0.0 < node.score_alpha < 1.0:
         raise TopologyError(f"{where}: score_alpha must be in (0, 1), got {node.score_alpha}")
+    if node.score_detector not in SCORE_DETECTORS:
+        raise TopologyError(
+            f"{where}: score_detector must be one of {', '.join(map(repr, SCORE_DETECTORS))}, "
+            f"got {node.score_detector!r}"
+        )
+    if node.score_warmup < 2:
+        raise TopologyError(f"{where}: score_warmup must be >= 2 readings, got {node.score_warmup}")
     if node.score != "off" and node.epsilon is not None and not node.score_allow_private:
         raise TopologyError(
-            f"{where}: score = {node.score!r} publishes the Q of each reading of a private "
+            f"{where}: score = {node.score!r} publishes a score of each reading of a private "
             "leaf, which the privacy guarantee does not cover; set score_allow_private = "
             "true to publish them anyway"
         )

@@ -30,6 +30,7 @@ from edge_runtime.agents.leaf.core.durability import (
     LeafDurability,
 )
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
+from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
     MAX_RANGE_EVENTS,
@@ -86,7 +87,9 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         Source of the leaf's ids (epoch, session; `NodeCore.new_id`).
     root_id : str, optional
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
-        accepts (`ScoringCore`, attribute ``scoring``); without it the leaf does not score.
+        with ``score_detector = "static"`` accepts (`ScoringCore`, attribute ``scoring``);
+        without it such a leaf does not score. The ``"faults"`` detector needs no model
+        (`FaultScoringCore`).
 
     Attributes
     ----------
@@ -174,8 +177,16 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.clipped = 0
         self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.scoring: ScoringCore | None = None
-        if config.score != "off" and root_id is not None:
+        self.scoring: ScoringCore | FaultScoringCore | None = None
+        if config.score != "off" and config.score_detector == "faults":
+            self.scoring = FaultScoringCore(
+                config.id,
+                mode=config.score,
+                interval_s=config.score_interval_s,
+                now=now,
+                warmup=config.score_warmup,
+            )
+        elif config.score != "off" and root_id is not None:
             self.scoring = ScoringCore(
                 config.id,
                 root_id,

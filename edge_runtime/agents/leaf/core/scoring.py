@@ -1,5 +1,9 @@
 """Anomaly scoring on a leaf: the root's model in, readings scored, JSON documents out.
 
+This is ``score_detector = "static"`` (Q / T^2 with static limits); the default,
+``"faults"``, is `edge_runtime.agents.leaf.core.fault_scoring.FaultScoringCore`, with the
+same interface towards the shell.
+
 `ScoringCore` is synchronous and does no I/O and reads no clock (time comes in as
 arguments), like the other cores (`edge_runtime.agents.common.core.node`). The leaf shell
 (`edge_runtime.agents.leaf.shell.agent.LeafAgent`) subscribes to the root's model topic
@@ -124,6 +128,8 @@ class ScoringCore:
     ValueError
         One line, for a mode, alpha, interval or window out of range.
     """
+
+    needs_model = True  # the shell subscribes to the root's model for it
 
     def __init__(
         self,

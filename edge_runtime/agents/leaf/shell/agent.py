@@ -262,9 +262,11 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._open_source()
 
     def subscriptions(self) -> list[str]:
-        """The sensor topic (none with a local source) and, when scoring, the root's
-        model topic; subscribed with QoS ``settings.qos``."""
-        model = [self.topology.model_topic()] if self._core.scoring is not None else []
+        """The sensor topic (none with a local source) and, when scoring against the
+        root's model (``score_detector = "static"``), the model topic; subscribed with QoS
+        ``settings.qos``."""
+        scoring = self._core.scoring
+        model = [self.topology.model_topic()] if scoring is not None and scoring.needs_model else []
         if self._source_spec is not None:
             return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
@@ -282,7 +284,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             return
         if topic == self.topology.model_topic():
             # (without scoring: a persistent session's subscription from an earlier run)
-            if self._core.scoring is not None:
+            if self._core.scoring is not None and self._core.scoring.needs_model:
                 self._on_model(topic, bytes(payload))
             return
         try:

@@ -1,10 +1,14 @@
-"""A leaf's anomaly scores: the root's model in, scores documents out.
+"""A leaf's anomaly scores: readings in, scores documents out.
 
-With the node's ``score`` = ``"reading"`` or ``"interval"``, the leaf subscribes to the
-root's model (``<prefix>/<root>/model``, retained), scores every accepted reading block
-against it (`edge_runtime.agents.leaf.core.scoring.ScoringCore`: Q, T^2, their limits at
-``score_alpha`` and the flag, after the reading is applied) and publishes the documents on
-``<prefix>/<path>/scores`` (not retained, QoS ``settings.scores_qos``) from its work loop.
+With the node's ``score`` = ``"reading"`` or ``"interval"``, the leaf scores every accepted
+reading block after it is applied and publishes the documents on ``<prefix>/<path>/scores``
+(not retained, QoS ``settings.scores_qos``) from its work loop. The scoring core is
+``score_detector``'s: ``"faults"`` (the default,
+`edge_runtime.agents.leaf.core.fault_scoring.FaultScoringCore`: a sensor-fault detector
+warmed on the leaf's own first readings, naming the suspected sensor; no model) or
+``"static"`` (`edge_runtime.agents.leaf.core.scoring.ScoringCore`: the leaf subscribes to
+the root's model, ``<prefix>/<root>/model``, retained, and scores Q, T^2 and their limits
+at ``score_alpha``).
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ MAX_QUEUED_SCORES = 10_000
 class LeafScores:
     """The scoring part of `LeafAgent` (a mixin over `Agent`).
 
-    The status document's ``extra`` carries ``scored``, ``anomalies``, ``anomaly_rate`` (a
-    fraction), ``last_q`` and ``scores_dropped`` (documents dropped beyond
+    The status document's ``extra`` carries the core's counters (``scored``, ``anomalies``,
+    ``anomaly_rate`` (a fraction), and ``last_q`` or ``suspect`` by detector) and
+    ``scores_dropped`` (documents dropped beyond
     `MAX_QUEUED_SCORES`). With ``score = "off"`` (the default) nothing of this exists: no
     subscription, no documents, the same status document as before.
 
@@ -47,7 +52,7 @@ class LeafScores:
     log: Any
 
     def _on_model(self, topic: str, payload: bytes) -> None:
-        """The root's model (retained): the scoring core takes it if newer."""
+        """The root's model (retained): the static scoring core takes it if newer."""
         scoring = self._core.scoring
         assert scoring is not None
         if not payload:
