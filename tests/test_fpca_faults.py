@@ -130,6 +130,10 @@ def test_input_errors() -> None:
     det = _detector(_sensors(500, 8))
     with pytest.raises(ValueError, match="shape"):
         det.update(np.zeros(D + 1), 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        det.update(np.full(D, np.nan), 0.0)
+    with pytest.raises(ValueError, match="risk keys"):
+        FaultDetector(4, rank=1, risk={"spike": 1e-3})
 
 
 def test_stuck_at_the_saturation_rail_is_named() -> None:

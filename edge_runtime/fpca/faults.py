@@ -416,7 +416,7 @@ class FaultDetector:
         Raises
         ------
         ValueError
-            If ``x`` has the wrong shape.
+            If ``x`` has the wrong shape or is not finite (the state is then unchanged).
         """
         v = self.verdict(x, t)
         return v.alarm, v.sensor
@@ -431,6 +431,8 @@ class FaultDetector:
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         if x.shape[0] != self.n_features:
             raise ValueError(f"x must have shape ({self.n_features},), got {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError("x must be finite (screen missing readings before the detector)")
         v = self._transform(x)
         dv = v - self._ref
         loo = self.changes.loo(dv)
