@@ -5,19 +5,27 @@ the caller publishes **retained** (QoS 1), `discovery_removals` the empty retain
 that delete them again. Home Assistant then shows every node of a topology as a device,
 linked to its parent with ``via_device`` (leaf -> site aggregator -> root), with entities:
 
-==============  =============  ==============================================================
-entity          component      state (from the node's topics, `edge_runtime.topology`)
-==============  =============  ==============================================================
-Online          binary_sensor  ``<prefix>/<path>/status`` = ``online`` / ``offline`` (the
-                               Last Will), device class ``connectivity``
-Samples         sensor         ``n_samples`` of the JSON status document
-                               ``<prefix>/<path>/status/detail`` (`edge_runtime.wire.StatusDetail`)
-Rank            sensor         ``rank`` of the status document (diagnostic)
-Anomaly rate    sensor         ``extra.anomaly_rate`` of the status document, in %
-Last Q          sensor         ``extra.last_q`` of the status document (squared prediction error)
-Privacy         sensor         ``privacy.mechanism`` of the status document, ``off`` without
-                               noise; the whole ``privacy`` ledger as attributes (diagnostic)
-==============  =============  ==============================================================
+=================  =============  ==============================================================
+entity             component      state (from the node's topics, `edge_runtime.topology`)
+=================  =============  ==============================================================
+Online             binary_sensor  ``<prefix>/<path>/status`` = ``online`` / ``offline`` (the
+                                  Last Will), device class ``connectivity``
+Samples            sensor         ``n_samples`` of the JSON status document
+                                  ``<prefix>/<path>/status/detail``
+                                  (`edge_runtime.wire.StatusDetail`)
+Rank               sensor         ``rank`` of the status document (diagnostic)
+Anomaly rate       sensor         ``extra.anomaly_rate`` of the status document, in %
+Last Q             sensor         ``extra.last_q`` of the status document (squared prediction error)
+Sensor fault       binary_sensor  device class ``problem``: on while ``extra.suspect`` of the
+                                  status document is set (a recent alarm of the leaf's
+                                  sensor-fault detector), off when it is null; the suspect as
+                                  attributes
+Suspected sensor   sensor         ``extra.suspect.sensor``: the column index of the suspected
+                                  sensor, ``none`` without a recent alarm; the suspect as
+                                  attributes
+Privacy            sensor         ``privacy.mechanism`` of the status document, ``off`` without
+                                  noise; the whole ``privacy`` ledger as attributes (diagnostic)
+=================  =============  ==============================================================
 
 Every entity but Online is *available* while the node's status topic says ``online``
 (``availability``), so a node that died shows its sensors as unavailable instead of stale
@@ -30,6 +38,16 @@ of the latest scored reading; both may be absent or null (a node that does not s
 not scored yet), and the templates then render ``None``, which Home Assistant's MQTT sensor
 turns into the state "unknown" (``PAYLOAD_NONE``), rather than a misleading 0.
 
+Suspected sensor (issue 25, item 2): the leaf's fault detector
+(`edge_runtime.agents.leaf.core.fault_scoring`, ``score_detector = "faults"``) names the
+sensor of its latest alarm in ``extra.suspect`` (``{"sensor", "fault", "seq", "ts"}``, null
+again after 100 scored readings without an alarm). One problem binary sensor and one text
+sensor per node rather than one problem entity per sensor: the topology does not know a
+leaf's number of sensors (discovery is built from it before any reading), a leaf may have
+hundreds, and one entity whose state is the sensor is what an automation needs ("notify
+when Sensor fault turns on, naming Suspected sensor"); the history of the text sensor shows
+which sensors failed when. A node without the fault detector renders ``None`` (unknown).
+
 ``state_class`` choices (long-term statistics,
 https://developers.home-assistant.io/docs/core/entity/sensor#available-state-classes):
 
@@ -41,7 +59,7 @@ https://developers.home-assistant.io/docs/core/entity/sensor#available-state-cla
   the samples again on recovery; ``total`` records growth and decline as they are, so the
   statistics' net change always equals the change of the value.
 - Rank, Anomaly rate, Last Q: ``measurement`` (present-time values; min/mean/max are useful).
-- Online, Privacy: none (a binary sensor; a text state).
+- Online, Sensor fault, Suspected sensor, Privacy: none (binary sensors; text states).
 
 Schema source: the Home Assistant MQTT docs, https://www.home-assistant.io/integrations/mqtt/
 ("Discovery messages": topic ``<discovery_prefix>/<component>/[<node_id>/]<object_id>/config``,
@@ -104,6 +122,7 @@ _ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 # None, i.e. the state "unknown", without Home Assistant's undefined-variable warnings.
 _EXTRA = "{% set x = value_json.get('extra') %}{% set x = x if x is mapping else {} %}"
 _PRIVACY = "{% set p = value_json.get('privacy') %}{% set p = p if p is mapping else {} %}"
+_SUSPECT = _EXTRA + "{% set s = x.get('suspect') %}{% set s = s if s is mapping else {} %}"
 
 
 @dataclass(frozen=True)
@@ -177,6 +196,31 @@ _ENTITIES: tuple[_Entity, ...] = (
             "state_class": "measurement",
             "suggested_display_precision": 4,
             "icon": "mdi:sigma",
+        },
+        detail=True,
+    ),
+    _Entity(
+        "sensor_fault",
+        "binary_sensor",
+        "Sensor fault",
+        {
+            "value_template": _EXTRA
+            + "{% set s = x.get('suspect') %}"
+            + "{{ 'ON' if s is mapping else ('OFF' if 'suspect' in x else None) }}",
+            "json_attributes_template": _SUSPECT + "{{ s | tojson }}",
+            "device_class": "problem",
+        },
+        detail=True,
+    ),
+    _Entity(
+        "suspected_sensor",
+        "sensor",
+        "Suspected sensor",
+        {
+            "value_template": _SUSPECT
+            + "{{ s.get('sensor') if s else ('none' if 'suspect' in x else None) }}",
+            "json_attributes_template": _SUSPECT + "{{ s | tojson }}",
+            "icon": "mdi:thermometer-alert",
         },
         detail=True,
     ),
@@ -296,7 +340,7 @@ def discovery_messages(
                 "unique_id": uid,
                 "state_topic": topology.status_detail_topic(node_id) if entity.detail else status,
             }
-            if entity.key == "privacy":
+            if "json_attributes_template" in entity.config:
                 config["json_attributes_topic"] = topology.status_detail_topic(node_id)
             config.update(entity.config)
             if entity.detail:

@@ -378,7 +378,16 @@ def test_each_node_is_a_device_linked_to_its_parent(motes: Topology) -> None:
 def test_entities_read_the_nodes_topics(motes: Topology) -> None:
     for node in motes.nodes:
         configs = {c["name"]: c for c in _configs(discovery_messages(motes, node_ids=[node]))}
-        assert set(configs) == {"Online", "Samples", "Rank", "Anomaly rate", "Last Q", "Privacy"}
+        assert set(configs) == {
+            "Online",
+            "Samples",
+            "Rank",
+            "Anomaly rate",
+            "Last Q",
+            "Sensor fault",
+            "Suspected sensor",
+            "Privacy",
+        }
         online = configs.pop("Online")
         assert online["state_topic"] == motes.status_topic(node)
         assert online["device_class"] == "connectivity"
@@ -396,6 +405,9 @@ def test_entities_read_the_nodes_topics(motes: Topology) -> None:
         assert configs["Anomaly rate"]["unit_of_measurement"] == "%"
         assert configs["Samples"]["state_class"] == "total"
         assert configs["Privacy"]["json_attributes_topic"] == motes.status_detail_topic(node)
+        assert configs["Sensor fault"]["device_class"] == "problem"
+        for name in ("Sensor fault", "Suspected sensor"):
+            assert configs[name]["json_attributes_topic"] == motes.status_detail_topic(node)
 
 
 def test_ids_are_unique_stable_and_in_the_documented_charset(motes: Topology) -> None:
@@ -435,8 +447,11 @@ def _referenced(template: str) -> set[tuple[str, ...]]:
     return paths
 
 
+SUSPECT = {"sensor": 17, "fault": "short", "seq": 3207, "ts": 1732421712.125}
+
+
 def test_templates_reference_fields_of_the_status_document(motes: Topology) -> None:
-    document = _sample_status(anomaly_rate=0.0125, last_q=3.5)
+    document = _sample_status(anomaly_rate=0.0125, last_q=3.5, suspect=SUSPECT)
     for config in _configs(discovery_messages(motes, node_ids=["pi-01"])):
         for key in ("value_template", "json_attributes_template"):
             template = config.get(key)
@@ -452,7 +467,7 @@ def test_templates_reference_fields_of_the_status_document(motes: Topology) -> N
                     assert isinstance(value, dict) and part in value, (config["name"], path)
                     value = value[part]
     expected = {("n_samples",), ("rank",), ("extra", "anomaly_rate"), ("extra", "last_q")}
-    expected |= {("privacy", "mechanism")}
+    expected |= {("privacy", "mechanism"), ("extra", "suspect")}
     found = set().union(
         *(_referenced(c.get("value_template", "")) for c in _configs(discovery_messages(motes)))
     )
@@ -477,6 +492,16 @@ def test_templates_render_with_jinja2_where_installed(motes: Topology) -> None:
     bare = {**_sample_status(), "privacy": None}
     assert render("Anomaly rate", bare) == render("Last Q", bare) == "None"  # state "unknown"
     assert render("Privacy", bare) == "off"
+    assert render("Sensor fault", bare) == render("Suspected sensor", bare) == "None"
+    alarm = _sample_status(anomaly_rate=0.01, suspect=SUSPECT)
+    assert render("Sensor fault", alarm) == "ON"  # the problem binary sensor's payload_on
+    assert render("Suspected sensor", alarm) == "17"
+    for name in ("Sensor fault", "Suspected sensor"):
+        assert json.loads(render(name, alarm, "json_attributes_template")) == SUSPECT
+    quiet = _sample_status(anomaly_rate=0.0, suspect=None)
+    assert render("Sensor fault", quiet) == "OFF"
+    assert render("Suspected sensor", quiet) == "none"
+    assert json.loads(render("Suspected sensor", quiet, "json_attributes_template")) == {}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,18 +56,18 @@ async def test_an_agent_publishes_its_discovery_configs_retained_and_again_when_
     leaf = topology.leaves()[0]
     settings = AgentSettings(host=mosquitto.host, port=mosquitto.port, discovery_prefix=HA)
     expected = dict(discovery_messages(topology, discovery_prefix=HA, node_ids=[leaf]))
-    assert len(expected) == len(ENTITY_KEYS) == 6
+    assert len(expected) == len(ENTITY_KEYS) == 8
     async with LeafAgent(topology, leaf, settings) as agent:
         await agent.wait_connected(5)
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
             await client.subscribe(f"{HA}/#", qos=1)
-            retained = await _collect(client, 6)
+            retained = await _collect(client, len(ENTITY_KEYS))
             assert {str(m.topic): bytes(m.payload) for m in retained} == expected
             assert all(m.retain for m in retained)
             assert await _quiet(client) == []  # nothing else under the prefix
             # Home Assistant's birth message: every config again
             await client.publish(f"{HA}/status", b"online", qos=1)
-            again = await _collect(client, 7)  # the birth message itself, then 6 configs
+            again = await _collect(client, 1 + len(ENTITY_KEYS))  # birth message, configs
             configs = {str(m.topic): bytes(m.payload) for m in again if str(m.topic) in expected}
             assert configs == expected
             await client.publish(f"{HA}/status", b"offline", qos=1)
@@ -91,7 +91,7 @@ async def test_an_aggregator_publishes_only_its_own_configs_and_none_without_the
         await a.wait_connected(5)
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
             await client.subscribe(f"{HA}/#", qos=1)
-            got = await _collect(client, 6)
+            got = await _collect(client, len(ENTITY_KEYS))
             assert await _quiet(client) == []
     topics = {str(m.topic) for m in got}
     assert topics == {t for t, _ in discovery_messages(topology, node_ids=["site-0"])}
@@ -125,7 +125,7 @@ async def test_cli_agent_homeassistant_publishes_and_homeassistant_remove_clears
     try:
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, timeout=5) as client:
             await client.subscribe("ha2/#", qos=1)
-            got = await _collect(client, 6, timeout_s=20)
+            got = await _collect(client, len(ENTITY_KEYS), timeout_s=20)
         assert {str(m.topic): bytes(m.payload) for m in got} == expected
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -160,7 +160,7 @@ async def test_homeassistant_remove_publishes_empty_retained_payloads(
              "--homeassistant-remove"],
         )  # fmt: skip
         assert code == 0
-        got = await _collect(client, 6)
+        got = await _collect(client, len(ENTITY_KEYS))
     assert {str(m.topic) for m in got} == expected
     assert all(bytes(m.payload) == b"" for m in got)
 
