@@ -4,11 +4,12 @@ It renders the snapshot the server inlines (or fetches ``/state.json``), then fo
 ``/events`` (server-sent events, each a whole snapshot) and redraws by hand in SVG: the
 tree with each node's liveness, coverage, rank and privacy; the root model's scree plot;
 anomaly rates over time. A table lists the same nodes with ``data-node`` / ``data-state``
-attributes (what the browser test reads). The membership table has a row per aggregator that
-is open or has had a child join, be forgotten or quarantined (``data-aggregator``,
-``data-joins``, ``data-forgets``): its admitted children, the forgotten ones with the samples
-they took with them, the quarantined ones with the reason; below it the latest changes,
-newest first.
+attributes (what the browser test reads), each with its anomaly rate and the sensor its fault
+detector suspects (``data-suspect``: the column index, empty for none). The membership
+table has a row per aggregator that is open or has had a child join, be forgotten or
+quarantined (``data-aggregator``, ``data-joins``, ``data-forgets``): its admitted children,
+the forgotten ones with the samples they took with them, the quarantined ones with the
+reason; below it the latest changes, newest first.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ PAGE_HTML = r"""<!doctype html>
     <svg id="anomaly" width="100%" height="220"></svg></div>
   <div class="card wide"><h2>Nodes</h2>
     <table><thead><tr><th>node</th><th>state</th><th>samples</th><th>rank</th><th>seq</th>
-    <th>privacy</th><th>anomaly rate</th><th>rejects</th></tr></thead>
+    <th>privacy</th><th>anomaly rate</th><th>suspect</th><th>rejects</th></tr></thead>
     <tbody id="rows"></tbody></table></div>
   <div class="card wide"><h2>Membership: children joined, forgotten, quarantined</h2>
     <table><thead><tr><th>aggregator</th><th>admits</th><th>joined</th><th>forgotten</th>
@@ -196,8 +197,15 @@ function drawRows(s) {
     (n.quarantined ? ' \u00b7 quarantined (' + esc(n.quarantined) + ')' : '') + '</td>' +
     '<td>' + esc(fmt(n.n_samples)) + '</td><td>' + esc(rankText(n)) + '</td>' +
     '<td>' + esc(fmt(n.seq)) + '</td><td>' + esc(privacyText(n.privacy)) + '</td>' +
-    '<td>' + esc(fmt(n.anomaly_rate)) + '</td><td>' + esc(fmt(n.rejects)) + '</td></tr>'
+    '<td>' + esc(fmt(n.anomaly_rate)) + '</td>' +
+    '<td class="suspect" data-suspect="' + esc(n.suspect ? n.suspect.sensor : "") + '">' +
+    esc(suspectText(n.suspect)) + '</td><td>' + esc(fmt(n.rejects)) + '</td></tr>'
   ).join("");
+}
+
+function suspectText(sus) {
+  if (!sus) return "\u2013";
+  return "sensor " + sus.sensor + (sus.fault ? " (" + sus.fault + ")" : "");
 }
 
 function listText(items) {

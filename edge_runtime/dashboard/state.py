@@ -10,7 +10,9 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
   (`edge_runtime.wire.StatusDetail`) coverage ``n_samples``, ``rank`` (and ``tracked``: the
   directions an aggregator's snapshot carries beyond it, `_rank_view`), ``seq``, the privacy
   ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
-  node reports one; ``quarantined``: the reason its aggregator quarantined it (the
+  node reports one; ``suspect``: ``{"sensor", "fault"}`` of the latest status document's
+  ``extra["suspect"]`` (the sensor a leaf's fault detector suspects, issue 25; column index
+  and kind), else None; ``quarantined``: the reason its aggregator quarantined it (the
   parent's ``extra["quarantined"]``, issue 14), else None;
 * the root's model (`edge_runtime.wire.SubspaceMessage` on ``<prefix>/<root>/model``): its
   singular values and each component's share of the captured energy (``sigma_i^2 /
@@ -92,6 +94,18 @@ def _anomaly_rate(extra: Mapping[str, object]) -> float | None:
         return None
     rate = float(value)
     return rate if math.isfinite(rate) else None
+
+
+def _suspect(extra: Mapping[str, object]) -> dict[str, object] | None:
+    """``{"sensor": int, "fault": str or None}`` of ``extra["suspect"]``, or None when it is
+    absent, null or malformed."""
+    value = extra.get("suspect")
+    if not isinstance(value, Mapping):
+        return None
+    sensor, fault = value.get("sensor"), value.get("fault")
+    if isinstance(sensor, bool) or not isinstance(sensor, int):
+        return None
+    return {"sensor": sensor, "fault": fault if isinstance(fault, str) else None}
 
 
 class DashboardState:
@@ -251,6 +265,7 @@ class DashboardState:
                     if detail is None or detail.privacy is None
                     else detail.privacy.as_dict(),
                     "anomaly_rate": node.anomaly[-1][1] if node.anomaly else None,
+                    "suspect": None if detail is None else _suspect(detail.extra),
                 }
             )
         quarantined = self.membership.quarantined()
