@@ -24,10 +24,13 @@ Pipeline per reading (all per sensor ``j`` unless said otherwise):
 4. Rules (fault types of Sharma, Golubchik & Govindan, ACM TOSN 6(3), 2010), each a
    per-sensor score:
 
-   - SHORT: ``|z_j|`` of the change.
+   - SHORT: ``|loo_j|`` of the change over a *local* RMS (half-life ``local_halflife``
+     readings, floored at ``local_floor`` times ``scale_j``). When it fires on ``j``
+     the others' residuals are recomputed without ``j`` (a spike leaks into them
+     through the projection).
    - RAIL (reported as "constant"): a sensor at the largest value it has shown (its
      saturation) for 2+ readings while the level model says it should be lower:
-     ``loo_j / scale_j`` of the level (one-sided).
+     ``loo_j`` of the level over its RMS (one-sided).
    - CONSTANT: a sensor whose value has repeated ``run_j >= min_run`` readings, ``|sum of
      the changes the other sensors predict for j over the run| / scale_j``: the truth
      moved away while the sensor did not; and a sensor at 0 for ``min_run`` readings
