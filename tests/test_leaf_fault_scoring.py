@@ -68,10 +68,12 @@ def test_warm_up_readings_get_no_document_and_count_down_in_the_status() -> None
 def test_a_block_across_the_end_of_the_warm_up_is_scored_from_its_first_row_after_it() -> None:
     c = core()
     x = light(WARMUP + 10, seed=0)
+    assert not c.completes_warmup(WARMUP - 5) and c.completes_warmup(WARMUP)
     c.score(x[: WARMUP - 5], source="s", seq=0, timestamp=1.0)
+    assert not c.completes_warmup(4) and c.completes_warmup(5)  # the shell threads that one
     docs = c.score(x[WARMUP - 5 :], source="s", seq=WARMUP - 5, timestamp=2.0)
     assert [d["seq"] for d in docs] == list(range(WARMUP, WARMUP + 10))
-    assert c.scored == 10
+    assert c.scored == 10 and not c.completes_warmup(10**6)
 
 
 def test_a_spike_raises_an_alarm_naming_the_spiked_sensor_and_the_documents_fields() -> None:

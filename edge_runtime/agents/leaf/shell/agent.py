@@ -200,6 +200,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         )
         self._scores: list[bytes] = []  # documents waiting for the work loop
         self._scores_dropped = 0
+        self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
         self._lock = asyncio.Lock()
         self._checkpoint_lock = asyncio.Lock()
         self._restore_from_broker = restore_from_broker
@@ -328,14 +329,15 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         results, events = await self._numerics(ingest_now)
         for reason, range_source, detail in events:
             self._log_range(reason, range_source, detail)
-        for block, src, seq, error in results:
-            if error is None:
-                self._score(block, src, seq)
-                continue
-            topic = self.config.sensor_topic or ""
-            if self._source is not None and source == self._source.source_id:
-                topic = ""
-            self.reject("estimator", topic, str(error), source=source)
+        async with self._scoring_lock:  # scored in the order applied (`_score` may await)
+            for block, src, seq, error in results:
+                if error is None:
+                    await self._score(block, src, seq)
+                    continue
+                topic = self.config.sensor_topic or ""
+                if self._source is not None and source == self._source.source_id:
+                    topic = ""
+                self.reject("estimator", topic, str(error), source=source)
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:

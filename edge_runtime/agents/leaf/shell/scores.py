@@ -13,12 +13,14 @@ at ``score_alpha``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import aiomqtt
 import numpy as np
 
+from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
 from edge_runtime.agents.leaf.core.scoring import encode_document
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_subspace
@@ -66,13 +68,25 @@ class LeafScores:
             self.log.info("model_received", seq=msg.seq, rank=msg.rank, n_samples=msg.n_samples)
         self.wake()
 
-    def _score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
-        """Score an applied block (``O(n d r)``, in the event loop) and queue its documents."""
+    async def _score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
+        """Score an applied block and queue its documents: in the event loop (``O(n d r)``
+        static, ``O(n d^2)`` faults), except the block that ends the fault detector's
+        warm-up, whose one-off build runs in a worker thread
+        (`FaultScoringCore.completes_warmup`). The caller holds ``_scoring_lock`` so that
+        blocks are scored in the order they were applied."""
         scoring = self._core.scoring
         if scoring is None:
             return
+        timestamp = time.time()
+
+        def run() -> list[dict[str, Any]]:
+            return scoring.score(block, source=source, seq=seq, timestamp=timestamp)
+
         try:
-            docs = scoring.score(block, source=source, seq=seq, timestamp=time.time())
+            if isinstance(scoring, FaultScoringCore) and scoring.completes_warmup(len(block)):
+                docs = await asyncio.to_thread(run)
+            else:
+                docs = run()
         except ValueError as exc:  # e.g. a width the model does not have
             self.reject("score", "", str(exc), source=source)
             return
