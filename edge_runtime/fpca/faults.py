@@ -39,6 +39,8 @@ Pipeline per reading (all per sensor ``j`` unless said otherwise):
    - NOISE: an EWMA (half-life ``noise_halflife`` readings) of ``min(z_j^2,
      noise_clip^2)``: sustained large changes of one sensor.
 
+   RAIL, CONSTANT and NOISE keep per-sensor state over time (`faults_rules.TemporalRules`).
+
    Each rule has its own `PotLimit`, an extreme-value (peaks-over-threshold) limit at
    ``risk`` per reading on the rule's largest score over the sensors, fed only with the
    scores of unflagged sensors.
@@ -75,6 +77,7 @@ import numpy as np
 
 from edge_runtime.fpca.faults_limits import PotLimit
 from edge_runtime.fpca.faults_model import LaggedPCA
+from edge_runtime.fpca.faults_rules import TemporalRules
 
 __all__ = [
     "DEFAULT_RISK",
@@ -306,31 +309,29 @@ class FaultDetector:
             raise ValueError(f"risk keys must be among {RULES}, got {sorted(risks)}")
         self.n_features = d
         self.log_offset = None if log_offset is None else float(log_offset)
-        self.noise_clip = float(noise_clip)
-        self.min_run = int(min_run)
         self.reanchor = int(reanchor)
-        self.rtol = float(rtol)
-        self.zero_rail = bool(zero_rail)
         self.mute_after = int(mute_after)
         self.local_floor = float(local_floor)
         self._local_a = None if local_halflife is None else 1.0 - 0.5 ** (1.0 / local_halflife)
         self._a = 1.0 - 0.5 ** (1.0 / halflife)
-        self._noise_a = 1.0 - 0.5 ** (1.0 / noise_halflife)
         self.limits = {k: PotLimit(window, float(risks[k]), level, every) for k in RULES}
         forget = 1.0 - self._a
         self.changes = LaggedPCA(d, rank, forget, refresh, centered=False)
         self.levels = LaggedPCA(d, level_rank, forget, refresh, centered=True)
+        self.rules = TemporalRules(
+            d,
+            noise_halflife=noise_halflife,
+            noise_clip=noise_clip,
+            min_run=min_run,
+            mute_after=mute_after,
+            rtol=rtol,
+            zero_rail=zero_rail,
+        )
         # Per-sensor state, all of shape (d,).
         self._scale2 = np.ones(d)  # weighted mean square of the change loo
         self._local2 = np.ones(d)  # the same over ~local_halflife readings
         self._lscale2 = np.ones(d)  # weighted mean square of the level loo
         self._ref = np.zeros(d)  # last accepted transformed value
-        self._x_prev = np.zeros(d)  # last raw value
-        self._rail = np.zeros(d)  # largest accepted raw value (the saturation rail)
-        self._noise = np.zeros(d)  # EWMA of clipped z^2
-        self._run = np.zeros(d, dtype=np.int64)  # readings the raw value repeated
-        self._rail_run = np.zeros(d, dtype=np.int64)  # readings at the rail
-        self._acc = np.zeros(d)  # predicted change accumulated over the run
         self._streak = np.zeros(d, dtype=np.int64)  # consecutive SHORT alarms
         self.n_seen = 0
         self.learning = False  # True: push every score, raise no alarm (warm-up)
@@ -383,9 +384,8 @@ class FaultDetector:
         det._local2 = det._scale2.copy()
         lres = np.array([det.levels.loo(row) for row in v])
         det._lscale2 = np.maximum(np.mean(lres * lres, axis=0), 1e-12)
-        det._rail = x.max(axis=0)
+        det.rules.start(x)
         det._ref = v[0].copy()
-        det._x_prev = x[0].copy()
         det.learning = True
         for row in x[1:]:
             det.verdict(row, 0.0)
@@ -451,21 +451,11 @@ class FaultDetector:
             loo = self.changes.loo(dv, exclude=j)
             zs2 = loo * loo / short_den
         z2 = loo * loo / self._scale2
-        self._noise += self._noise_a * (np.minimum(z2, self.noise_clip**2) - self._noise)
-        # CONSTANT: the change the others predict for j is dv_j - loo_j.
-        tol = self.rtol * np.maximum(np.abs(x), 1.0)
-        self._run = np.where(np.abs(x - self._x_prev) <= tol, self._run + 1, 0)
-        self._acc = np.where(self._run > 0, self._acc + (dv - loo), 0.0)
-        live = self._run < self.mute_after
-        cscore = np.where(live & (self._run >= self.min_run), np.abs(self._acc), 0.0)
-        cscore /= np.sqrt(self._scale2)
-        if self.zero_rail:
-            cscore = np.where(live & (self._run >= self.min_run) & (x <= 0.0), np.inf, cscore)
-        # RAIL: at the largest value seen while the others say the level is lower.
-        self._rail_run = np.where(x >= self._rail - tol, self._rail_run + 1, 0)
         lres = self.levels.loo(v)
-        rscore = np.where(live & (self._rail_run >= 2), lres / np.sqrt(self._lscale2), 0.0)
-        per = {"short": np.sqrt(zs2), "rail": rscore, "constant": cscore, "noise": self._noise}
+        noise, cscore, rscore = self.rules.scores(
+            x, z2, dv - loo, self._scale2, lres / np.sqrt(self._lscale2)
+        )
+        per = {"short": np.sqrt(zs2), "rail": rscore, "constant": cscore, "noise": noise}
         limits = {k: self._limit(k) for k in RULES}
         flagged = np.zeros(self.n_features, dtype=bool)
         rule, sensor = "", -1
@@ -519,14 +509,13 @@ class FaultDetector:
             finite = ok & np.isfinite(per[k])  # a zero-rail score is inf
             if finite.any():
                 self.limits[k].push(float(per[k][finite].max()))
-        self._rail = np.where(ok, np.maximum(self._rail, x), self._rail)
+        self.rules.accept(x, ok)
         # Short-flagged sensors keep a reference where the others say they should be,
         # until `reanchor` consecutive alarms accept the new level.
         self._streak = np.where(flagged, self._streak + 1, 0)
         keep = short_over & (self._streak < self.reanchor)
         self._ref = np.where(keep, self._ref + pred, v)
         self._streak[self._streak >= self.reanchor] = 0
-        self._x_prev = x
 
     def run(self, X: np.ndarray, t: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803
         """`update` over the rows of ``X`` in order.
@@ -560,4 +549,5 @@ class FaultDetector:
             + sum(lim.nbytes for lim in self.limits.values())
             + self.changes.nbytes
             + self.levels.nbytes
+            + self.rules.nbytes
         )
