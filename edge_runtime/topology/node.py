@@ -143,7 +143,8 @@ class NodeConfig:
     score_interval_s : float, default 10.0
         Seconds of one batch in ``"interval"`` mode, > 0.
     score_alpha : float, default 0.01
-        Significance in (0, 1) of the Q and T^2 limits.
+        Significance in (0, 1) of the Q and T^2 limits (``score_detector = "static"``; the
+        fault detector's limits are adaptive, at its own per-rule risks).
     score_allow_private : bool, default False
         Let a private leaf publish scores: each document reveals a reading's Q and T^2,
         which the privacy guarantee does not cover, so a private leaf refuses ``score``
