@@ -260,8 +260,9 @@ def test_the_leaf_builds_the_core_its_detector_names_and_subscribes_accordingly(
 
 
 @pytest.mark.mqtt
+@pytest.mark.parametrize("mode", ["reading", "interval"])
 async def test_a_leaf_with_the_fault_detector_publishes_a_document_naming_the_spiked_sensor(
-    mosquitto,
+    mosquitto, mode: str
 ) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     topology = parse_topology(
@@ -272,7 +273,8 @@ prefix = "{prefix}"
 rank = 3
 block_size = 10
 idle_flush_s = 0.2
-score = "reading"
+score = "{mode}"
+score_interval_s = 0.5
 score_warmup = {WARMUP}
 [[nodes]]
 id = "root"
@@ -298,12 +300,18 @@ sensor_topic = "{prefix}-sensors/leaf-1"
                 async for message in client.messages:
                     assert not message.retain
                     docs.append(json.loads(bytes(message.payload)))  # type: ignore[arg-type]
-                    if docs[-1]["seq"] == WARMUP + 39:
+                    if mode == "reading" and docs[-1]["seq"] == WARMUP + 39:
                         break
-        assert [d["seq"] for d in docs] == list(range(WARMUP, WARMUP + 40))
-        spike = docs[20]
-        assert (spike["anomaly"], spike["sensor"], spike["fault"]) == (1, 4, "short")
-        assert spike["detector"] == "faults" and spike["node"] == "leaf-1"
+                    if mode == "interval" and sum(d["n"] for d in docs) >= 40:
+                        break
+        assert all(d["detector"] == "faults" and d["node"] == "leaf-1" for d in docs)
+        if mode == "reading":
+            assert [d["seq"] for d in docs] == list(range(WARMUP, WARMUP + 40))
+            spike = docs[20]
+            assert (spike["anomaly"], spike["sensor"], spike["fault"]) == (1, 4, "short")
+        else:
+            flagged = [(f["seq"], f["sensor"], f["fault"]) for d in docs for f in d["flagged"]]
+            assert (WARMUP + 20, 4, "short") in flagged
         async with asyncio.timeout(15):  # the status document names the suspect
             while True:
                 raw = await collect_retained(
