@@ -72,10 +72,11 @@ DEFAULT_SCORE_WARMUP = 2787
 """``score_warmup`` of a leaf that sets none: readings that warm the fault detector (see
 `NodeConfig`). One Motes light device-day, the event benchmark's warm-up and the detector's
 default ``halflife``. Measured (event benchmark, Motes light, 5 seeds, the same scored rows,
-the detector warmed on the last N warm-up rows): N = 800 gave event precision 0.55 and NAB
-18.7, N = 1500 7.9 clean alarm events per device-day (budget 2), N = 2787 1.7 events,
-precision 0.90, NAB 25.4. The buffer is ``score_warmup x n_features`` float64 until the
-detector is built: 1.07 MB for 48 sensors, 6.7 MB for 300."""
+the detector at commit bccbef6 warmed on the last N warm-up rows): N = 800 gave 6.8 clean
+alarm events per device-day (budget 2), precision 0.41, NAB 18.9; N = 1500 15.3 events,
+precision 0.38; N = 2787 1.7 events, precision 0.90, NAB 26.0. The buffer is
+``score_warmup x n_features`` float64 until the detector is built: 1.07 MB for 48 sensors,
+6.7 MB for 300."""
 
 OUT_OF_RANGE_MODES: tuple[str, ...] = ("reject", "clip")
 """A leaf's ``out_of_range``: drop a reading with any value outside ``valid_range``, or clip
