@@ -27,7 +27,7 @@ readings pass without an alarm (then null): what Home Assistant's *Suspected sen
 
 Cost. Per reading the detector's ``O(n_features^2)`` (plus its periodic refreshes, see
 `FaultDetector`); memory: the warm-up buffer until built, then the detector's fixed
-`FaultDetector.nbytes` (about 140 kB for 48 sensors), the window of flags (`RATE_WINDOW`
+`FaultDetector.nbytes` (148,864 bytes for 48 sensors), the window of flags (`RATE_WINDOW`
 booleans) and, in ``"interval"`` mode, at most `MAX_INTERVAL_FLAGGED` flagged readings.
 
 Counters (status document ``extra``): ``score`` (the mode), ``score_detector``
