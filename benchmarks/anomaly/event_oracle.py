@@ -1,0 +1,637 @@
+"""How far any per-reading statistic can go under issue 25's clean-alarm budget (hindsight).
+
+``python -m benchmarks.anomaly.event_oracle [--seeds 20] [--out DIR]``
+
+For each per-reading, per-sensor statistic ``S`` (an ``(n, d)`` array, larger = more
+suspicious; `statistics` computes them all, causal, from a model fitted on the warm-up
+only) a reading alarms at threshold ``c`` when ``max_j S[t, j] > c`` (any sensor), and
+consecutive alarms are one event, as in `benchmarks.anomaly.events`. The *hindsight
+limit* at a budget of ``B`` clean events per device-day is the smallest ``c`` such that
+every threshold ``>= c`` gives at most ``B`` events per device-day on the *clean* scored
+rows (`hindsight_threshold`; "every threshold above" because the event count is not
+monotone in ``c``: below the smallest reading everything is one event). It is computed
+from the very stream it is applied to, so no limit computed by a detector from the
+warm-up or on line can be better calibrated.
+
+At that ``c`` the statistic is run on each seed's faulty stream (`benchmarks.anomaly.
+inject`, default `FaultConfig`, the event benchmark's protocol and seeds) and scored with
+`events.merge_alarms` and `events.match_faults`: a visible fault is detected by an event
+*starting* between its first row and its onset plus the kind's window (SHORT 0, NOISE 20,
+CONSTANT 10, drift 199), CONSTANT faults count from the first reading whose truth moved
+more than one sigma away (`Fault.visible`). The best recall over the statistics is an
+upper bound (up to the recall's own non-monotonicity in ``c``, see below) on what a
+detector that thresholds any one of them can reach under the budget; a detector that
+ORs several rules spends the one budget on all of them.
+
+Caveat: with the "event starts in the window" rule the recall is not monotone in ``c``
+either (a lower threshold can start an event one reading before a spike and swallow it);
+the recall is taken at the hindsight limit, not maximised over thresholds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
+from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
+from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
+from benchmarks.reporting import table
+
+__all__ = [
+    "BUDGETS",
+    "GROUPS",
+    "TARGETS",
+    "Model",
+    "OracleResult",
+    "evaluate",
+    "fit_model",
+    "hindsight_threshold",
+    "main",
+    "render",
+    "statistics",
+]
+
+#: Clean alarm events per device-day at which the hindsight limit is taken (issue 25: 2).
+BUDGETS = (2.0, 5.0, 20.0)
+#: Kinds reported, grouped as issue 25's targets are (DRIFT has no target there).
+GROUPS = {
+    "SHORT": ("short",),
+    "NOISE": ("noise",),
+    "CONSTANT": CONSTANT_KINDS,
+    "DRIFT": ("drift",),
+}
+#: Issue 25's recall targets at 2 clean events per device-day.
+TARGETS = {"SHORT": 0.95, "NOISE": 0.8, "CONSTANT": 0.9}
+#: Directions of the cross-sensor model of changes (FaultDetector's default on 48 motes).
+RANK = 8
+#: Directions of the cross-sensor model of log levels (FaultDetector's RAIL rule).
+LEVEL_RANK = 2
+#: Readings of the local RMS (the detector's local half-life) and its floor (x global).
+LOCAL = 30
+LOCAL_FLOOR = 0.3
+#: Rolling windows of the NOISE statistics, and the context before them.
+NOISE_WINDOWS = (5, 10, 20)
+NOISE_CONTEXT = 100
+#: |z| is clipped here in the clipped NOISE statistics (a spike is not noise).
+CLIP = 6.0
+#: CONSTANT: readings a value must repeat before it is scored, and after which a sensor
+#: is dead (muted), as FaultDetector's min_run and mute_after.
+MIN_RUN = 3
+MUTE_AFTER = 100
+#: Rows between refits of the refitted level model (FaultDetector's ``refresh``).
+REFIT = 1024
+#: Score given where a rule is certain (a reading at 0 for MIN_RUN readings).
+CERTAIN = 1e6
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the statistics take from the warm-up (rows ``[0, start)``)."""
+
+    start: int
+    sigma: np.ndarray  # (d,) robust sigma of non-zero first differences (inject's)
+    rail: np.ndarray  # (d,) largest warm-up reading
+    log_offset: float
+    domains: dict[str, dict[str, np.ndarray]]  # "lux"/"log" -> V, h, scales
+    level: dict[str, np.ndarray]  # log-level model: mu, V, h, rms
+
+
+def _transform(x: np.ndarray, domain: str, c: float) -> np.ndarray:
+    return x if domain == "lux" else np.log(np.maximum(x, 0.0) + c)
+
+
+def _diff(x: np.ndarray) -> np.ndarray:
+    """First differences with a zero first row: ``out[t] = x[t] - x[t - 1]``."""
+    out = np.zeros_like(x)
+    out[1:] = np.diff(x, axis=0)
+    return out
+
+
+def _loo_basis(z: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``rank`` right singular vectors of ``z`` (n, d) and their leverages (d,)."""
+    rank = min(rank, z.shape[1] - 1)
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    v = vt[:rank].T
+    h = np.minimum((v**2).sum(1), 0.99)
+    return v, h
+
+
+def fit_model(warm: np.ndarray, log_offset: float | None = None) -> Model:
+    """Fit the statistics' warm-up quantities on clean rows ``warm`` (n, d), non-negative.
+
+    ``log_offset`` None: the median of the sensors' robust sigma (FaultDetector's
+    `auto_log_offset`; 14.4 lux on Motes light)."""
+    warm = np.asarray(warm, dtype=np.float64)
+    sigma = noise_sigma(warm)
+    c = float(np.median(sigma)) if log_offset is None else float(log_offset)
+    domains = {}
+    for dom in ("lux", "log"):
+        y = _transform(warm, dom, c)
+        dy = np.diff(y, axis=0)
+        v, h = _loo_basis(dy, RANK)
+        loo = (dy - (dy @ v) @ v.T) / (1.0 - h)
+        dsig = noise_sigma(y) if dom == "log" else sigma
+        domains[dom] = {
+            "V": v,
+            "h": h,
+            "sigma": dsig,
+            "rms": np.sqrt(np.mean(dy**2, axis=0)) + 1e-12,
+            "loo_rms": np.sqrt(np.mean(loo**2, axis=0)) + 1e-12,
+        }
+    y = _transform(warm, "log", c)
+    mu = y.mean(0)
+    v, h = _loo_basis(y - mu, LEVEL_RANK)
+    res = ((y - mu) - ((y - mu) @ v) @ v.T) / (1.0 - h)
+    level = {"mu": mu, "V": v, "h": h, "rms": np.sqrt(np.mean(res**2, axis=0)) + 1e-12}
+    return Model(warm.shape[0], sigma, warm.max(0), c, domains, level)
+
+
+def _rolling_mean(a: np.ndarray, w: int, lag: int = 0) -> np.ndarray:
+    """Mean of ``a[t - lag - w + 1 .. t - lag]`` per row (fewer rows at the top), axis 0."""
+    cs = np.zeros((a.shape[0] + 1, a.shape[1]))
+    np.cumsum(a, axis=0, out=cs[1:])
+    t = np.arange(a.shape[0])
+    hi = np.clip(t - lag + 1, 0, None)
+    lo = np.clip(hi - w, 0, None)
+    cnt = np.maximum(hi - lo, 1)[:, None]
+    return (cs[hi] - cs[lo]) / cnt
+
+
+def _run_lengths(same: np.ndarray) -> np.ndarray:
+    """Consecutive True values ending at each row, per column (``same`` (n, d) bool)."""
+    n = same.shape[0]
+    t = np.arange(n)[:, None]
+    last_break = np.maximum.accumulate(np.where(same, -1, t), axis=0)
+    return t - last_break
+
+
+def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
+    """Every statistic of the oracle on readings ``x`` (n, d): name -> (n, d), >= 0.
+
+    Causal: row ``t`` uses rows ``<= t`` and the warm-up model. Per domain (``lux``: the
+    readings; ``log``: ``log(x + c)``):
+
+    - SHORT: ``abs(diff) / sigma`` (global robust sigma of non-zero changes), ``abs(diff)`` over
+      the local RMS of the previous 30 changes (floored at 0.3 x the global RMS), the
+      leave-one-out residual ``loo`` of a rank-8 PCA of the warm-up changes (the change
+      the other sensors do not explain) over its global RMS, and over the same local RMS.
+    - NOISE: for w in 5, 10, 20 the RMS of the last w ``diff / sigma``, of ``loo / RMS``
+      clipped at 6, and of ``diff`` over the RMS of the 100 changes before the window
+      (floored at ``sigma``).
+    - CONSTANT: run length of repeated values (all runs; only runs < 100 readings), the
+      change the other sensors predicted over the run (``|sum of diff - loo|`` / RMS of
+      ``loo``, runs of 3 to 99), the same with 0 for 3 readings as certain, the move of
+      the level residual (rank-2 PCA of log levels) since the run began, and the level
+      residual while at the warm-up rail or at 0 for 2+ readings.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    out: dict[str, np.ndarray] = {}
+    dx = _diff(x)
+    same = np.zeros(x.shape, dtype=bool)
+    same[1:] = dx[1:] == 0
+    run = _run_lengths(same)
+    live = (run >= MIN_RUN) & (run < MUTE_AFTER)
+    at_zero = _run_lengths(x <= 0.0)
+    for dom, m in model.domains.items():
+        y = _transform(x, dom, model.log_offset)
+        d = dx if dom == "lux" else _diff(y)
+        loo = (d - (d @ m["V"]) @ m["V"].T) / (1.0 - m["h"])
+        ad = np.abs(d)
+        local_d = np.maximum(np.sqrt(_rolling_mean(d**2, LOCAL, lag=1)), LOCAL_FLOOR * m["rms"])
+        local_l = np.maximum(
+            np.sqrt(_rolling_mean(loo**2, LOCAL, lag=1)), LOCAL_FLOOR * m["loo_rms"]
+        )
+        out[f"{dom} abs(diff) / sigma"] = ad / m["sigma"]
+        out[f"{dom} abs(diff) / local RMS"] = ad / local_d
+        out[f"{dom} abs(loo) / RMS (PCA of changes)"] = np.abs(loo) / m["loo_rms"]
+        out[f"{dom} abs(loo) / local RMS"] = np.abs(loo) / local_l
+        z2 = (d / m["sigma"]) ** 2
+        zl2 = np.minimum((loo / m["loo_rms"]) ** 2, CLIP**2)
+        for w in NOISE_WINDOWS:
+            ctx = np.maximum(np.sqrt(_rolling_mean(d**2, NOISE_CONTEXT, lag=w)), m["sigma"])
+            out[f"{dom} RMS{w}(diff) / sigma"] = np.sqrt(_rolling_mean(z2, w))
+            out[f"{dom} RMS{w}(clip loo / RMS)"] = np.sqrt(_rolling_mean(zl2, w))
+            out[f"{dom} RMS{w}(diff) / RMS of the 100 before"] = (
+                np.sqrt(_rolling_mean(d**2, w)) / ctx
+            )
+        # CONSTANT: the change the other sensors predicted while this one repeated.
+        pred = d - loo
+        cs = np.zeros((x.shape[0] + 1, x.shape[1]))
+        np.cumsum(pred, axis=0, out=cs[1:])
+        t = np.arange(x.shape[0])[:, None]
+        acc = cs[1:] - cs[t + 1 - run, np.arange(x.shape[1])]
+        drift = np.where(live, np.abs(acc) / m["loo_rms"], 0.0)
+        out[f"{dom} abs(predicted move) over run"] = drift
+        out[f"{dom} abs(predicted move) over run, or 0 for 3"] = np.where(
+            (at_zero >= MIN_RUN) & (run < MUTE_AFTER), CERTAIN, drift
+        )
+    out["run length"] = run.astype(np.float64)
+    out["run length (< 100)"] = np.where(run < MUTE_AFTER, run, 0).astype(np.float64)
+    lv = model.level
+    yc = _transform(x, "log", model.log_offset) - lv["mu"]
+    res = (yc - (yc @ lv["V"]) @ lv["V"].T) / (1.0 - lv["h"]) / lv["rms"]
+    rows = np.arange(x.shape[0])[:, None]
+    begin = np.maximum(rows - run, 0)
+    out["abs(level residual move) over run"] = np.where(
+        live, np.abs(res - res[begin, np.arange(x.shape[1])]), 0.0
+    )
+    tol = 1e-6 * np.maximum(np.abs(x), 1.0)
+    at_rail = (_run_lengths(x >= model.rail - tol) >= 2) | (at_zero >= 2)
+    at_rail &= run < MUTE_AFTER
+    out["abs(level residual) at rail or 0 (2+)"] = np.where(at_rail, np.abs(res), 0.0)
+    out["abs(level residual, refit) at rail or 0 (2+)"] = np.where(
+        at_rail, np.abs(_refit_level_residual(x, model)), 0.0
+    )
+    return out
+
+
+def _refit_level_residual(x: np.ndarray, model: Model) -> np.ndarray:
+    """Leave-one-out log-level residual over its RMS, the rank-2 model refitted every
+    `REFIT` rows on the `start` rows before (causal; the warm-up model until then)."""
+    y = _transform(x, "log", model.log_offset)
+    out = np.zeros_like(y)
+    lv = model.level
+    mu, v, h, rms = lv["mu"], lv["V"], lv["h"], lv["rms"]
+    for lo in range(model.start, y.shape[0], REFIT):
+        if lo > model.start:
+            past = y[lo - model.start : lo]
+            mu = past.mean(0)
+            v, h = _loo_basis(past - mu, LEVEL_RANK)
+            r = ((past - mu) - ((past - mu) @ v) @ v.T) / (1.0 - h)
+            rms = np.sqrt(np.mean(r**2, axis=0)) + 1e-12
+        yc = y[lo : lo + REFIT] - mu
+        out[lo : lo + REFIT] = (yc - (yc @ v) @ v.T) / (1.0 - h) / rms
+    return out
+
+    return out
+
+
+def hindsight_threshold(score: np.ndarray, max_events: float) -> float:
+    """Smallest ``c`` such that every threshold ``>= c`` alarms (``score > c``) in at most
+    ``max_events`` runs of consecutive readings.
+
+    Parameters
+    ----------
+    score : ndarray of shape (n,)
+        Per-reading score (the max over sensors) on the clean scored rows.
+    max_events : float
+
+    Returns
+    -------
+    float
+        One of the values of ``score`` (the largest one when even a single exceedance
+        would be too many: nothing alarms then).
+    """
+    s = np.asarray(score, dtype=np.float64)
+    prev = np.concatenate([[-np.inf], s[:-1]])
+    starts = prev < s  # an event starts at t for thresholds in [prev, s)
+    a = np.sort(prev[starts])
+    b = np.sort(s[starts])
+    cand = np.unique(s)
+    count = np.searchsorted(a, cand, "right") - np.searchsorted(b, cand, "right")
+    bad = np.flatnonzero(count > max_events)
+    if bad.size == 0:
+        return float(cand[0])
+    return float(cand[min(bad[-1] + 1, cand.size - 1)])
+
+
+@dataclass
+class OracleResult:
+    """Per statistic and budget: the hindsight limit and detected / visible per kind.
+
+    ``unions[group][budget]`` is the best OR of 2 or 3 statistics found (the max of the
+    statistics each divided by its own limit at ``budget``, itself thresholded at its
+    hindsight limit at ``budget``): names and detected counts per kind.
+    """
+
+    clean_days: float
+    seeds: int
+    budgets: tuple[float, ...] = BUDGETS
+    thresholds: dict[str, dict[float, float]] = field(default_factory=dict)
+    detected: dict[str, dict[float, dict[str, int]]] = field(default_factory=dict)
+    visible: dict[str, int] = field(default_factory=dict)
+    unions: dict[str, dict[float, tuple[tuple[str, ...], dict[str, int]]]] = field(
+        default_factory=dict
+    )
+    seconds: float = 0.0
+
+    def _ratio(self, got: dict[str, int], kinds: tuple[str, ...]) -> float:
+        v = sum(self.visible.get(k, 0) for k in kinds)
+        return sum(got.get(k, 0) for k in kinds) / v if v else float("nan")
+
+    def recall(self, stat: str, budget: float, kinds: tuple[str, ...]) -> float:
+        """Detected / visible faults of ``kinds`` (NaN if none was visible)."""
+        return self._ratio(self.detected[stat][budget], kinds)
+
+    def best(self, budget: float, kinds: tuple[str, ...]) -> tuple[float, list[str]]:
+        """The best recall over the statistics and the statistics reaching it (NaN and
+        none when no fault of ``kinds`` was visible)."""
+        recalls = {s: self.recall(s, budget, kinds) for s in self.thresholds}
+        if not sum(self.visible.get(k, 0) for k in kinds):
+            return float("nan"), []
+        top = max(recalls.values())
+        return top, [s for s, r in recalls.items() if r == top]
+
+    def union(self, group: str, budget: float) -> tuple[float, tuple[str, ...]]:
+        """Recall of the best OR found for ``group`` (a key of `GROUPS`) and its members."""
+        names, got = self.unions[group][budget]
+        return self._ratio(got, GROUPS[group]), names
+
+
+#: Statistics per kind group (the best single ones) whose pairs and triples are ORed.
+UNION_TOP = 5
+#: Suffix of the per-sensor normalised variants.
+PER_SENSOR = ", per sensor / warm-up q99.9"
+
+
+def _scored(alarms: np.ndarray, start: int) -> np.ndarray:
+    """Alarms of the scored rows, padded with ``start`` quiet warm-up rows."""
+    return np.concatenate([np.zeros(start, dtype=bool), alarms])
+
+
+def _with_per_sensor(
+    stats: dict[str, np.ndarray], norms: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    out = dict(stats)
+    for name, s in stats.items():
+        out[name + PER_SENSOR] = s / norms[name]
+    return out
+
+
+def _count(faults: list, alarms: np.ndarray, got: dict[str, int]) -> None:
+    events = merge_alarms(alarms, np.zeros(alarms.size, dtype=np.int64))
+    for m in match_faults(faults, events):
+        if m.detected:
+            got[m.fault.kind] = got.get(m.fault.kind, 0) + 1
+
+
+def evaluate(
+    ds: Dataset,
+    seeds: int,
+    budgets: tuple[float, ...] = BUDGETS,
+    config: FaultConfig | None = None,
+) -> OracleResult:
+    """The hindsight limit of every statistic on ``ds``'s clean stream, and its recall
+    on ``seeds`` faulty streams (`inject` with the event benchmark's seeds 0..).
+
+    Every statistic also comes divided, per sensor, by its 99.9 % quantile over the
+    warm-up rows (a per-sensor calibration a detector could make)."""
+    t0 = time.perf_counter()
+    start = ds.warmup
+    warm = ds.data[:start]
+    model = fit_model(warm)
+    days = (ds.data.shape[0] - start) * ds.epoch / DAY_S
+    res = OracleResult(days, seeds, tuple(budgets))
+    clean = statistics(ds.data, model)
+    norms = {}
+    for name, s in clean.items():
+        q = np.quantile(s[1:start], 0.999, axis=0)
+        pos = q[q > 0]
+        norms[name] = np.where(q > 0, q, pos.min() if pos.size else 1.0)
+    clean_max = {}
+    for name, s in _with_per_sensor(clean, norms).items():
+        ms = s[start:].max(1)
+        clean_max[name] = ms
+        res.thresholds[name] = {b: hindsight_threshold(ms, b * days) for b in budgets}
+        res.detected[name] = {b: {} for b in budgets}
+    sigma = noise_sigma(warm)
+    runs = []
+    for seed in range(seeds):
+        inj = inject(ds.data, start=start, seed=seed, sigma=sigma, config=config)
+        for f in inj.faults:
+            if f.onset is not None:
+                res.visible[f.kind] = res.visible.get(f.kind, 0) + 1
+        kept = {}
+        for name, s in _with_per_sensor(statistics(inj.data, model), norms).items():
+            ms = s[start:].max(1)
+            kept[name] = ms
+            for b, c in res.thresholds[name].items():
+                _count(inj.faults, _scored(ms > c, start), res.detected[name][b])
+        runs.append((inj.faults, kept))
+    for group, kinds in GROUPS.items():
+        res.unions[group] = {}
+        for b in budgets:
+            ranked = sorted(res.thresholds, key=lambda s: -res.recall(s, b, kinds))
+            top = ranked[:UNION_TOP]
+            for k in kinds:  # and the best for each kind of the group (CONSTANT's three)
+                own = max(res.thresholds, key=lambda s, k=k: res.recall(s, b, (k,)))
+                if own not in top:
+                    top.append(own)
+            best: tuple[tuple[str, ...], dict[str, int]] = ((), {})
+            best_r = -1.0
+            for size in (2, 3):
+                for names in combinations(top, size):
+                    scale = {s: max(res.thresholds[s][b], 1e-12) for s in names}
+                    union = np.max([clean_max[s] / c for s, c in scale.items()], axis=0)
+                    limit = hindsight_threshold(union, b * days)
+                    got: dict[str, int] = {}
+                    for faults, kept in runs:
+                        u = np.max([kept[s] / c for s, c in scale.items()], axis=0)
+                        _count(faults, _scored(u > limit, start), got)
+                    r = res._ratio(got, kinds)
+                    if r > best_r:
+                        best, best_r = (names, got), r
+            res.unions[group][b] = best
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _clean_glitches(ds: Dataset, res: OracleResult, k: int = 10) -> tuple[str, str]:
+    """The largest clean-stream events of the best SHORT statistic (per-sensor variants
+    aside) at the first budget: what a spike limit must stay above. Returns its name and
+    a table."""
+    budget = res.budgets[0]
+    ranked = sorted(
+        (s for s in res.thresholds if not s.endswith(PER_SENSOR)),
+        key=lambda s: -res.recall(s, budget, ("short",)),
+    )
+    name = ranked[0]
+    start = ds.warmup
+    z = statistics(ds.data, fit_model(ds.data[:start]))[name]
+    limit = res.thresholds[name][budget]
+    ms = z[start:].max(1)
+    rows, seen = [], []
+    for i in np.argsort(-ms):
+        t = int(i) + start
+        if any(abs(t - u) < 5 for u in seen):
+            continue
+        seen.append(t)
+        j = int(z[t].argmax())
+        vals = ", ".join(f"{v:.0f}" for v in ds.data[max(t - 2, 0) : t + 3, j])
+        rows.append([t, j, f"{z[t, j] / limit:.2f}", int((z[t] > limit).sum()), vals])
+        if len(rows) == k:
+            break
+    return name, table(
+        ["row", "sensor", "score / limit", "sensors over the limit", "readings t-2 .. t+2"],
+        rows,
+        align="rrrrl",
+    )
+
+
+def render(ds: Dataset, res: OracleResult, note: str = "") -> str:
+    """The Markdown report."""
+    n, d = ds.data.shape
+    cfg = FaultConfig()
+    head = [
+        "fault kind (window, readings)",
+        "clean events / device-day",
+        "target",
+        "best single statistic: recall",
+        "which",
+        "best OR of 2-3: recall",
+        "which",
+    ]
+    rows = []
+    for g, kinds in GROUPS.items():
+        for b in res.budgets:
+            r, names = res.best(b, kinds)
+            if not names:  # no visible fault of the kind
+                continue
+            more = f" (+{len(names) - 1} tie)" if len(names) > 1 else ""
+            ru, members = res.union(g, b)
+            target = f">= {TARGETS[g]:g}" if g in TARGETS and b == 2.0 else "-"
+            rows.append(
+                [
+                    f"{g} ({DELAY_WINDOW[kinds[0]]})",
+                    f"{b:g}",
+                    target,
+                    f"**{r:.2f}**",
+                    names[0] + more,
+                    f"{ru:.2f}",
+                    " OR ".join(members),
+                ]
+            )
+    glitch_stat, glitch_table = _clean_glitches(ds, res)
+    verdicts = []
+    for g, target in TARGETS.items():
+        kinds = GROUPS[g]
+        got = {b: max(res.best(b, kinds)[0], res.union(g, b)[0]) for b in res.budgets}
+        if any(np.isnan(v) for v in got.values()):
+            continue
+        within = [b for b in res.budgets if got[b] >= target]
+        verdicts.append(
+            f"{g}: at most {got[res.budgets[0]]:.2f} at {res.budgets[0]:g} events/day against "
+            f"{target:g} ("
+            + (f"reached from {within[0]:g} events/day" if within else "not reached at any budget")
+            + ", "
+            + ", ".join(f"{v:.2f} at {b:g}" for b, v in got.items())
+            + ")."
+        )
+    sub_rows = []
+    for k in CONSTANT_KINDS:
+        cells = [k, str(res.visible.get(k, 0))]
+        for b in res.budgets:
+            r, names = res.best(b, (k,))
+            cells.append(f"{r:.2f} {names[0]}" if names else "n/a")
+        sub_rows.append(cells)
+    per_stat = []
+    for s in res.thresholds:
+        cells = [s]
+        for kinds in GROUPS.values():
+            cells.append(" / ".join(f"{res.recall(s, b, kinds):.2f}" for b in res.budgets))
+        cells.append(" / ".join(f"{res.thresholds[s][b]:.3g}" for b in res.budgets))
+        per_stat.append(cells)
+    kinds_line = ", ".join(
+        f"{k} {res.visible.get(k, 0)}" for kinds in GROUPS.values() for k in kinds
+    )
+    parts = [
+        "# Hindsight limit of per-reading statistics under the clean-alarm budget (issue 25)",
+        "",
+        "Written by `python -m benchmarks.anomaly.event_oracle` (`benchmarks/anomaly/"
+        "event_oracle.py`). For each per-sensor statistic, the threshold on its max over "
+        "the sensors is chosen *on the clean stream itself* as the smallest one at and "
+        "above which the clean scored rows give at most B alarm events per device-day "
+        "(consecutive alarmed readings = one event); at that threshold the statistic is "
+        "run on the event benchmark's faulty streams (`inject.py`, default "
+        f"`FaultConfig`, seeds 0-{res.seeds - 1}) and scored exactly as "
+        "`anomaly_events.md` is (`events.merge_alarms`, `events.match_faults`: an event "
+        "must start between the fault's first row and its onset plus the window; CONSTANT "
+        "counts from the first reading whose truth moved more than one sigma away). No "
+        "detector thresholding one of these statistics can beat its row here under the "
+        "same budget; one that ORs several rules shares the budget between them.",
+        "",
+        f"## {ds.name}",
+        "",
+        f"{n} readings x {d} sensors, warm-up rows 0-{ds.warmup - 1} (model fitted there), "
+        f"scored rows {ds.warmup}-{n - 1} ({res.clean_days:.3g} device-days: B = 2 "
+        f"allows {int(2 * res.clean_days)} clean events); {res.seeds} seeds, visible "
+        f"faults: {kinds_line}. Spikes are {cfg.short_size[0]:g}-{cfg.short_size[1]:g} "
+        "sigma.",
+        "",
+        "Best recall over the statistics (which one; +k tie: k others reach it too), and the "
+        "best OR of 2 or 3 of the 5 best statistics of the kind (and the best one of each "
+        "CONSTANT kind): the max of the statistics, each divided by its own limit at the "
+        "budget, thresholded at its own hindsight limit (a combination found, not a "
+        "bound):",
+        "",
+        table(head, rows, align="lrlrlrl"),
+        "",
+        "Against issue 25's targets (the better of the best single statistic and the best OR):",
+        "",
+        *(f"- {v}" for v in verdicts),
+        "",
+        "Caveats: the statistics' models are fitted on the warm-up (one refitted level "
+        "model aside), a detector adapts its scales and models and ORs its rules, so it "
+        "can exceed the single-statistic row (compare `anomaly_events.md`); the recall is "
+        "taken at the hindsight limit, and is not monotone in it (a lower limit can start "
+        "an event a reading early, as stuck_zero at 20 events/day shows).",
+        "",
+        "CONSTANT by kind, best single statistic:",
+        "",
+        table(
+            ["kind", "visible", *(f"{b:g} events/day" for b in res.budgets)],
+            sub_rows,
+            align="lr" + "l" * len(res.budgets),
+        ),
+        "",
+        "Per statistic: recall per kind at "
+        + " / ".join(f"{b:g}" for b in res.budgets)
+        + " clean events per device-day, and the "
+        "hindsight thresholds.",
+        "",
+        table(
+            ["statistic", *GROUPS, "threshold"],
+            per_stat,
+            align="l" + "r" * (len(GROUPS) + 1),
+        ),
+        "",
+        f"Why SHORT cannot be caught at {res.budgets[0]:g} events per device-day: the "
+        f"largest events of `{glitch_stat}` on the *clean* stream (its limit there: "
+        f"{res.thresholds[glitch_stat][res.budgets[0]]:.3g}): steps and excursions of one "
+        "sensor that the others do not share (the log makes a drop to ~0 lux, a mote "
+        "going dark, the largest), each an event of its own; a limit low enough for the "
+        f"injected spikes ({cfg.short_size[0]:g}-{cfg.short_size[1]:g} sigma) alarms on "
+        "them and many smaller ones:",
+        "",
+        glitch_table,
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds, "
+        f"{res.seconds:.0f} s. {note}".rstrip(),
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.event_oracle")
+    parser.add_argument("--seeds", type=int, default=20, help="fault seeds (default 20)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
+    args = parser.parse_args(argv)
+    ds = motes()
+    res = evaluate(ds, args.seeds)
+    text = render(ds, res)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "anomaly_oracle.md"
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
