@@ -113,6 +113,15 @@ def status_bytes(core, now: float) -> bytes:
     return encode_status(doc)
 
 
+def checkpoint_if_due(leaf: LeafCore, now: float, tmp: Path, out: list[bytes]) -> None:
+    if leaf.checkpoint_due(now):
+        state, ingested, n, blocks = leaf.checkpoint_state()
+        path = tmp / f"leaf-{len(out)}.ckpt"
+        save_checkpoint(path, state)
+        out.append(path.read_bytes())
+        leaf.checkpointed(ingested, n, blocks, now=now)
+
+
 def replay(trace: str, seed: int, tmp: Path) -> list[bytes]:
     """Feed ``trace`` to fresh cores seeded with ``seed``; every outbound byte string."""
     rng = random.Random(seed)
@@ -131,6 +140,7 @@ def replay(trace: str, seed: int, tmp: Path) -> list[bytes]:
             leaf.apply(block, now)
         if leaf.flush_due(now):
             leaf.flush()
+        checkpoint_if_due(leaf, now, tmp, out)  # before the snapshot, as LeafAgent.step
         reason = leaf.snapshot_due(now)
         if reason is not None:
             msg = leaf.make_snapshot(now, reason)
@@ -138,12 +148,7 @@ def replay(trace: str, seed: int, tmp: Path) -> list[bytes]:
             leaf.snapshot_published(msg, now)
             out.append(encode_subspace(msg))
             assert root.receive("leaf", msg, now) is None
-        if leaf.checkpoint_due(now):
-            state, ingested, n, blocks = leaf.checkpoint_state()
-            path = tmp / f"leaf-{len(out)}.ckpt"
-            save_checkpoint(path, state)
-            out.append(path.read_bytes())
-            leaf.checkpointed(ingested, n, blocks, now=now)
+        checkpoint_if_due(leaf, now, tmp, out)
         confirm = leaf.confirm_due(now)
         if confirm is not None:
             leaf.confirm_sent(now)

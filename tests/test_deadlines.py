@@ -61,22 +61,27 @@ def leaf(**config: object) -> LeafCore:
     )
 
 
+def checkpoint_if_due(core: LeafCore, now: float, ev: Events) -> None:
+    if core.checkpoint_due(now):
+        _, ingested, n, blocks = core.checkpoint_state()
+        core.checkpointed(ingested, n, blocks, now=now)
+        ev.checkpoints.append((now, dict(ingested)))
+
+
 def leaf_step(core: LeafCore, now: float, ev: Events) -> None:
     """`LeafAgent.step` without the I/O: expire, flush, snapshot, checkpoint, confirm, status."""
     for block, _, _ in core.expire_labelled(now):
         core.apply(block, now)
     if core.flush_due(now):
         core.flush()
+    checkpoint_if_due(core, now, ev)  # before the snapshot, as the shell does
     reason = core.snapshot_due(now)
     if reason is not None:
         msg = core.make_snapshot(now, reason)
         assert msg is not None
         core.snapshot_published(msg, now)
         ev.snapshots.append((now, reason, msg.n_samples))
-    if core.checkpoint_due(now):
-        _, ingested, n, blocks = core.checkpoint_state()
-        core.checkpointed(ingested, n, blocks, now=now)
-        ev.checkpoints.append((now, dict(ingested)))
+    checkpoint_if_due(core, now, ev)
     confirm = core.confirm_due(now)
     if confirm is not None:
         core.confirm_sent(now)
@@ -409,6 +414,27 @@ def test_a_reason_that_keeps_firing_backs_off_to_a_few_lines_an_hour() -> None:
     assert lines <= 150, lines
     quiet = 86_400.0 + 2 * MAX_REJECT_LOG_INTERVAL_S
     assert [log.allow("out_of_range", quiet + k)[0] for k in range(4)] == [True] * 3 + [False]
+
+
+def test_blocks_due_asks_for_a_checkpoint_once_the_cadence_of_blocks_is_complete() -> None:
+    """With ``checkpoint_every`` the shell checkpoints before it acknowledges the message
+    that completed the cadence (`LeafDurability.blocks_due`): acknowledged readings not in
+    a checkpoint never exceed ``checkpoint_every`` blocks."""
+    core = leaf(checkpoint_interval_s=1e9)
+    core.checkpoint_every = 2
+    x = np.random.default_rng(0).normal(size=(10 * BLOCK, D))
+    acked_beyond, now = [], 0.0
+    for seq in range(0, len(x), 3):  # messages of 3 readings, blocks of BLOCK
+        now += 0.01
+        for block, _, _ in core.accept_labelled(SensorReadings(x[seq : seq + 3], SRC, seq), now):
+            core.apply(block, now)
+        if core.blocks_due():  # LeafAgent.handle: checkpoint, then acknowledge
+            _, ingested, n, blocks = core.checkpoint_state()
+            core.checkpointed(ingested, n, blocks, now=now)
+        acked_beyond.append(core.n_samples - core.checkpointed_n)
+    assert max(acked_beyond) < 2 * BLOCK, acked_beyond  # never a whole cadence unsaved
+    assert core.checkpoints == 5  # one per 2 blocks of the 10
+    assert not core.blocks_due()
 
 
 def test_the_first_checkpoint_goes_with_the_first_snapshot() -> None:

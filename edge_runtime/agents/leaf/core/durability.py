@@ -23,7 +23,9 @@ dropped):
   its first published snapshot (in the same step), so a leaf killed early restarts from
   an exact checkpoint, not from its retained float32 snapshot without its pending rows
   (which moved the model by up to 6e-3 rad in the acceptance benchmark);
-- **by blocks** (opt-in): after ``checkpoint_every`` completed blocks;
+- **by blocks** (opt-in): after ``checkpoint_every`` completed blocks, before the message
+  that completed them is acknowledged (`blocks_due`), so a crash loses at most
+  ``checkpoint_every`` blocks of acknowledged readings;
 - **on exit** (``force``).
 
 The trade-off: a publisher (``replay``) keeps every reading until it is durable, so the
@@ -168,6 +170,19 @@ class LeafDurability:
         if not self.checkpoint_news():
             return False
         return force or now >= self.checkpoint_deadline()
+
+    def blocks_due(self) -> bool:
+        """``checkpoint_every`` blocks were completed since the last checkpoint: the shell
+        writes one before it acknowledges the message that completed them (a publish's
+        PUBACK wait or the write itself would otherwise let later messages be acknowledged
+        first, and a crash then lose more than the cadence)."""
+        every, est = self.checkpoint_every, self.estimator
+        return (
+            self.checkpointing
+            and every is not None
+            and est is not None
+            and est.n_blocks_ - self.checkpointed_blocks >= every
+        )
 
     def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
         """Everything a checkpoint holds, captured at one instant (numerics), and the

@@ -303,6 +303,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         await self._ingest(
             lambda now: self._core.accept_labelled(readings, now, origin=topic), readings.source
         )
+        if self._core.blocks_due():  # durable before this message is acknowledged
+            await self.checkpoint()
         self.wake()
 
     async def _ingest(
@@ -343,10 +345,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     async def step(self, client: aiomqtt.Client, now: float) -> None:
         """One pass of the work loop at ``now`` (monotonic seconds): readings released by
         a timed-out gap, queued scores documents (``scores``, not retained, QoS
-        ``settings.scores_qos``), a private leaf's pending rows released when idle, the
-        snapshot when the core decides (``subspace``, retained, QoS ``settings.qos``), a
-        checkpoint when due, and the confirmation when due (``confirm``, retained, QoS
-        ``settings.qos``)."""
+        ``settings.scores_qos``), a private leaf's pending rows released when idle, a
+        checkpoint when due, the snapshot when the core decides (``subspace``, retained, QoS
+        ``settings.qos``), a checkpoint when that made one due, and the confirmation when due
+        (``confirm``, retained, QoS ``settings.qos``). A due checkpoint goes before the
+        snapshot: the snapshot's publish waits for its PUBACK, and readings acknowledged
+        meanwhile would widen what a crash loses beyond ``checkpoint_every`` blocks."""
         core = self._core
         self._log_suppressed(self._reject_log.due(now))
         if core.sequencer.held_rows:
@@ -355,10 +359,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if core.flush_due(now):
             rows = await self._numerics(core.flush)
             self.log.debug("pending_flushed", rows=rows)
+        if core.checkpoint_due(now):  # first: a publish waits for its PUBACK, and readings
+            await self.checkpoint()  # acknowledged meanwhile would not be in the checkpoint
         reason = await self._numerics(lambda: core.snapshot_due(now))
         if reason is not None:
             await self._publish_snapshot(client, reason)
-        if core.checkpoint_due(now):
+        if core.checkpoint_due(now):  # e.g. the first checkpoint goes with the first snapshot
             await self.checkpoint()
         await self._publish_confirm(client, now)
 
