@@ -165,6 +165,7 @@ def test_noise_shares_sum_to_the_target_variance(n_shares: int) -> None:
         ss.skellam_noise_share(np.broadcast_to(mu, (samples, 3)), rng) for _ in range(n_shares)
     ]
     assert shares[0].dtype == np.int64
+    assert isinstance(ss.skellam_noise_share(2.5, rng), np.int64)
     total = np.sum(shares, axis=0)
     # sample variance's relative std is about sqrt(2 / N) (Skellam's excess kurtosis 1 / (2 n mu)
     # is negligible here); 6 of those is the bound

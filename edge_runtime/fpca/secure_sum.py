@@ -461,12 +461,13 @@ def skellam_noise_share(mu: float | np.ndarray, rng: np.random.Generator) -> np.
 
     Returns
     -------
-    ndarray of int64, the shape of ``mu``
+    ndarray of int64, the shape of ``mu`` (a numpy int64 for a scalar ``mu``)
     """
     lam = np.asarray(mu, dtype=np.float64)
     if not np.all(np.isfinite(lam)) or np.any(lam < 0):
         raise ValueError("mu must be finite and non-negative")
-    return rng.poisson(lam).astype(np.int64) - rng.poisson(lam).astype(np.int64)
+    first = np.asarray(rng.poisson(lam), dtype=np.int64)
+    return first - np.asarray(rng.poisson(lam), dtype=np.int64)
 
 
 def add_noise(vector: np.ndarray, noise: np.ndarray, bits: int = DEFAULT_BITS) -> np.ndarray:
