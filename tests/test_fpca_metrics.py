@@ -40,6 +40,8 @@ def test_public_names_are_exactly_the_contract_list() -> None:
             "q_limit",
             "t2_limit",
             "total_energy",
+            "FaultDetector",
+            "FaultVerdict",
         ]
     )
     for name in edge_runtime.fpca.__all__:
