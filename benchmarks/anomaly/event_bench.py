@@ -68,6 +68,7 @@ from benchmarks.anomaly.inject import (
 )
 from benchmarks.anomaly.nab import Stream, nab_score
 from benchmarks.reporting import Check, checks_table, figure, save_figure, table
+from edge_runtime.cli.argtypes import positive_float, positive_int
 from edge_runtime.datasets import load_dataset
 
 __all__ = [
@@ -591,7 +592,7 @@ def _provenance(seeds: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.events")
-    parser.add_argument("--seeds", type=int, default=20, help="fault seeds (default 20)")
+    parser.add_argument("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
     parser.add_argument(
         "--data",
         type=Path,
@@ -599,8 +600,10 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="also run on this matrix (rows = readings; .npy, .csv, .txt, .xz, .gz)",
     )
-    parser.add_argument("--epoch", type=float, default=None, help="seconds per --data reading")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up rows of --data")
+    parser.add_argument(
+        "--epoch", type=positive_float, default=None, help="seconds per --data reading"
+    )
+    parser.add_argument("--warmup", type=positive_int, default=None, help="warm-up rows of --data")
     parser.add_argument("--no-motes", action="store_true", help="skip Motes light")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
     parser.add_argument(
@@ -610,7 +613,10 @@ def main(argv: list[str] | None = None) -> None:
         help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)",
     )
     parser.add_argument(
-        "--jobs", type=int, default=2, help="detectors run in parallel processes (default 2)"
+        "--jobs",
+        type=positive_int,
+        default=2,
+        help="detectors run in parallel processes (default 2)",
     )
     args = parser.parse_args(argv)
     datasets = [] if args.no_motes else [motes()]

@@ -42,6 +42,7 @@ from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
 from benchmarks.reporting import table
+from edge_runtime.cli.argtypes import positive_int
 
 __all__ = [
     "BUDGETS",
@@ -620,7 +621,7 @@ def render(ds: Dataset, res: OracleResult, note: str = "") -> str:
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.event_oracle")
-    parser.add_argument("--seeds", type=int, default=20, help="fault seeds (default 20)")
+    parser.add_argument("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
     args = parser.parse_args(argv)
     ds = motes()

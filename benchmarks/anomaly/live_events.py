@@ -58,6 +58,7 @@ from benchmarks.anomaly.inject import Fault, inject, noise_sigma
 from benchmarks.anomaly.nab import nab_score
 from benchmarks.reporting import table
 from edge_runtime.broker import LocalMosquitto
+from edge_runtime.cli.argtypes import positive_float
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FaultDetector
 from edge_runtime.topology import load_topology
@@ -299,10 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring. Returns 0 if both runs exited 0."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.live_events")
     parser.add_argument("--seed", type=int, default=0, help="fault seed (default 0)")
-    parser.add_argument("--rate", type=float, default=500.0, help="readings/s (default 500)")
+    parser.add_argument(
+        "--rate", type=positive_float, default=500.0, help="readings/s (default 500)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "report")
     parser.add_argument("--work", type=Path, default=None, help="folder for the CSVs")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    parser.add_argument("--timeout", type=positive_float, default=600.0, help="seconds per run")
     parser.add_argument(
         "--pool-seeds",
         type=int,
