@@ -7,10 +7,10 @@ FPCA node FedPower's (issue 24: a leaf's import time and RSS).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from edge_runtime.agents.common.shell.agent import Agent, AgentState, AgentStats
+from edge_runtime.lazy import lazy_names
 from edge_runtime.settings import AgentSettings
 
 if TYPE_CHECKING:
@@ -81,15 +81,4 @@ _MODULE_OF = {
 """The module of each name imported on first use (by `__getattr__`)."""
 
 
-def __getattr__(name: str) -> Any:
-    """``edge_runtime.agents.NAME``, imported from its module on first use."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)

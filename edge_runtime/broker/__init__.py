@@ -31,8 +31,9 @@ on first use (PEP 562): an agent, which only parses a URL, does not load the res
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from edge_runtime.lazy import lazy_names
 
 if TYPE_CHECKING:
     from edge_runtime.broker.config import (
@@ -145,15 +146,4 @@ _MODULE_OF = {
 """The module of each public name (imported on first use by `__getattr__`)."""
 
 
-def __getattr__(name: str) -> Any:
-    """``edge_runtime.broker.NAME``, imported from its module on first use."""
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)
