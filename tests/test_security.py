@@ -80,6 +80,9 @@ RUNNING = re.compile(r"mosquitto version \S+ running")
 """What Mosquitto logs once it listens."""
 STOP_TIMEOUT_S = 5.0
 CLIENT_TIMEOUT_S = 5.0
+LARGEST_PAYLOAD_TIMEOUT_S = 30.0
+"""Bound on publishing and receiving one 4 MiB payload over TLS: paho reads and writes it in
+small chunks in Python, which took over 5 s once on a loaded 2-core CI machine (2.8 s alone)."""
 QUIET_S = 1.0
 """How long a test keeps listening after its barrier message for anything that must not come."""
 
@@ -295,13 +298,13 @@ def client(
     if user is not None and password is None:
         password = deployment.passwords[user]
     context = ssl.create_default_context(cafile=str(ca_file or deployment.tls.ca_file))
+    kwargs.setdefault("timeout", CLIENT_TIMEOUT_S)
     return aiomqtt.Client(
         LOCAL_HOST,
         broker.port,
         username=user,
         password=password,
         tls_context=context,
-        timeout=CLIENT_TIMEOUT_S,
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -731,12 +734,12 @@ async def test_the_largest_legal_snapshot_passes_and_a_larger_packet_is_refused(
     own = topology.subspace_topic("pi-01")
     largest = DEFAULT_MAX_PAYLOAD_BYTES  # what the runtime's encoder and decoders allow
     async with (
-        client(deployment, broker, "site-a") as parent,
-        client(deployment, broker, "pi-01") as leaf,
+        client(deployment, broker, "site-a", timeout=LARGEST_PAYLOAD_TIMEOUT_S) as parent,
+        client(deployment, broker, "pi-01", timeout=LARGEST_PAYLOAD_TIMEOUT_S) as leaf,
     ):
         await parent.subscribe(topology.children_filter("site-a"), qos=1)
         await leaf.publish(own, os.urandom(largest), qos=1)
-        got = await messages_until(parent, own)
+        got = await messages_until(parent, own, timeout_s=LARGEST_PAYLOAD_TIMEOUT_S)
         assert [len(m.payload) for m in got] == [largest]  # type: ignore[arg-type]
         # 300 KiB more than the largest legal payload: the broker disconnects the sender
         # (and the publish, waiting for a PUBACK that never comes, times out).
