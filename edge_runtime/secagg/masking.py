@@ -1,4 +1,4 @@
-"""Secure summation of leaves' noisy Gram releases: integer encoding, pairwise masks, noise shares.
+"""Masking for secure summation of leaves' noisy Gram releases: encoding, masks, noise shares.
 
 The groundwork of issue 26 (private mode at central accuracy): each leaf of a site releases
 its block Gram matrix plus only *its share* of the noise, masked so that the aggregator
@@ -26,10 +26,14 @@ masks with a sparse neighbour graph instead of all pairs):
    masks did not cancel (a leaf that did not mask, a missing release): such a residue is
    uniform mod ``2**bits`` and leaves the bound with overwhelming probability.
 
+5. `self_mask`: the PRG of a leaf's per-slot self-mask seed ``b_u`` (Bonawitz et al. Sec. 4,
+   "double masking"), the ChaCha20 keystream of the seed, so that a leaf whose pair masks
+   are removed after it was wrongly declared dropped stays hidden.
+
 A slot (a release's sequence number) must never be reused with the same keys: two
 releases masked with the same masks give away their difference. A leaf that drops out after
-the others masked leaves its pair masks in the sum; recovering them (threshold shares of
-its key, Bonawitz et al. Sec. 4) is not here yet (docs/secure_aggregation.md).
+the others masked leaves its pair masks in the sum; `edge_runtime.secagg.aggregator_round`
+removes them after recovering its key from threshold shares (Bonawitz et al. Sec. 4).
 
 Why ``bits = 64`` by default: numpy's uint64 arithmetic is already arithmetic mod ``2**64``
 (no reduction step), and the headroom is ample, so the sum never wraps: e.g. blocks of
@@ -52,7 +56,8 @@ noise to attack, Mironov 2012). The privacy accounting (Agarwal et al. Thm. 3.5 
 for the Renyi DP of the Skellam mechanism) is not here yet.
 
 ``cryptography`` (the ``secagg`` extra) is imported inside the functions that need it, so
-``import edge_runtime.fpca`` (and this module) never needs it.
+that encoding and noise work without it. Moved here from ``edge_runtime.fpca.secure_sum``:
+``edge_runtime.fpca`` stays numpy and scipy only.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ __all__ = [
     "mask",
     "pair_mask",
     "public_key",
+    "self_mask",
     "skellam_noise_share",
     "skellam_share_mu",
     "sum_bound",
@@ -278,8 +284,8 @@ def pair_mask(
 
     ``+`` when ``own_id < peer_id`` (str order), ``-`` otherwise, so that
     ``pair_mask(u, sk_u, v, pk_v, ...) + pair_mask(v, sk_v, u, pk_u, ...) == 0`` mod
-    ``2**bits``. Whoever holds ``sk_u`` (later: the aggregator after recovering a dropped
-    leaf's key from threshold shares) can recompute it.
+    ``2**bits``. Whoever holds ``sk_u`` (the aggregator after recovering a dropped leaf's key
+    from threshold shares) can recompute it.
 
     Returns
     -------
@@ -293,6 +299,28 @@ def pair_mask(
     if own_id < peer_id:
         return words
     return (np.uint64(0) - words) & _low_mask(bits)
+
+
+def self_mask(seed: bytes, size: int, bits: int = DEFAULT_BITS) -> np.ndarray:
+    """The self-mask ``PRG(b_u)`` a leaf adds to its release (Bonawitz et al. 2017, Sec. 4).
+
+    The ChaCha20 keystream of the 32-byte ``seed`` read as little-endian uint64 words mod
+    ``2**bits``, like the pair masks. The seed must be fresh per slot (the leaf draws it; the
+    aggregator learns it from threshold shares only when the leaf's release arrived).
+
+    Returns
+    -------
+    ndarray of shape (size,), uint64, residues mod ``2**bits``
+
+    Raises
+    ------
+    ValueError
+        ``seed`` not 32 bytes, ``size`` not a positive int, ``bits`` outside ``[2, 64]``.
+    """
+    bits = _check_bits(bits)
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    return _keystream_words(_check_key(seed, "seed"), int(size)) & _low_mask(bits)
 
 
 def mask(

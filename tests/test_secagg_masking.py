@@ -1,4 +1,4 @@
-"""Secure summation groundwork (issue 26): encoding, pairwise masks, Skellam noise shares."""
+"""Secure aggregation masking (issue 26): encoding, pair and self masks, Skellam noise shares."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from edge_runtime.fpca import secure_sum as ss
+from edge_runtime.secagg import masking as ss
 
 # The masks need the `secagg` extra (in the test extra too); encoding and noise do not.
 needs_crypto = pytest.mark.skipif(
@@ -193,9 +193,26 @@ def test_noisy_masked_sum_decodes_near_the_noisy_gram_sum() -> None:
     assert 0 < np.max(np.abs(error)) < 6 * 1e-2  # the noise is there, at its scale
 
 
-def test_importing_fpca_does_not_import_cryptography() -> None:
+def test_importing_fpca_does_not_import_cryptography_or_secagg() -> None:
     code = (
-        "import sys, edge_runtime.fpca, edge_runtime.fpca.secure_sum; "
-        "assert 'cryptography' not in sys.modules, 'cryptography imported'"
+        "import sys, edge_runtime.fpca; "
+        "assert 'cryptography' not in sys.modules, 'cryptography imported'; "
+        "assert 'edge_runtime.secagg' not in sys.modules, 'secagg imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@needs_crypto
+def test_self_masks_are_keyed_by_the_seed_and_refuse_a_malformed_one() -> None:
+    rng = np.random.default_rng(7)
+    seed, other = rng.bytes(32), rng.bytes(32)
+    size = ss.triangle_size(D)
+    first = ss.self_mask(seed, size)
+    assert first.dtype == np.uint64 and first.shape == (size,)
+    assert np.array_equal(first, ss.self_mask(seed, size))
+    assert not np.any(first == ss.self_mask(other, size))
+    assert np.all(ss.self_mask(seed, size, bits=20) == first & np.uint64(2**20 - 1))
+    with pytest.raises(ValueError, match="seed"):
+        ss.self_mask(seed[:16], size)
+    with pytest.raises(ValueError, match="size"):
+        ss.self_mask(seed, 0)
