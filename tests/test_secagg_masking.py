@@ -212,6 +212,9 @@ def test_self_masks_are_keyed_by_the_seed_and_refuse_a_malformed_one() -> None:
     assert np.array_equal(first, ss.self_mask(seed, size))
     assert not np.any(first == ss.self_mask(other, size))
     assert np.all(ss.self_mask(seed, size, bits=20) == first & np.uint64(2**20 - 1))
+    assert np.all(ss.unmask_sum([first, ss.negate(first)]) == 0)
+    narrow = ss.self_mask(seed, size, bits=20)
+    assert np.all(ss.unmask_sum([narrow, ss.negate(narrow, 20)], 20) == 0)
     with pytest.raises(ValueError, match="seed"):
         ss.self_mask(seed[:16], size)
     with pytest.raises(ValueError, match="size"):

@@ -73,10 +73,13 @@ __all__ = [
     "TAIL_SIGMAS",
     "add_noise",
     "bits_needed",
+    "check_bits",
+    "check_vector",
     "decode",
     "encode",
     "gram_noise_variance",
     "mask",
+    "negate",
     "pair_mask",
     "public_key",
     "self_mask",
@@ -96,7 +99,8 @@ _LABEL = b"edge_runtime/secure_sum/v1"
 _NONCE = bytes(16)  # ChaCha20's counter || nonce: fixed, since every key is fresh per slot
 
 
-def _check_bits(bits: int) -> int:
+def check_bits(bits: int) -> int:
+    """``bits`` as an int; `ValueError` unless it is an int in ``[2, 64]``."""
     if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 2 <= bits <= 64:
         raise ValueError(f"bits must be an int in [2, 64], got {bits!r}")
     return int(bits)
@@ -115,7 +119,8 @@ def triangle_size(n_features: int) -> int:
     return int(n_features) * (int(n_features) + 1) // 2
 
 
-def _check_vector(vector: np.ndarray, bits: int, name: str = "vector") -> np.ndarray:
+def check_vector(vector: np.ndarray, bits: int, name: str = "vector") -> np.ndarray:
+    """``vector`` as an array; `ValueError` unless 1-D uint64 with entries below ``2**bits``."""
     array = np.asarray(vector)
     if array.dtype != np.uint64 or array.ndim != 1:
         raise ValueError(f"{name} must be a 1-D uint64 array, got {array.dtype} {array.shape}")
@@ -148,7 +153,7 @@ def encode(matrix: np.ndarray, scale: float, bits: int = DEFAULT_BITS) -> np.nda
         Not square, non-finite entries, ``scale`` not positive, or an entry whose scaled
         value does not fit in ``[-2**(bits-1), 2**(bits-1))``.
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     if not (isinstance(scale, int | float | np.number) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     array = np.asarray(matrix, dtype=np.float64)
@@ -191,9 +196,9 @@ def decode(
     ndarray of shape (d, d), float64, symmetric
         Integer values above ``2**53`` lose float64 precision (far beyond any useful scale).
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     size = triangle_size(n_features)
-    array = _check_vector(vector, bits)
+    array = check_vector(vector, bits)
     if array.shape != (size,):
         raise ValueError(f"vector must have {size} entries for d = {n_features}, got {array.shape}")
     values = _centred(array, bits).astype(np.float64) / float(scale)
@@ -291,7 +296,7 @@ def pair_mask(
     -------
     ndarray of shape (size,), uint64, residues mod ``2**bits``
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
     key = _pair_key(own_id, own_private_key, peer_id, peer_public_key, slot)
@@ -317,7 +322,7 @@ def self_mask(seed: bytes, size: int, bits: int = DEFAULT_BITS) -> np.ndarray:
     ValueError
         ``seed`` not 32 bytes, ``size`` not a positive int, ``bits`` outside ``[2, 64]``.
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
     return _keystream_words(_check_key(seed, "seed"), int(size)) & _low_mask(bits)
@@ -351,8 +356,8 @@ def mask(
     -------
     ndarray of shape (m,), uint64
     """
-    bits = _check_bits(bits)
-    array = _check_vector(vector, bits)
+    bits = check_bits(bits)
+    array = check_vector(vector, bits)
     _check_id(leaf_id, "leaf_id")
     if leaf_id in peers_public_keys:
         raise ValueError(f"peers_public_keys must not contain the leaf itself ({leaf_id!r})")
@@ -360,6 +365,18 @@ def mask(
     for peer_id, peer_key in peers_public_keys.items():
         out += pair_mask(leaf_id, own_private_key, peer_id, peer_key, slot, array.size, bits)
     return out & _low_mask(bits)
+
+
+def negate(vector: np.ndarray, bits: int = DEFAULT_BITS) -> np.ndarray:
+    """``-vector`` mod ``2**bits``: the additive inverse, to subtract in `unmask_sum`.
+
+    Returns
+    -------
+    ndarray of the shape of ``vector``, uint64
+    """
+    bits = check_bits(bits)
+    array = check_vector(vector, bits)
+    return (np.uint64(0) - array) & _low_mask(bits)
 
 
 def unmask_sum(masked_vectors: Iterable[np.ndarray], bits: int = DEFAULT_BITS) -> np.ndarray:
@@ -373,10 +390,10 @@ def unmask_sum(masked_vectors: Iterable[np.ndarray], bits: int = DEFAULT_BITS) -
     -------
     ndarray of shape (m,), uint64
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     total: np.ndarray | None = None
     for index, vector in enumerate(masked_vectors):
-        array = _check_vector(vector, bits, f"masked vector {index}")
+        array = check_vector(vector, bits, f"masked vector {index}")
         if total is None:
             total = array.copy()
         elif array.shape != total.shape:
@@ -431,8 +448,8 @@ def within_bound(vector: np.ndarray, bound: int, bits: int = DEFAULT_BITS) -> bo
     then passes with probability about ``2 bound / 2**bits`` and all ``m`` of them with its
     ``m``-th power (``2**-13`` per entry at ``bound = 2**50``, ``bits = 64``).
     """
-    bits = _check_bits(bits)
-    array = _check_vector(vector, bits)
+    bits = check_bits(bits)
+    array = check_vector(vector, bits)
     if isinstance(bound, bool) or not isinstance(bound, int | np.integer) or bound < 0:
         raise ValueError(f"bound must be a non-negative int, got {bound!r}")
     if bound >= 2 ** (bits - 1):
@@ -500,8 +517,8 @@ def skellam_noise_share(mu: float | np.ndarray, rng: np.random.Generator) -> np.
 
 def add_noise(vector: np.ndarray, noise: np.ndarray, bits: int = DEFAULT_BITS) -> np.ndarray:
     """``vector + noise`` mod ``2**bits`` (``noise`` integer, e.g. `skellam_noise_share`)."""
-    bits = _check_bits(bits)
-    array = _check_vector(vector, bits)
+    bits = check_bits(bits)
+    array = check_vector(vector, bits)
     shares = np.asarray(noise)
     if shares.shape != array.shape or not np.issubdtype(shares.dtype, np.integer):
         raise ValueError(f"noise must be integers of shape {array.shape}, got {shares.dtype}")
