@@ -4,8 +4,9 @@ The budgets themselves (import time, RSS, CPU per reading) are measured by
 ``python -m benchmarks.pi_budget``; here only what cannot flake: ``edge-runtime agent``'s
 modules, and what creating a leaf's agent imports, do not include scipy, matplotlib, the
 modules of the other commands, nor those of the other roles (aggregator, FedPower), the
-FedPower server, the monitor, the ACL and bridge generators, the local broker or the
-datasets; and numpy's BLAS starts with one thread without ``threadpoolctl``. So the import
+FedPower server, the monitor, the ACL and bridge generators, the local broker, the
+datasets, the merges, FedPower's accounting and messages, the local sources' modules or
+difflib; and numpy's BLAS starts with one thread without ``threadpoolctl``. So the import
 and RSS budgets cannot silently regress.
 """
 
@@ -58,6 +59,16 @@ NOT_FOR_A_LEAF = [
     "edge_runtime.datasets",
     "edge_runtime.limits",
     "threadpoolctl",
+    # issue 24, RSS: what only merges, FedPower, local sources or a bad topology need
+    "edge_runtime.fpca.merge",
+    "edge_runtime.fpca.merge_tree",
+    "edge_runtime.fedpower.accounting",
+    "edge_runtime.wire.fedpower",
+    "edge_runtime.sources.command",
+    "edge_runtime.sources.file",
+    "edge_runtime.sources.serialport",
+    "edge_runtime.sources.cursor",
+    "difflib",
 ]
 """Packages and modules (with their submodules) a leaf of an FPCA topology does not load."""
 
@@ -152,7 +163,14 @@ def test_copied_constants_equal_their_originals() -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["edge_runtime.agents", "edge_runtime.broker", "edge_runtime.fedpower"]
+    "package",
+    [
+        "edge_runtime.agents",
+        "edge_runtime.broker",
+        "edge_runtime.fedpower",
+        "edge_runtime.fpca",
+        "edge_runtime.sources",
+    ],
 )
 def test_every_public_name_of_a_lazy_package_resolves(package: str) -> None:
     code = (

@@ -14,7 +14,6 @@ import numpy as np
 
 from edge_runtime.broker import parse_broker_url
 from edge_runtime.cli import CliError
-from edge_runtime.homeassistant import discovery_messages
 from edge_runtime.settings import (
     ENV_PASSWORD,
     ENV_PASSWORD_FILE,
@@ -154,6 +153,8 @@ def discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
     CliError
         If Home Assistant discovery topics cannot be built under the prefix.
     """
+    from edge_runtime.homeassistant import discovery_messages  # here: with discovery only
+
     try:
         discovery_messages(topology, discovery_prefix=args.discovery_prefix, node_ids=[])
     except ValueError as exc:

@@ -30,7 +30,6 @@ from edge_runtime.lazy import lazy_names
 
 if TYPE_CHECKING:
     from edge_runtime.fedpower.accounting import (
-        MECHANISM,
         FedPowerBudget,
         fedpower_noise_std,
         power_step_sensitivity,
@@ -42,6 +41,11 @@ if TYPE_CHECKING:
     from edge_runtime.fedpower.schedule import Schedule
     from edge_runtime.fedpower.server import FedPowerServer, RoundRecord, RoundStart
     from edge_runtime.fedpower.simulation import FedPowerResult, run_fedpower
+
+MECHANISM = "fedpower-gaussian-rdp"
+"""The mechanism name a private FedPower leaf reports (``[a-z0-9+-]``, as the wire wants);
+defined here, not in `edge_runtime.fedpower.accounting` (which re-exports it), so that
+`edge_runtime.topology`, which reads only this name, does not load the accounting."""
 
 __all__ = [
     "MECHANISM",
@@ -66,7 +70,6 @@ _MODULE_OF = {
     name: f"edge_runtime.fedpower.{module}"
     for module, names in {
         "accounting": (
-            "MECHANISM",
             "FedPowerBudget",
             "fedpower_noise_std",
             "power_step_sensitivity",

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edge_runtime.fedpower import MECHANISM
 from edge_runtime.fedpower._checks import check_steps
 from edge_runtime.fpca.gaussian_mechanism import (
     NEIGHBOURS,
@@ -63,8 +64,6 @@ __all__ = [
     "rdp_epsilon",
 ]
 
-#: The mechanism name a private FedPower leaf reports (``[a-z0-9+-]``, as the wire wants).
-MECHANISM = "fedpower-gaussian-rdp"
 
 #: The RDP -> (epsilon, delta) conversions, the default first.
 CONVERSIONS = ("mironov", "cks")

@@ -37,6 +37,11 @@ Modules (one concept each; the cores do no I/O):
 `factory`      `open_source`
 =============  ==============================================================================
 
+The names below are imported on first use (PEP 562, `edge_runtime.lazy`), and `open_source`
+imports the module of the kind it opens: a leaf that reads its sensor topic loads the spec
+and the rate limiter, not the command, file and serial sources (issue 24: a leaf's import
+time and RSS).
+
 Exception tree
 --------------
 ::
@@ -48,29 +53,36 @@ Exception tree
                       unplugged, a file rotated) are handled and logged, never raised
 """
 
-from edge_runtime.backoff import Backoff
-from edge_runtime.sources.base import RejectCallback, Source, SourceError, SourceState
-from edge_runtime.sources.command import CommandSource
-from edge_runtime.sources.cursor import CursorLog, FileCursor
-from edge_runtime.sources.factory import open_source
-from edge_runtime.sources.file import FileSource
-from edge_runtime.sources.lines import (
-    DEFAULT_MAX_LINE_BYTES,
-    FORMATS,
-    REJECT_REASONS,
-    LineParser,
-    LineSplitter,
-)
-from edge_runtime.sources.ratelimit import LogRateLimiter
-from edge_runtime.sources.serialport import SerialSource
-from edge_runtime.sources.spec import (
-    KINDS,
-    MAX_SOURCE_ID_CHARS,
-    RESTART_POLICIES,
-    SourceSettings,
-    SourceSpec,
-    source_id,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edge_runtime.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from edge_runtime.backoff import Backoff
+    from edge_runtime.sources.base import RejectCallback, Source, SourceError, SourceState
+    from edge_runtime.sources.command import CommandSource
+    from edge_runtime.sources.cursor import CursorLog, FileCursor
+    from edge_runtime.sources.factory import open_source
+    from edge_runtime.sources.file import FileSource
+    from edge_runtime.sources.lines import (
+        DEFAULT_MAX_LINE_BYTES,
+        FORMATS,
+        REJECT_REASONS,
+        LineParser,
+        LineSplitter,
+    )
+    from edge_runtime.sources.ratelimit import LogRateLimiter
+    from edge_runtime.sources.serialport import SerialSource
+    from edge_runtime.sources.spec import (
+        KINDS,
+        MAX_SOURCE_ID_CHARS,
+        RESTART_POLICIES,
+        SourceSettings,
+        SourceSpec,
+        source_id,
+    )
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -97,3 +109,36 @@ __all__ = [
     "open_source",
     "source_id",
 ]
+
+_MODULE_OF = {
+    name: module
+    for module, names in {
+        "edge_runtime.backoff": ("Backoff",),
+        "edge_runtime.sources.base": ("RejectCallback", "Source", "SourceError", "SourceState"),
+        "edge_runtime.sources.command": ("CommandSource",),
+        "edge_runtime.sources.cursor": ("CursorLog", "FileCursor"),
+        "edge_runtime.sources.factory": ("open_source",),
+        "edge_runtime.sources.file": ("FileSource",),
+        "edge_runtime.sources.lines": (
+            "DEFAULT_MAX_LINE_BYTES",
+            "FORMATS",
+            "REJECT_REASONS",
+            "LineParser",
+            "LineSplitter",
+        ),
+        "edge_runtime.sources.ratelimit": ("LogRateLimiter",),
+        "edge_runtime.sources.serialport": ("SerialSource",),
+        "edge_runtime.sources.spec": (
+            "KINDS",
+            "MAX_SOURCE_ID_CHARS",
+            "RESTART_POLICIES",
+            "SourceSettings",
+            "SourceSpec",
+            "source_id",
+        ),
+    }.items()
+    for name in names
+}
+"""The module of each public name (imported on first use by `__getattr__`)."""
+
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)

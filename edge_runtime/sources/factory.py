@@ -1,4 +1,8 @@
-"""`open_source`: the one entry point from a `SourceSpec` to a running `Source`."""
+"""`open_source`: the one entry point from a `SourceSpec` to a running `Source`.
+
+Each kind's module is imported when a source of that kind is opened: a leaf that reads its
+sensor topic, or one kind of source, does not load the others (issue 24: RSS on a Pi).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edge_runtime.sources.base import RejectCallback, Source, SourceArgs
-from edge_runtime.sources.command import CommandSource
-from edge_runtime.sources.file import FileSource
-from edge_runtime.sources.serialport import SerialSource
 from edge_runtime.sources.spec import SourceSettings, SourceSpec, source_id
 
 __all__ = ["open_source"]
@@ -96,7 +97,13 @@ def open_source(
         rng=rng if rng is not None else random.Random(),
     )
     if spec.kind == "command":
+        from edge_runtime.sources.command import CommandSource
+
         return CommandSource(spec, **common)
     if spec.kind == "file":
+        from edge_runtime.sources.file import FileSource
+
         return FileSource(spec, state_dir=state_dir, **common)
+    from edge_runtime.sources.serialport import SerialSource
+
     return SerialSource(spec, **common)

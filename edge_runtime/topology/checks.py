@@ -7,7 +7,6 @@ Each check raises `TopologyError` with a one-line message naming the place (``wh
 from __future__ import annotations
 
 import datetime
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -159,6 +158,8 @@ def check_n_features(n_features: object) -> None:
 
 def unknown_key_message(where: str, key: str, allowed: Iterable[str]) -> str:
     """``"<where>: unknown key ..."`` listing ``allowed`` sorted, with the closest as a hint."""
+    import difflib  # here, on the error path: a valid topology does not load it (issue 24)
+
     allowed = sorted(allowed)
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

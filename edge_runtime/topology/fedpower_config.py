@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
+from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fpca.privacy import MECHANISMS
 from edge_runtime.topology.checks import TopologyError, check_kind, is_number, toml_repr, toml_type
 from edge_runtime.topology.node import NodeConfig

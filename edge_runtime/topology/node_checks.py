@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
+from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fpca.continual import MAX_HORIZON
 from edge_runtime.fpca.privacy import MECHANISMS
 from edge_runtime.sources.spec import SourceSpec

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from edge_runtime.fedpower.accounting import MECHANISM as FEDPOWER_MECHANISM
+from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.topology import topics
 from edge_runtime.topology.checks import (
     TopologyError,

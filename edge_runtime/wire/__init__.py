@@ -166,7 +166,6 @@ from types import MappingProxyType
 from edge_runtime.wire import (
     arrays,
     confirm,
-    fedpower,
     fields,
     guarantee,
     readings,
@@ -220,17 +219,42 @@ from edge_runtime.wire.subspace import (
     with_deployment,
 )
 
-SCHEMA_VERSIONS: Mapping[str, int] = MappingProxyType(
-    {
-        "subspace": SUBSPACE_VERSION,
-        "readings": READINGS_VERSION,
-        "status": STATUS_VERSION,
-        "confirm": CONFIRM_VERSION,
-        "round": fedpower.ROUND_VERSION,
-        "reply": fedpower.REPLY_VERSION,
-    }
-)
+SCHEMA_VERSIONS: Mapping[str, int]  # built on first use (`__getattr__`)
 """Each message kind's current schema version (read-only): what its encoder writes."""
+
+
+def _schema_versions() -> Mapping[str, int]:
+    """`SCHEMA_VERSIONS`, built on first use: FedPower's versions are in its module."""
+    from edge_runtime.wire import fedpower
+
+    return MappingProxyType(
+        {
+            "subspace": SUBSPACE_VERSION,
+            "readings": READINGS_VERSION,
+            "status": STATUS_VERSION,
+            "confirm": CONFIRM_VERSION,
+            "round": fedpower.ROUND_VERSION,
+            "reply": fedpower.REPLY_VERSION,
+        }
+    )
+
+
+def __getattr__(name: str) -> object:
+    """``fedpower`` (the module) and `SCHEMA_VERSIONS`, loaded on first use (PEP 562): an
+    FPCA node does not load FedPower's messages (issue 24: a leaf's import time and RSS)."""
+    if name == "fedpower":
+        import importlib  # not ``from edge_runtime.wire import``: that would call back here
+
+        return importlib.import_module("edge_runtime.wire.fedpower")
+    if name == "SCHEMA_VERSIONS":
+        value = globals()["SCHEMA_VERSIONS"] = _schema_versions()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CONFIRM_VERSION",
