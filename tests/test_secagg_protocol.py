@@ -188,13 +188,13 @@ def test_a_narrow_modulus_recovers_a_dropout_exactly() -> None:
 
 
 def test_dropouts_at_both_ends_of_the_masked_round_together() -> None:
-    n, t = 8, 4
+    n, t = 8, 5
     ids = _ids(n)
-    quits = {ids[0]: "share", ids[2]: "input", ids[5]: "input", ids[7]: "unmask"}
+    quits = {ids[0]: "share", ids[2]: "input", ids[7]: "unmask"}
     outcome, inputs, _ = _slot(n, t, seed=7, quits=quits)
-    survivors = [node for node in ids if node not in (ids[0], ids[2], ids[5])]
+    survivors = [node for node in ids if node not in (ids[0], ids[2])]
     assert outcome.released, outcome.reason
-    assert outcome.dropped == frozenset({ids[2], ids[5]})  # ids[0] never entered U_2
+    assert outcome.dropped == frozenset({ids[2]})  # ids[0] never entered U_2
     assert [int(v) for v in outcome.total] == _exact([inputs[node] for node in survivors])
 
 
@@ -362,6 +362,12 @@ def test_a_leaf_refuses_a_roster_it_cannot_trust() -> None:
     )
     with pytest.raises(SecAggError, match="appears twice"):
         leaf.receive_roster(KeyRoster(SLOT, t, copied))
+    low = LeafRound(ids[0], SLOT, 2, rng.bytes(32), rng.bytes(32), rng.bytes(32))
+    low_ads = (low.advertise(), *ads[1:])
+    with pytest.raises(SecAggError, match="not above half the roster's 4 leaves"):
+        low.receive_roster(KeyRoster(SLOT, 2, low_ads))
+    with pytest.raises(ValueError, match="above n / 2"):
+        AggregatorRound(SLOT, ids, 2, M, now=0.0)
     assert leaf.phase is LeafPhase.ADVERTISED
     upload = leaf.receive_roster(KeyRoster(SLOT, t, ads))
     assert [recipient for recipient, _ in upload.ciphertexts] == ids[1:]
@@ -403,7 +409,7 @@ def test_a_leaf_refuses_shares_that_are_not_for_it() -> None:
     data=st.data(),
 )
 def test_a_slot_releases_exactly_the_survivors_sum_or_nothing(n: int, data: st.DataObject) -> None:
-    t = data.draw(st.integers(2, n), label="t")
+    t = data.draw(st.integers(max(2, n // 2 + 1), n), label="t")
     ids = _ids(n)
     stages = data.draw(
         st.lists(st.sampled_from((*STAGES, "never")), min_size=n, max_size=n), label="quits"

@@ -103,8 +103,10 @@ class AggregatorRound:
     slot : int in [0, 2**64)
     leaf_ids : iterable of str
         The site's ``n`` leaves (the cohort this slot may hold).
-    threshold : int in [2, n]
-        ``t``: the fewest inputs a released sum holds, and the shares that recover a secret.
+    threshold : int in [2, n], above ``n / 2``
+        ``t``: the fewest inputs a released sum holds, and the shares that recover a secret
+        (above half, or the leaves refuse the roster: `LeafRound.receive_roster`). Up to
+        ``n - t`` leaves may drop out.
     size : int >= 1
         ``m``, the entries of an encoded input (`masking.triangle_size` of ``d``).
     now : float
@@ -145,8 +147,11 @@ class AggregatorRound:
             raise ValueError(f"slot must be an int in [0, 2**64), got {slot!r}")
         if isinstance(threshold, bool) or not isinstance(threshold, int):
             raise ValueError(f"threshold must be an int, got {threshold!r}")
-        if not 2 <= threshold <= len(ids):
-            raise ValueError(f"threshold must be in [2, n = {len(ids)}], got {threshold}")
+        if not (2 <= threshold <= len(ids) and 2 * threshold > len(ids)):
+            raise ValueError(
+                f"threshold must be in [2, n] and above n / 2 (n = {len(ids)}; leaves refuse a "
+                f"lower one), got {threshold}"
+            )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
         self.bits = masking.check_bits(bits)

@@ -16,7 +16,8 @@ enforces the rule the protocol's privacy rests on: for each leaf ``v`` reveal th
 ``b_v`` (``v`` survived) or of ``s_v^SK`` (``v`` dropped), never both, for one request per
 slot only, and only when at least ``t`` leaves survived (`UnmaskRefusedError` otherwise): an
 aggregator that asks again with ``v`` moved from dropped to survivor would otherwise get
-both and strip ``v``'s masks.
+both and strip ``v``'s masks. With ``t`` above half the roster (checked in
+`LeafRound.receive_roster`), different requests to different leaves cannot get both either.
 
 Keys: the caller passes fresh X25519 private keys (cipher ``c_u`` and mask ``s_u``) and a
 fresh self-mask seed ``b_u`` for every slot, as in the paper's round 0. A mask key must not
@@ -147,9 +148,16 @@ class LeafRound:
         """Round 1: Shamir-share ``s_u^SK`` and ``b_u`` among the roster, encrypt to each peer.
 
         Checks (else `SecAggError`): the slot and ``t`` are this leaf's; the roster is
-        sorted by id with no repeats, holds this leaf's advertisement unchanged and at
-        least ``t`` leaves; no public key appears twice (Fig. 4 round 1: "all the public
-        key pairs are different"). Share ``i + 1`` goes to the ``i``-th leaf of the roster.
+        sorted by id with no repeats, holds this leaf's advertisement unchanged, at least
+        ``t`` and fewer than ``2 t`` leaves; no public key appears twice (Fig. 4 round 1:
+        "all the public key pairs are different"). Share ``i + 1`` goes to the ``i``-th
+        leaf of the roster.
+
+        Why ``t`` above half: each leaf answers one unmask request, but an aggregator may
+        send different requests to different leaves, naming ``v`` dropped to some and a
+        survivor to others; it then needs ``t`` answers of each kind, ``2 t`` leaves, which
+        a roster of fewer than ``2 t`` does not have. (Bonawitz et al.'s active variant
+        stops this with a signed consistency round instead, Fig. 4 round 3.)
 
         Returns
         -------
@@ -168,6 +176,10 @@ class LeafRound:
             raise self._refuse("the roster is not sorted by leaf id or repeats one")
         if len(ids) < self.threshold:
             raise self._refuse(f"the roster has {len(ids)} leaves, fewer than t = {self.threshold}")
+        if 2 * self.threshold <= len(ids):
+            raise self._refuse(
+                f"t = {self.threshold} is not above half the roster's {len(ids)} leaves"
+            )
         if len(ids) > shares.MAX_SHARES:
             raise self._refuse(f"the roster has {len(ids)} leaves, more than {shares.MAX_SHARES}")
         if self._advertisement not in roster.advertisements:
