@@ -362,6 +362,13 @@ def test_a_leaf_refuses_a_roster_it_cannot_trust() -> None:
     )
     with pytest.raises(SecAggError, match="appears twice"):
         leaf.receive_roster(KeyRoster(SLOT, t, copied))
+    guarded = LeafRound(
+        ids[0], SLOT, t, rng.bytes(32), rng.bytes(32), rng.bytes(32), cohort=ids[:3]
+    )
+    guarded_ads = (guarded.advertise(), *ads[1:])
+    with pytest.raises(SecAggError, match=r"outside the site's cohort: \['pi-03'\]"):
+        guarded.receive_roster(KeyRoster(SLOT, t, guarded_ads))
+    assert guarded.receive_roster(KeyRoster(SLOT, t, guarded_ads[:3])).sender == ids[0]
     low = LeafRound(ids[0], SLOT, 2, rng.bytes(32), rng.bytes(32), rng.bytes(32))
     low_ads = (low.advertise(), *ads[1:])
     with pytest.raises(SecAggError, match="not above half the roster's 4 leaves"):

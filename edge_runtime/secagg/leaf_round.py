@@ -32,6 +32,7 @@ which change the share bytes, never a result.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -79,6 +80,10 @@ class LeafRound:
         Fresh ``b_u``; its ChaCha20 keystream is the self mask.
     bits : int, default=64
         The modulus ``2**bits`` of the encoded inputs.
+    cohort : iterable of str or None, default=None
+        The site's leaves as this leaf knows them (from the topology): a roster naming
+        anyone else is refused, so an aggregator cannot add members of its own (Sybils).
+        None accepts any ids (the keys' authenticity is then the broker ACL's alone).
 
     Raises
     ------
@@ -96,6 +101,7 @@ class LeafRound:
         self_mask_seed: bytes,
         *,
         bits: int = masking.DEFAULT_BITS,
+        cohort: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(leaf_id, str) or not leaf_id:
             raise ValueError(f"leaf_id must be a non-empty str, got {leaf_id!r}")
@@ -105,6 +111,9 @@ class LeafRound:
             raise ValueError(f"threshold must be an int >= 2, got {threshold!r}")
         if not isinstance(self_mask_seed, bytes | bytearray) or len(self_mask_seed) != 32:
             raise ValueError("self_mask_seed must be 32 bytes")
+        self.cohort = None if cohort is None else frozenset(cohort)
+        if self.cohort is not None and leaf_id not in self.cohort:
+            raise ValueError(f"cohort must include the leaf itself ({leaf_id!r})")
         self.leaf_id = leaf_id
         self.slot = slot
         self.threshold = threshold
@@ -148,7 +157,8 @@ class LeafRound:
         """Round 1: Shamir-share ``s_u^SK`` and ``b_u`` among the roster, encrypt to each peer.
 
         Checks (else `SecAggError`): the slot and ``t`` are this leaf's; the roster is
-        sorted by id with no repeats, holds this leaf's advertisement unchanged, at least
+        sorted by id with no repeats, within ``cohort`` if given, holds this leaf's
+        advertisement unchanged, at least
         ``t`` and fewer than ``2 t`` leaves; no public key appears twice (Fig. 4 round 1:
         "all the public key pairs are different"). Share ``i + 1`` goes to the ``i``-th
         leaf of the roster.
@@ -174,6 +184,9 @@ class LeafRound:
         ids = roster.leaf_ids
         if list(ids) != sorted(set(ids)):
             raise self._refuse("the roster is not sorted by leaf id or repeats one")
+        strangers = sorted(set(ids) - self.cohort) if self.cohort is not None else []
+        if strangers:
+            raise self._refuse(f"the roster names leaves outside the site's cohort: {strangers}")
         if len(ids) < self.threshold:
             raise self._refuse(f"the roster has {len(ids)} leaves, fewer than t = {self.threshold}")
         if 2 * self.threshold <= len(ids):
