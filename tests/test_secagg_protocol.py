@@ -439,3 +439,34 @@ def test_the_package_exports_exactly_its_public_names() -> None:
     for name in secagg.__all__:
         assert getattr(secagg, name).__name__ == name
     assert set(secagg.__all__) <= set(dir(secagg))
+
+
+def test_a_masked_input_after_the_deadline_is_refused_and_its_leaf_counted_dropped() -> None:
+    n, t = 4, 3
+    ids = _ids(n)
+    rng = np.random.default_rng(81)
+    leaves = _leaves(ids, t, rng)
+    inputs = _inputs(ids, rng)
+    agg = AggregatorRound(SLOT, ids, t, M, now=0.0, timeouts=RoundTimeouts(masked_input=5.0))
+    (roster,) = [out for leaf in leaves.values() for out in agg.receive(leaf.advertise(), 0.0)]
+    deliveries = [
+        out for node in ids for out in agg.receive(leaves[node].receive_roster(roster), 1.0)
+    ]
+    assert agg.deadline == 6.0
+    masked = {
+        d.recipient: leaves[d.recipient].receive_shares(d, inputs[d.recipient]) for d in deliveries
+    }
+    for node in ids[:3]:
+        assert agg.receive(masked[node], 2.0) == []
+    with pytest.raises(SecAggError, match="after the deadline"):
+        agg.receive(masked[ids[3]], 6.0)
+    (request,) = agg.tick(6.0)
+    assert request.dropped == frozenset({ids[3]})
+    with pytest.raises(SecAggError, match="in phase unmask"):
+        agg.receive(masked[ids[3]], 6.5)
+    # the late leaf is not asked, and would refuse: it is named dropped, not a survivor
+    with pytest.raises(UnmaskRefusedError, match="not a survivor"):
+        leaves[ids[3]].unmask(request)
+    out = [item for node in ids[:3] for item in agg.receive(leaves[node].unmask(request), 7.0)]
+    (outcome,) = out
+    assert [int(v) for v in outcome.total] == _exact([inputs[node] for node in ids[:3]])
