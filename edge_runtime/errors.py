@@ -17,6 +17,8 @@ still catches a bad payload, and ``except EdgeRuntimeError`` catches anything of
     ├── WorkerError(RuntimeError)      edge_runtime.workers: an agent host that failed
     ├── PlotError                      edge_runtime.plots: plots that cannot be written
     ├── NotFittedError(ValueError)     edge_runtime.fpca: an estimator used before it learned
+    ├── SecAggError(ValueError)        edge_runtime.secagg: a slot message a core refuses
+    │   └── UnmaskRefusedError          edge_runtime.secagg: a leaf refusing to reveal shares
     └── CliError                       edge_runtime.cli: a one-line error for the user, exit code
 
 Every message is one line naming the offending value and what was expected. Errors from
