@@ -152,13 +152,14 @@ def test_every_command_still_resolves_to_its_handler() -> None:
 
 
 def test_copied_constants_equal_their_originals() -> None:
-    from edge_runtime import monitor, replay
+    from edge_runtime import homeassistant, monitor, replay
     from edge_runtime.cli import parser
     from edge_runtime.datasets import split
     from edge_runtime.topology import keys
 
     assert parser.DEFAULT_BATCH_SIZE == replay.DEFAULT_BATCH_SIZE
     assert parser.STALE_AFTER_S == monitor.STALE_AFTER_S
+    assert parser.DEFAULT_DISCOVERY_PREFIX == homeassistant.DEFAULT_DISCOVERY_PREFIX
     assert keys.SPLITS == split.SPLITS
 
 

@@ -15,18 +15,20 @@ from typing import Any, NoReturn
 from edge_runtime import __version__
 from edge_runtime.cli import EXIT_USAGE
 from edge_runtime.cli.argtypes import broker_url, port, positive_float, positive_int
-from edge_runtime.homeassistant import DEFAULT_DISCOVERY_PREFIX
 from edge_runtime.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
 from edge_runtime.topology import DEFAULT_PREFIX
 
 __all__ = ["build_parser"]
 
-# Copies, not imports, so that ``edge-runtime agent`` does not load the replay and the monitor
-# to build its parser (issue 24); tests/test_pi_budget.py pins them to the originals.
+# Copies, not imports, so that ``edge-runtime agent`` does not load the replay, the monitor
+# and Home Assistant's discovery to build its parser (issue 24); tests/test_pi_budget.py pins
+# them to the originals.
 DEFAULT_BATCH_SIZE = 64
 """`edge_runtime.replay.DEFAULT_BATCH_SIZE`: ``replay --batch-size``."""
 STALE_AFTER_S = 75.0
 """`edge_runtime.monitor.STALE_AFTER_S`: ``watch`` / ``dashboard --stale-after``."""
+DEFAULT_DISCOVERY_PREFIX = "homeassistant"
+"""`edge_runtime.homeassistant.DEFAULT_DISCOVERY_PREFIX`: ``--discovery-prefix``."""
 
 
 class _Parser(argparse.ArgumentParser):

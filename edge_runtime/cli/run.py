@@ -15,7 +15,6 @@ from dataclasses import replace
 import aiomqtt
 
 from edge_runtime.agents import create_agent
-from edge_runtime.agents.common.shell.discovery import remove_discovery
 from edge_runtime.cli import EXIT_FAILED, EXIT_OK, CliError
 from edge_runtime.cli.inputs import (
     broker_settings,
@@ -163,6 +162,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
         known = ", ".join(topology.nodes)
         raise CliError(f"node {args.node!r} is not in topology {topology.name!r} (nodes: {known})")
     if args.homeassistant_remove:
+        from edge_runtime.agents.common.shell.discovery import remove_discovery
+
         prefix = discovery_prefix(args, topology)
         try:
             n = await remove_discovery(topology, args.node, settings, prefix)
