@@ -348,3 +348,47 @@ def test_status_documents_with_a_field_of_another_value_decode_or_raise_wire_err
     doc[key] = value
     with contextlib.suppress(WireError):
         decode_status(json.dumps(doc).encode("utf-8"))
+
+
+def _decode_value_by_value(payload: bytes, n_features: int | None) -> object:
+    """`decode_readings` without its numpy fast path (``_float64_rows``), as an outcome."""
+    from edge_runtime.wire import readings
+
+    fast, readings._float64_rows = readings._float64_rows, lambda data: None
+    try:
+        got = decode_readings(payload, n_features=n_features)
+        return got.values.tobytes(), got.values.shape, got.source, got.seq
+    except WireError as exc:
+        return exc.reason, str(exc)
+    finally:
+        readings._float64_rows = fast
+
+
+@FUZZ
+@given(
+    readings_arrays,
+    st.booleans(),
+    st.sampled_from([None, 1, 3, 6]),
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from([0x00, 0x90, 0x92, 0xCB, 0xDC, 0xCA]))
+    ),
+    st.booleans(),
+)
+def test_readings_fast_path_decodes_exactly_as_value_by_value(
+    rows: list[list[float]],
+    flat: bool,
+    n_features: int | None,
+    edits: list[tuple[int, int]],
+    cut: bool,
+) -> None:
+    payload = bytearray(msgpack.packb(rows[0] if flat else rows))
+    for at, byte in edits:  # msgpack array headers and float tags, anywhere
+        payload[at % len(payload)] = byte
+    if cut:
+        payload = payload[:-1]
+    try:
+        got = decode_readings(bytes(payload), n_features=n_features)
+        outcome: object = got.values.tobytes(), got.values.shape, got.source, got.seq
+    except WireError as exc:
+        outcome = exc.reason, str(exc)
+    assert outcome == _decode_value_by_value(bytes(payload), n_features)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
 import numpy as np
@@ -57,6 +58,12 @@ MAX_READING_ROWS = 100_000
 """Most readings (rows) one sensor payload may carry."""
 
 _STRIP = b" \t\r\n"
+_FLOAT64 = 0xCB  # msgpack's tag of a float64 value (8 big-endian bytes follow)
+_FLOAT64_TAG = bytes((_FLOAT64,))
+_CELL = 9  # bytes of one msgpack float64 value
+_LIST = frozenset((list,))
+_NUMBERS = frozenset((float, int))
+"""The types a value of a reading may have as decoded (not bool, a subclass of int)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +104,18 @@ class SensorReadings:
             object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
 
 
+def _decoded(values: np.ndarray, source: str | None, seq: int | None) -> SensorReadings:
+    """A `SensorReadings` of parts `decode_readings` has checked as `SensorReadings` would
+    (``values`` a fresh finite float64 array of shape ``(n_readings, n_features)``,
+    ``source`` and ``seq`` valid), without checking and copying them a second time."""
+    readings = object.__new__(SensorReadings)
+    values.setflags(write=False)
+    object.__setattr__(readings, "values", values)
+    object.__setattr__(readings, "source", source)
+    object.__setattr__(readings, "seq", seq)
+    return readings
+
+
 def _values_array(values: object) -> np.ndarray:
     """``values`` as a fresh finite float64 array of 1 or 2 dimensions (encoder side)."""
     try:
@@ -118,6 +137,55 @@ def _values_array(values: object) -> np.ndarray:
     return arr
 
 
+def _array_header(data: bytes, pos: int) -> tuple[int, int] | None:
+    """``(length, header bytes)`` of the msgpack array whose header starts at ``data[pos]``
+    (fixarray, array 16 or array 32), or None when no array header starts there."""
+    if pos >= len(data):
+        return None
+    tag = data[pos]
+    if 0x90 <= tag <= 0x9F:
+        return tag & 0x0F, 1
+    if tag == 0xDC and pos + 3 <= len(data):
+        return int.from_bytes(data[pos + 1 : pos + 3], "big"), 3
+    if tag == 0xDD and pos + 5 <= len(data):
+        return int.from_bytes(data[pos + 1 : pos + 5], "big"), 5
+    return None
+
+
+def _float64_rows(data: bytes) -> np.ndarray | None:
+    """The readings of a msgpack payload in the form `encode_readings` writes for a bare
+    array -- one array of float64 values, or an array of such arrays of one length and one
+    header -- as a fresh float64 array of shape ``(n_readings, n_features)``, read with
+    numpy straight from the bytes; None for any other payload (another form, an int or
+    float32 value, trailing bytes, no reading, too many rows, a value not finite), which
+    `decode_readings` then parses value by value. Where both apply they agree: the bytes
+    are the msgpack encoding of exactly these values, and msgpack's float64 is numpy's
+    ``>f8``."""
+    outer = _array_header(data, 0)
+    if outer is None or outer[0] == 0:
+        return None
+    n, pos = outer
+    if pos < len(data) and data[pos] == _FLOAT64:  # one reading: a flat array
+        rows, width, head, pos = 1, n, pos, 0
+    else:
+        inner = _array_header(data, pos)
+        if inner is None or inner[0] == 0 or n > MAX_READING_ROWS:
+            return None
+        rows, (width, head) = n, inner
+    row_bytes = head + _CELL * width
+    if len(data) != pos + rows * row_bytes:
+        return None
+    header, tags = data[pos : pos + head], _FLOAT64_TAG * width
+    for start in range(pos, len(data), row_bytes):  # each row: its header, then its tags
+        end = start + row_bytes
+        if data[start : start + head] != header or data[start + head : end : _CELL] != tags:
+            return None
+    values = np.ndarray((rows, width), ">f8", data, pos + head + 1, (row_bytes, _CELL)).astype(
+        np.float64
+    )
+    return values if np.isfinite(values).all() else None
+
+
 def _check_numbers(row: list[object], index: int) -> None:
     for column, value in enumerate(row):
         kind = type(value)
@@ -131,6 +199,13 @@ def _check_numbers(row: list[object], index: int) -> None:
 
 
 def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
+    """The readings of a decoded payload as a fresh finite float64 array of shape
+    ``(n_readings, width)``.
+
+    Well-formed bodies are checked with a few C-level passes over the rows and values
+    (their types and lengths as sets); only a body that fails them goes through the
+    row-by-row checks, which name the first reading and column at fault. Both give the
+    same verdict: the fast passes only decide whether the slow ones may be skipped."""
     if not isinstance(body, list):
         _fail_type("readings", body, "an array of numbers or a 2-D array")
     if not body:
@@ -141,23 +216,17 @@ def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
                 "too_many_rows", f"{len(body)} readings, expected at most {MAX_READING_ROWS}"
             )
         width = len(body[0])
-        for i, row in enumerate(body):
-            if not isinstance(row, list):
-                raise WireError(
-                    "shape", f"reading {i} is {type(row).__name__}, but reading 0 is an array"
-                )
-            if len(row) != width:
-                raise WireError(
-                    "ragged", f"reading {i} has {len(row)} values, reading 0 has {width}"
-                )
+        if set(map(type, body)) != _LIST or len(set(map(len, body))) != 1:
+            _check_rows(body, width)  # raises: a row that is no array or of another length
         rows = body
     else:
         width = len(body)
         rows = [body]
     if width == 0:
         raise WireError("empty", "readings have no values, expected at least one per reading")
-    for i, row in enumerate(rows):
-        _check_numbers(row, i)
+    if not _NUMBERS.issuperset(map(type, chain.from_iterable(rows))):
+        for i, row in enumerate(rows):  # raises: a value that is no int or float
+            _check_numbers(row, i)
     if n_features is not None and width != n_features:
         extra = f" ({len(rows)} readings)" if len(rows) > 1 else ""
         raise WireError("width", f"reading has {width} values, expected {n_features}{extra}")
@@ -173,6 +242,18 @@ def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
             f"reading {i} column {j} is {float(values[i, j])!r}, expected a finite number",
         )
     return values
+
+
+def _check_rows(body: list[object], width: int) -> None:
+    """Raise for the first row of ``body`` that is no array (``shape``) or does not hold
+    ``width`` values (``ragged``)."""
+    for i, row in enumerate(body):
+        if not isinstance(row, list):
+            raise WireError(
+                "shape", f"reading {i} is {type(row).__name__}, but reading 0 is an array"
+            )
+        if len(row) != width:
+            raise WireError("ragged", f"reading {i} has {len(row)} values, reading 0 has {width}")
 
 
 def encode_readings(
@@ -276,6 +357,9 @@ def decode_readings(
         raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
     _check_options(max_bytes)
     data = _check_payload(payload, "readings", max_bytes)
+    fast = _float64_rows(data)
+    if fast is not None and (n_features is None or fast.shape[1] == n_features):
+        return _decoded(fast, None, None)
     if data.lstrip(_STRIP)[:1] in (b"[", b"{"):
         obj = _load_json(data, "readings")
     else:
@@ -290,5 +374,4 @@ def decode_readings(
         if obj.get("seq") is not None:
             seq = _int("seq", obj["seq"], "seq")
         obj = obj["x"]
-    values = _readings_from_wire(obj, n_features)
-    return SensorReadings(values, source, seq)
+    return _decoded(_readings_from_wire(obj, n_features), source, seq)
