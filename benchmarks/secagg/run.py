@@ -1,0 +1,352 @@
+"""``python -m benchmarks.secagg``: the secure sum per site on Motes light, offline (issue 26).
+
+Writes ``benchmarks/report/secagg.md`` (tables) and ``benchmarks/report/secagg.png`` (plot):
+median root error ratio over 20 seeds of the Skellam secure sum per site (`sites`), one
+release per leaf and continual release, thresholds 4 and 3 of 4, beside today's private
+mode (per-leaf noise, `benchmarks.privacy.motes_tree`, recomputed on the same seeds) and
+the central Analyze Gauss; and the error against the encoding's scale (and the bits the
+modulus then needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.privacy import motes_tree as mt
+from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
+from benchmarks.privacy.stats import Summary, summarise
+from benchmarks.reporting import figure, plain_log_axis, save_figure
+from benchmarks.secagg import sites as st
+from edge_runtime.fpca.gaussian_mechanism import analytic_gaussian_sigma
+from edge_runtime.fpca.private_gram import release_noise_std
+from edge_runtime.secagg.accounting import site_epsilon
+
+__all__ = ["METHODS", "PRECISION", "SCALES", "Precision", "Row", "main", "precision", "run"]
+
+EPSILON, DELTA, RANK = 1.0, 1e-5, 10
+#: The scale of the main table: integer units per unit-ball Gram unit.
+SCALE = 2.0**16
+#: The scales of the scale table (one release, t = 4).
+SCALES = tuple(2.0**k for k in (0, 2, 4, 6, 8, 10, 12, 16, 20))
+#: Issue 26's targets (median root error ratio, 20 seeds).
+TARGET_ONE, TARGET_CONTINUAL = 2.4, 3.0
+#: Today's numbers in benchmarks/report/REPORT.md, section (f) (20 seeds).
+REPORTED = {"one": 2.878, "continual": 3.302, "central": 2.069}
+
+_ONE = st.SiteMethod("secure sum, one release per leaf, t = 4", scale=SCALE)
+_CONT = st.SiteMethod("secure sum, continual, blocks of 241, H 4, t = 4", 241, 4, scale=SCALE)
+METHODS: tuple[st.SiteMethod, ...] = (
+    _ONE,
+    replace(_ONE, label="secure sum, one release per leaf, t = 3 of 4", threshold=3),
+    _CONT,
+    replace(_CONT, label="secure sum, continual, blocks of 241, H 4, t = 3 of 4", threshold=3),
+    replace(
+        _ONE,
+        label="trusted site curator: Gaussian at the analytic sigma, one release",
+        noise=st.GAUSSIAN_SITE,
+    ),
+    replace(
+        _CONT,
+        label="trusted site curator: Gaussian at the analytic sigma, continual",
+        noise=st.GAUSSIAN_SITE,
+    ),
+    replace(
+        _ONE,
+        label="ceiling: one secure sum of all 8 leaves (1 site), one release, t = 8",
+        threshold=8,
+        sites=1,
+    ),
+    replace(
+        _ONE, label="variant: root sums the sites' noisy Grams, one release, t = 4", root=st.SUM
+    ),
+    replace(
+        _CONT, label="variant: root sums the sites' noisy Grams, continual, t = 4", root=st.SUM
+    ),
+)
+TODAY: tuple[mt.TreeMethod, ...] = (ONE_RELEASE, CONTINUAL_241, CENTRAL)
+
+
+#: The rows whose 20-seed medians are checked against many seeds (`precision`).
+PRECISION: tuple[st.SiteMethod | mt.TreeMethod, ...] = (_ONE, _CONT, ONE_RELEASE)
+
+
+@dataclass
+class Precision:
+    """How much a median over `seeds` seeds moves with the seeds drawn."""
+
+    label: str
+    #: Over all the precision seeds.
+    error: Summary
+    #: Medians of disjoint groups of ``seeds`` consecutive seeds, sorted.
+    group_medians: list[float]
+
+
+@dataclass
+class Row:
+    """One measured row."""
+
+    label: str
+    error: Summary
+    #: Std per diagonal entry of a site's released sum (unit-ball Gram units), all leaves in.
+    noise_std: float = math.nan
+    #: epsilon at delta with all the site's shares in the sum (<= 1; < 1 when t < leaves).
+    epsilon_all: float = math.nan
+    bits: int = 0
+    scale: float = math.nan
+
+
+def _site_row(data: mt.MotesData, method: st.SiteMethod, seeds: int) -> Row:
+    d = data.n_features
+    cal = st.calibration_for(method, d, EPSILON, DELTA)
+    errors = [
+        st.root_error(data, method, cal, rank=RANK, epsilon=EPSILON, delta=DELTA, seed=s)
+        for s in range(seeds)
+    ]
+    leaves_per_site = len(st.sites_of(len(data.parts), method.sites)[0])
+    if method.noise == st.GAUSSIAN_SITE:
+        noise, eps, bits = release_noise_std(EPSILON, DELTA, method.horizon), EPSILON, 0
+    else:
+        noise = cal.noise_std(method.scale, leaves_per_site)
+        eps = site_epsilon(cal, leaves_per_site)
+        bits = st.bits_for(method, cal, len(data.parts[0]), leaves_per_site)
+    return Row(method.label, summarise(errors), noise, eps, bits, method.scale)
+
+
+def run(seeds: int = 20) -> tuple[list[Row], list[Row], list[Row]]:
+    """(secure-sum rows, today's rows, scale rows), medians over ``seeds`` seeds."""
+    data = mt.load_motes()
+    main_rows = [_site_row(data, m, seeds) for m in METHODS]
+    today = [
+        Row(
+            m.label + " (today)",
+            summarise(
+                [
+                    mt.root_error(data, m, rank=RANK, epsilon=EPSILON, delta=DELTA, seed=s)
+                    for s in range(seeds)
+                ]
+            ),
+            release_noise_std(EPSILON, DELTA, m.horizon),
+        )
+        for m in TODAY
+    ]
+    scale_rows = [
+        _site_row(data, replace(_ONE, label=f"2^{int(math.log2(s))}", scale=s), seeds)
+        for s in SCALES
+    ]
+    return main_rows, today, scale_rows
+
+
+def _errors(data: mt.MotesData, method: st.SiteMethod | mt.TreeMethod, seeds: int) -> list[float]:
+    if isinstance(method, mt.TreeMethod):
+        return [
+            mt.root_error(data, method, rank=RANK, epsilon=EPSILON, delta=DELTA, seed=s)
+            for s in range(seeds)
+        ]
+    cal = st.calibration_for(method, data.n_features, EPSILON, DELTA)
+    return [
+        st.root_error(data, method, cal, rank=RANK, epsilon=EPSILON, delta=DELTA, seed=s)
+        for s in range(seeds)
+    ]
+
+
+def precision(total_seeds: int, group: int = 20) -> list[Precision]:
+    """`PRECISION`'s rows over ``total_seeds`` seeds and their medians per group of ``group``."""
+    data = mt.load_motes()
+    out = []
+    for method in PRECISION:
+        values = _errors(data, method, total_seeds)
+        groups = total_seeds // group
+        medians = sorted(
+            float(np.median(values[g * group : (g + 1) * group])) for g in range(groups)
+        )
+        out.append(Precision(method.label, summarise(values), medians))
+    return out
+
+
+def _fmt(s: Summary) -> str:
+    return f"**{s.median:.3f}** | {s.p25:.3f}-{s.p75:.3f}"
+
+
+def markdown(
+    main_rows: Sequence[Row],
+    today: Sequence[Row],
+    scales: Sequence[Row],
+    seeds: int,
+    seconds: float,
+    checks: Sequence[Precision] = (),
+) -> str:
+    """The Markdown of ``benchmarks/report/secagg.md``."""
+    sigma = release_noise_std(EPSILON, DELTA)
+    agm = analytic_gaussian_sigma(EPSILON, DELTA)
+    lines = [
+        "# Secure sum per site with distributed Skellam noise: Motes light, offline (issue 26)",
+        "",
+        f"`python -m benchmarks.secagg` ({seeds} seeds, {seconds:.0f} s). Motes light 7712 x 48,"
+        " 8 leaves of 964 contiguous rows clipped at C = 8230 lux, in 2 sites of 4 (the halves"
+        f" of `motes_tree`); (epsilon, delta) = ({EPSILON:g}, {DELTA:g}) per reading, rank"
+        f" {RANK}. Every leaf encodes its Gram increment (off-diagonal entries times sqrt(2),"
+        " upper triangle times the scale, rounded) and adds Skellam noise Sk(mu_total / t)"
+        " per entry; the site's sum carries the noise of ONE release calibrated for the site"
+        " (`edge_runtime.secagg.accounting`: Agarwal, Kairouz & Liu 2021 Thm. 3.5, RDP"
+        " converted to (epsilon, delta), rounding bounded in the worst case). Masks are left"
+        " out (they cancel exactly). Each site publishes the eigendecomposition of its noisy"
+        " Gram (every direction), the root merges the two at rank 10 (`merge_many`); score:"
+        " `error_ratio` on all rows (1 = offline SVD). Median and IQR over seeds 0-"
+        f"{seeds - 1}. `benchmarks/secagg/`.",
+        "",
+        "| method | median | IQR | noise std (Gram units, all leaves in) | epsilon (all leaves in)"
+        " | bits |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in main_rows:
+        bits = str(r.bits) if r.bits else "-"
+        lines.append(
+            f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | {r.epsilon_all:.3f} | {bits} |"
+        )
+    for r in today:
+        lines.append(f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | 1.000 | - |")
+    lines += [
+        "",
+        f"Reported in `REPORT.md` (f), 20 seeds: one release per leaf {REPORTED['one']}, "
+        f"continual (241, H 4) {REPORTED['continual']}, central {REPORTED['central']}. Issue "
+        f"26's targets: <= {TARGET_ONE} one release, <= {TARGET_CONTINUAL} continual.",
+        "",
+        "Noise std: of a diagonal entry of a site's released sum, all its leaves' shares in"
+        " (off-diagonal entries / sqrt(2)); for t = 3 of 4 it is sqrt(4/3) times the"
+        " calibrated one, and the guarantee with all four in is the smaller epsilon shown."
+        f" Today's leaves add sigma = {sigma:.3f} (analytic Gaussian, {agm:.4f} per unit of"
+        " sensitivity) each; the RDP calibration of the Skellam sum needs 8.4 % more (4.045"
+        " per unit) at this budget.",
+        "",
+        "## Scale of the encoding (one release, t = 4)",
+        "",
+        "Rounding enters the sensitivity (worst case: L2 <= scale sqrt(2) + sqrt(1176)),"
+        " so a small scale inflates the noise; bits: the modulus a site's sum of 4 leaves"
+        " needs without wrapping (data plus 20 standard deviations of noise).",
+        "",
+        "| scale | noise std (Gram units) | / analytic Gaussian sigma | bits | median | IQR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in scales:
+        lines.append(
+            f"| {r.label} | {r.noise_std:.3f} | {r.noise_std / sigma:.3f} | {r.bits} |"
+            f" {_fmt(r.error)} |"
+        )
+    if checks:
+        n = checks[0].error.n
+        lines += [
+            "",
+            f"## How precise a {seeds}-seed median is",
+            "",
+            f"Median over seeds 0-{n - 1}, and the range of the medians of its disjoint groups"
+            f" of {seeds} seeds.",
+            "",
+            f"| method | median over {n} seeds | IQR | {seeds}-seed medians |",
+            "|---|---|---|---|",
+        ]
+        for c in checks:
+            span = f"{c.group_medians[0]:.3f}-{c.group_medians[-1]:.3f}" if c.group_medians else "-"
+            lines.append(
+                f"| {c.label} | **{c.error.median:.3f}** | {c.error.p25:.3f}-{c.error.p75:.3f}"
+                f" | {span} ({len(c.group_medians)} groups) |"
+            )
+    lines += ["", "![Secure sum per site](secagg.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(main_rows: Sequence[Row], today: Sequence[Row], scales: Sequence[Row], path: Path) -> Path:
+    """Bars of the medians (IQR whiskers) beside the error against the scale."""
+    fig, (ax, bx) = figure(1, 2, figsize=(13, 5.2))
+    rows = list(main_rows) + list(today)
+    y = list(range(len(rows)))[::-1]
+    med = [r.error.median for r in rows]
+    err = [
+        [r.error.median - r.error.p25 for r in rows],
+        [r.error.p75 - r.error.median for r in rows],
+    ]
+    colours = ["tab:cyan" if "trusted" in r.label else "tab:blue" for r in main_rows] + [
+        "tab:gray"
+    ] * len(today)
+    ax.barh(y, med, xerr=err, color=colours, alpha=0.8)
+    ax.set_yticks(y, [r.label for r in rows], fontsize=7)
+    ax.axvline(TARGET_ONE, color="tab:red", linestyle="--", linewidth=1, label="target 2.4 (one)")
+    ax.axvline(
+        TARGET_CONTINUAL,
+        color="tab:orange",
+        linestyle=":",
+        linewidth=1,
+        label="target 3.0 (continual)",
+    )
+    ax.set_xlim(1.8, max(med) * 1.08)
+    ax.set_xlabel("root error ratio (median, IQR)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Motes light, 2 sites of 4 leaves, eps 1, delta 1e-5, rank 10", fontsize=9)
+    xs = [r.scale for r in scales]
+    bx.plot(
+        xs,
+        [r.error.median for r in scales],
+        "o-",
+        color="tab:blue",
+        label="secure sum, one release, t = 4",
+    )
+    bx.fill_between(
+        xs,
+        [r.error.p25 for r in scales],
+        [r.error.p75 for r in scales],
+        color="tab:blue",
+        alpha=0.15,
+        linewidth=0,
+    )
+    bx.axhline(REPORTED["one"], color="tab:gray", linestyle="--", label="today, one release")
+    bx.axhline(REPORTED["central"], color="k", linestyle=":", label="central Analyze Gauss")
+    bx.axhline(TARGET_ONE, color="tab:red", linestyle="--", linewidth=1, label="target 2.4")
+    bx.set_xscale("log", base=2)
+    bx.set_yscale("log")
+    plain_log_axis(bx.yaxis)
+    bx.set_xlabel("scale (integer units per unit-ball Gram unit)")
+    bx.set_ylabel("root error ratio (median, IQR)")
+    bx.legend(fontsize=7)
+    bx.set_title("rounding: error against the encoding's scale", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, path, tight=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run, write ``secagg.md`` and ``secagg.png`` into ``--out``, print the Markdown."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.secagg", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per row (default 20)")
+    parser.add_argument(
+        "--precision-seeds",
+        type=int,
+        default=200,
+        help="seeds of the precision check of the main medians (0: none; default 200)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("benchmarks/report"),
+        help="directory of secagg.md and secagg.png",
+    )
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be positive, got {args.seeds}")
+    if args.precision_seeds < 0:
+        parser.error(f"--precision-seeds must be >= 0, got {args.precision_seeds}")
+    start = time.perf_counter()
+    main_rows, today, scales = run(args.seeds)
+    checks = precision(args.precision_seeds, args.seeds) if args.precision_seeds else []
+    seconds = time.perf_counter() - start
+    text = markdown(main_rows, today, scales, args.seeds, seconds, checks)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "secagg.md").write_text(text, encoding="utf-8")
+    plot(main_rows, today, scales, args.out / "secagg.png")
+    sys.stdout.write(text)
+    return 0
