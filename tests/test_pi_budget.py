@@ -132,6 +132,20 @@ def test_creating_a_leaf_imports_the_leaf_role(leaf_agent_imports: set[str]) -> 
     assert "edge_runtime.agents.leaf.shell.agent" in leaf_agent_imports
 
 
+def test_loading_a_topology_without_local_sources_imports_no_source_module() -> None:
+    loaded = imported_after(
+        ["edge_runtime.topology"],
+        f"from edge_runtime.topology import load_topology\nload_topology({str(TOPOLOGY)!r})\n",
+    )
+    assert not loaded & {
+        "edge_runtime.sources.spec",
+        "edge_runtime.sources.lines",
+        "edge_runtime.sources.base",
+        "edge_runtime.fedpower.accounting",
+        "difflib",
+    }
+
+
 def test_the_agents_package_does_not_import_scipy() -> None:
     loaded = imported_after(["edge_runtime.agents", "edge_runtime.sources", "edge_runtime.wire"])
     assert not {m for m in loaded if m == "scipy" or m.startswith("scipy.")}

@@ -38,6 +38,7 @@ def test_public_names_are_exactly_all() -> None:
         "base",
         "command",
         "cursor",
+        "errors",
         "factory",
         "file",
         "lines",

@@ -30,7 +30,8 @@ Modules (one concept each; the cores do no I/O):
 `restart`      `restart_backoff`: a source's restart delays (`edge_runtime.backoff.Backoff`)
 `ratelimit`    `LogRateLimiter`: the first few log lines per interval, then a count
 `cursor`       `FileCursor`, `CursorLog`: where a file source resumes
-`base`         `Source` (lifecycle, bounded queue, numbering), `SourceError`
+`errors`       `SourceError`
+`base`         `Source` (lifecycle, bounded queue, numbering)
 `command`      `CommandSource`
 `file`         `FileSource` (regular files followed like ``tail -F``, named pipes)
 `serialport`   `SerialSource` (pyserial, optional extra ``serial``)
@@ -61,9 +62,10 @@ from edge_runtime.lazy import lazy_names
 
 if TYPE_CHECKING:
     from edge_runtime.backoff import Backoff
-    from edge_runtime.sources.base import RejectCallback, Source, SourceError, SourceState
+    from edge_runtime.sources.base import RejectCallback, Source, SourceState
     from edge_runtime.sources.command import CommandSource
     from edge_runtime.sources.cursor import CursorLog, FileCursor
+    from edge_runtime.sources.errors import SourceError
     from edge_runtime.sources.factory import open_source
     from edge_runtime.sources.file import FileSource
     from edge_runtime.sources.lines import (
@@ -114,7 +116,8 @@ _MODULE_OF = {
     name: module
     for module, names in {
         "edge_runtime.backoff": ("Backoff",),
-        "edge_runtime.sources.base": ("RejectCallback", "Source", "SourceError", "SourceState"),
+        "edge_runtime.sources.base": ("RejectCallback", "Source", "SourceState"),
+        "edge_runtime.sources.errors": ("SourceError",),
         "edge_runtime.sources.command": ("CommandSource",),
         "edge_runtime.sources.cursor": ("CursorLog", "FileCursor"),
         "edge_runtime.sources.factory": ("open_source",),

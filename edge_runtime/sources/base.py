@@ -28,7 +28,7 @@ import numpy as np
 import structlog
 
 from edge_runtime.aio import cancel_and_wait
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.sources.errors import SourceError
 from edge_runtime.sources.lines import LineParser
 from edge_runtime.sources.ratelimit import LogRateLimiter
 from edge_runtime.sources.spec import SourceSettings, SourceSpec
@@ -39,12 +39,6 @@ __all__ = ["RejectCallback", "Source", "SourceArgs", "SourceError", "SourceState
 RejectCallback = Callable[[str, str], None]
 """``on_reject(source_id, reason)``: called once per rejected line, reason in
 `REJECT_REASONS`. It must not block, and need not log (the source logs rate-limited)."""
-
-
-class SourceError(EdgeRuntimeError, RuntimeError):
-    """A local source that cannot run at all: pyserial missing, a command that does not
-    exist, a path that is a directory. One line naming the value and what was expected.
-    Raised by `open_source` when detectable up front, else by `Source.readings`."""
 
 
 class SourceState(enum.Enum):

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import (
     TopologyError,
     aggregator_privacy_message,
@@ -279,6 +278,8 @@ def _leaf_source(
 ) -> None:
     """Validate leaf ``node_id``'s ``source`` table into ``settings``: a local spec goes to
     ``settings["source"]``; an mqtt spec sets ``sensor_topic`` (when it names a topic)."""
+    from edge_runtime.sources.spec import SourceSpec  # here: only a leaf with a source
+
     where = f"node {node_id!r}"
     base_dir = None if file is None else file.parent
     try:

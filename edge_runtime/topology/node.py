@@ -7,15 +7,18 @@ the fields, their documentation and what is derived from them (block size, senso
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edge_runtime.fpca.privacy import NEIGHBOURS, gaussian_default_block_size
-from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import check_n_features
 from edge_runtime.topology.keys import DEFAULT_SCORE_WARMUP
 from edge_runtime.topology.node_checks import check_node
 from edge_runtime.wire.guarantee import PrivacyParams
+
+if TYPE_CHECKING:  # a leaf reading its sensor topic does not load the sources (issue 24)
+    from edge_runtime.sources.spec import SourceSpec
 
 __all__ = ["NodeConfig"]
 

@@ -16,7 +16,6 @@ import numpy as np
 from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fpca.continual import MAX_HORIZON
 from edge_runtime.fpca.privacy import MECHANISMS
-from edge_runtime.sources.spec import SourceSpec
 from edge_runtime.topology.checks import (
     TopologyError,
     check_kind,
@@ -42,6 +41,14 @@ if TYPE_CHECKING:
     from edge_runtime.topology.node import NodeConfig
 
 __all__ = ["check_node"]
+
+
+def _is_local_spec(source: object) -> bool:
+    """Whether ``source`` is a local `SourceSpec` (its module is imported here, for a node
+    with a source: a leaf reading its sensor topic does not load the sources, issue 24)."""
+    from edge_runtime.sources.spec import SourceSpec
+
+    return isinstance(source, SourceSpec) and source.is_local
 
 
 def _set(node: NodeConfig, key: str, value: object) -> None:
@@ -116,9 +123,7 @@ def check_node(node: NodeConfig) -> None:
                 f"{where}: sensor_topic {node.sensor_topic!r} is not a valid MQTT topic "
                 f"filter: it {problem}"
             )
-    if node.source is not None and (
-        not isinstance(node.source, SourceSpec) or not node.source.is_local
-    ):
+    if node.source is not None and not _is_local_spec(node.source):
         raise TopologyError(
             f"{where}: source must be a local SourceSpec (kind 'command', 'file' or "
             f"'serial'; an mqtt source is sensor_topic), got {node.source!r}"
