@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from edge_runtime.fpca.gaussian_mechanism import analytic_gaussian_sigma
+from edge_runtime.fpca.continual import continual_multiplier, sqrt_factorisation_coefficients
+from edge_runtime.fpca.gaussian_mechanism import REPLACE_ONE_SENSITIVITY, analytic_gaussian_sigma
 from edge_runtime.secagg import accounting as acc
 
 
@@ -25,7 +26,7 @@ def test_epsilon_decreases_with_mu() -> None:
 
 
 def test_required_mu_meets_the_target_and_is_tight() -> None:
-    l1, l2 = acc.gram_sensitivity(48, 2.0**12, horizon=4)
+    l1, l2 = acc.gram_sensitivity(48, 2.0**12, sqrt_factorisation_coefficients(4))
     mu = acc.required_mu(1.0, 1e-5, l1, l2)
     assert acc.achieved_epsilon(mu, 1e-5, l1, l2) <= 1.0
     assert acc.achieved_epsilon(mu * (1 - 1e-6), 1e-5, l1, l2) > 1.0
@@ -78,6 +79,13 @@ def test_rounding_bound_holds_on_random_pairs() -> None:
         assert np.abs(a - b).sum() <= l1 + 1e-9
 
 
+def test_sensitivity_constants_match_fpca() -> None:
+    assert acc.REPLACE_ONE_SENSITIVITY == REPLACE_ONE_SENSITIVITY
+    scale = 2.0**40  # rounding negligible
+    _, l2 = acc.gram_sensitivity(10, scale, sqrt_factorisation_coefficients(64))
+    assert l2 / scale == pytest.approx(math.sqrt(2.0) * continual_multiplier(64), rel=1e-6)
+
+
 def test_weighting_round_trip_and_norm() -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((7, 5))
@@ -111,7 +119,8 @@ def test_threshold_never_weaker() -> None:
         (lambda: acc.achieved_epsilon(1.0, 1e-5, 2.0, float("inf")), "l2 sensitivity"),
         (lambda: acc.gram_sensitivity(0, 1.0), "n_features"),
         (lambda: acc.gram_sensitivity(4, 0.0), "scale"),
-        (lambda: acc.gram_sensitivity(4, 1.0, horizon=0), "horizon"),
+        (lambda: acc.gram_sensitivity(4, 1.0, np.array([0.5, 1.0])), "coefficients"),
+        (lambda: acc.gram_sensitivity(4, 1.0, np.array([])), "coefficients"),
         (lambda: acc.calibrate(1.0, 1e-5, 2.0, 1.0, threshold=0), "threshold"),
         (lambda: acc.calibrate(1.0, 1e-5, 2.0, 1.0, threshold=2.5), "threshold"),
         (lambda: acc.skellam_rdp(1.0, 2.0, 1.0, np.array([1.5])), "orders"),

@@ -117,8 +117,9 @@ def calibration_for(
     method: SiteMethod, n_features: int, epsilon: float, delta: float
 ) -> SkellamCalibration:
     """`gram_calibration` of ``method`` (its scale, threshold and horizon)."""
+    coefficients = sqrt_factorisation_coefficients(method.horizon)
     return gram_calibration(
-        epsilon, delta, n_features, method.scale, method.threshold, method.horizon
+        epsilon, delta, n_features, method.scale, method.threshold, coefficients
     )
 
 

@@ -38,9 +38,12 @@ divides them again after decoding, post-processing). Then the L2 norm of the enc
 vector is ``scale`` times the Frobenius norm, so i.i.d. noise of variance ``v`` per entry
 decodes to ``v / scale**2`` on the diagonal and half that off it: exactly the pattern of
 `edge_runtime.fpca.gaussian_mechanism.symmetric_noise`. Replacing one reading (unit ball)
-changes ``G`` by at most ``sqrt(2)`` in Frobenius norm (`REPLACE_ONE_SENSITIVITY`), and the
-continual release (`edge_runtime.fpca.continual`: the slots of a segment release ``R G``)
-multiplies that by ``continual_multiplier(H)`` over the ``H`` slots. Rounding, bounded in
+changes ``G`` by at most ``sqrt(2)`` in Frobenius norm (`REPLACE_ONE_SENSITIVITY`, as in
+`edge_runtime.fpca.gaussian_mechanism`), and the continual release
+(`edge_runtime.fpca.continual`: the slots of a segment release ``R G``, ``R``'s first
+column ``c = sqrt_factorisation_coefficients(H)``) multiplies that by ``||c||_2 =
+continual_multiplier(H)`` over the ``H`` slots. (This package sits beside
+`edge_runtime.fpca` in the import layers, so the caller passes ``c``.) Rounding, bounded in
 the worst case and deterministically (no conditional rounding): each entry of each
 encoding is off by at most ``1/2``, so two neighbouring encodings differ from ``scale``
 times the exact difference by less than 1 per entry, and over the ``n = H m`` entries of a
@@ -68,11 +71,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.fpca.continual import MAX_HORIZON, sqrt_factorisation_coefficients
-from edge_runtime.fpca.gaussian_mechanism import REPLACE_ONE_SENSITIVITY
-
 __all__ = [
     "ORDERS",
+    "REPLACE_ONE_SENSITIVITY",
     "SkellamCalibration",
     "achieved_epsilon",
     "calibrate",
@@ -91,6 +92,10 @@ __all__ = [
 ORDERS = np.arange(2, 1025, dtype=np.float64)
 
 _SQRT2 = math.sqrt(2.0)
+
+#: L2 (Frobenius) sensitivity of a Gram matrix of unit-ball rows under replace-one:
+#: ``edge_runtime.fpca.gaussian_mechanism.REPLACE_ONE_SENSITIVITY`` (a test checks).
+REPLACE_ONE_SENSITIVITY = _SQRT2
 
 
 def _positive(value: object, name: str) -> float:
@@ -316,13 +321,16 @@ def rounded_sensitivity(
     return l1_int, l2_int
 
 
-def gram_sensitivity(n_features: int, scale: float, horizon: int = 1) -> tuple[float, float]:
+def gram_sensitivity(
+    n_features: int, scale: float, coefficients: np.ndarray | None = None
+) -> tuple[float, float]:
     """(L1, L2) sensitivity, integer units, of a segment of encoded Gram increments.
 
     Replace-one neighbours, unit-ball rows, the off-diagonal weighting of
-    `weight_off_diagonal`, ``H = horizon`` slots of the square-root factorisation (1: one
-    release), ``H d (d + 1) / 2`` entries: `rounded_sensitivity` of ``l2 = sqrt(2)
-    continual_multiplier(H)`` and ``l1 = (2 + sqrt(2) (d - 1)) sum_k c_k``.
+    `weight_off_diagonal`, ``H = len(coefficients)`` slots of the square-root factorisation
+    (one release without ``coefficients``), ``H d (d + 1) / 2`` entries: `rounded_sensitivity`
+    of ``l2 = sqrt(2) ||c||_2`` (``sqrt(2) continual_multiplier(H)``) and ``l1 = (2 + sqrt(2)
+    (d - 1)) ||c||_1``.
 
     Parameters
     ----------
@@ -330,8 +338,10 @@ def gram_sensitivity(n_features: int, scale: float, horizon: int = 1) -> tuple[f
         ``d >= 1``.
     scale : float
         Integer units per unit-ball Gram unit, > 0.
-    horizon : int, default=1
-        ``H`` in ``[1, MAX_HORIZON]``.
+    coefficients : ndarray of shape (H,) or None
+        ``c``, the first column of the factorisation ``R``
+        (`edge_runtime.fpca.continual.sqrt_factorisation_coefficients(H)`): finite,
+        non-negative, ``c[0] = 1``. None: ``[1.0]``, one release.
 
     Returns
     -------
@@ -343,11 +353,12 @@ def gram_sensitivity(n_features: int, scale: float, horizon: int = 1) -> tuple[f
         A value out of range (one line naming it).
     """
     d = _count(n_features, "n_features")
-    h = _count(horizon, "horizon", 1, MAX_HORIZON)
-    coefficients = sqrt_factorisation_coefficients(h)
-    l2 = REPLACE_ONE_SENSITIVITY * math.sqrt(float(coefficients @ coefficients))
-    l1 = (2.0 + _SQRT2 * (d - 1)) * float(coefficients.sum())
-    return rounded_sensitivity(l2, scale, h * d * (d + 1) // 2, l1)
+    c = np.ones(1) if coefficients is None else np.asarray(coefficients, dtype=np.float64)
+    if c.ndim != 1 or c.size == 0 or not np.all(np.isfinite(c)) or np.any(c < 0) or c[0] != 1.0:
+        raise ValueError(f"coefficients must be finite, >= 0, with c[0] = 1, got {c.tolist()!r}")
+    l2 = REPLACE_ONE_SENSITIVITY * math.sqrt(float(c @ c))
+    l1 = (2.0 + _SQRT2 * (d - 1)) * float(c.sum())
+    return rounded_sensitivity(l2, scale, c.size * d * (d + 1) // 2, l1)
 
 
 @dataclass(frozen=True)
@@ -426,10 +437,10 @@ def gram_calibration(
     n_features: int,
     scale: float,
     threshold: int,
-    horizon: int = 1,
+    coefficients: np.ndarray | None = None,
 ) -> SkellamCalibration:
-    """`calibrate` at `gram_sensitivity` ``(n_features, scale, horizon)``."""
-    l1, l2 = gram_sensitivity(n_features, scale, horizon)
+    """`calibrate` at `gram_sensitivity` ``(n_features, scale, coefficients)``."""
+    l1, l2 = gram_sensitivity(n_features, scale, coefficients)
     return calibrate(epsilon, delta, l1, l2, threshold)
 
 
