@@ -14,7 +14,7 @@ aggregators of `motes_tree.tree_root` group them). Per site and release slot, ev
    (`accounting.gram_calibration`: the site's noise of ONE release, calibrated for (epsilon,
    delta) at the dropout threshold ``t``).
 
-The masks are left out: they cancel exactly in the modular sum (`tests/test_secure_sum.py`),
+The masks are left out: they cancel exactly in the modular sum (`tests/test_secagg_masking.py`),
 and in 64 bits nothing wraps (`bits_for`). The site sums the vectors, decodes, unweights,
 and for the continual release outputs ``S_T = sum_k c_{T-k} Y_k`` (segments of ``H`` slots,
 a closed segment's output kept as a constant). Its subspace is the eigendecomposition of the
@@ -235,7 +235,7 @@ def root_error(
 def bits_for(
     method: SiteMethod, calibration: SkellamCalibration, leaf_rows: int, leaves_per_site: int
 ) -> int:
-    """Bits of the modulus a site's sum needs without wrapping (`secure_sum.sum_bound` logic).
+    """Bits of the modulus a site's sum needs without wrapping (`masking.sum_bound` logic).
 
     Entries of a weighted unit-ball Gram increment are at most its rows (``|sqrt(2) x_i x_j|
     <= 1/sqrt(2)``), times ``sum_k c_k`` for a continual slot; noise up to 20 standard

@@ -31,7 +31,7 @@ analytic Gaussian mechanism (Balle & Wang 2018) that the private mode uses today
 sensitivity against ``3.731`` (8.4 % more; the tests check the large-``mu`` limit).
 
 Sensitivity of the encoded Gram increment (`gram_sensitivity`). The encoding this module
-assumes is `secure_sum.encode`'s (upper triangle with the diagonal, ``m = d (d + 1) / 2``
+assumes is `masking.encode`'s (upper triangle with the diagonal, ``m = d (d + 1) / 2``
 entries, times ``scale``, rounded to nearest) applied to ``T(G)``, the Gram matrix with
 its off-diagonal entries multiplied by ``sqrt(2)`` (`weight_off_diagonal`; the aggregator
 divides them again after decoding, post-processing). Then the L2 norm of the encoded
