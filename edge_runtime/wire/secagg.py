@@ -1,0 +1,680 @@
+"""Secure aggregation on the wire: the eight messages of one slot as msgpack maps (issue 26).
+
+`encode_secagg` and `decode_secagg` map the cores' frozen dataclasses of
+`edge_runtime.secagg.messages` (Bonawitz et al., "Practical Secure Aggregation for
+Privacy-Preserving Machine Learning", CCS 2017, Fig. 4) to bytes and back. Every payload is
+one msgpack map with the keys every kind shares, ``v`` (`SECAGG_VERSION`), ``kind`` (the
+tag of `SECAGG_KINDS`), ``slot`` (``0 <= slot < 2**64``, a msgpack uint64) and, when the
+sender has one, ``dep`` (the topology's name, as on a subspace message), then the kind's
+own keys:
+
+=====================  ==================  ====================================================
+message                ``kind``            keys (ids are str, ``bin(k)`` msgpack bin of k bytes)
+=====================  ==================  ====================================================
+`KeyAdvertisement`     ``keys``            ``leaf``, ``cpk`` bin(32), ``mpk`` bin(32)
+`KeyRoster`            ``roster``          ``t``, ``ads``: [[leaf, cpk, mpk], ...]
+`ShareUpload`          ``share_upload``    ``sender``, ``ct``: [[recipient, bin(156)], ...]
+`ShareDelivery`        ``share_delivery``  ``recipient``, ``ct``: [[sender, bin(156)], ...]
+`MaskedInput`          ``masked_input``    ``leaf``, ``m``, ``y`` bin(8 m)
+`UnmaskRequest`        ``unmask_request``  ``survivors`` [ids], ``dropped`` [ids]
+`UnmaskResponse`       ``unmask_response`` ``leaf``, ``b`` and ``sk``: [[owner, bin(70)], ...]
+`SlotOutcome`          ``outcome``         ``m``, ``total`` bin(8 m) or nil, ``survivors``,
+                                           ``dropped``, ``reason``
+=====================  ==================  ====================================================
+
+A roster's advertisements carry no slot of their own (the roster's, which the core
+requires of each). ``cpk``/``mpk`` are the raw X25519 public keys of
+`edge_runtime.secagg.masking.KEY_BYTES`; a ciphertext is
+`edge_runtime.secagg.share_cipher.CIPHERTEXT_BYTES` long and a Shamir share
+`edge_runtime.secagg.shares.SHARE_BYTES` (its index and value in range,
+`edge_runtime.secagg.shares.share_index`); a vector (``y``, ``total``) is ``m``
+little-endian uint64 words, residues mod ``2**bits`` (``m = d (d + 1) / 2`` for the
+encoded Gram of ``d`` features), decoded as a read-only uint64 array. Unmask sets are
+written sorted; ``b`` and ``sk`` keep the core's order.
+
+Validation (same rules as every message of `edge_runtime.wire`: any bytes give a message or
+a `WireError`, never another exception; the encoder runs the decoder's checks, so what it
+writes always decodes, and ``decode_secagg(encode_secagg(m))`` equals ``m``, arrays
+compared by value):
+
+- ids are node ids as the topology accepts them (`edge_runtime.topology.check_node_id`: one
+  MQTT topic level of 1 to 64 characters, no ``/ + #``, NUL or control character, not a
+  reserved topic word), reason ``node_id``; a list of ids names each at most once, a leaf
+  never lists itself among its peers, and survivors and dropped are disjoint (``node_id``);
+- at most `MAX_SECAGG_LEAVES` ids, advertisements, ciphertexts or shares in one message
+  (``too_large``); none where at least one is needed (``empty``);
+- keys, ciphertexts and shares of exactly their length (``byte_length``); a share whose
+  index or value is out of range (``field_type``);
+- ``1 <= m <= MAX_SECAGG_ENTRIES`` (``shape``) and a vector of exactly ``8 m`` bytes
+  (``byte_length``); a roster's ``t`` in ``2 .. len(ads)`` (``field_type``);
+- the slot ``0 <= slot < 2**64`` (``seq``); an unknown ``kind``, or another kind than the
+  caller expects on its topic (``expect=``) or another deployment (``deployment=``):
+  ``field_type``; and the package's reasons for the payload itself (``too_large`` before
+  parsing, ``not_msgpack``, ``ext_type``, ``not_map``, ``version``, ``version_newer``,
+  ``missing_field``, ``field_type``).
+
+What the wire does not check is the protocol: sorted rosters, ``t`` above half the roster,
+distinct public keys, a cohort, who may send what when. The cores do
+(`edge_runtime.secagg.leaf_round`, `edge_runtime.secagg.aggregator_round`) and raise
+`edge_runtime.secagg.SecAggError`. Nothing here imports ``cryptography`` or ``shamirs``.
+
+Why `MAX_SECAGG_LEAVES` = 64: the protocol as built is all-pairs Bonawitz et al., so the
+aggregator routes ``n (n - 1)`` ciphertexts a slot (4032 at 64, 0.7 MB) and recovers up to
+``n`` secrets from ``t > n / 2`` shares each, ``O(t**2)``: 131 ms a secret at ``t = 17``
+on a laptop core (docs/secure_aggregation.md), so ~2 s a secret and over a minute a slot
+at ``t = 33`` on a Pi. 64 leaves on one aggregator is the most one site can afford; a
+larger site needs SecAgg+ (Bell et al. 2020, ``O(log n)`` neighbours), not a larger limit.
+`MAX_SECAGG_ENTRIES` is ``d (d + 1) / 2`` at `edge_runtime.wire.MAX_N_FEATURES`; in
+practice the payload limit binds first: ``8 m + 100`` bytes within
+`edge_runtime.wire.DEFAULT_MAX_PAYLOAD_BYTES` (4 MiB) is ``d <= 1023``.
+
+Bytes on the wire of one slot at ``d = 48`` (``m = 1176``), slot 7, ids ``pi-00`` ...,
+a 13-character deployment, every leaf surviving, ``t = n / 2 + 1``; the growth is exact
+for these id lengths (``tests/test_wire_secagg.py`` runs the slot and checks this table)::
+
+    message (sender)                n = 4    n = 8    grows as
+    KeyAdvertisement (leaf)           125      125    2 x 32 B keys
+    KeyRoster (agg.)                  348      648    75 n + 48
+    ShareUpload (leaf)                558    1 218    165 (n - 1) + 63
+    ShareDelivery (agg.)              563    1 223    165 (n - 1) + 68
+    MaskedInput (leaf)              9 475    9 475    8 m + 67
+    UnmaskRequest (agg.)               92      116    6 n + 68
+    UnmaskResponse (leaf)             383      699    79 n + 67
+    SlotOutcome (agg.)              9 515    9 539    8 m + 6 n + 83
+    one leaf, sent + received      11 544   13 504
+
+Today's private leaf publishes its snapshot instead (`encode_subspace`, d = 48, rank 10,
+uncentred, with its guarantee), as float32: 2 228 bytes (the agents' default) or as
+float64: 4 188 bytes; the float64 d x d Gram itself would be 18 432. A slot costs a leaf
+about 5 (n = 4) to 6 (n = 8) float32 snapshots, in four exchanges instead of one publish;
+81 % of it at n = 4 is the masked input, the upper triangle of the Gram as uint64, which
+secure summation cannot shrink to a rank-r basis (the sum must be linear). The
+aggregator receives ``n`` times a leaf's uploads and routes ``n (n - 1)`` ciphertexts.
+
+Topics (proposed, not in `edge_runtime.topology` yet), under the site aggregator's path
+``<prefix>/<site path>`` (``<site>``, e.g. ``fpca/root/site-a``), all QoS 1, the slot in
+the payload only (one topic per kind and leaf keeps subscriptions and ACLs static)::
+
+    topic                           kind              retained  publisher   readers
+    <site>/secagg/keys/<leaf>       KeyAdvertisement  yes       <leaf>      aggregator
+    <site>/secagg/roster            KeyRoster         yes       aggregator  site's leaves
+    <site>/secagg/shares/<leaf>     ShareUpload       no        <leaf>      aggregator
+    <site>/secagg/delivery/<leaf>   ShareDelivery     no        aggregator  <leaf> only
+    <site>/secagg/masked/<leaf>     MaskedInput       no        <leaf>      aggregator only
+    <site>/secagg/unmask            UnmaskRequest     no        aggregator  site's leaves
+    <site>/secagg/unmasked/<leaf>   UnmaskResponse    no        <leaf>      aggregator only
+    <site>/secagg/outcome           SlotOutcome       yes       aggregator  anyone (status)
+
+Keys and roster are retained so that a leaf or aggregator reconnecting mid-slot reads the
+slot's current ones (their ``slot`` tells a stale one); the per-phase messages are not, so
+a past slot's message is never replayed to a newcomer. ACL: only ``<leaf>`` publishes on
+the topics ending in ``<leaf>`` (the key authenticity the protocol rests on:
+docs/secure_aggregation.md, "Key substitution"), only the aggregator on the others; only
+the aggregator reads ``shares``, ``masked`` and ``unmasked`` (whoever reads every masked
+input and unmask response learns the site's noisy sum), and a leaf reads only its own
+``delivery`` (the ciphertexts are encrypted and authenticated to it: defence in depth).
+The shell checks that a topic's ``<leaf>`` is the message's leaf id. ``secagg`` should
+join the topology's reserved ids, so that no node is named after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import numpy as np
+
+from edge_runtime.secagg.masking import KEY_BYTES, triangle_size
+from edge_runtime.secagg.messages import (
+    KeyAdvertisement,
+    KeyRoster,
+    MaskedInput,
+    ShareDelivery,
+    ShareUpload,
+    SlotOutcome,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from edge_runtime.secagg.share_cipher import CIPHERTEXT_BYTES
+from edge_runtime.secagg.shares import SHARE_BYTES, share_index
+from edge_runtime.wire.fields import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_ID_CHARS,
+    MAX_N_FEATURES,
+    WireError,
+    _check_options,
+    _deployment,
+    _fail_type,
+    _int,
+    _node_id,
+    _pack,
+    _read_map,
+    _Schema,
+    _show,
+    _unpack,
+)
+
+__all__ = [
+    "MAX_OUTCOME_REASON_CHARS",
+    "MAX_SECAGG_ENTRIES",
+    "MAX_SECAGG_LEAVES",
+    "SECAGG_KINDS",
+    "SECAGG_VERSION",
+    "SecAggMessage",
+    "decode_secagg",
+    "encode_secagg",
+]
+
+SECAGG_VERSION = 1
+"""Schema version ``v`` that `encode_secagg` writes; `decode_secagg` reads it and the one
+before it (`edge_runtime.wire.fields.understood_versions`)."""
+
+_SCHEMA = _Schema("secure-aggregation message", SECAGG_VERSION)
+
+MAX_SECAGG_LEAVES = 64
+"""Most leaves of one site in secure aggregation: ids, advertisements, ciphertexts or shares
+one message may list (the module docstring says why 64)."""
+
+MAX_SECAGG_ENTRIES = triangle_size(MAX_N_FEATURES)
+"""Most entries ``m`` of a masked input or a sum: ``d (d + 1) / 2`` at ``MAX_N_FEATURES``."""
+
+MAX_OUTCOME_REASON_CHARS = 1000
+"""Longest ``reason`` of a `SlotOutcome`, in characters."""
+
+SecAggMessage = (
+    KeyAdvertisement
+    | KeyRoster
+    | ShareUpload
+    | ShareDelivery
+    | MaskedInput
+    | UnmaskRequest
+    | UnmaskResponse
+    | SlotOutcome
+)
+"""Any message of a secure-aggregation slot."""
+
+SECAGG_KINDS: Mapping[str, type] = MappingProxyType(
+    {
+        "keys": KeyAdvertisement,
+        "roster": KeyRoster,
+        "share_upload": ShareUpload,
+        "share_delivery": ShareDelivery,
+        "masked_input": MaskedInput,
+        "unmask_request": UnmaskRequest,
+        "unmask_response": UnmaskResponse,
+        "outcome": SlotOutcome,
+    }
+)
+"""The ``kind`` tag of each message class (read-only)."""
+
+_TAG_OF: dict[type, str] = {cls: tag for tag, cls in SECAGG_KINDS.items()}
+_SLOT_LIMIT = 1 << 64
+_WORD = np.dtype("<u8")
+
+# The topology's node-id rule (`edge_runtime.topology.checks.check_node_id`), mirrored here:
+# the topology imports the wire, so the wire cannot import it back. A test checks they agree.
+_MAX_LEAF_ID_CHARS = 64
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_RESERVED_IDS = frozenset({"subspace", "status", "model", "confirm", "scores", "round", "reply"})
+
+_COMMON_KEYS = ("v", "kind", "slot")
+_KEYS: dict[str, tuple[str, ...]] = {
+    "keys": ("leaf", "cpk", "mpk"),
+    "roster": ("t", "ads"),
+    "share_upload": ("sender", "ct"),
+    "share_delivery": ("recipient", "ct"),
+    "masked_input": ("leaf", "m", "y"),
+    "unmask_request": ("survivors", "dropped"),
+    "unmask_response": ("leaf", "b", "sk"),
+    "outcome": ("m", "total", "survivors", "dropped", "reason"),
+}
+
+
+# --------------------------------------------------------------------------- fields
+def _leaf_id(label: str, value: object) -> str:
+    """A node id as the topology accepts it (reason ``node_id``)."""
+    text = _node_id(label, value)
+    if len(text) > _MAX_LEAF_ID_CHARS:
+        raise WireError(
+            "node_id",
+            f"{label} {_show(text)} has {len(text)} characters, expected 1 to "
+            f"{_MAX_LEAF_ID_CHARS} (the topology's limit)",
+        )
+    if _CONTROL_CHARS.search(text):
+        raise WireError("node_id", f"{label} {_show(text)} contains a control character")
+    if text in _RESERVED_IDS:
+        raise WireError(
+            "node_id", f"{label} {text!r} is reserved for topic names, expected a node id"
+        )
+    return text
+
+
+def _slot(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail_type("slot", value, "an int")
+    if not 0 <= value < _SLOT_LIMIT:
+        raise WireError("seq", f"slot is {_show(value)}, expected 0 <= slot < 2**64")
+    return int(value)
+
+
+def _fixed_bytes(label: str, value: object, size: int) -> bytes:
+    """A bytes field of exactly ``size`` bytes (``field_type``, ``byte_length``)."""
+    if not isinstance(value, bytes):
+        _fail_type(label, value, f"bytes ({size} long)")
+    if len(value) != size:
+        raise WireError("byte_length", f"{label} has {len(value)} bytes, expected {size}")
+    return value
+
+
+def _share(label: str, value: object) -> bytes:
+    """A Shamir share of `SHARE_BYTES` bytes whose index and value are in range."""
+    share = _fixed_bytes(label, value, SHARE_BYTES)
+    try:
+        share_index(share)
+    except ValueError:
+        raise WireError(
+            "field_type", f"{label} has a share index or value out of range, expected a share"
+        ) from None
+    return share
+
+
+def _list(label: str, value: object, *, least: int) -> list[object]:
+    """A msgpack array of ``least`` to `MAX_SECAGG_LEAVES` items."""
+    if not isinstance(value, list):
+        _fail_type(label, value, "an array")
+    if len(value) > MAX_SECAGG_LEAVES:
+        raise WireError(
+            "too_large",
+            f"{label} has {len(value)} entries, expected at most {MAX_SECAGG_LEAVES} "
+            "(MAX_SECAGG_LEAVES)",
+        )
+    if len(value) < least:
+        raise WireError("empty", f"{label} has {len(value)} entries, expected at least {least}")
+    return value
+
+
+def _unique(label: str, ids: list[str]) -> None:
+    seen: set[str] = set()
+    for node in ids:
+        if node in seen:
+            raise WireError("node_id", f"{label} names {node!r} twice, expected each at most once")
+        seen.add(node)
+
+
+def _ids(label: str, value: object, *, least: int) -> frozenset[str]:
+    """A set of distinct node ids (an array on the wire)."""
+    items = _list(label, value, least=least)
+    ids = [_leaf_id(f"{label}[{i}]", item) for i, item in enumerate(items)]
+    _unique(label, ids)
+    return frozenset(ids)
+
+
+def _pairs(
+    label: str,
+    value: object,
+    *,
+    owner: tuple[str, str] | None,
+    least: int,
+    shares: bool,
+) -> tuple[tuple[str, bytes], ...]:
+    """``[[id, bytes], ...]``: distinct ids (never ``owner``, a ``(field, id)``), each with
+    a Shamir share (``shares``) or a share ciphertext."""
+    items = _list(label, value, least=least)
+    out: list[tuple[str, bytes]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != 2:
+            _fail_type(f"{label}[{i}]", item, "an array [id, bytes]")
+        node = _leaf_id(f"{label}[{i}] id", item[0])
+        if owner is not None and node == owner[1]:
+            raise WireError("node_id", f"{label}[{i}] names {node!r}, the {owner[0]} itself")
+        where = f"{label}[{node!r}]"
+        blob = _share(where, item[1]) if shares else _fixed_bytes(where, item[1], CIPHERTEXT_BYTES)
+        out.append((node, blob))
+    _unique(label, [node for node, _ in out])
+    return tuple(out)
+
+
+def _disjoint(survivors: frozenset[str], dropped: frozenset[str], what: str) -> None:
+    both = sorted(survivors & dropped)
+    if both:
+        raise WireError("node_id", f"{what}: {both[0]!r} is named both survivor and dropped")
+    total = len(survivors) + len(dropped)
+    if total > MAX_SECAGG_LEAVES:
+        raise WireError(
+            "too_large",
+            f"{what} names {total} leaves (survivors and dropped), expected at most "
+            f"{MAX_SECAGG_LEAVES}",
+        )
+
+
+def _entries(value: object) -> int:
+    return _int("m", value, "shape", low=1, high=MAX_SECAGG_ENTRIES + 1)
+
+
+def _vector(label: str, value: object, m: int) -> np.ndarray:
+    """``m`` little-endian uint64 words as a read-only uint64 array."""
+    if not isinstance(value, bytes):
+        _fail_type(label, value, "bytes")
+    size = m * _WORD.itemsize
+    if len(value) != size:
+        raise WireError(
+            "byte_length",
+            f"{label} has {len(value)} bytes, expected {size} ({m} uint64 words for m={m})",
+        )
+    vector = np.frombuffer(value, dtype=_WORD).astype(np.uint64)
+    vector.setflags(write=False)
+    return vector
+
+
+def _reason(value: object) -> str:
+    if not isinstance(value, str):
+        _fail_type("reason", value, "a str")
+    if len(value) > MAX_OUTCOME_REASON_CHARS:
+        raise WireError(
+            "too_large",
+            f"reason has {len(value)} characters, expected at most {MAX_OUTCOME_REASON_CHARS}",
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WireError("field_type", f"reason {_show(value)} is not valid UTF-8 text") from None
+    return str(value)
+
+
+# --------------------------------------------------------------------------- map -> message
+def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
+    """The message of a decoded map whose common keys are checked (one path for both ways)."""
+    if kind == "keys":
+        return KeyAdvertisement(
+            slot,
+            _leaf_id("leaf", obj["leaf"]),
+            _fixed_bytes("cpk", obj["cpk"], KEY_BYTES),
+            _fixed_bytes("mpk", obj["mpk"], KEY_BYTES),
+        )
+    if kind == "roster":
+        items = _list("ads", obj["ads"], least=1)
+        ads = []
+        for i, item in enumerate(items):
+            if not isinstance(item, list) or len(item) != 3:
+                _fail_type(f"ads[{i}]", item, "an array [leaf, cpk, mpk]")
+            leaf = _leaf_id(f"ads[{i}] leaf", item[0])
+            cpk = _fixed_bytes(f"ads[{leaf!r}] cpk", item[1], KEY_BYTES)
+            mpk = _fixed_bytes(f"ads[{leaf!r}] mpk", item[2], KEY_BYTES)
+            ads.append(KeyAdvertisement(slot, leaf, cpk, mpk))
+        _unique("ads", [ad.leaf_id for ad in ads])
+        threshold = _int("t", obj["t"], "field_type", low=2, high=len(ads) + 1)
+        return KeyRoster(slot, threshold, tuple(ads))
+    if kind in ("share_upload", "share_delivery"):
+        own = "sender" if kind == "share_upload" else "recipient"
+        node = _leaf_id(own, obj[own])
+        ct = _pairs("ct", obj["ct"], owner=(own, node), least=1, shares=False)
+        cls = ShareUpload if kind == "share_upload" else ShareDelivery
+        return cls(slot, node, ct)
+    if kind == "masked_input":
+        leaf = _leaf_id("leaf", obj["leaf"])
+        m = _entries(obj["m"])
+        return MaskedInput(slot, leaf, _vector("y", obj["y"], m))
+    if kind == "unmask_request":
+        survivors = _ids("survivors", obj["survivors"], least=1)
+        dropped = _ids("dropped", obj["dropped"], least=0)
+        _disjoint(survivors, dropped, "unmask request")
+        return UnmaskRequest(slot, survivors, dropped)
+    if kind == "unmask_response":
+        leaf = _leaf_id("leaf", obj["leaf"])
+        b = _pairs("b", obj["b"], owner=None, least=1, shares=True)
+        sk = _pairs("sk", obj["sk"], owner=None, least=0, shares=True)
+        _disjoint(frozenset(o for o, _ in b), frozenset(o for o, _ in sk), "unmask response")
+        return UnmaskResponse(slot, leaf, b, sk)
+    # outcome
+    survivors = _ids("survivors", obj["survivors"], least=0)
+    dropped = _ids("dropped", obj["dropped"], least=0)
+    _disjoint(survivors, dropped, "slot outcome")
+    raw_total = obj["total"]
+    if raw_total is None:
+        if obj["m"] != 0 or isinstance(obj["m"], bool):
+            raise WireError(
+                "shape", f"total is nil but m is {_show(obj['m'])}, expected m = 0 (no sum)"
+            )
+        total = None
+    else:
+        m = _entries(obj["m"])
+        total = _vector("total", raw_total, m)
+        if not survivors:
+            raise WireError("empty", "slot outcome releases a sum of no survivors")
+    return SlotOutcome(slot, total, survivors, dropped, _reason(obj["reason"]))
+
+
+# --------------------------------------------------------------------------- message -> map
+def _pairs_to_wire(label: str, value: object) -> list[list[object]]:
+    if not isinstance(value, tuple | list):
+        _fail_type(label, value, "a tuple of (id, bytes) pairs")
+    out = []
+    for i, pair in enumerate(value):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            _fail_type(f"{label}[{i}]", pair, "an (id, bytes) pair")
+        node, blob = pair
+        out.append([node, bytes(blob) if isinstance(blob, bytearray) else blob])
+    return out
+
+
+def _ids_to_wire(label: str, value: object) -> list[object]:
+    if not isinstance(value, frozenset | set | tuple | list):
+        _fail_type(label, value, "a frozenset of ids")
+    for node in value:
+        if not isinstance(node, str):
+            _fail_type(f"{label} id", node, "a str")
+    return sorted(value)
+
+
+def _bytes_to_wire(value: object) -> object:
+    return bytes(value) if isinstance(value, bytearray) else value
+
+
+def _vector_to_wire(label: str, value: object) -> tuple[int, bytes]:
+    if not isinstance(value, np.ndarray) or value.dtype != np.uint64 or value.ndim != 1:
+        detail = (
+            f"{value.dtype} array of shape {value.shape}"
+            if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
+        raise WireError("field_type", f"{label} must be a 1-D uint64 ndarray, got {detail}")
+    return int(value.shape[0]), value.astype(_WORD, copy=False).tobytes()
+
+
+def _to_wire(msg: SecAggMessage) -> dict[str, object]:
+    """The kind's own keys of ``msg`` (unchecked beyond what building the map needs)."""
+    if isinstance(msg, KeyAdvertisement):
+        return {
+            "leaf": msg.leaf_id,
+            "cpk": _bytes_to_wire(msg.cipher_public_key),
+            "mpk": _bytes_to_wire(msg.mask_public_key),
+        }
+    if isinstance(msg, KeyRoster):
+        if not isinstance(msg.advertisements, tuple | list):
+            _fail_type("advertisements", msg.advertisements, "a tuple of KeyAdvertisement")
+        ads = []
+        for ad in msg.advertisements:
+            if not isinstance(ad, KeyAdvertisement):
+                _fail_type("advertisement", ad, "a KeyAdvertisement")
+            if ad.slot != msg.slot:
+                raise WireError(
+                    "seq",
+                    f"advertisement of {ad.leaf_id!r} is for slot {_show(ad.slot)}, "
+                    f"expected the roster's {msg.slot}",
+                )
+            cpk, mpk = _bytes_to_wire(ad.cipher_public_key), _bytes_to_wire(ad.mask_public_key)
+            ads.append([ad.leaf_id, cpk, mpk])
+        return {"t": msg.threshold, "ads": ads}
+    if isinstance(msg, ShareUpload):
+        return {"sender": msg.sender, "ct": _pairs_to_wire("ciphertexts", msg.ciphertexts)}
+    if isinstance(msg, ShareDelivery):
+        return {"recipient": msg.recipient, "ct": _pairs_to_wire("ciphertexts", msg.ciphertexts)}
+    if isinstance(msg, MaskedInput):
+        m, y = _vector_to_wire("vector", msg.vector)
+        return {"leaf": msg.leaf_id, "m": m, "y": y}
+    if isinstance(msg, UnmaskRequest):
+        return {
+            "survivors": _ids_to_wire("survivors", msg.survivors),
+            "dropped": _ids_to_wire("dropped", msg.dropped),
+        }
+    if isinstance(msg, UnmaskResponse):
+        return {
+            "leaf": msg.leaf_id,
+            "b": _pairs_to_wire("self_mask_shares", msg.self_mask_shares),
+            "sk": _pairs_to_wire("mask_key_shares", msg.mask_key_shares),
+        }
+    assert isinstance(msg, SlotOutcome)
+    m, total = (0, None) if msg.total is None else _vector_to_wire("total", msg.total)
+    return {
+        "m": m,
+        "total": total,
+        "survivors": _ids_to_wire("survivors", msg.survivors),
+        "dropped": _ids_to_wire("dropped", msg.dropped),
+        "reason": msg.reason,
+    }
+
+
+# --------------------------------------------------------------------------- public
+def _check_expect(expect: object) -> tuple[type, ...] | None:
+    if expect is None:
+        return None
+    kinds = expect if isinstance(expect, tuple) else (expect,)
+    if not kinds or any(kind not in _TAG_OF for kind in kinds):
+        raise ValueError(
+            f"expect must be None, a secure-aggregation message class or a tuple of them, "
+            f"got {expect!r}"
+        )
+    return kinds  # type: ignore[return-value]
+
+
+def _tag(value: object) -> str:
+    if not isinstance(value, str):
+        _fail_type("kind", value, "a str")
+    if value not in SECAGG_KINDS:
+        raise WireError(
+            "field_type",
+            f"kind {_show(value)} is not a secure-aggregation message, expected one of "
+            + ", ".join(map(repr, SECAGG_KINDS)),
+        )
+    return value
+
+
+def encode_secagg(
+    msg: SecAggMessage,
+    *,
+    deployment: str | None = None,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> bytes:
+    """Encode a secure-aggregation message as a msgpack map of schema `SECAGG_VERSION`.
+
+    Parameters
+    ----------
+    msg : KeyAdvertisement, KeyRoster, ShareUpload, ShareDelivery, MaskedInput, \
+UnmaskRequest, UnmaskResponse or SlotOutcome
+        A message of `edge_runtime.secagg.messages`; a vector is a 1-D uint64 ndarray.
+    deployment : str or None, default None
+        The topology's name (1-128 characters), written as ``dep``; None writes no ``dep``.
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+        Refuse to produce a payload that receivers with this limit would refuse.
+
+    Returns
+    -------
+    bytes
+        The map of the module docstring's table, checked exactly as `decode_secagg` checks
+        it (what this writes always decodes, to a message equal to ``msg``).
+
+    Raises
+    ------
+    WireError
+        ``field_type`` if ``msg`` is not one of the eight messages (or a field has another
+        type), ``too_large``, and the reasons of `decode_secagg` for an invalid field.
+    ValueError
+        For an invalid ``max_bytes``.
+    """
+    _check_options(max_bytes)
+    if type(msg) not in _TAG_OF:
+        _fail_type("msg", msg, "a secure-aggregation message (edge_runtime.secagg.messages)")
+    kind = _TAG_OF[type(msg)]
+    slot = _slot(msg.slot)
+    obj: dict[str, object] = {"v": SECAGG_VERSION, "kind": kind, "slot": slot, **_to_wire(msg)}
+    if deployment is not None:
+        obj["dep"] = _deployment("deployment", deployment)
+    _from_wire(obj, kind, slot)  # the decoder's checks: what is written always decodes
+    return _pack(obj, "secure-aggregation message", max_bytes)
+
+
+def decode_secagg(
+    payload: bytes,
+    *,
+    expect: type | tuple[type, ...] | None = None,
+    deployment: str | None = None,
+    max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> SecAggMessage:
+    """Decode and validate a secure-aggregation message produced by `encode_secagg`.
+
+    Reads schema versions `SECAGG_VERSION` and the one before it (none before 1).
+
+    Parameters
+    ----------
+    payload : bytes
+        The MQTT payload; refused unread when longer than ``max_bytes``.
+    expect : class, tuple of classes or None, default None
+        The message class(es) the caller's topic carries (e.g. `ShareDelivery` on a leaf's
+        delivery topic); a payload of another kind is refused (``field_type``) before its
+        fields are read. None accepts every kind.
+    deployment : str or None, default None
+        This node's topology name: a payload whose ``dep`` is another or absent is refused
+        (``field_type``); secure aggregation is newer than ``dep``, so every sender in a
+        named deployment writes it. None accepts any ``dep`` or none.
+    max_bytes : int, default `DEFAULT_MAX_PAYLOAD_BYTES`
+
+    Returns
+    -------
+    KeyAdvertisement, KeyRoster, ShareUpload, ShareDelivery, MaskedInput, UnmaskRequest, \
+UnmaskResponse or SlotOutcome
+        Keys, ciphertexts and shares as bytes, pairs as tuples, sets as frozensets, a
+        vector as a read-only uint64 array of shape ``(m,)``.
+
+    Raises
+    ------
+    WireError
+        For anything but a valid message; never any other exception for any bytes. Reasons:
+        ``too_large``, ``not_msgpack``, ``ext_type``, ``too_deep``, ``not_map``,
+        ``version_newer``, ``version``, ``missing_field``, ``field_type``, ``seq`` (the
+        slot), ``node_id``, ``empty``, ``byte_length``, ``shape`` (``m``).
+    ValueError
+        For an invalid ``max_bytes``, ``expect`` or ``deployment`` option.
+    """
+    kinds = _check_expect(expect)
+    if deployment is not None and (
+        not isinstance(deployment, str) or not 1 <= len(deployment) <= MAX_ID_CHARS
+    ):
+        raise ValueError(f"deployment must be None or 1-128 characters, got {deployment!r}")
+    obj = _read_map(
+        payload,
+        _unpack,
+        what="secure-aggregation",
+        keys=_COMMON_KEYS,
+        schema=_SCHEMA,
+        max_bytes=max_bytes,
+    )
+    kind = _tag(obj["kind"])
+    if kinds is not None and SECAGG_KINDS[kind] not in kinds:
+        wanted = " or ".join(repr(_TAG_OF[cls]) for cls in kinds)
+        raise WireError("field_type", f"kind is {kind!r}, expected {wanted} on this topic")
+    dep = _deployment("dep", obj.get("dep"))
+    if deployment is not None and dep != deployment:
+        raise WireError(
+            "field_type",
+            f"dep is {_show(dep)}, expected this node's deployment {deployment!r}",
+        )
+    slot = _slot(obj["slot"])
+    missing = [key for key in _KEYS[kind] if key not in obj]
+    if missing:
+        raise WireError(
+            "missing_field",
+            f"secure-aggregation message of kind {kind!r} lacks field(s) "
+            + ", ".join(map(repr, missing)),
+        )
+    return _from_wire(obj, kind, slot)
