@@ -14,6 +14,10 @@ message            payload                    topic (see `edge_runtime.topology`
 `PrivacyStatus`    part of a status document
 =================  =========================  ==========================================
 
+FedPower's round and reply (`edge_runtime.wire.fedpower`) and the eight messages of a
+secure-aggregation slot (`edge_runtime.wire.secagg`: ``encode_secagg``/``decode_secagg``,
+topics proposed in its docstring) live in their modules, loaded on first use.
+
 A subspace message carries a node's local summary ``(U, Sigma, n)`` of Grammenos et al.,
 "Federated Principal Component Analysis", NeurIPS 2020 (Alg. 1, the inputs of Merge_r in
 Alg. 2): ``basis`` U of shape ``(n_features, rank)``, ``singular_values`` Sigma of shape
@@ -147,11 +151,13 @@ One module a message kind, all re-exported here (import from `edge_runtime.wire`
 `edge_runtime.wire.subspace` (`SubspaceMessage`), `edge_runtime.wire.guarantee`
 (`PrivacyParams`, `PrivacyStatus`), `edge_runtime.wire.readings` (`SensorReadings`),
 `edge_runtime.wire.status` (`StatusDetail`), `edge_runtime.wire.confirm`
-(`ConfirmMessage`) and `edge_runtime.wire.fedpower` (FedPower's round and reply, imported
-from there); beneath them `edge_runtime.wire.fields` (`WireError`, `REASONS`, the limits,
-the field checks, parsers and schema-version check) and `edge_runtime.wire.arrays` (float
+(`ConfirmMessage`), `edge_runtime.wire.fedpower` (FedPower's round and reply, imported
+from there) and `edge_runtime.wire.secagg` (secure aggregation, imported from there);
+beneath them `edge_runtime.wire.fields` (`WireError`, `REASONS`, the limits, the field
+checks, parsers and schema-version check) and `edge_runtime.wire.arrays` (float
 arrays as bytes, orthonormality). The package imports only `edge_runtime.errors`,
-`edge_runtime.fpca` and `edge_runtime.fedpower`.
+`edge_runtime.fpca`, `edge_runtime.fedpower` and (``wire.secagg``, without ``cryptography``)
+`edge_runtime.secagg`.
 
 Memory
 ------
@@ -240,12 +246,13 @@ def _schema_versions() -> Mapping[str, int]:
 
 
 def __getattr__(name: str) -> object:
-    """``fedpower`` (the module) and `SCHEMA_VERSIONS`, loaded on first use (PEP 562): an
-    FPCA node does not load FedPower's messages (issue 24: a leaf's import time and RSS)."""
-    if name == "fedpower":
+    """``fedpower`` and ``secagg`` (the modules) and `SCHEMA_VERSIONS`, loaded on first use
+    (PEP 562): an FPCA node does not load FedPower's or secure aggregation's messages
+    (issue 24: a leaf's import time and RSS)."""
+    if name in ("fedpower", "secagg"):
         import importlib  # not ``from edge_runtime.wire import``: that would call back here
 
-        return importlib.import_module("edge_runtime.wire.fedpower")
+        return importlib.import_module(f"edge_runtime.wire.{name}")
     if name == "SCHEMA_VERSIONS":
         value = globals()["SCHEMA_VERSIONS"] = _schema_versions()
         return value
@@ -297,6 +304,7 @@ __all__ = [
     "fields",
     "guarantee",
     "readings",
+    "secagg",
     "status",
     "subspace",
     "understood_versions",
