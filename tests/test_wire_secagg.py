@@ -197,9 +197,10 @@ BAD = [
     ("roster", {"t": 1}, "field_type"),
     ("roster", {"t": 5}, "field_type"),
     ("roster", {"ads": []}, "empty"),
+    ("roster", {"ads": [["pi-00", _key(1), _key(2)]], "t": 1}, "empty"),
     ("roster", {"ads": [["pi-00", _key(1), _key(2)]] * 2}, "node_id"),
-    ("roster", {"ads": [["pi-00", _key(1)]]}, "field_type"),
-    ("roster", {"ads": [["pi-00", _key(1), bytes(3)]]}, "byte_length"),
+    ("roster", {"ads": [["pi-00", _key(1)], ["pi-01", _key(3), _key(4)]]}, "field_type"),
+    ("roster", {"ads": [["pi-00", _key(1), bytes(3)], ["pi-01", _key(3), _key(4)]]}, "byte_length"),
     ("roster", {"ads": [[n, _key(1), _key(2)] for n in _many(65)], "t": 40}, "too_large"),
     ("roster", {"ads": {"pi-00": 1}}, "field_type"),
     # share upload / delivery
@@ -233,6 +234,7 @@ BAD = [
     # outcome
     ("outcome", {"total": None}, "shape"),  # m = 10 but no sum
     ("outcome", {"m": 0}, "shape"),
+    ("outcome", {"total": None, "m": 0.0}, "shape"),
     ("outcome", {"survivors": []}, "empty"),  # a sum of no survivors
     ("outcome", {"reason": "x" * 1001}, "too_large"),
     ("outcome", {"reason": None}, "field_type"),

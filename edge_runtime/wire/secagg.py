@@ -37,12 +37,13 @@ a `WireError`, never another exception; the encoder runs the decoder's checks, s
 writes always decodes, and ``decode_secagg(encode_secagg(m))`` equals ``m``, arrays
 compared by value):
 
-- ids are node ids as the topology accepts them (`edge_runtime.topology.check_node_id`: one
+- ids are node ids as the topology accepts them (``topology.checks.check_node_id``: one
   MQTT topic level of 1 to 64 characters, no ``/ + #``, NUL or control character, not a
   reserved topic word), reason ``node_id``; a list of ids names each at most once, a leaf
   never lists itself among its peers, and survivors and dropped are disjoint (``node_id``);
 - at most `MAX_SECAGG_LEAVES` ids, advertisements, ciphertexts or shares in one message
-  (``too_large``); none where at least one is needed (``empty``);
+  (``too_large``); none where at least one is needed, fewer than two in a roster
+  (``empty``);
 - keys, ciphertexts and shares of exactly their length (``byte_length``); a share whose
   index or value is out of range (``field_type``);
 - ``1 <= m <= MAX_SECAGG_ENTRIES`` (``shape``) and a vector of exactly ``8 m`` bytes
@@ -393,7 +394,7 @@ def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
             _fixed_bytes("mpk", obj["mpk"], KEY_BYTES),
         )
     if kind == "roster":
-        items = _list("ads", obj["ads"], least=1)
+        items = _list("ads", obj["ads"], least=2)
         ads = []
         for i, item in enumerate(items):
             if not isinstance(item, list) or len(item) != 3:
@@ -432,7 +433,8 @@ def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
     _disjoint(survivors, dropped, "slot outcome")
     raw_total = obj["total"]
     if raw_total is None:
-        if obj["m"] != 0 or isinstance(obj["m"], bool):
+        m = obj["m"]
+        if isinstance(m, bool) or not isinstance(m, int) or m != 0:
             raise WireError(
                 "shape", f"total is nil but m is {_show(obj['m'])}, expected m = 0 (no sum)"
             )
