@@ -61,10 +61,11 @@ distinct public keys, a cohort, who may send what when. The cores do
 
 Why `MAX_SECAGG_LEAVES` = 64: the protocol as built is all-pairs Bonawitz et al., so the
 aggregator routes ``n (n - 1)`` ciphertexts a slot (4032 at 64, 0.7 MB) and recovers up to
-``n`` secrets from ``t > n / 2`` shares each, ``O(t**2)``: 131 ms a secret at ``t = 17``
-on a laptop core (docs/secure_aggregation.md), so ~2 s a secret and over a minute a slot
-at ``t = 33`` on a Pi. 64 leaves on one aggregator is the most one site can afford; a
-larger site needs SecAgg+ (Bell et al. 2020, ``O(log n)`` neighbours), not a larger limit.
+``n`` secrets from ``t > n / 2`` shares each, ``O(t**2)``: 610 ms a secret at ``t = 33``
+of 64 on this project's x86 build machine (5 ms at ``t = 5`` of 8), 39 s of combining
+for a slot of 64 leaves, several times that on a Pi. 64 leaves on one aggregator is the
+most one site can afford; a larger site needs SecAgg+ (Bell et al. 2020, ``O(log n)``
+neighbours), not a larger limit.
 `MAX_SECAGG_ENTRIES` is ``d (d + 1) / 2`` at `edge_runtime.wire.MAX_N_FEATURES`; in
 practice the payload limit binds first: ``8 m + 100`` bytes within
 `edge_runtime.wire.DEFAULT_MAX_PAYLOAD_BYTES` (4 MiB) is ``d <= 1023``.
