@@ -195,6 +195,12 @@ class NodeCore:
         """Role-specific times at which a decision may change (confirmations, gaps, ...)."""
         return []
 
+    def input_decisive(self) -> bool:
+        """Whether the input just taken may change a decision at once in a way `next_wakeup`
+        does not foresee (the shell then asks the core at once; otherwise it sleeps until
+        the new `next_wakeup`). Always, unless a role knows better (`LeafCore`)."""
+        return True
+
     def next_wakeup(self, now: float) -> float:
         """The next time a decision may change without new input, seconds."""
         moved, first = self._publish_pending()

@@ -309,6 +309,15 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             self._candidate_version = self._deadband_key()
         return self._decide(now, moved=self._candidate_moved, first=self._first_due())
 
+    def input_decisive(self) -> bool:
+        """Whether readings just taken may change a decision at once in a way `next_wakeup`
+        does not foresee: a block completed since the deadband's last verdict (its candidate
+        is evaluated in `snapshot_due`, once per block), or readings are held behind a
+        sequence gap (released by `expire_labelled`). Every other effect of a reading on the
+        decisions (the idle, maximum-interval, checkpoint, confirmation and status deadlines)
+        is in `next_wakeup`."""
+        return self._candidate_version != self._deadband_key() or self.sequencer.held_rows > 0
+
     def _first_due(self) -> bool:
         """Nothing published yet and a full block seen: the first snapshot waits for one
         (or for the idle / maximum interval), since a few readings say little about the

@@ -204,6 +204,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._lock = asyncio.Lock()
         self._checkpoint_lock = asyncio.Lock()
         self._restore_from_broker = restore_from_broker
+        self._model_topic = topology.model_topic()
         self.privacy = self._core.privacy
         if not self._restore_checkpoint() and n_features is not None:
             self._core.n_features = n_features
@@ -283,7 +284,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if not isinstance(payload, bytes | bytearray):
             self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
             return
-        if topic == self.topology.model_topic():
+        if topic == self._model_topic:
             # (without scoring: a persistent session's subscription from an earlier run)
             if self._core.scoring is not None and self._core.scoring.needs_model:
                 self._on_model(topic, bytes(payload))
@@ -305,7 +306,11 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         )
         if self._core.blocks_due():  # durable before this message is acknowledged
             await self.checkpoint()
-        self.wake()
+        self.wake_on_input()
+
+    def _input_decisive(self) -> bool:
+        """`LeafCore.input_decisive`, or scores documents wait for the work loop."""
+        return bool(self._scores) or self._core.input_decisive()
 
     async def _ingest(
         self, release: Callable[[float], list[Labelled]], source: str | None = None
