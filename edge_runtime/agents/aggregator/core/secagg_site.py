@@ -1,0 +1,500 @@
+"""An aggregator's side of secure aggregation for its private leaves (issue 26). No I/O, no clock.
+
+`SecAggSite` runs the site's release slots on a time grid (one every ``slot_period_s``
+seconds, slot numbers strictly increasing), each an `edge_runtime.secagg.aggregator_round.
+AggregatorRound` (Bonawitz et al., CCS 2017, Fig. 4, threshold ``t`` with ``2 t > n``), and
+turns the released sums into the site's running noisy Gram matrix, whose top eigenpairs are
+the site's estimate: what ``benchmarks/secagg/sites.py`` simulates offline.
+
+The shell's loop (time in seconds, any monotonic origin, passed in)::
+
+    out = site.tick(now)          starts a due slot, closes phases at their deadlines
+    out = site.receive(msg, now)  a leaf's message (decoded from its topic)
+    sleep until site.next_wakeup(now), or the next message
+
+Both return the messages to publish: `KeyRoster`, `ShareDelivery`, `UnmaskRequest` and the
+slot's `SlotOutcome` (released or skipped, with the reason; the outcome topic). Leaves
+advertise one slot ahead (`SecAggRelease`): an advertisement for a slot not started yet is
+kept (the latest per leaf) and given to that slot's round when it starts, so its advertise
+phase closes at once when every leaf has advertised.
+
+A released `SlotOutcome` holds the exact sum mod ``2**bits`` of the survivors' noisy
+encodings: decoded (`masking.decode`, ``scale``), unweighted
+(`accounting.unweight_off_diagonal`), it is ``Y_k = (R G)_k + Z_k``, the slot's entry of
+the continual release of the site's Gram increments ``G`` plus the Skellam noise of at least
+``t`` shares. The site applies the factorisation's ``L = R`` (``R R = M``, the prefix-sum
+matrix: `edge_runtime.fpca.continual`) within each segment of ``H`` slots (slot ``s`` is
+position ``s % H`` of segment ``s // H``, for the leaves too): with every position of the
+segment released, ``S_T = closed + sum_{k <= T} c_{T-k} Y_k``, the running Gram plus
+``R Z``. A position where no leaf revealed anything (no slot ran, or the slot was skipped
+before its unmask request) has ``G = 0`` for the whole site (the leaves carried their
+increments over), and the released positions ``K`` determine ``sum G`` exactly:
+``S_T = closed + w^T Y_K`` with ``R_KK^T w = 1`` (``R_KK`` is unit lower-triangular; ``w_k =
+c_{T-k}`` when ``K`` is every position). A slot skipped *after* its unmask request may have
+revealed some survivors' increments, which no later release can separate: the segment
+closes at its last output and its remaining slots are not used (counted as
+``slots_discarded``; their readings are spent for the leaves, lost for the estimate; no
+weaker guarantee, only less data). H = 1: every slot is its own segment and the running
+Gram is the sum of the released ``Y``.
+
+Memory: ``(H + 3) d**2`` float64 (the released ``Y`` of the open segment, the closed sum,
+the output, a temporary) plus the round's ``O(n m)`` masked inputs; ``O(|K|**3 + |K| d**2)``
+time per release (``|K| <= H``).
+
+References
+----------
+K. Bonawitz et al. "Practical Secure Aggregation for Privacy-Preserving Machine Learning."
+CCS 2017.
+N. Agarwal, P. Kairouz, Z. Liu. "The Skellam Mechanism for Differentially Private
+Federated Learning." NeurIPS 2021.
+M. Henzinger, J. Upadhyay, S. Upadhyay. "Almost Tight Error Bounds on Differentially
+Private Continual Counting." SODA 2023 (the square-root factorisation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.fpca import Subspace
+from edge_runtime.fpca.continual import MAX_HORIZON, sqrt_factorisation_coefficients
+from edge_runtime.fpca.private_gram import eigen_to_singular
+from edge_runtime.fpca.subspace import flip_signs
+from edge_runtime.secagg import masking
+from edge_runtime.secagg.accounting import (
+    SkellamCalibration,
+    gram_calibration,
+    site_epsilon,
+    unweight_off_diagonal,
+)
+from edge_runtime.secagg.aggregator_round import (
+    AggregatorPhase,
+    AggregatorRound,
+    Outgoing,
+    RoundTimeouts,
+)
+from edge_runtime.secagg.errors import SecAggError
+from edge_runtime.secagg.messages import (
+    KeyAdvertisement,
+    MaskedInput,
+    ShareUpload,
+    SlotOutcome,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+
+__all__ = ["DEFAULT_MAX_ROWS_PER_SLOT", "DEFAULT_SCALE", "MAX_SLOTS_SHOWN", "SecAggSite"]
+
+#: Integer units per unit-ball Gram unit; the leaves' `SecAggRelease` default.
+DEFAULT_SCALE = 2.0**16
+#: Most readings one leaf's slot increment holds; the leaves' default (the bound check).
+DEFAULT_MAX_ROWS_PER_SLOT = 2**24
+#: Most recent slots listed in the status (``recent``): memory O(32).
+MAX_SLOTS_SHOWN = 32
+
+Incoming = KeyAdvertisement | ShareUpload | MaskedInput | UnmaskResponse
+
+
+class SecAggSite:
+    """One aggregator's secure sum over its private leaves, slot after slot.
+
+    Parameters
+    ----------
+    leaf_ids : iterable of str
+        The site's ``n`` private leaves (from the topology).
+    threshold : int
+        ``t``: ``2 <= t <= n`` and ``2 t > n`` (else a one-line ValueError): the fewest
+        inputs a released sum holds; up to ``n - t`` leaves may drop out of a slot.
+    n_features : int
+        ``d``.
+    epsilon, delta : float
+        The guarantee per reading the leaves are calibrated for.
+    clip_norm : float
+        ``C``, data units: singular values are ``C sqrt(max(lambda, 0))``.
+    slot_period_s : float
+        Seconds between slot starts; at least the sum of ``timeouts`` (a slot always ends
+        before the next is due).
+    now : float
+        Seconds, the shell's monotonic clock; the first slot is due at ``now +
+        slot_period_s``.
+    horizon : int, default=1
+        ``H`` of the continual release (the leaves' own).
+    scale : float, default=`DEFAULT_SCALE`
+    bits : int, default=64
+    first_slot : int, default=0
+        The first slot's number (the shell resumes above the last one it published, e.g. the
+        retained outcome's slot + 1, so a slot number is never reused).
+    timeouts : RoundTimeouts or None
+        The phases' deadlines (None: `RoundTimeouts()`, 60 s in all).
+    calibration : SkellamCalibration or None
+        The leaves' noise (None: `accounting.gram_calibration` for these settings).
+    max_rows_per_slot : int, default=`DEFAULT_MAX_ROWS_PER_SLOT`
+        The leaves' cap on an increment: sets the bound beyond which a sum is taken for one
+        whose masks did not cancel (`masking.sum_bound`, `masking.within_bound`).
+
+    Attributes
+    ----------
+    slot : int or None
+        The running slot, None between slots.
+    round : AggregatorRound or None
+        The running slot's state machine.
+
+    Raises
+    ------
+    ValueError
+        A value out of range (one line naming it).
+    """
+
+    def __init__(
+        self,
+        leaf_ids: Iterable[str],
+        threshold: int,
+        n_features: int,
+        *,
+        epsilon: float,
+        delta: float,
+        clip_norm: float,
+        slot_period_s: float,
+        now: float,
+        horizon: int = 1,
+        scale: float = DEFAULT_SCALE,
+        bits: int = masking.DEFAULT_BITS,
+        first_slot: int = 0,
+        timeouts: RoundTimeouts | None = None,
+        calibration: SkellamCalibration | None = None,
+        max_rows_per_slot: int = DEFAULT_MAX_ROWS_PER_SLOT,
+    ) -> None:
+        ids = sorted(leaf_ids)
+        n = len(ids)
+        if n < 2 or len(set(ids)) != n or not all(isinstance(i, str) and i for i in ids):
+            raise ValueError(f"leaf_ids must be at least 2 distinct non-empty strs, got {ids!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, int):
+            raise ValueError(f"threshold must be an int, got {threshold!r}")
+        if not (2 <= threshold <= n and 2 * threshold > n):
+            raise ValueError(
+                f"threshold t = {threshold} must satisfy 2 <= t <= n and 2 t > n (n = {n} leaves)"
+            )
+        if isinstance(horizon, bool) or not isinstance(horizon, int):
+            raise ValueError(f"horizon must be an int in [1, {MAX_HORIZON}], got {horizon!r}")
+        if not 1 <= horizon <= MAX_HORIZON:
+            raise ValueError(f"horizon must be in [1, {MAX_HORIZON}], got {horizon!r}")
+        if isinstance(first_slot, bool) or not isinstance(first_slot, int):
+            raise ValueError(f"first_slot must be an int in [0, 2**64), got {first_slot!r}")
+        if not 0 <= first_slot < 2**64:
+            raise ValueError(f"first_slot must be in [0, 2**64), got {first_slot!r}")
+        for name, value in (("clip_norm", clip_norm), ("scale", scale)):
+            if not (isinstance(value, int | float) and 0 < value < math.inf):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        self.timeouts = timeouts if timeouts is not None else RoundTimeouts()
+        t_all = (
+            self.timeouts.advertise
+            + self.timeouts.share
+            + self.timeouts.masked_input
+            + self.timeouts.unmask
+        )
+        if not (isinstance(slot_period_s, int | float) and t_all <= slot_period_s < math.inf):
+            raise ValueError(
+                f"slot_period_s must be finite and at least the timeouts' sum {t_all} s, "
+                f"got {slot_period_s!r}"
+            )
+        self.leaf_ids = tuple(ids)
+        self.threshold = threshold
+        self.n_features = int(n_features)
+        self.size = masking.triangle_size(self.n_features)
+        self.horizon = horizon
+        self.scale = float(scale)
+        self.bits = masking.check_bits(bits)
+        self.clip_norm = float(clip_norm)
+        self.slot_period_s = float(slot_period_s)
+        self.coefficients = sqrt_factorisation_coefficients(horizon)
+        if calibration is None:
+            calibration = gram_calibration(
+                epsilon, delta, self.n_features, self.scale, threshold, self.coefficients
+            )
+        if calibration.threshold != threshold:
+            raise ValueError(
+                f"calibration is for t = {calibration.threshold}, the site's is {threshold}"
+            )
+        self.calibration = calibration
+        max_entry = float(max_rows_per_slot) * float(self.coefficients.sum())
+        noise_std = math.sqrt(2.0 * n * calibration.share_mu)
+        self.bound = masking.sum_bound(n, max_entry, self.scale, noise_std)
+        if self.bound >= 2 ** (self.bits - 1):
+            raise ValueError(
+                f"a sum may reach {self.bound}, beyond {self.bits} bits: lower "
+                f"max_rows_per_slot ({max_rows_per_slot}) or scale ({scale})"
+            )
+        self.round: AggregatorRound | None = None
+        self._next_slot = first_slot
+        self._next_due = float(now) + self.slot_period_s
+        self._early: dict[str, KeyAdvertisement] = {}  # leaf -> its ad for a future slot
+        self._outbox: list[Outgoing] = []
+        self._requested = False  # the running round sent its unmask request
+        d = self.n_features
+        self._segment: int | None = None  # slot // H of the open segment
+        self._broken = False  # the open segment lost a position to a skip after unmasking
+        self._positions: list[int] = []  # released positions K of the open segment
+        self._released: list[np.ndarray] = []  # their Y_k, (d, d) each
+        self._mus: list[float] = []  # their Skellam parameter per entry (survivors * share)
+        self._closed = np.zeros((d, d))  # output of the closed segments
+        self._closed_var = 0.0  # its noise variance per diagonal entry (Gram units**2)
+        self._gram = np.zeros((d, d))  # the running noisy Gram, S_T
+        self._gram_var = 0.0
+        self._counts = dict.fromkeys(
+            ("released", "skipped", "discarded", "segments_closed_early", "advertisements_refused"),
+            0,
+        )
+        self._epsilon = 0.0
+        self._recent: deque[dict[str, Any]] = deque(maxlen=MAX_SLOTS_SHOWN)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    @property
+    def slot(self) -> int | None:
+        """The running slot's number, or None between slots."""
+        return None if self.round is None else self.round.slot
+
+    def slot_due(self, now: float) -> int | None:
+        """Start the slot due at ``now``, if any; returns its number (None: none due).
+
+        Due every ``slot_period_s`` on the grid of the constructor's ``now``; a shell that
+        ticks late starts one slot and moves the next start to the next grid point after
+        ``now`` (slot numbers stay consecutive). The round gets the advertisements kept for
+        this slot; a roster it then sends waits in the outbox that `tick` and `receive`
+        return.
+        """
+        if now < self._next_due or self.round is not None:
+            return None
+        slot = self._next_slot
+        self._next_slot += 1
+        behind = math.floor((now - self._next_due) / self.slot_period_s)
+        self._next_due += (behind + 1) * self.slot_period_s
+        self.round = AggregatorRound(
+            slot,
+            self.leaf_ids,
+            self.threshold,
+            self.size,
+            now,
+            bits=self.bits,
+            bound=self.bound,
+            timeouts=self.timeouts,
+        )
+        self._requested = False
+        for leaf in sorted(self._early):
+            ad = self._early[leaf]
+            if ad.slot == slot and self.round is not None:
+                del self._early[leaf]
+                try:
+                    self._take(self.round.receive(ad, now))
+                except SecAggError:  # e.g. a key repeated: the leaf sits this slot out
+                    self._counts["advertisements_refused"] += 1
+            elif ad.slot < slot:
+                del self._early[leaf]
+        return slot
+
+    def tick(self, now: float) -> list[Outgoing]:
+        """Close a phase whose deadline passed, start a due slot; returns what to publish."""
+        if self.round is not None:
+            self._take(self.round.tick(now))
+        self.slot_due(now)
+        return self._drain()
+
+    def next_wakeup(self, now: float) -> float:
+        """When `tick` has work next (seconds, the shell's clock): the running phase's
+        deadline or the next slot's start, whichever is first (at most ``now`` when due)."""
+        wake = self._next_due
+        if self.round is not None and self.round.deadline is not None:
+            wake = min(wake, self.round.deadline)
+        return wake
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def receive(self, message: Incoming, now: float) -> list[Outgoing]:
+        """A leaf's message; returns what to publish.
+
+        A `KeyAdvertisement` for a slot not started yet is kept (the latest per leaf) until
+        that slot starts; everything else goes to the running round.
+
+        Raises
+        ------
+        SecAggError
+            A message from a leaf outside the site, for a past slot or one not running, or
+            one the round refuses (`AggregatorRound.receive`); the state is unchanged.
+        """
+        leaf = message.sender if isinstance(message, ShareUpload) else message.leaf_id
+        if leaf not in self.leaf_ids:
+            raise SecAggError(f"site: a {type(message).__name__} from {leaf!r}, not a site leaf")
+        if isinstance(message, KeyAdvertisement) and (
+            self.round is None or message.slot > self.round.slot
+        ):
+            if message.slot < self._next_slot:
+                raise SecAggError(
+                    f"site: a key advertisement of {leaf!r} for past slot {message.slot}"
+                )
+            kept = self._early.get(leaf)
+            if kept is None or message.slot >= kept.slot:
+                self._early[leaf] = message
+            return self._drain()
+        if self.round is None:  # e.g. an unmask response after t others released the slot
+            raise SecAggError(
+                f"site: a {type(message).__name__} for slot {message.slot}, no slot running "
+                f"(the next is {self._next_slot})"
+            )
+        self._take(self.round.receive(message, now))
+        return self._drain()
+
+    def _drain(self) -> list[Outgoing]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _take(self, messages: list[Outgoing]) -> None:
+        for message in messages:
+            if isinstance(message, UnmaskRequest):
+                self._requested = True
+            if isinstance(message, SlotOutcome):
+                self._finish(message)
+        self._outbox.extend(messages)
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    def _close_segment(self) -> None:
+        self._closed = self._gram
+        self._closed_var = self._gram_var
+        self._positions, self._released, self._mus = [], [], []
+
+    def _enter(self, slot: int) -> int:
+        """Open the segment of ``slot`` if it is a new one; returns the slot's position."""
+        segment, position = divmod(slot, self.horizon)
+        if segment != self._segment:
+            self._close_segment()
+            self._segment = segment
+            self._broken = False
+        return position
+
+    def _weights(self) -> np.ndarray:
+        """``w`` with ``R_KK^T w = 1`` over the released positions ``K`` of the segment."""
+        k = np.asarray(self._positions)
+        lags = k[:, None] - k[None, :]
+        r_kk = np.where(lags >= 0, self.coefficients[np.maximum(lags, 0)], 0.0)
+        return np.linalg.solve(r_kk.T, np.ones(len(k)))
+
+    def _finish(self, outcome: SlotOutcome) -> None:
+        assert self.round is not None and self.round.phase is AggregatorPhase.DONE
+        self.round = None
+        record: dict[str, Any] = {"slot": outcome.slot, "released": outcome.released}
+        if outcome.released:
+            assert outcome.total is not None
+            survivors = len(outcome.survivors)
+            position = self._enter(outcome.slot)
+            record["survivors"] = survivors
+            if self._broken:
+                self._counts["discarded"] += 1
+                record["used"] = False
+            else:
+                decoded = masking.decode(outcome.total, self.n_features, self.scale, self.bits)
+                self._positions.append(position)
+                self._released.append(unweight_off_diagonal(decoded))
+                self._mus.append(self.calibration.sum_mu(survivors))
+                w = self._weights()
+                self._gram = self._closed + np.einsum("k,kij->ij", w, np.stack(self._released))
+                var = float(np.sum(w**2 * 2.0 * np.asarray(self._mus))) / self.scale**2
+                self._gram_var = self._closed_var + var
+                record["used"] = True
+            self._counts["released"] += 1
+            epsilon = site_epsilon(self.calibration, survivors)
+            self._epsilon = max(self._epsilon, epsilon)
+            record["epsilon"] = epsilon
+        else:
+            self._counts["skipped"] += 1
+            record["reason"] = outcome.reason
+            record["after_unmask_request"] = self._requested
+            if self._requested:  # some survivors may have revealed: the segment ends here
+                self._enter(outcome.slot)
+                if not self._broken:
+                    self._close_segment()
+                    self._broken = self.horizon > 1
+                    self._counts["segments_closed_early"] += int(self.horizon > 1)
+        self._recent.append(record)
+
+    # -- the estimate -------------------------------------------------------------------------
+
+    @property
+    def gram(self) -> np.ndarray:
+        """The site's running noisy Gram matrix, ``(d, d)`` float64, unit-ball units (a copy)."""
+        return self._gram.copy()
+
+    @property
+    def noise_std(self) -> float:
+        """Std of a diagonal entry of `gram`'s noise (unit-ball Gram units; off-diagonal
+        entries have half the variance): from the calibration and the survivors per slot."""
+        return math.sqrt(self._gram_var)
+
+    def subspace(self, rank: int, n_samples: int = 0) -> Subspace:
+        """The site's estimate: the top ``rank`` eigenpairs of `gram`, in the data's units.
+
+        As `edge_runtime.fpca.private_gram.PrivateGram.top` and the private mode's leaves:
+        basis the eigenvectors (deterministic signs, `flip_signs`), singular values ``C
+        sqrt(max(lambda, 0))`` (`eigen_to_singular`; noise can make ``lambda`` negative).
+
+        Parameters
+        ----------
+        rank : int
+            ``1 <= rank <= n_features``.
+        n_samples : int, default=0
+            What the subspace summarises: the site does not learn its leaves' reading counts
+            from the secure sum; the shell passes them if the leaves publish them.
+
+        Returns
+        -------
+        Subspace
+            ``basis`` ``(n_features, rank)``, ``singular_values`` ``(rank,)``.
+
+        Raises
+        ------
+        ValueError
+            ``rank`` out of range.
+        """
+        d = self.n_features
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= d:
+            raise ValueError(f"rank must be an int in [1, {d}], got {rank!r}")
+        values, vectors = np.linalg.eigh(self._gram)
+        basis = flip_signs(np.ascontiguousarray(vectors[:, d - rank :][:, ::-1]), copy=False)
+        singular = eigen_to_singular(values[d - rank :][::-1], self.clip_norm)
+        return Subspace(basis, singular, int(n_samples))
+
+    def status(self) -> dict[str, Any]:
+        """The site's ledger, plain JSON types (for the status document).
+
+        Keys: ``mechanism`` ("gaussian-secagg"), ``leaves``, ``threshold``, ``horizon``,
+        ``epsilon_target``, ``delta``; ``slots_released``, ``slots_skipped``,
+        ``slots_discarded`` (released in a segment closed early, not used),
+        ``segments_closed_early``; ``advertisements_refused`` (early ones the starting
+        round refused, e.g. a repeated key: that leaf sits the slot out); ``epsilon``: the
+        guarantee per reading of the site's releases, the worst over the released slots of
+        `accounting.site_epsilon` for their survivors (at most ``epsilon_target``; 0.0
+        before any); ``noise_std`` of the running Gram's diagonal; ``slot`` (running),
+        ``next_slot``; ``recent``: the last `MAX_SLOTS_SHOWN` slots (slot, released,
+        survivors, epsilon, used; or reason and after_unmask_request).
+        """
+        return {
+            "mechanism": "gaussian-secagg",
+            "leaves": len(self.leaf_ids),
+            "threshold": self.threshold,
+            "horizon": self.horizon,
+            "epsilon_target": self.calibration.epsilon,
+            "delta": self.calibration.delta,
+            "slots_released": self._counts["released"],
+            "slots_skipped": self._counts["skipped"],
+            "slots_discarded": self._counts["discarded"],
+            "segments_closed_early": self._counts["segments_closed_early"],
+            "advertisements_refused": self._counts["advertisements_refused"],
+            "epsilon": self._epsilon,
+            "noise_std": self.noise_std,
+            "slot": self.slot,
+            "next_slot": self._next_slot,
+            "recent": [dict(r) for r in self._recent],
+        }
