@@ -305,11 +305,12 @@ class SecAggSite:
 
     def next_wakeup(self, now: float) -> float:
         """When `tick` has work next (seconds, the shell's clock): the running phase's
-        deadline or the next slot's start, whichever is first (at most ``now`` when due)."""
-        wake = self._next_due
+        deadline while a slot runs (the next slot waits for it), else the next slot's start
+        (at most ``now`` when due). Messages may move the round earlier: `receive` returns
+        what they cause."""
         if self.round is not None and self.round.deadline is not None:
-            wake = min(wake, self.round.deadline)
-        return wake
+            return self.round.deadline
+        return self._next_due
 
     # -- messages -----------------------------------------------------------------------------
 
