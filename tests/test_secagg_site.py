@@ -310,6 +310,25 @@ def test_a_broken_mask_is_detected_and_the_slot_skipped():
         assert ledger["epsilon"] == pytest.approx(site_epsilon(leaf.calibration, 3))
 
 
+def test_too_few_unmask_answers_skip_at_the_deadline_and_only_the_silent_carry_over():
+    site = Site(seed=12)
+    first = site.add_rows()
+    outcome = site.run_slot(silent={"pi-00": "unmask", "pi-01": "unmask"})
+    assert not outcome.released
+    assert "2 survivors answered the unmask request, t = 3" in outcome.reason
+    assert site.site.status()["recent"][-1]["after_unmask_request"]
+    for node in ("pi-02", "pi-03"):  # answered: spent (worst case t), not re-sent
+        ledger = site.leaves[node].ledger()
+        assert ledger["slots_revealed_skipped"] == 1 and ledger["readings_pending"] == 0
+    for node in ("pi-00", "pi-01"):  # never answered: nothing revealed, carried over
+        ledger = site.leaves[node].ledger()
+        assert ledger["slots_carried_over"] == 1 and ledger["readings_pending"] == 20
+    second = site.add_rows()
+    assert site.run_slot().released
+    expected = sum(second.values()) + first["pi-00"] + first["pi-01"]
+    np.testing.assert_allclose(site.site.gram, expected, atol=0.02)
+
+
 @pytest.mark.parametrize("horizon", [1, 4])
 def test_continual_release_gives_the_prefix_sums_through_a_skipped_slot(horizon):
     site = Site(horizon=horizon, seed=6)

@@ -68,6 +68,7 @@ from edge_runtime.secagg import masking
 from edge_runtime.secagg.accounting import (
     SkellamCalibration,
     gram_calibration,
+    gram_sensitivity,
     site_epsilon,
     unweight_off_diagonal,
 )
@@ -215,9 +216,18 @@ class SecAggSite:
             calibration = gram_calibration(
                 epsilon, delta, self.n_features, self.scale, threshold, self.coefficients
             )
-        if calibration.threshold != threshold:
+        l1, l2 = gram_sensitivity(self.n_features, self.scale, self.coefficients)
+        wanted = (float(epsilon), float(delta), threshold, l1, l2)
+        given = (
+            calibration.epsilon,
+            calibration.delta,
+            calibration.threshold,
+            calibration.l1,
+            calibration.l2,
+        )
+        if not np.allclose(given, wanted, rtol=1e-12, atol=0.0):
             raise ValueError(
-                f"calibration is for t = {calibration.threshold}, the site's is {threshold}"
+                f"calibration is for (epsilon, delta, t, l1, l2) = {given}, the site needs {wanted}"
             )
         self.calibration = calibration
         max_entry = float(max_rows_per_slot) * float(self.coefficients.sum())

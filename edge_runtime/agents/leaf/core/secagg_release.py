@@ -255,16 +255,17 @@ class SecAggRelease:
         ------
         ValueError
             Another width, non-finite values, or more than ``max_rows_per_slot`` readings
-            pending; the state is unchanged.
+            not revealed yet (pending and in flight, so that a carried-over increment stays
+            within it too); the state is unchanged.
         """
         x = np.asarray(rows, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"rows must have shape (n_samples, {self.n_features}), got {x.shape}")
         if not np.all(np.isfinite(x)):
             raise ValueError("rows has non-finite values")
-        if self._pending_rows + x.shape[0] > self.max_rows_per_slot:
+        if self.pending_rows + x.shape[0] > self.max_rows_per_slot:
             raise ValueError(
-                f"{self._pending_rows + x.shape[0]} readings would be pending, more than "
+                f"{self.pending_rows + x.shape[0]} readings would be pending, more than "
                 f"max_rows_per_slot = {self.max_rows_per_slot}"
             )
         norms = np.sqrt(np.einsum("ij,ij->i", x, x))
