@@ -223,8 +223,9 @@ def test_running_gram_is_the_exact_sum_within_the_calibrated_noise():
     assert np.linalg.norm(top.T @ basis, 2) > 0.9  # same leading direction as the exact sum
 
 
-def test_one_leaf_killed_after_shares_completes_from_three_survivors():
-    site = Site(seed=2)
+@pytest.mark.parametrize("horizon", [1, 4])
+def test_one_leaf_killed_after_shares_completes_from_three_survivors(horizon):
+    site = Site(seed=2, horizon=horizon)
     grams = site.add_rows()
     outcome = site.run_slot(silent={"pi-02": "input"})
     assert outcome.released
