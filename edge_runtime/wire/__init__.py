@@ -246,10 +246,10 @@ def _schema_versions() -> Mapping[str, int]:
 
 
 def __getattr__(name: str) -> object:
-    """``fedpower`` and ``secagg`` (the modules) and `SCHEMA_VERSIONS`, loaded on first use
-    (PEP 562): an FPCA node does not load FedPower's or secure aggregation's messages
-    (issue 24: a leaf's import time and RSS)."""
-    if name in ("fedpower", "secagg"):
+    """``fedpower``, ``secagg`` and ``secagg_fields`` (the modules) and `SCHEMA_VERSIONS`,
+    loaded on first use (PEP 562): an FPCA node does not load FedPower's or secure
+    aggregation's messages (issue 24: a leaf's import time and RSS)."""
+    if name in ("fedpower", "secagg", "secagg_fields"):
         import importlib  # not ``from edge_runtime.wire import``: that would call back here
 
         return importlib.import_module(f"edge_runtime.wire.{name}")
@@ -305,6 +305,7 @@ __all__ = [
     "guarantee",
     "readings",
     "secagg",
+    "secagg_fields",
     "status",
     "subspace",
     "understood_versions",

@@ -121,13 +121,12 @@ join the topology's reserved ids, so that no node is named after it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
 
-from edge_runtime.secagg.masking import KEY_BYTES, triangle_size
+from edge_runtime.secagg.masking import KEY_BYTES
 from edge_runtime.secagg.messages import (
     KeyAdvertisement,
     KeyRoster,
@@ -138,23 +137,36 @@ from edge_runtime.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from edge_runtime.secagg.share_cipher import CIPHERTEXT_BYTES
-from edge_runtime.secagg.shares import SHARE_BYTES, share_index
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ID_CHARS,
-    MAX_N_FEATURES,
     WireError,
     _check_options,
     _deployment,
     _fail_type,
     _int,
-    _node_id,
     _pack,
     _read_map,
     _Schema,
     _show,
     _unpack,
+)
+from edge_runtime.wire.secagg_fields import (
+    _WORD,
+    MAX_OUTCOME_REASON_CHARS,
+    MAX_SECAGG_ENTRIES,
+    MAX_SECAGG_LEAVES,
+    _disjoint,
+    _entries,
+    _fixed_bytes,
+    _ids,
+    _leaf_id,
+    _list,
+    _pairs,
+    _reason,
+    _slot,
+    _unique,
+    _vector,
 )
 
 __all__ = [
@@ -174,15 +186,6 @@ before it (`edge_runtime.wire.fields.understood_versions`)."""
 
 _SCHEMA = _Schema("secure-aggregation message", SECAGG_VERSION)
 
-MAX_SECAGG_LEAVES = 64
-"""Most leaves of one site in secure aggregation: ids, advertisements, ciphertexts or shares
-one message may list (the module docstring says why 64)."""
-
-MAX_SECAGG_ENTRIES = triangle_size(MAX_N_FEATURES)
-"""Most entries ``m`` of a masked input or a sum: ``d (d + 1) / 2`` at ``MAX_N_FEATURES``."""
-
-MAX_OUTCOME_REASON_CHARS = 1000
-"""Longest ``reason`` of a `SlotOutcome`, in characters."""
 
 SecAggMessage = (
     KeyAdvertisement
@@ -211,14 +214,6 @@ SECAGG_KINDS: Mapping[str, type] = MappingProxyType(
 """The ``kind`` tag of each message class (read-only)."""
 
 _TAG_OF: dict[type, str] = {cls: tag for tag, cls in SECAGG_KINDS.items()}
-_SLOT_LIMIT = 1 << 64
-_WORD = np.dtype("<u8")
-
-# The topology's node-id rule (`edge_runtime.topology.checks.check_node_id`), mirrored here:
-# the topology imports the wire, so the wire cannot import it back. A test checks they agree.
-_MAX_LEAF_ID_CHARS = 64
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_RESERVED_IDS = frozenset({"subspace", "status", "model", "confirm", "scores", "round", "reply"})
 
 _COMMON_KEYS = ("v", "kind", "slot")
 _KEYS: dict[str, tuple[str, ...]] = {
@@ -231,157 +226,6 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "unmask_response": ("leaf", "b", "sk"),
     "outcome": ("m", "total", "survivors", "dropped", "reason"),
 }
-
-
-# --------------------------------------------------------------------------- fields
-def _leaf_id(label: str, value: object) -> str:
-    """A node id as the topology accepts it (reason ``node_id``)."""
-    text = _node_id(label, value)
-    if len(text) > _MAX_LEAF_ID_CHARS:
-        raise WireError(
-            "node_id",
-            f"{label} {_show(text)} has {len(text)} characters, expected 1 to "
-            f"{_MAX_LEAF_ID_CHARS} (the topology's limit)",
-        )
-    if _CONTROL_CHARS.search(text):
-        raise WireError("node_id", f"{label} {_show(text)} contains a control character")
-    if text in _RESERVED_IDS:
-        raise WireError(
-            "node_id", f"{label} {text!r} is reserved for topic names, expected a node id"
-        )
-    return text
-
-
-def _slot(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        _fail_type("slot", value, "an int")
-    if not 0 <= value < _SLOT_LIMIT:
-        raise WireError("seq", f"slot is {_show(value)}, expected 0 <= slot < 2**64")
-    return int(value)
-
-
-def _fixed_bytes(label: str, value: object, size: int) -> bytes:
-    """A bytes field of exactly ``size`` bytes (``field_type``, ``byte_length``)."""
-    if not isinstance(value, bytes):
-        _fail_type(label, value, f"bytes ({size} long)")
-    if len(value) != size:
-        raise WireError("byte_length", f"{label} has {len(value)} bytes, expected {size}")
-    return value
-
-
-def _share(label: str, value: object) -> bytes:
-    """A Shamir share of `SHARE_BYTES` bytes whose index and value are in range."""
-    share = _fixed_bytes(label, value, SHARE_BYTES)
-    try:
-        share_index(share)
-    except ValueError:
-        raise WireError(
-            "field_type", f"{label} has a share index or value out of range, expected a share"
-        ) from None
-    return share
-
-
-def _list(label: str, value: object, *, least: int) -> list[object]:
-    """A msgpack array of ``least`` to `MAX_SECAGG_LEAVES` items."""
-    if not isinstance(value, list):
-        _fail_type(label, value, "an array")
-    if len(value) > MAX_SECAGG_LEAVES:
-        raise WireError(
-            "too_large",
-            f"{label} has {len(value)} entries, expected at most {MAX_SECAGG_LEAVES} "
-            "(MAX_SECAGG_LEAVES)",
-        )
-    if len(value) < least:
-        raise WireError("empty", f"{label} has {len(value)} entries, expected at least {least}")
-    return value
-
-
-def _unique(label: str, ids: list[str]) -> None:
-    seen: set[str] = set()
-    for node in ids:
-        if node in seen:
-            raise WireError("node_id", f"{label} names {node!r} twice, expected each at most once")
-        seen.add(node)
-
-
-def _ids(label: str, value: object, *, least: int) -> frozenset[str]:
-    """A set of distinct node ids (an array on the wire)."""
-    items = _list(label, value, least=least)
-    ids = [_leaf_id(f"{label}[{i}]", item) for i, item in enumerate(items)]
-    _unique(label, ids)
-    return frozenset(ids)
-
-
-def _pairs(
-    label: str,
-    value: object,
-    *,
-    owner: tuple[str, str] | None,
-    least: int,
-    shares: bool,
-) -> tuple[tuple[str, bytes], ...]:
-    """``[[id, bytes], ...]``: distinct ids (never ``owner``, a ``(field, id)``), each with
-    a Shamir share (``shares``) or a share ciphertext."""
-    items = _list(label, value, least=least)
-    out: list[tuple[str, bytes]] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, list) or len(item) != 2:
-            _fail_type(f"{label}[{i}]", item, "an array [id, bytes]")
-        node = _leaf_id(f"{label}[{i}] id", item[0])
-        if owner is not None and node == owner[1]:
-            raise WireError("node_id", f"{label}[{i}] names {node!r}, the {owner[0]} itself")
-        where = f"{label}[{node!r}]"
-        blob = _share(where, item[1]) if shares else _fixed_bytes(where, item[1], CIPHERTEXT_BYTES)
-        out.append((node, blob))
-    _unique(label, [node for node, _ in out])
-    return tuple(out)
-
-
-def _disjoint(survivors: frozenset[str], dropped: frozenset[str], what: str) -> None:
-    both = sorted(survivors & dropped)
-    if both:
-        raise WireError("node_id", f"{what}: {both[0]!r} is named both survivor and dropped")
-    total = len(survivors) + len(dropped)
-    if total > MAX_SECAGG_LEAVES:
-        raise WireError(
-            "too_large",
-            f"{what} names {total} leaves (survivors and dropped), expected at most "
-            f"{MAX_SECAGG_LEAVES}",
-        )
-
-
-def _entries(value: object) -> int:
-    return _int("m", value, "shape", low=1, high=MAX_SECAGG_ENTRIES + 1)
-
-
-def _vector(label: str, value: object, m: int) -> np.ndarray:
-    """``m`` little-endian uint64 words as a read-only uint64 array."""
-    if not isinstance(value, bytes):
-        _fail_type(label, value, "bytes")
-    size = m * _WORD.itemsize
-    if len(value) != size:
-        raise WireError(
-            "byte_length",
-            f"{label} has {len(value)} bytes, expected {size} ({m} uint64 words for m={m})",
-        )
-    vector = np.frombuffer(value, dtype=_WORD).astype(np.uint64)
-    vector.setflags(write=False)
-    return vector
-
-
-def _reason(value: object) -> str:
-    if not isinstance(value, str):
-        _fail_type("reason", value, "a str")
-    if len(value) > MAX_OUTCOME_REASON_CHARS:
-        raise WireError(
-            "too_large",
-            f"reason has {len(value)} characters, expected at most {MAX_OUTCOME_REASON_CHARS}",
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise WireError("field_type", f"reason {_show(value)} is not valid UTF-8 text") from None
-    return str(value)
 
 
 # --------------------------------------------------------------------------- map -> message
