@@ -137,6 +137,16 @@ def unit_exec_start() -> list[str]:
     return match.group(1).replace("\\\n", " ").split()[1:]
 
 
+def unit_python_environment() -> dict[str, str]:
+    """The unit's ``Environment=PYTHON...`` assignments (``PYTHONOPTIMIZE=2``): the agents
+    run with them, as the unit runs them on a device."""
+    env: dict[str, str] = {}
+    for line in re.findall(r"^Environment=(PYTHON\S*)$", UNIT.read_text(), re.MULTILINE):
+        name, _, value = line.partition("=")
+        env[name] = value
+    return env
+
+
 def _mosquitto_passwd() -> str:
     found = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
     if not os.access(found, os.X_OK):
@@ -505,12 +515,16 @@ class Fleet:
             "--broker", self.broker.url, "--state-dir", str(self.state_dir(node)),
         ]  # fmt: skip
 
-    def start(self, node: str) -> AgentProc:
-        env = {
+    def agent_env(self, node: str) -> dict[str, str]:
+        """What the unit sets for ``node``: its Python settings and its credentials."""
+        return {
+            **unit_python_environment(),
             "EDGE_MQTT_USERNAME": node,
             "EDGE_MQTT_PASSWORD_FILE": str(self.d.password_path(node)),
         }
-        proc = _spawn(node, self.agent_args(node), self.log_dir, env)
+
+    def start(self, node: str) -> AgentProc:
+        proc = _spawn(node, self.agent_args(node), self.log_dir, self.agent_env(node))
         self.procs[node] = proc
         self.history.append(proc)
         return proc

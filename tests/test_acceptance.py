@@ -86,6 +86,7 @@ def test_agents_run_the_units_exec_start_with_the_units_credentials(
     args = fleet.agent_args("pi-01")
     assert args[-len(words) :] == words, shlex.join(args)
     assert Path(args[0]).name == "edge-runtime"  # the console script, as the unit runs it
+    assert fleet.agent_env("pi-01")["PYTHONOPTIMIZE"] == "2"  # -OO, as the unit runs it
     # credentials as the unit passes them: user name = node id, the password in a file
     assert motes.password_path("pi-01").stat().st_mode & 0o077 == 0
     assert motes.password("pi-01") not in motes.password_file.read_text()  # hashed
