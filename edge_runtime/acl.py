@@ -20,6 +20,12 @@ what that node's agent does, and nothing else::
                 read       <path>/+/status, <path>/+/status/detail (its children's liveness)
                 readwrite  its subspace topic; write its status, status/detail
                 read       the model topic; the root may also write it
+    secagg leaf write      its secagg/keys, secagg/shares, secagg/masked, secagg/unmasked
+                read       its parent's secagg/roster, secagg/unmask, secagg/outcome and
+                           secagg/delivery/<its id> (no other leaf's delivery)
+    secagg site read       <path>/<leaf>/secagg/+ of each of its secagg leaves
+                write      its secagg/roster, secagg/delivery/+, secagg/unmask;
+                           readwrite its secagg/outcome (read back on restart)
 
 Optional extra users: an *operator* (``operator=``) that writes the configuration topics
 ``<prefix>/config`` and ``<prefix>/config/nodes/+`` (``edge-runtime deploy``), which no node
@@ -30,7 +36,9 @@ topics (to learn which readings are durable); *bridges* (``bridge-<node id>``,
 (the site's snapshot, the subtree's status, the leaves' confirmations) and its connection state,
 read its ``in`` topics (the model, the leaves' sensor topics); *readers* (a dashboard,
 ``edge-runtime watch``) that read everything under ``<prefix>/#`` (confirmations included) and,
-when there are bridges, their connection state, and write nothing.
+when there are bridges, their connection state, and write nothing; they are denied
+(``topic deny``, checked before the grants) every secure-aggregation leaf's shares, masked
+input and unmask response and every share delivery: only the site's aggregator reads those.
 
 With ``homeassistant`` (a discovery prefix ``P``, `edge_runtime.homeassistant`) every node may
 also write exactly its own discovery config topics (``P/<component>/<unique id>/config``, which
@@ -67,14 +75,24 @@ from edge_runtime.bridge import (
 )
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.homeassistant import discovery_messages
-from edge_runtime.topology import Topology
+from edge_runtime.topology import Topology, topics
 from edge_runtime.topology.topics import (
+    SECAGG,
+    SECAGG_KEYS,
+    SECAGG_LEAF_KINDS,
+    SECAGG_MASKED,
+    SECAGG_OUTCOME,
+    SECAGG_ROSTER,
+    SECAGG_SHARES,
+    SECAGG_UNMASK,
+    SECAGG_UNMASKED,
     STATUS,
     STATUS_DETAIL,
     children_filter,
     config_node_topic,
     config_topic,
     everything_filter,
+    secagg_delivery_kind,
 )
 
 __all__ = [
@@ -305,6 +323,8 @@ def generate_acl(
             everything_filter(prefix),
             "every snapshot, status, confirmation and the model; no writes",
         )
+        for topic in _secagg_denied(topology):
+            section.topic("deny", topic, "secure aggregation: for the site's aggregator only")
         if bridges:
             section.topic(
                 "read", _BRIDGE_STATES, "whether each site's bridge is up (1) or down (0)"
@@ -373,6 +393,7 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
         section.topic("readwrite", model, "the global estimate: the root publishes it")
     else:
         section.topic("read", model, "the global estimate, published by the root")
+    _secagg_topics(topology, node_id, section)
     if topology.is_leaf(node_id) and topology.nodes[node_id].score != "off":
         section.topic(
             "write", topology.scores_topic(node_id), "its anomaly scores (JSON, not retained)"
@@ -388,6 +409,57 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
         "its entry in the deployed topology (parent, sensor topic)",
     )
     return section
+
+
+def _secagg_topics(topology: Topology, node_id: str, section: _Section) -> None:
+    """A secure-aggregation site's topics (`edge_runtime.topology.topics`, issue 26): a secagg
+    leaf writes its four kinds and reads its parent's roster, unmask request, outcome and its
+    own share delivery only; the site reads each of its secagg leaves' kinds and writes its
+    own. Nobody else is granted any of them (readers are denied the private ones)."""
+    parent = topology.nodes[node_id].parent
+    if parent is not None and node_id in topology.secagg_leaves(parent):
+        for kind, why in (
+            (SECAGG_KEYS, "its public keys for the next slot (retained)"),
+            (SECAGG_SHARES, "its encrypted shares, for its aggregator only"),
+            (SECAGG_MASKED, "its masked input, for its aggregator only"),
+            (SECAGG_UNMASKED, "its unmask response, for its aggregator only"),
+        ):
+            section.topic("write", topology.secagg_topic(node_id, kind), why)
+        for kind, why in (
+            (SECAGG_ROSTER, "its aggregator's key roster (retained)"),
+            (SECAGG_UNMASK, "its aggregator's unmask request"),
+            (SECAGG_OUTCOME, "its aggregator's slot outcome (retained)"),
+            (secagg_delivery_kind(node_id), "the shares sent to it, and to nobody else"),
+        ):
+            section.topic("read", topology.secagg_topic(parent, kind), why)
+    site = topology.secagg_leaves(node_id)
+    for leaf in site:
+        section.topic(
+            "read",
+            topics.node_topic(topology.prefix, topology.path(leaf), f"{SECAGG}/+"),
+            f"secagg leaf {leaf}'s keys, shares, masked input and unmask response",
+        )
+    if site:
+        for kind, why in (
+            (SECAGG_ROSTER, "its key roster (retained)"),
+            (secagg_delivery_kind("+"), "its share delivery to each secagg leaf"),
+            (SECAGG_UNMASK, "its unmask requests"),
+            (SECAGG_OUTCOME, "its slot outcomes (retained; read back to resume after them)"),
+        ):
+            access = "readwrite" if kind == SECAGG_OUTCOME else "write"
+            section.topic(access, topology.secagg_topic(node_id, kind), why)
+
+
+def _secagg_denied(topology: Topology) -> list[str]:
+    """The secure-aggregation topics only a site's aggregator or one leaf may read: every
+    leaf's shares, masked input and unmask response, every share delivery."""
+    denied = []
+    for site in topology.aggregators():
+        for leaf in topology.secagg_leaves(site):
+            denied += [topology.secagg_topic(leaf, k) for k in SECAGG_LEAF_KINDS[1:]]
+        if topology.secagg_leaves(site):
+            denied.append(topology.secagg_topic(site, secagg_delivery_kind("+")))
+    return denied
 
 
 def check_shared_broker(

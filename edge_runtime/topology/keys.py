@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_RELEASE_HORIZON",
     "DEFAULT_SCORE_WARMUP",
+    "DEFAULT_SECAGG_SLOT_S",
     "FEDPOWER_KEYS",
     "KINDS",
     "KIND_NAMES",
@@ -30,6 +31,8 @@ __all__ = [
     "SCORE_DETECTORS",
     "SCORE_KEYS",
     "SCORE_MODES",
+    "SECAGG_KEYS",
+    "SECAGG_MECHANISM",
     "SENSOR_KEYS",
     "SPLITS",
     "STALE_POLICIES",
@@ -81,6 +84,26 @@ precision 0.38; N = 2787 1.7 events, precision 0.90, NAB 26.0. The buffer is
 OUT_OF_RANGE_MODES: tuple[str, ...] = ("reject", "clip")
 """A leaf's ``out_of_range``: drop a reading with any value outside ``valid_range``, or clip
 each value into it."""
+
+SECAGG_MECHANISM = "gaussian-secagg"
+"""A private leaf's ``mechanism`` for secure aggregation with its site (issue 26): its parent
+sums the site's masked releases (`edge_runtime.agents.leaf.core.secagg_release`). The
+topology accepts it besides `edge_runtime.fpca.privacy.MECHANISMS`, which are
+`FPCAEdge`'s own (the estimator does not run it: the leaf's shell does)."""
+
+DEFAULT_SECAGG_SLOT_S = 600.0
+"""``secagg_slot_s`` of a secure-aggregation site that sets none: one release slot every ten
+minutes. Ten times the phases' timeouts (`edge_runtime.secagg.aggregator_round.
+RoundTimeouts`, 60 s in all), so a slot with stragglers ends long before the next; each slot
+costs a leaf about 11.5 kB sent and received at d = 48, n = 4 (`edge_runtime.wire.secagg`),
+19 B/s; and every released slot adds its noise to the site's running sum (linearly with
+H = 1, polylogarithmically within a segment of the continual release), so fewer slots mean
+less noise for one model latency of ten minutes, short against the drift of a sensor
+network's correlations. 144 slots a day: a segment of 64 (the default horizon) is 10.7 h."""
+
+SECAGG_KEYS: tuple[str, ...] = ("secagg_threshold", "secagg_slot_s")
+"""A secure-aggregation site's keys, on the aggregator whose children include leaves of
+`SECAGG_MECHANISM` (not in ``[defaults]``)."""
 
 ALGORITHMS: tuple[str, ...] = ("fpca", "fedpower")
 """The federated algorithms a topology may run (top-level ``algorithm``)."""
@@ -134,6 +157,7 @@ NODE_KEYS: tuple[str, ...] = (
     "source",
     "open",
     "admit",
+    *SECAGG_KEYS,
 )
 """Keys a ``[[nodes]]`` table may hold."""
 
@@ -246,6 +270,8 @@ KINDS: dict[str, str] = {
     "max_reading_rate": "float",
     "sensor_topic": "str",
     "open": "bool",
+    "secagg_threshold": "int",
+    "secagg_slot_s": "float",
     "name": "str",
     "prefix": "str",
     "algorithm": "str",

@@ -176,6 +176,15 @@ class NodeConfig:
         decides who may publish there), holding it to the settings of
         `Topology.admitted_leaf`. A node with ``open = True`` is an aggregator even
         without declared children. Not in ``[defaults]``.
+    secagg_threshold : int or None, default None
+        On an aggregator whose children include leaves of mechanism ``"gaussian-secagg"``
+        (a secure-aggregation site of ``n`` such leaves): ``t``, the fewest inputs a
+        released slot sums, ``2 t > n`` and ``t <= n``; up to ``n - t`` leaves may drop out
+        of a slot. None: ``n - 1`` (filled in by `Topology`). Not in ``[defaults]``.
+    secagg_slot_s : float or None, default None
+        On such an aggregator: seconds between release slots, >= 2. None:
+        `edge_runtime.topology.keys.DEFAULT_SECAGG_SLOT_S` (600, filled in by `Topology`).
+        Not in ``[defaults]``.
 
     Raises
     ------
@@ -222,6 +231,8 @@ class NodeConfig:
     out_of_range: str = "reject"
     max_reading_rate: float | None = None
     open: bool = False
+    secagg_threshold: int | None = None
+    secagg_slot_s: float | None = None
 
     @property
     def privacy(self) -> PrivacyParams | None:

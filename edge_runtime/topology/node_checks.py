@@ -34,13 +34,19 @@ from edge_runtime.topology.keys import (
     SCORE_DETECTORS,
     SCORE_KEYS,
     SCORE_MODES,
+    SECAGG_MECHANISM,
     STALE_POLICIES,
 )
 
 if TYPE_CHECKING:
     from edge_runtime.topology.node import NodeConfig
 
-__all__ = ["check_node"]
+__all__ = ["MIN_SECAGG_SLOT_S", "check_node"]
+
+MIN_SECAGG_SLOT_S = 2.0
+"""Shortest ``secagg_slot_s``: a slot's phases get at most half of it
+(`edge_runtime.topology.secagg.slot_timeouts`), and a phase needs a round trip through the
+broker and a few milliseconds of X25519 and Shamir work on each leaf."""
 
 
 def _is_local_spec(source: object) -> bool:
@@ -129,10 +135,31 @@ def check_node(node: NodeConfig) -> None:
             f"'serial'; an mqtt source is sensor_topic), got {node.source!r}"
         )
     _check_privacy(node, where)
+    _check_secagg_keys(node, where)
     _check_scoring(node, where)
     _check_sensor_range(node, where)
     if node.block_size is None and node.mechanism != "gaussian":
         _set(node, "block_size", DEFAULT_BLOCK_SIZE)
+
+
+def _check_secagg_keys(node: NodeConfig, where: str) -> None:
+    """Types and ranges of a secure-aggregation site's keys (the tree checks the rest:
+    `edge_runtime.topology.secagg`)."""
+    if node.secagg_threshold is not None:
+        check_kind(where, "secagg_threshold", node.secagg_threshold)
+        if node.secagg_threshold < 2:
+            raise TopologyError(
+                f"{where}: secagg_threshold must be >= 2 (and above half the site's secagg "
+                f"leaves), got {node.secagg_threshold}"
+            )
+    if node.secagg_slot_s is not None:
+        slot = check_kind(where, "secagg_slot_s", node.secagg_slot_s)
+        _set(node, "secagg_slot_s", slot)
+        if not (math.isfinite(slot) and slot >= MIN_SECAGG_SLOT_S):  # type: ignore[arg-type]
+            raise TopologyError(
+                f"{where}: secagg_slot_s must be a finite number >= {MIN_SECAGG_SLOT_S} "
+                f"seconds, got {slot}"
+            )
 
 
 def _check_scoring(node: NodeConfig, where: str) -> None:
@@ -277,23 +304,22 @@ def _check_mechanism(node: NodeConfig, where: str) -> None:
                     f"{where}: {key} is not used with mechanism {FEDPOWER_MECHANISM!r}"
                 )
         return
-    if mechanism not in MECHANISMS:
-        raise TopologyError(
-            f"{where}: mechanism must be one of {', '.join(map(repr, MECHANISMS))}, "
-            f"got {mechanism!r}"
-        )
+    if mechanism not in (*MECHANISMS, SECAGG_MECHANISM):
+        names = ", ".join(map(repr, (*MECHANISMS, SECAGG_MECHANISM)))
+        raise TopologyError(f"{where}: mechanism must be one of {names}, got {mechanism!r}")
     _set(node, "mechanism", mechanism)
-    if mechanism != "gaussian":
+    if mechanism not in ("gaussian", SECAGG_MECHANISM):
         if node.release_horizon is not None:
             raise TopologyError(
-                f"{where}: release_horizon is only used with mechanism 'gaussian', got "
+                f"{where}: release_horizon is only used with mechanism 'gaussian' or "
+                f"{SECAGG_MECHANISM!r}, got "
                 f"release_horizon = {node.release_horizon} with mechanism {mechanism!r}"
             )
         return
     if node.chunk_size is not None:
         raise TopologyError(
             f"{where}: chunk_size is only used with mechanism 'fpca-eq8', got "
-            f"chunk_size = {node.chunk_size} with mechanism 'gaussian'"
+            f"chunk_size = {node.chunk_size} with mechanism {mechanism!r}"
         )
     horizon = node.release_horizon
     if horizon is None:

@@ -18,6 +18,27 @@ kind                payload                                                     
 ``round``           FedPower's round message, under the root's path              yes
 ==================  ==========================================================  ===========
 
+Secure aggregation (issue 26, `edge_runtime.wire.secagg`): a leaf of mechanism
+``"gaussian-secagg"`` and its parent, the aggregator that sums the site, exchange one slot's
+messages under their own paths, all QoS 1, the slot in the payload only (one topic per kind
+and node keeps subscriptions and ACLs static):
+
+========================  ===================  ===========  ============================
+kind                      payload              publisher    retained / readers
+========================  ===================  ===========  ============================
+``secagg/keys``           KeyAdvertisement     the leaf     yes; its parent
+``secagg/shares``         ShareUpload          the leaf     no; its parent only
+``secagg/masked``         MaskedInput          the leaf     no; its parent only
+``secagg/unmasked``       UnmaskResponse       the leaf     no; its parent only
+``secagg/roster``         KeyRoster            aggregator   yes; its secagg leaves
+``secagg/delivery/<id>``  ShareDelivery        aggregator   no; leaf ``<id>`` only
+``secagg/unmask``         UnmaskRequest        aggregator   no; its secagg leaves
+``secagg/outcome``        SlotOutcome          aggregator   yes; its secagg leaves
+========================  ===================  ===========  ============================
+
+The aggregator subscribes to ``<prefix>/<path>/+/secagg/+`` (`secagg_children_filter`); a
+leaf to its parent's ``roster``, ``unmask``, ``outcome`` and ``delivery/<its id>``.
+
 Besides the nodes' topics, the operator's configuration (issue 23): the deployed topology
 file's text on ``<prefix>/config`` (`config_topic`, retained, QoS 1, written by ``edge-runtime
 deploy``) and one JSON entry per enrolled device on ``<prefix>/config/nodes/<id>``
@@ -40,6 +61,17 @@ __all__ = [
     "RESERVED_IDS",
     "ROUND",
     "SCORES",
+    "SECAGG",
+    "SECAGG_AGGREGATOR_KINDS",
+    "SECAGG_DELIVERY",
+    "SECAGG_KEYS",
+    "SECAGG_LEAF_KINDS",
+    "SECAGG_MASKED",
+    "SECAGG_OUTCOME",
+    "SECAGG_ROSTER",
+    "SECAGG_SHARES",
+    "SECAGG_UNMASK",
+    "SECAGG_UNMASKED",
     "STATUS",
     "STATUS_DETAIL",
     "SUBSPACE",
@@ -50,6 +82,8 @@ __all__ = [
     "default_sensor_topic",
     "everything_filter",
     "node_topic",
+    "secagg_children_filter",
+    "secagg_delivery_kind",
     "topic_depth",
 ]
 
@@ -70,11 +104,34 @@ MODEL = "model"
 ROUND = "round"
 """Kind of the root's FedPower round topic."""
 
+SECAGG = "secagg"
+"""First level of the secure-aggregation kinds (a reserved id)."""
+SECAGG_KEYS = "secagg/keys"
+"""Kind of a secagg leaf's key advertisement (retained)."""
+SECAGG_SHARES = "secagg/shares"
+"""Kind of a secagg leaf's encrypted shares (its parent reads it, nobody else)."""
+SECAGG_MASKED = "secagg/masked"
+"""Kind of a secagg leaf's masked input (its parent reads it, nobody else)."""
+SECAGG_UNMASKED = "secagg/unmasked"
+"""Kind of a secagg leaf's unmask response (its parent reads it, nobody else)."""
+SECAGG_ROSTER = "secagg/roster"
+"""Kind of a secagg aggregator's key roster (retained)."""
+SECAGG_DELIVERY = "secagg/delivery"
+"""Kind prefix of a secagg aggregator's share delivery to one leaf (`secagg_delivery_kind`)."""
+SECAGG_UNMASK = "secagg/unmask"
+"""Kind of a secagg aggregator's unmask request."""
+SECAGG_OUTCOME = "secagg/outcome"
+"""Kind of a secagg aggregator's slot outcome (retained)."""
+SECAGG_LEAF_KINDS: tuple[str, ...] = (SECAGG_KEYS, SECAGG_SHARES, SECAGG_MASKED, SECAGG_UNMASKED)
+"""What a secagg leaf publishes under its path."""
+SECAGG_AGGREGATOR_KINDS: tuple[str, ...] = (SECAGG_ROSTER, SECAGG_UNMASK, SECAGG_OUTCOME)
+"""What a secagg aggregator publishes under its path for all its leaves (besides deliveries)."""
+
 CONFIG = "config"
 """Level under the prefix of the operator's configuration topics (`config_topic`)."""
 
 RESERVED_IDS: frozenset[str] = frozenset(
-    {"subspace", "status", "model", "confirm", "scores", "round", "reply"}
+    {"subspace", "status", "model", "confirm", "scores", "round", "reply", "secagg"}
 )
 """Ids that would collide with the topic names a node publishes under its path."""
 
@@ -116,6 +173,19 @@ def children_filter(prefix: str, path: str, kind: str = SUBSPACE) -> str:
         An MQTT topic filter with one ``+`` level (matching nothing under a leaf).
     """
     return f"{prefix}/{path}/+/{kind}"
+
+
+def secagg_children_filter(prefix: str, path: str) -> str:
+    """``<prefix>/<path>/+/secagg/+``: every secagg kind a child publishes (`SECAGG_LEAF_KINDS`).
+
+    Node ids are never ``secagg`` (`RESERVED_IDS`), so it matches no topic of the node itself.
+    """
+    return f"{prefix}/{path}/+/{SECAGG}/+"
+
+
+def secagg_delivery_kind(leaf_id: str) -> str:
+    """``secagg/delivery/<leaf id>``: the kind of an aggregator's share delivery to one leaf."""
+    return f"{SECAGG_DELIVERY}/{leaf_id}"
 
 
 def everything_filter(prefix: str) -> str:

@@ -39,6 +39,7 @@ from edge_runtime.topology.keys import (
 )
 from edge_runtime.topology.node import NodeConfig
 from edge_runtime.topology.parents import check_tree, root_paths
+from edge_runtime.topology.secagg import check_secagg, secagg_children
 from edge_runtime.topology.topics import default_sensor_topic
 
 __all__ = ["Topology"]
@@ -196,6 +197,7 @@ class Topology:
                     "snapshots; give each leaf its own seed"
                 )
             seeds[node.noise_seed] = node_id
+        check_secagg(nodes, children, aggregators)
         paths = root_paths(parents)
         admit = {
             node_id: MappingProxyType(self._check_admit(nodes, node_id, settings))
@@ -480,6 +482,24 @@ class Topology:
         Defined for leaves too (it then matches nothing the topology publishes).
         """
         return topics.children_filter(self.prefix, self.path(node_id))
+
+    # -- secure aggregation (issue 26; `edge_runtime.topology.secagg`) ----------------------
+
+    def secagg_leaves(self, node_id: str) -> list[str]:
+        """The children of ``node_id`` of mechanism ``"gaussian-secagg"``, in file order:
+        the site it sums (empty for a leaf or an aggregator without secagg leaves)."""
+        self._node(node_id)
+        return secagg_children(self.nodes, self._children, node_id)
+
+    def secagg_topic(self, node_id: str, kind: str) -> str:
+        """``<prefix>/<path>/<kind>`` for a secagg kind of `edge_runtime.topology.topics`:
+        a leaf's ``SECAGG_KEYS`` ... ``SECAGG_UNMASKED``, an aggregator's ``SECAGG_ROSTER``,
+        ``SECAGG_UNMASK``, ``SECAGG_OUTCOME`` or ``secagg_delivery_kind(leaf)``."""
+        return topics.node_topic(self.prefix, self.path(node_id), kind)
+
+    def secagg_children_filter(self, node_id: str) -> str:
+        """``<prefix>/<path>/+/secagg/+``: what a site's leaves publish to it."""
+        return topics.secagg_children_filter(self.prefix, self.path(node_id))
 
     # -- data -------------------------------------------------------------------------------
 

@@ -41,7 +41,9 @@ _WORD = np.dtype("<u8")
 # the topology imports the wire, so the wire cannot import it back. A test checks they agree.
 _MAX_LEAF_ID_CHARS = 64
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_RESERVED_IDS = frozenset({"subspace", "status", "model", "confirm", "scores", "round", "reply"})
+_RESERVED_IDS = frozenset(
+    {"subspace", "status", "model", "confirm", "scores", "round", "reply", "secagg"}
+)
 
 
 def _leaf_id(label: str, value: object) -> str:
