@@ -93,30 +93,32 @@ about 5 (n = 4) to 6 (n = 8) float32 snapshots, in four exchanges instead of one
 secure summation cannot shrink to a rank-r basis (the sum must be linear). The
 aggregator receives ``n`` times a leaf's uploads and routes ``n (n - 1)`` ciphertexts.
 
-Topics (proposed, not in `edge_runtime.topology` yet), under the site aggregator's path
-``<prefix>/<site path>`` (``<site>``, e.g. ``fpca/root/site-a``), all QoS 1, the slot in
-the payload only (one topic per kind and leaf keeps subscriptions and ACLs static)::
+Topics (`edge_runtime.topology.topics`, built by `edge_runtime.topology.Topology.secagg_topic`):
+each node publishes under its own path ``<prefix>/<path>``, all QoS 1, the slot in the
+payload only (one topic per kind and node keeps subscriptions and ACLs static); ``<leaf>``
+is ``<prefix>/<site path>/<leaf id>``, ``<site>`` the aggregator's ``<prefix>/<site path>``::
 
     topic                           kind              retained  publisher   readers
-    <site>/secagg/keys/<leaf>       KeyAdvertisement  yes       <leaf>      aggregator
+    <leaf>/secagg/keys              KeyAdvertisement  yes       <leaf>      aggregator
     <site>/secagg/roster            KeyRoster         yes       aggregator  site's leaves
-    <site>/secagg/shares/<leaf>     ShareUpload       no        <leaf>      aggregator
-    <site>/secagg/delivery/<leaf>   ShareDelivery     no        aggregator  <leaf> only
-    <site>/secagg/masked/<leaf>     MaskedInput       no        <leaf>      aggregator only
+    <leaf>/secagg/shares            ShareUpload       no        <leaf>      aggregator only
+    <site>/secagg/delivery/<id>     ShareDelivery     no        aggregator  leaf <id> only
+    <leaf>/secagg/masked            MaskedInput       no        <leaf>      aggregator only
     <site>/secagg/unmask            UnmaskRequest     no        aggregator  site's leaves
-    <site>/secagg/unmasked/<leaf>   UnmaskResponse    no        <leaf>      aggregator only
-    <site>/secagg/outcome           SlotOutcome       yes       aggregator  anyone (status)
+    <leaf>/secagg/unmasked          UnmaskResponse    no        <leaf>      aggregator only
+    <site>/secagg/outcome           SlotOutcome       yes       aggregator  site's leaves
 
-Keys and roster are retained so that a leaf or aggregator reconnecting mid-slot reads the
-slot's current ones (their ``slot`` tells a stale one); the per-phase messages are not, so
-a past slot's message is never replayed to a newcomer. ACL: only ``<leaf>`` publishes on
-the topics ending in ``<leaf>`` (the key authenticity the protocol rests on:
-docs/secure_aggregation.md, "Key substitution"), only the aggregator on the others; only
-the aggregator reads ``shares``, ``masked`` and ``unmasked`` (whoever reads every masked
-input and unmask response learns the site's noisy sum), and a leaf reads only its own
-``delivery`` (the ciphertexts are encrypted and authenticated to it: defence in depth).
-The shell checks that a topic's ``<leaf>`` is the message's leaf id. ``secagg`` should
-join the topology's reserved ids, so that no node is named after it.
+The aggregator subscribes to ``<site>/+/secagg/+``. Keys, roster and outcome are retained so
+that a node reconnecting mid-slot reads the current ones (their ``slot`` tells a stale one);
+the per-phase messages are not, so a past slot's message is never replayed to a newcomer.
+ACL (`edge_runtime.acl`): only ``<leaf>`` publishes under its path (the key authenticity the
+protocol rests on: docs/secure_aggregation.md, "Key substitution"), only the aggregator
+under its own; only the aggregator reads ``shares``, ``masked`` and ``unmasked`` (whoever
+reads every masked input and unmask response learns the site's noisy sum; read-everything
+users get ``topic deny`` lines for them), and a leaf reads only its own ``delivery`` (the
+ciphertexts are encrypted and authenticated to it: defence in depth). The shells check that
+a topic's ``<leaf>`` is the message's leaf id. ``secagg`` is a reserved id of the topology
+(and of `edge_runtime.wire.secagg_fields`), so no node is named after it.
 """
 
 from __future__ import annotations
