@@ -184,6 +184,7 @@ def test_the_audited_sum_is_what_the_full_protocol_releases(survivors):
         for run in range(2):
             outcome, site = protocol_release(neighbour, survivors, seed, run)
             assert outcome.released and outcome.survivors == frozenset(survivors)
+            assert outcome.dropped == frozenset(IDS) - frozenset(survivors)  # masks recovered
             expected = released_sum(encodings, cal.share_mu, survivors, seed, run)
             np.testing.assert_array_equal(outcome.total, expected)  # the same integers
             assert statistic(outcome.total) == statistic(expected)
