@@ -1,0 +1,333 @@
+"""A secure-aggregation site on MQTT (issue 26): `SecAggAggregator`, the part of an
+`AggregatorAgent` whose children include leaves of mechanism ``"gaussian-secagg"``.
+
+It drives the site's core, `edge_runtime.agents.aggregator.core.secagg_site.SecAggSite`
+(release slots on a time grid, one secure sum each, the running noisy Gram matrix), and is
+the thin async part around it: topics, decoding, publishing, the slot timer, rejects.
+
+Topics (`edge_runtime.topology.topics`, ``<site>`` the aggregator's path): it subscribes to
+``<site>/+/secagg/+`` (its secagg leaves' keys, shares, masked inputs and unmask responses)
+and publishes ``<site>/secagg/roster`` (retained), ``<site>/secagg/delivery/<leaf>``,
+``<site>/secagg/unmask`` and ``<site>/secagg/outcome`` (retained), all QoS 1.
+
+Time: the site's `SecAggSite.tick` runs in the agent's work loop (`step`), which this
+component wakes at `SecAggSite.next_wakeup` (an event-loop timer calling the agent's
+``wake``) and after every message. A message that does not decode, comes from a node that is
+not one of the site's secagg leaves, names another leaf than its topic, or that the core
+refuses (`edge_runtime.secagg.SecAggError`: late, another slot, a conflicting duplicate) is
+counted as a reject (`Agent.reject`) and dropped: reason ``secagg_late`` for a message of a
+slot that has ended (every slot has them: the unmask responses after the ``t``-th), else
+``secagg_refused``, the wire's reason, ``unknown_child`` or ``secagg_leaf_mismatch``.
+
+The site's estimate goes up like any child's: after each released slot, `step` returns a
+`SubspaceMessage` of `SecAggSite.subspace` from the pseudo-child `CHILD` (``"secagg"``, a
+reserved id, so no node has it), carrying the leaves' guarantee (``privacy`` with mechanism
+``"gaussian-secagg"``); the agent gives it to its `AggregatorCore`, which merges it with its
+other children and publishes as it always does. Its ``n_samples`` is 0 and its provenance
+names each secagg leaf with 0 samples: the secure sum does not reveal how many readings each
+leaf contributed (`SecAggSite.subspace`).
+
+Phase timeouts (`slot_timeouts`): `RoundTimeouts`' defaults (10, 10, 30 and 10 s) while the
+slot is at least twice their sum (120 s), else scaled down to half the slot, so a slot always
+ends before the next is due. The first slot after a restart follows the retained outcome's
+(read once before connecting, `prepare`), so a slot number is never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from edge_runtime.fpca import Subspace
+from edge_runtime.fpca.privacy import NEIGHBOURS
+from edge_runtime.topology import Topology
+from edge_runtime.topology import topics as kinds
+from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
+from edge_runtime.topology.topics import child_level, topic_depth
+from edge_runtime.wire import PrivacyParams, SubspaceMessage, WireError
+
+__all__ = ["CHILD", "SecAggAggregator", "slot_timeouts"]
+
+CHILD = kinds.SECAGG
+"""The pseudo-child whose snapshots carry the site's estimate into the aggregator's merge."""
+
+
+def slot_timeouts(slot_s: float) -> Any:
+    """The phase timeouts of a site with slots of ``slot_s`` seconds: `RoundTimeouts()`
+    (60 s in all) when ``slot_s >= 120``, else each scaled by ``slot_s / 120``."""
+    from edge_runtime.secagg.aggregator_round import RoundTimeouts
+
+    default = RoundTimeouts()
+    total = default.advertise + default.share + default.masked_input + default.unmask
+    scale = min(1.0, slot_s / (2.0 * total))
+    return RoundTimeouts(
+        advertise=default.advertise * scale,
+        share=default.share * scale,
+        masked_input=default.masked_input * scale,
+        unmask=default.unmask * scale,
+    )
+
+
+class SecAggAggregator:
+    """The secure-aggregation site of an `AggregatorAgent`.
+
+    Parameters
+    ----------
+    agent : AggregatorAgent
+        Its ``topology``, ``node_id``, ``config``, ``settings``, ``log``, ``reject``,
+        ``publish``, ``read_retained`` and ``wake`` are used.
+    n_features : int or None
+        The width of the leaves' readings; None: the per-feature ``valid_range`` of the
+        leaves, if they declare one. Without it no slot runs (logged
+        ``secagg_width_unknown``, reported in the status).
+    timeouts : RoundTimeouts or None
+        None: `slot_timeouts` of the site's ``secagg_slot_s``.
+
+    Attributes
+    ----------
+    site : SecAggSite or None
+        The core, once `prepare` built it.
+    """
+
+    def __init__(self, agent: Any, n_features: int | None = None, timeouts: Any = None) -> None:
+        self.agent = agent
+        topology: Topology = agent.topology
+        node_id: str = agent.node_id
+        self.leaves = tuple(topology.secagg_leaves(node_id))
+        assert self.leaves, f"{node_id!r} has no secagg leaves"
+        config = topology.nodes[node_id]
+        assert config.secagg_threshold is not None and config.secagg_slot_s is not None
+        self.threshold = config.secagg_threshold
+        self.slot_s = config.secagg_slot_s
+        self.timeouts = timeouts if timeouts is not None else slot_timeouts(self.slot_s)
+        leaf = topology.nodes[self.leaves[0]]  # the site's leaves share one calibration
+        assert leaf.epsilon is not None and leaf.delta is not None and leaf.clip_norm is not None
+        self.epsilon, self.delta, self.clip_norm = leaf.epsilon, leaf.delta, leaf.clip_norm
+        self.horizon = leaf.release_horizon or 1
+        if n_features is None:
+            widths = {topology.nodes[c].valid_range_width for c in self.leaves}
+            n_features = widths.pop() if len(widths) == 1 else None
+        self.n_features = n_features
+        self.rank = config.rank
+        self.deployment = topology.name
+        self.privacy = PrivacyParams(
+            self.epsilon, self.delta, self.clip_norm, mechanism=MECHANISM, neighbours=NEIGHBOURS
+        )
+        self.site: Any = None
+        self.first_slot = 0
+        self._depth = topic_depth(topology.prefix, topology.path(node_id))
+        self.filter = topology.secagg_children_filter(node_id)
+        self.roster_topic = topology.secagg_topic(node_id, kinds.SECAGG_ROSTER)
+        self.unmask_topic = topology.secagg_topic(node_id, kinds.SECAGG_UNMASK)
+        self.outcome_topic = topology.secagg_topic(node_id, kinds.SECAGG_OUTCOME)
+        self._delivery = {
+            c: topology.secagg_topic(node_id, kinds.secagg_delivery_kind(c)) for c in self.leaves
+        }
+        self._outbox: list[Any] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._epoch = os.urandom(8).hex()  # the pseudo-child's lineage: one per start
+        self._seq = 0
+        self.published = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the first connection: resume after the retained outcome's slot, then build
+        the site (its first slot is due one ``secagg_slot_s`` from now)."""
+        from edge_runtime.wire.secagg import decode_secagg
+
+        payload = await self.agent.read_retained(self.outcome_topic)
+        if payload is not None:
+            try:
+                outcome = decode_secagg(payload, deployment=self.deployment)
+                self.first_slot = outcome.slot + 1
+            except WireError as exc:
+                self.agent.reject(exc.reason, self.outcome_topic, str(exc))
+        self._build()
+
+    def _build(self) -> None:
+        from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
+
+        if self.n_features is None:
+            self.agent.log.error(
+                "secagg_width_unknown",
+                detail="give the aggregator n_features (--n-features): no slot runs without it",
+            )
+            return
+        self.site = SecAggSite(
+            self.leaves,
+            self.threshold,
+            self.n_features,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            clip_norm=self.clip_norm,
+            slot_period_s=self.slot_s,
+            now=time.monotonic(),
+            horizon=self.horizon,
+            first_slot=self.first_slot,
+            timeouts=self.timeouts,
+        )
+        self.agent.log.info(
+            "secagg_site",
+            leaves=len(self.leaves),
+            threshold=self.threshold,
+            slot_s=self.slot_s,
+            first_slot=self.first_slot,
+        )
+
+    def close(self) -> None:
+        """Cancel the slot timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- messages -------------------------------------------------------------------------
+
+    def subscriptions(self) -> list[str]:
+        """``<site>/+/secagg/+``: what its secagg leaves publish."""
+        return [self.filter]
+
+    def owns(self, topic: str) -> bool:
+        """Whether ``topic`` matches `subscriptions` (a child's secagg kind)."""
+        levels = topic.split("/")
+        return len(levels) == self._depth + 3 and levels[self._depth + 1] == kinds.SECAGG
+
+    def handle(self, topic: str, payload: object) -> None:
+        """A leaf's message: decoded, checked against its topic, given to the site; what
+        the site answers waits for `step`. Never raises for the message."""
+        from edge_runtime.secagg.errors import SecAggError
+        from edge_runtime.secagg.messages import (
+            KeyAdvertisement,
+            MaskedInput,
+            ShareUpload,
+            UnmaskResponse,
+        )
+        from edge_runtime.wire.secagg import decode_secagg
+
+        if not isinstance(payload, bytes | bytearray):
+            self.agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        if not payload:  # a cleared retained advertisement
+            return
+        child = child_level(topic, self._depth)
+        kind = topic.split("/", self._depth + 1)[-1]
+        expect = {
+            kinds.SECAGG_KEYS: KeyAdvertisement,
+            kinds.SECAGG_SHARES: ShareUpload,
+            kinds.SECAGG_MASKED: MaskedInput,
+            kinds.SECAGG_UNMASKED: UnmaskResponse,
+        }.get(kind)
+        if child not in self.leaves or expect is None:
+            self.agent.reject(
+                "unknown_child", topic, f"{kind!r} of {child!r}, not a secagg leaf of the site"
+            )
+            return
+        try:
+            message = decode_secagg(
+                bytes(payload),
+                expect=expect,
+                deployment=self.deployment,
+                max_bytes=self.agent.settings.max_payload_bytes,
+            )
+        except WireError as exc:
+            self.agent.reject(exc.reason, topic, str(exc))
+            return
+        sender = message.sender if isinstance(message, ShareUpload) else message.leaf_id
+        if sender != child:
+            self.agent.reject(
+                "secagg_leaf_mismatch", topic, f"a message of {sender!r} on {child!r}'s topic"
+            )
+            return
+        if self.site is None:
+            self.agent.reject("secagg_no_site", topic, "the site is not running (width unknown)")
+            return
+        try:
+            self._outbox += self.site.receive(message, time.monotonic())
+        except SecAggError as exc:
+            late = message.slot != self.site.slot and message.slot < self.site.status()["next_slot"]
+            self.agent.reject("secagg_late" if late else "secagg_refused", topic, str(exc))
+            return
+        if self._outbox:
+            self.agent.wake()
+
+    # -- the work loop --------------------------------------------------------------------
+
+    async def step(self, client: Any, now: float) -> SubspaceMessage | None:
+        """Tick the site, publish what it sends, re-arm the timer; returns the site's new
+        snapshot (the pseudo-child `CHILD`'s) after a released slot, else None."""
+        from edge_runtime.secagg.messages import (
+            KeyRoster,
+            ShareDelivery,
+            SlotOutcome,
+            UnmaskRequest,
+        )
+        from edge_runtime.wire.secagg import encode_secagg
+
+        site = self.site
+        if site is None:
+            return None
+        self._outbox += site.tick(now)
+        released = False
+        while self._outbox:
+            message = self._outbox[0]
+            if isinstance(message, KeyRoster):
+                topic, retain = self.roster_topic, True
+            elif isinstance(message, ShareDelivery):
+                topic, retain = self._delivery[message.recipient], False
+            elif isinstance(message, UnmaskRequest):
+                topic, retain = self.unmask_topic, False
+            else:
+                assert isinstance(message, SlotOutcome)
+                topic, retain = self.outcome_topic, True
+                released = released or message.released
+                self._log_outcome(message)
+            payload = encode_secagg(
+                message,
+                deployment=self.deployment,
+                max_bytes=self.agent.settings.max_payload_bytes,
+            )
+            await self.agent.publish(client, topic, payload, retain=retain, qos=1)
+            self._outbox.pop(0)
+            self.published += 1
+        self._arm(site.next_wakeup(time.monotonic()))
+        return self.snapshot() if released else None
+
+    def _log_outcome(self, outcome: Any) -> None:
+        if outcome.released:
+            self.agent.log.info(
+                "secagg_released", slot=outcome.slot, survivors=len(outcome.survivors)
+            )
+        else:
+            self.agent.log.warning("secagg_skipped", slot=outcome.slot, reason=outcome.reason)
+
+    def _arm(self, when: float) -> None:
+        """Wake the agent's work loop at ``when`` (monotonic seconds)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, when - time.monotonic())
+        self._timer = loop.call_at(loop.time() + delay, self.agent.wake)
+
+    def snapshot(self) -> SubspaceMessage:
+        """The site's estimate as the pseudo-child's snapshot (`CHILD`; module docstring)."""
+        assert self.site is not None
+        self._seq += 1
+        sub: Subspace = self.site.subspace(min(self.rank, self.site.n_features), 0)
+        return SubspaceMessage(
+            node_id=CHILD,
+            epoch=self._epoch,
+            seq=self._seq,
+            subspace=sub,
+            timestamp=time.time(),
+            privacy=self.privacy,
+            provenance=dict.fromkeys(self.leaves, 0),
+            deployment=self.deployment,
+        )
+
+    def status(self) -> dict[str, object]:
+        """`SecAggSite.status` (or why no site runs) for the status document's ``extra``."""
+        if self.site is None:
+            return {"mechanism": MECHANISM, "state": "width unknown", "leaves": len(self.leaves)}
+        return {**self.site.status(), "slot_s": self.slot_s, "published": self.published}

@@ -1,0 +1,286 @@
+"""A secagg leaf's side of secure aggregation on MQTT (issue 26): `SecAggLeaf`.
+
+A leaf of mechanism ``"gaussian-secagg"`` publishes no snapshot of its own: it adds the
+readings it ingests to a `edge_runtime.agents.leaf.core.secagg_release.SecAggRelease` and,
+slot after slot, contributes their Gram matrix, masked and with its share of the site's
+noise, to the secure sum its parent (the site's aggregator) runs
+(docs/secure_aggregation.md). This module is the thin async part around that core: topics,
+decoding, publishing, fresh keys, the noise generator, rejects.
+
+Topics (`edge_runtime.topology.topics`, ``<leaf>`` its own path, ``<site>`` its parent's):
+it publishes ``<leaf>/secagg/keys`` (retained), ``<leaf>/secagg/shares``,
+``<leaf>/secagg/masked`` and ``<leaf>/secagg/unmasked``, all QoS 1, and reads
+``<site>/secagg/roster``, ``<site>/secagg/unmask``, ``<site>/secagg/outcome`` and
+``<site>/secagg/delivery/<its id>``.
+
+The slot, as the leaf drives it: it advertises fresh public keys (``os.urandom(32)`` for
+each of the two private keys and the self-mask seed, every slot) for `SecAggRelease.
+next_slot` once it knows the width of a reading (its first one) and after every outcome;
+answers a roster with its shares, a delivery with its masked input (noise from its own
+``numpy`` Generator: the operating system's entropy, or the node's ``noise_seed`` in
+experiments), an unmask request with its unmask response. A roster or request for a later
+slot than its own round's (it missed one, or it started late) ends that round
+(`SecAggRelease.observe_slot`) and it advertises for the next. The retained outcome,
+delivered again on every (re)connection, ends a round it was still waiting in. A message
+that does not decode, names another leaf than the topic's, or that the core refuses is a
+reject (`edge_runtime.agents.common.shell.agent.Agent.reject`), never an exception.
+
+Not kept across restarts: the pending increment (readings not yet revealed in a slot) is in
+memory only, so readings a crash interrupts are lost for the site's sum, although the
+leaf's checkpoint may have confirmed them durable (the local estimator's state).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from edge_runtime.topology import Topology
+from edge_runtime.topology import topics as kinds
+from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
+from edge_runtime.wire import WireError
+
+__all__ = ["SecAggLeaf", "is_secagg_leaf", "local_config"]
+
+_KEY_BYTES = 32
+
+
+def is_secagg_leaf(topology: Topology, node_id: str) -> bool:
+    """Whether ``node_id`` is a leaf of mechanism ``"gaussian-secagg"``."""
+    return topology.is_leaf(node_id) and topology.nodes[node_id].mechanism == MECHANISM
+
+
+def local_config(config: Any) -> Any:
+    """A secagg leaf's `NodeConfig` for its local estimator: without privacy (its estimate
+    never leaves the device; the secure sum is its only release)."""
+    from dataclasses import replace
+
+    return replace(
+        config,
+        epsilon=None,
+        delta=None,
+        clip_norm=None,
+        mechanism=None,
+        release_horizon=None,
+        noise_seed=None,
+    )
+
+
+class SecAggLeaf:
+    """The secure-aggregation part of a `LeafAgent` of mechanism ``"gaussian-secagg"``.
+
+    Parameters
+    ----------
+    agent : LeafAgent
+        Its ``topology``, ``node_id``, ``settings``, ``log``, ``reject``, ``publish`` and
+        ``wake`` are used.
+    n_features : int or None, default None
+        The width of a reading when known; else the first rows given to `add_rows` fix it.
+
+    Attributes
+    ----------
+    release : SecAggRelease or None
+        The core, once the width of a reading is known.
+    published : int
+        Messages published.
+    """
+
+    def __init__(self, agent: Any, n_features: int | None = None) -> None:
+        self.agent = agent
+        topology: Topology = agent.topology
+        self.node_id: str = agent.node_id
+        config = topology.nodes[self.node_id]
+        assert config.parent is not None and config.mechanism == MECHANISM
+        self.config = config
+        self.parent = config.parent
+        site = topology.nodes[self.parent]
+        assert site.secagg_threshold is not None  # filled in by `Topology`
+        self.threshold = site.secagg_threshold
+        self.cohort = tuple(topology.secagg_leaves(self.parent))
+        self.deployment = topology.name
+        self.release: Any = None  # SecAggRelease, loaded with the first reading
+        self._noise = np.random.default_rng(config.noise_seed)  # None: the OS's entropy
+        self._seen = -1  # the highest slot seen before the core existed
+        self._outbox: list[tuple[str, bytes, bool]] = []
+        self.published = 0
+        own = {kind: topology.secagg_topic(self.node_id, kind) for kind in kinds.SECAGG_LEAF_KINDS}
+        self.keys_topic = own[kinds.SECAGG_KEYS]
+        self.shares_topic = own[kinds.SECAGG_SHARES]
+        self.masked_topic = own[kinds.SECAGG_MASKED]
+        self.unmasked_topic = own[kinds.SECAGG_UNMASKED]
+        self.roster_topic = topology.secagg_topic(self.parent, kinds.SECAGG_ROSTER)
+        self.unmask_topic = topology.secagg_topic(self.parent, kinds.SECAGG_UNMASK)
+        self.outcome_topic = topology.secagg_topic(self.parent, kinds.SECAGG_OUTCOME)
+        self.delivery_topic = topology.secagg_topic(
+            self.parent, kinds.secagg_delivery_kind(self.node_id)
+        )
+        if n_features is not None:
+            self._build(n_features)
+
+    # -- the core -------------------------------------------------------------------------
+
+    def _build(self, n_features: int) -> None:
+        # here: only a secagg leaf loads the cryptography (issue 24: a leaf's start RSS)
+        from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
+
+        config = self.config
+        assert config.epsilon is not None and config.delta is not None
+        assert config.clip_norm is not None
+        self.release = SecAggRelease(
+            self.node_id,
+            n_features,
+            epsilon=config.epsilon,
+            delta=config.delta,
+            clip_norm=config.clip_norm,
+            threshold=self.threshold,
+            horizon=config.release_horizon or 1,
+            cohort=self.cohort,
+        )
+        if self._seen >= 0:
+            self.release.observe_slot(self._seen)
+        self._advertise()
+
+    def _advertise(self) -> None:
+        """Advertise fresh keys for `SecAggRelease.next_slot` (between rounds only)."""
+        release = self.release
+        if release is None or release.slot is not None:
+            return
+        ad = release.advertise(
+            release.next_slot,
+            os.urandom(_KEY_BYTES),
+            os.urandom(_KEY_BYTES),
+            os.urandom(_KEY_BYTES),
+        )
+        self._queue(self.keys_topic, ad, retain=True)
+
+    def _queue(self, topic: str, message: Any, *, retain: bool = False) -> None:
+        from edge_runtime.wire.secagg import encode_secagg
+
+        payload = encode_secagg(
+            message, deployment=self.deployment, max_bytes=self.agent.settings.max_payload_bytes
+        )
+        self._outbox.append((topic, payload, retain))
+
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Readings the leaf ingested (screened, in the data's units): into the next slot's
+        increment. The first rows fix the width and the leaf advertises its keys. Rows the
+        core refuses (another width, over ``max_rows_per_slot``) are a reject
+        (``secagg_rows``)."""
+        if len(rows) == 0:
+            return
+        if self.release is None:
+            self._build(int(rows.shape[1]))
+        assert self.release is not None
+        try:
+            self.release.add_rows(rows)
+        except ValueError as exc:
+            self.agent.reject("secagg_rows", self.agent.config.sensor_topic or "", str(exc))
+        if self._outbox:
+            self.agent.wake()
+
+    # -- messages -------------------------------------------------------------------------
+
+    def subscriptions(self) -> list[str]:
+        """Its parent's roster, unmask request, outcome and its own share delivery."""
+        return [self.roster_topic, self.unmask_topic, self.outcome_topic, self.delivery_topic]
+
+    def owns(self, topic: str) -> bool:
+        """Whether ``topic`` is one of `subscriptions`."""
+        return topic in (self.roster_topic, self.unmask_topic, self.outcome_topic) or (
+            topic == self.delivery_topic
+        )
+
+    def handle(self, topic: str, payload: object) -> None:
+        """One message on a topic of `subscriptions`: decoded, checked, given to the core;
+        what it answers waits for `flush`. Never raises for the message."""
+        from edge_runtime.secagg.errors import SecAggError, UnmaskRefusedError
+        from edge_runtime.secagg.messages import (
+            KeyRoster,
+            ShareDelivery,
+            SlotOutcome,
+            UnmaskRequest,
+        )
+        from edge_runtime.wire.secagg import decode_secagg
+
+        if not isinstance(payload, bytes | bytearray):
+            self.agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        if not payload:  # a cleared retained message
+            return
+        expect = {
+            self.roster_topic: KeyRoster,
+            self.unmask_topic: UnmaskRequest,
+            self.outcome_topic: SlotOutcome,
+            self.delivery_topic: ShareDelivery,
+        }[topic]
+        try:
+            message = decode_secagg(
+                bytes(payload),
+                expect=expect,
+                deployment=self.deployment,
+                max_bytes=self.agent.settings.max_payload_bytes,
+            )
+        except WireError as exc:
+            self.agent.reject(exc.reason, topic, str(exc))
+            return
+        if isinstance(message, ShareDelivery) and message.recipient != self.node_id:
+            self.agent.reject(
+                "secagg_leaf_mismatch",
+                topic,
+                f"a share delivery for {message.recipient!r} on {self.node_id!r}'s topic",
+            )
+            return
+        release = self.release
+        if release is None:  # no reading yet: nothing to contribute, note the slot
+            self._seen = max(self._seen, message.slot)
+            return
+        try:
+            if isinstance(message, SlotOutcome):
+                release.receive_outcome(message)
+                self._log_outcome(message)
+            elif release.slot is not None and message.slot == release.slot:
+                if isinstance(message, KeyRoster):
+                    self._queue(self.shares_topic, release.receive_roster(message))
+                elif isinstance(message, ShareDelivery):
+                    self._queue(self.masked_topic, release.receive_shares(message, self._noise))
+                else:
+                    self._queue(self.unmasked_topic, release.unmask(message))
+            else:
+                current = release.slot if release.slot is not None else release.next_slot - 1
+                if message.slot > current:  # a later slot than its own: that round is over
+                    release.observe_slot(message.slot)
+                # else a past slot's (a retained roster): nothing to do
+        except UnmaskRefusedError as exc:
+            self.agent.log.warning("secagg_unmask_refused", slot=message.slot, detail=str(exc))
+            self.agent.reject("secagg_unmask_refused", topic, str(exc))
+        except SecAggError as exc:
+            self.agent.reject("secagg_refused", topic, str(exc))
+        finally:
+            self._advertise()  # between rounds (after an outcome or a later slot): the next
+        self.agent.wake()
+
+    def _log_outcome(self, outcome: Any) -> None:
+        last = None if self.release is None else self.release.ledger()["last"]
+        if last is not None and last.get("slot") == outcome.slot:
+            self.agent.log.debug("secagg_slot_ended", **last)
+
+    async def flush(self, client: Any) -> None:
+        """Publish what the core answered, in order (QoS 1; keys retained)."""
+        while self._outbox:
+            topic, payload, retain = self._outbox[0]
+            await self.agent.publish(client, topic, payload, retain=retain, qos=1)
+            self._outbox.pop(0)
+            self.published += 1
+
+    async def on_connected(self, client: Any) -> None:
+        """After every (re)connection: the current advertisement again (retained); the
+        retained roster and outcome arrive by themselves."""
+        await self.flush(client)
+
+    def status(self) -> dict[str, object]:
+        """The ledger (`SecAggRelease.ledger`) for the status document's ``extra``."""
+        if self.release is None:
+            return {"mechanism": MECHANISM, "state": "no reading yet", "published": 0}
+        return {**self.release.ledger(), "published": self.published}
