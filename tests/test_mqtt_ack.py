@@ -3,6 +3,7 @@ the installed aiomqtt version, when a release no longer has what it uses."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import tomllib
 from importlib.metadata import version
@@ -58,3 +59,45 @@ async def test_enable_and_ack_call_paho(monkeypatch: pytest.MonkeyPatch) -> None
     for mid, qos in ((7, 1), (8, 0), (9, 2)):
         mqtt_ack.ack(client, aiomqtt.Message("t", b"x", qos, False, mid, None))
     assert calls == [("manual_ack_set", (True,)), ("ack", (7, 1)), ("ack", (9, 2))]
+
+
+async def test_aiomqtt_keeps_the_queue_and_the_disconnection_future_inbox_reads() -> None:
+    client = aiomqtt.Client("127.0.0.1", 1)  # never connected
+    missing = [name for name in ("_queue", "_disconnected") if not hasattr(client, name)]
+    assert not missing, (
+        f"aiomqtt {INSTALLED}: aiomqtt.Client has no {', '.join(missing)}; "
+        "edge_runtime.mqtt_ack.Inbox needs another way to read the client's messages"
+    )
+
+
+async def test_inbox_gives_the_messages_in_order_then_raises_once_disconnected() -> None:
+    client = aiomqtt.Client("127.0.0.1", 1, max_queued_incoming_messages=2)
+    messages = [aiomqtt.Message("t", bytes([i]), 1, False, i, None) for i in range(3)]
+    inbox = mqtt_ack.Inbox(client)
+    client._queue.put_nowait(messages[0])
+    assert await inbox.next() is messages[0]  # queued: no wait
+    waiting = asyncio.create_task(inbox.next())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    client._queue.put_nowait(messages[1])  # as aiomqtt's on_message does
+    assert await waiting is messages[1]
+    waiting = asyncio.create_task(inbox.next())
+    await asyncio.sleep(0)
+    client._disconnected.set_exception(aiomqtt.MqttError("lost"))  # wakes the waiting one
+    with pytest.raises(aiomqtt.MqttError, match="Disconnected during message iteration"):
+        await waiting
+    client._queue.put_nowait(messages[2])
+    with pytest.raises(aiomqtt.MqttError):  # queued after the loss: never given
+        await inbox.next()
+    inbox.close()
+    inbox.close()
+
+
+async def test_inbox_raises_for_a_loss_while_its_full_queue_is_drained() -> None:
+    client = aiomqtt.Client("127.0.0.1", 1, max_queued_incoming_messages=1)
+    inbox = mqtt_ack.Inbox(client)
+    client._queue.put_nowait(aiomqtt.Message("t", b"x", 1, False, 1, None))
+    client._disconnected.set_result(None)  # the queue is full: no marker fits
+    with pytest.raises(aiomqtt.MqttError):
+        await asyncio.wait_for(inbox.next(), 1.0)
+    inbox.close()

@@ -32,7 +32,7 @@ from edge_runtime.agents.common.shell.config_watch import ConfigWatch
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
 from edge_runtime.backoff import OutageLog
-from edge_runtime.mqtt_ack import ack, enable_manual_ack
+from edge_runtime.mqtt_ack import Inbox, ack, enable_manual_ack
 from edge_runtime.mqtt_ack import backlog as _backlog
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
@@ -621,20 +621,25 @@ class Agent(abc.ABC):
             self.log.info("disconnected")
 
     async def _receive(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            self.stats.messages_received += 1
-            topic = str(message.topic)
-            try:
-                if topic == self._own_topic:
-                    self._on_echo(message.payload)
-                elif topic == self.config_watch.topic:
-                    await self.config_watch.receive(self, message.payload)
-                elif topic == self.discovery.status_topic:
-                    if self.discovery.on_status(message.payload):
-                        self.wake()
-                else:
-                    await self.handle(message)
-            except Exception as exc:  # a bug must not take the agent down: count it
-                self.core.rejects["internal_error"] += 1
-                self.log.exception("handler_failed", topic=topic, error=str(exc))
-            ack(client, message)
+        inbox = Inbox(client)  # ``client.messages`` without a task per message
+        try:
+            while True:
+                message = await inbox.next()
+                self.stats.messages_received += 1
+                topic = str(message.topic)
+                try:
+                    if topic == self._own_topic:
+                        self._on_echo(message.payload)
+                    elif topic == self.config_watch.topic:
+                        await self.config_watch.receive(self, message.payload)
+                    elif topic == self.discovery.status_topic:
+                        if self.discovery.on_status(message.payload):
+                            self.wake()
+                    else:
+                        await self.handle(message)
+                except Exception as exc:  # a bug must not take the agent down: count it
+                    self.core.rejects["internal_error"] += 1
+                    self.log.exception("handler_failed", topic=topic, error=str(exc))
+                ack(client, message)
+        finally:
+            inbox.close()
