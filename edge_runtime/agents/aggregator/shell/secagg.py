@@ -130,6 +130,7 @@ class SecAggAggregator:
         self._epoch = os.urandom(8).hex()  # the pseudo-child's lineage: one per start
         self._seq = 0
         self.published = 0
+        self._status_due = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -269,7 +270,7 @@ class SecAggAggregator:
         if site is None:
             return None
         self._outbox += site.tick(now)
-        released = False
+        released = ended = False
         while self._outbox:
             message = self._outbox[0]
             if isinstance(message, KeyRoster):
@@ -282,6 +283,7 @@ class SecAggAggregator:
                 assert isinstance(message, SlotOutcome)
                 topic, retain = self.outcome_topic, True
                 released = released or message.released
+                ended = True
                 self._log_outcome(message)
             payload = encode_secagg(
                 message,
@@ -292,7 +294,16 @@ class SecAggAggregator:
             self._outbox.pop(0)
             self.published += 1
         self._arm(site.next_wakeup(time.monotonic()))
-        return self.snapshot() if released else None
+        snapshot = self.snapshot() if released else None
+        if ended:  # the slot's outcome goes into the status document at once
+            self._status_due = True
+        return snapshot
+
+    def take_status_due(self) -> bool:
+        """Whether a slot ended since the last call: the agent publishes its status document
+        then (released or skipped, with the reason, in ``extra.secagg``)."""
+        due, self._status_due = self._status_due, False
+        return due
 
     def _log_outcome(self, outcome: Any) -> None:
         if outcome.released:
