@@ -25,9 +25,11 @@ delivered again on every (re)connection, ends a round it was still waiting in. A
 that does not decode, names another leaf than the topic's, or that the core refuses is a
 reject (`edge_runtime.agents.common.shell.agent.Agent.reject`), never an exception.
 
-Not kept across restarts: the pending increment (readings not yet revealed in a slot) is in
-memory only, so readings a crash interrupts are lost for the site's sum, although the
-leaf's checkpoint may have confirmed them durable (the local estimator's state).
+Durability: a reading is durable for its publishers (the leaf's confirmations) once the leaf
+revealed it in a slot (`revealed`; the shell sets the core's ``durable`` from it when the leaf
+writes no checkpoint). Not kept across restarts: the pending increment (readings not yet
+revealed) is in memory only, so with a state directory the checkpoint (the local estimator's
+state) may confirm readings that a crash then loses for the site's sum.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ def local_config(config: Any) -> Any:
     )
 
 
+def _later(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
+    """The later sequence number of each source of ``old`` and ``new``."""
+    return {**old, **{k: max(v, old.get(k, v)) for k, v in new.items()}}
+
+
 class SecAggLeaf:
     """The secure-aggregation part of a `LeafAgent` of mechanism ``"gaussian-secagg"``.
 
@@ -83,6 +90,12 @@ class SecAggLeaf:
     ----------
     release : SecAggRelease or None
         The core, once the width of a reading is known.
+    revealed : dict of str to int
+        Per sensor source, the last sequence number whose reading this leaf has revealed in
+        a slot (answered the unmask request): released into the site's sum, so durable for
+        its publishers (the leaf's confirmations, without a checkpoint). Readings carried
+        over (a slot that ended before this leaf revealed) stay unconfirmed until a later
+        slot reveals them.
     published : int
         Messages published.
     """
@@ -105,6 +118,11 @@ class SecAggLeaf:
         self._seen = -1  # the highest slot seen before the core existed
         self._outbox: list[tuple[str, bytes, bool]] = []
         self.published = 0
+        # the last sequence number per source: pending, in flight, revealed (`revealed`)
+        self._pending_upto: dict[str, int] = {}
+        self._flight_upto: dict[str, int] = {}
+        self.revealed: dict[str, int] = {}
+        self._moved = self._spent = -1  # the slots whose input / answer were formed
         own = {kind: topology.secagg_topic(self.node_id, kind) for kind in kinds.SECAGG_LEAF_KINDS}
         self.keys_topic = own[kinds.SECAGG_KEYS]
         self.shares_topic = own[kinds.SECAGG_SHARES]
@@ -163,13 +181,18 @@ class SecAggLeaf:
         )
         self._outbox.append((topic, payload, retain))
 
-    def add_rows(self, rows: np.ndarray) -> None:
+    def add_rows(
+        self, rows: np.ndarray, source: str | None = None, first_seq: int | None = None
+    ) -> None:
         """Readings the leaf ingested (screened, in the data's units): into the next slot's
         increment. The first rows fix the width and the leaf advertises its keys. Rows the
         core refuses (another width, over ``max_rows_per_slot``) are a reject
-        (``secagg_rows``)."""
+        (``secagg_rows``). ``source`` and ``first_seq`` (the sequence number of the first
+        row) label them for `revealed`."""
         if len(rows) == 0:
             return
+        if source is not None and first_seq is not None:
+            self._pending_upto[source] = first_seq + len(rows) - 1
         if self.release is None:
             self._build(int(rows.shape[1]))
         assert self.release is not None
@@ -245,8 +268,16 @@ class SecAggLeaf:
                     self._queue(self.shares_topic, release.receive_roster(message))
                 elif isinstance(message, ShareDelivery):
                     self._queue(self.masked_topic, release.receive_shares(message, self._noise))
+                    if message.slot != self._moved:  # the pending rows went in flight
+                        self._moved = message.slot
+                        self._flight_upto = _later(self._flight_upto, self._pending_upto)
+                        self._pending_upto = {}
                 else:
                     self._queue(self.unmasked_topic, release.unmask(message))
+                    if message.slot != self._spent:  # revealed: released for the leaf
+                        self._spent = message.slot
+                        self.revealed = _later(self.revealed, self._flight_upto)
+                        self._flight_upto = {}
             else:
                 current = release.slot if release.slot is not None else release.next_slot - 1
                 if message.slot > current:  # a later slot than its own: that round is over
