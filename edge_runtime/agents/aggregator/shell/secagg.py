@@ -23,9 +23,13 @@ The site's estimate goes up like any child's: after each released slot, `step` r
 `SubspaceMessage` of `SecAggSite.subspace` from the pseudo-child `CHILD` (``"secagg"``, a
 reserved id, so no node has it), carrying the leaves' guarantee (``privacy`` with mechanism
 ``"gaussian-secagg"``); the agent gives it to its `AggregatorCore`, which merges it with its
-other children and publishes as it always does. Its ``n_samples`` is 0 and its provenance
-names each secagg leaf with 0 samples: the secure sum does not reveal how many readings each
-leaf contributed (`SecAggSite.subspace`).
+other children and publishes as it always does. The secure sum does not reveal how many
+readings each leaf contributed; its provenance takes them from the leaves' status documents
+(``extra.secagg.readings_released``, retained, which the site may read: as a private leaf's
+snapshot publishes its ``n_samples``, the counts are not covered by the guarantee under
+replace-one neighbours), and ``n_samples`` is their sum. A count that grows after a release
+sends the snapshot again with the new provenance. (A leaf's count includes readings revealed
+in a slot skipped after its unmask request: spent, and not in the sum.)
 
 Phase timeouts (`slot_timeouts`): `RoundTimeouts`' defaults (10, 10, 30 and 10 s) while the
 slot is at least twice their sum (120 s), else scaled down to half the slot, so a slot always
@@ -122,6 +126,10 @@ class SecAggAggregator:
         self.roster_topic = topology.secagg_topic(node_id, kinds.SECAGG_ROSTER)
         self.unmask_topic = topology.secagg_topic(node_id, kinds.SECAGG_UNMASK)
         self.outcome_topic = topology.secagg_topic(node_id, kinds.SECAGG_OUTCOME)
+        self._status_topics = {topology.status_detail_topic(c): c for c in self.leaves}
+        self.counts = dict.fromkeys(self.leaves, 0)  # readings each leaf revealed (its status)
+        self._recount = False
+        self._released_any = False
         self._delivery = {
             c: topology.secagg_topic(node_id, kinds.secagg_delivery_kind(c)) for c in self.leaves
         }
@@ -187,11 +195,13 @@ class SecAggAggregator:
     # -- messages -------------------------------------------------------------------------
 
     def subscriptions(self) -> list[str]:
-        """``<site>/+/secagg/+``: what its secagg leaves publish."""
-        return [self.filter]
+        """``<site>/+/secagg/+``: what its secagg leaves publish; and their status documents."""
+        return [self.filter, *self._status_topics]
 
     def owns(self, topic: str) -> bool:
         """Whether ``topic`` matches `subscriptions` (a child's secagg kind)."""
+        if topic in self._status_topics:
+            return True
         levels = topic.split("/")
         return len(levels) == self._depth + 3 and levels[self._depth + 1] == kinds.SECAGG
 
@@ -211,6 +221,9 @@ class SecAggAggregator:
             self.agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
             return
         if not payload:  # a cleared retained advertisement
+            return
+        if topic in self._status_topics:
+            self._count(self._status_topics[topic], topic, bytes(payload))
             return
         child = child_level(topic, self._depth)
         kind = topic.split("/", self._depth + 1)[-1]
@@ -253,6 +266,28 @@ class SecAggAggregator:
         if self._outbox:
             self.agent.wake()
 
+    def _count(self, leaf: str, topic: str, payload: bytes) -> None:
+        """A secagg leaf's status document: its count of revealed readings, if it grew."""
+        from edge_runtime.wire import decode_status
+
+        try:
+            detail = decode_status(payload, max_bytes=self.agent.settings.max_payload_bytes)
+        except WireError as exc:
+            self.agent.reject(exc.reason, topic, str(exc))
+            return
+        if detail.node_id != leaf:
+            self.agent.reject(
+                "secagg_leaf_mismatch", topic, f"a status of {detail.node_id!r} on {leaf!r}'s"
+            )
+            return
+        ledger = detail.extra.get("secagg")
+        count = ledger.get("readings_released") if isinstance(ledger, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count > self.counts[leaf]:
+            self.counts[leaf] = count  # only up: a restarted leaf's ledger starts at 0 again
+            if self._released_any:
+                self._recount = True
+                self.agent.wake()
+
     # -- the work loop --------------------------------------------------------------------
 
     async def step(self, client: Any, now: float) -> SubspaceMessage | None:
@@ -294,7 +329,9 @@ class SecAggAggregator:
             self._outbox.pop(0)
             self.published += 1
         self._arm(site.next_wakeup(time.monotonic()))
-        snapshot = self.snapshot() if released else None
+        self._released_any = self._released_any or released
+        snapshot = self.snapshot() if released or self._recount else None
+        self._recount = False
         if ended:  # the slot's outcome goes into the status document at once
             self._status_due = True
         return snapshot
@@ -325,7 +362,9 @@ class SecAggAggregator:
         """The site's estimate as the pseudo-child's snapshot (`CHILD`; module docstring)."""
         assert self.site is not None
         self._seq += 1
-        sub: Subspace = self.site.subspace(min(self.rank, self.site.n_features), 0)
+        counts = dict(self.counts)
+        n = sum(counts.values())
+        sub: Subspace = self.site.subspace(min(self.rank, self.site.n_features), n)
         return SubspaceMessage(
             node_id=CHILD,
             epoch=self._epoch,
@@ -333,7 +372,7 @@ class SecAggAggregator:
             subspace=sub,
             timestamp=time.time(),
             privacy=self.privacy,
-            provenance=dict.fromkeys(self.leaves, 0),
+            provenance=counts,
             deployment=self.deployment,
         )
 

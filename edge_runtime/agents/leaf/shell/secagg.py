@@ -123,6 +123,7 @@ class SecAggLeaf:
         self._flight_upto: dict[str, int] = {}
         self.revealed: dict[str, int] = {}
         self._moved = self._spent = -1  # the slots whose input / answer were formed
+        self._status_due = False
         own = {kind: topology.secagg_topic(self.node_id, kind) for kind in kinds.SECAGG_LEAF_KINDS}
         self.keys_topic = own[kinds.SECAGG_KEYS]
         self.shares_topic = own[kinds.SECAGG_SHARES]
@@ -276,6 +277,7 @@ class SecAggLeaf:
                     self._queue(self.unmasked_topic, release.unmask(message))
                     if message.slot != self._spent:  # revealed: released for the leaf
                         self._spent = message.slot
+                        self._status_due = True
                         self.revealed = _later(self.revealed, self._flight_upto)
                         self._flight_upto = {}
             else:
@@ -309,6 +311,12 @@ class SecAggLeaf:
         """After every (re)connection: the current advertisement again (retained); the
         retained roster and outcome arrive by themselves."""
         await self.flush(client)
+
+    def take_status_due(self) -> bool:
+        """Whether the leaf revealed a slot since the last call: its status document goes out
+        then (the site reads ``readings_released`` from it for its provenance)."""
+        due, self._status_due = self._status_due, False
+        return due
 
     def status(self) -> dict[str, object]:
         """The ledger (`SecAggRelease.ledger`) for the status document's ``extra``."""
