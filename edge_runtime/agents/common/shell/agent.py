@@ -472,6 +472,8 @@ class Agent(abc.ABC):
             self._wake.set()
             return
         timeout, began = sleep
+        if timeout.expired():  # it ends now: the loop runs and asks the core anyway
+            return
         now = time.monotonic()
         when = min(self.core.next_wakeup(now), began + MAX_SLEEP_S)
         if when <= now + MIN_SLEEP_S:
