@@ -128,7 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_PREFIX!r})",
     )
     agent.add_argument("--broker", type=broker_url, default="mqtt://127.0.0.1:1883")
-    agent.add_argument("--n-features", type=positive_int, help="reading width (default: learnt)")
+    agent.add_argument(
+        "--n-features",
+        type=positive_int,
+        help="reading width (default: learnt; the aggregator of a secure-aggregation site "
+        "needs it, unless its leaves declare a per-feature valid_range)",
+    )
     agent.add_argument(
         "--state-dir",
         type=Path,
