@@ -33,7 +33,7 @@ class _Client:
 def _any_payload(monkeypatch: pytest.MonkeyPatch) -> None:
     """The payload's deployment stamp needs a real snapshot; not what is tested here."""
     monkeypatch.setattr(
-        "edge_runtime.agents.common.shell.agent.with_deployment", lambda payload, _: payload
+        "edge_runtime.agents.common.shell.echo.with_deployment", lambda payload, _: payload
     )
 
 

@@ -30,6 +30,7 @@ from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.common.shell.config_watch import ConfigWatch
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
+from edge_runtime.agents.common.shell.echo import SnapshotEcho
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import Inbox, ack, enable_manual_ack
@@ -38,10 +39,7 @@ from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     StatusDetail,
-    WireError,
-    decode_subspace,
     encode_status,
-    with_deployment,
 )
 
 __all__ = ["Agent", "AgentState", "AgentStats", "remove_discovery"]
@@ -53,7 +51,7 @@ ONLINE = b"online"
 OFFLINE = b"offline"
 
 
-class Agent(abc.ABC):
+class Agent(SnapshotEcho, abc.ABC):
     """Base class of `LeafAgent` and `AggregatorAgent`.
 
     Parameters
@@ -354,57 +352,6 @@ class Agent(abc.ABC):
         )
         self.stats.messages_published += 1
         self.stats.bytes_published += len(payload)
-
-    async def publish_snapshot(
-        self, client: aiomqtt.Client, payload: bytes, epoch: str, seq: int
-    ) -> None:
-        """Publish this node's snapshot (retained) and expect to see it come back.
-
-        A PUBACK does not prove delivery: with MQTT 3.1.1 an ACL-denied publish is dropped
-        silently and ``message_size_limit`` drops oversized ones. The agent subscribes to its
-        own subspace topic; the core's `EchoTracker` reports a snapshot that does not come
-        back within a bound that follows the load (at least ``echo_timeout_s``, counted
-        from the PUBACK and from the last reconnection) as ``undelivered``, logged as
-        ``publish_not_delivered`` — reported, never retried in a loop (the next snapshot
-        is published when it is due). A publish that raises (connection lost, PUBACK
-        timed out) is never reported: the next snapshot supersedes it.
-        The payload is stamped with the topology's name (`with_deployment`), so aggregators
-        of another deployment on the same broker and prefix refuse it.
-        """
-        payload = with_deployment(payload, self.topology.name)
-        echo = self.core.echo
-        if echo is not None:  # before publishing: the echo may beat the PUBACK
-            echo.sent(epoch, seq, time.monotonic())
-        try:
-            await self.publish(client, self._own_topic, payload)
-        except BaseException:  # lost connection, timeout, cancel: superseded, never reported
-            if echo is not None:
-                echo.failed(epoch, seq)
-            raise
-        if echo is not None:  # the bound counts from the PUBACK, not from the queueing
-            echo.acked(epoch, seq, time.monotonic())
-
-    def _on_echo(self, payload: object) -> None:
-        echo = self.core.echo
-        if echo is None or not isinstance(payload, bytes | bytearray) or not payload:
-            return
-        try:
-            msg = decode_subspace(bytes(payload), max_bytes=self.settings.max_payload_bytes)
-        except WireError:
-            return
-        late = echo.late
-        for seq in echo.echoed(msg.epoch, msg.seq, time.monotonic()):
-            self._report_undelivered(seq)
-        if echo.late > late:
-            self.log.warning("publish_delivered_late", seq=msg.seq, bound_s=echo.bound_s)
-
-    def _report_undelivered(self, seq: int) -> None:
-        self.log.error(
-            "publish_not_delivered",
-            topic=self._own_topic,
-            seq=seq,
-            hint="denied by the broker's ACL or above its message size limit?",
-        )
 
     async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
         """Publish the JSON status document on ``<prefix>/<path>/status/detail`` (retained).
