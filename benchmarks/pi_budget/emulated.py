@@ -125,7 +125,7 @@ def emulated_python(arch: str, root: Path) -> Python:
     """The sysroot's venv Python (the qemu wrapper; ``sys.executable`` stays the venv's, so
     children start emulated too) with the checkout on ``PYTHONPATH``, as test-arm.sh runs it;
     bytecode written as on a device (`device_env`)."""
-    env = device_env() | {"PYTHONPATH": str(ROOT)}
+    env = device_env(deployed=False) | {"PYTHONPATH": str(ROOT)}  # plain python, as measured
     env.pop("VIRTUAL_ENV", None)
     return Python(str(root / "venv" / "bin" / "python"), ROOT, env, "", f"{arch} under qemu")
 

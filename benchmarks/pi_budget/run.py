@@ -110,10 +110,18 @@ class Python:
         return [self.executable, "-c", self.prefix + main]
 
 
-def device_env() -> dict[str, str]:
+DEPLOYED_ENV = {"PYTHONOPTIMIZE": "2"}
+"""What devices/edge-runtime-agent@.service sets for Python (-OO; tests/test_pi_budget.py
+checks the two agree): every measurement runs the agent so, as the unit does."""
+
+
+def device_env(deployed: bool = True) -> dict[str, str]:
     """This environment, but bytecode written as on a device (``PYTHONDONTWRITEBYTECODE``
-    unset: a device caches ``.pyc`` files after its first start)."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    unset: a device caches ``.pyc`` files after its first start), with the unit's Python
+    settings (`DEPLOYED_ENV`) unless ``deployed`` is False (plain ``python``)."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONDONTWRITEBYTECODE" and k not in DEPLOYED_ENV}  # fmt: skip
+    return env | DEPLOYED_ENV if deployed else env
 
 
 def _runtime_requirements() -> list[str]:
@@ -150,7 +158,12 @@ def device_python(lean: bool = True) -> Iterator[Python]:
             subprocess.run(
                 [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                  "-c", str(constraints), str(ROOT)],
-                check=True, capture_output=True, text=True, timeout=600, env=env,
+                check=True, capture_output=True, text=True, timeout=600,
+                env=device_env(deployed=False),
+            )  # fmt: skip
+            subprocess.run(  # as devices/INSTALL.md step 3: the .opt-2.pyc files of -OO
+                [str(python), "-OO", "-m", "compileall", "-q", str(venv / "lib")],
+                check=True, capture_output=True, text=True, timeout=600,
             )  # fmt: skip
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             detail = getattr(exc, "stderr", "") or ""
@@ -358,6 +371,19 @@ def start_leaf(broker: LocalMosquitto, python: Python, state_dir: Path | None = 
     return leaf
 
 
+def rss_start_plain(broker: LocalMosquitto, python: Python) -> float:
+    """RSS after start of the same leaf run by plain ``python`` (without `DEPLOYED_ENV`),
+    for comparison; its own state directory."""
+    plain = Python(python.executable, python.cwd, device_env(deployed=False), python.prefix,
+                   python.kind)  # fmt: skip
+    with tempfile.TemporaryDirectory() as state:
+        leaf = start_leaf(broker, plain, Path(state))
+        try:
+            return rss_mb(leaf.pid)
+        finally:
+            leaf.stop()
+
+
 def threads(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Threads:"):
@@ -377,6 +403,7 @@ def measure(quick: bool = False, lean: bool = True, start_only: bool = False) ->
             try:
                 res["rss_start_mb"] = rss_mb(leaf.pid)
                 res["threads_start"] = threads(leaf.pid)
+                res["rss_start_plain_mb"] = rss_start_plain(broker, python)
                 if not start_only:
                     res |= measure_running(leaf, broker.port, quick)
             finally:
@@ -431,13 +458,28 @@ def report(res: dict, emulated: dict | None = None) -> str:
 
     emulated = emulated or {}
     columns = {arch: emulated_columns(emulated[arch]) for arch in ARCHES if arch in emulated}
-    keys = ["import", "rss_start", "rss_long", "cpu_1", "cpu_10", "cpu_100", "cpu_100_batched"]
+    keys = [
+        "import",
+        "rss_start",
+        "rss_start_plain",
+        "rss_long",
+        "cpu_1",
+        "cpu_10",
+        "cpu_100",
+        "cpu_100_batched",
+    ]
     cpu = {c["rate"]: c for c in res["cpu"]}
     growth = res["rss_long_mb"] - res["rss_start_mb"]
     imp, start = res["import_s"], res["rss_start_mb"]
     rows = [
         ("import (s)", f"{imp:.3f}", "<= 0.15", _ok(imp, BUDGETS["import"])),
         ("RSS after start (MB)", f"{start:.1f}", "<= 40", _ok(start, BUDGETS["rss_start"])),
+        (
+            "RSS after start, plain `python` (no -OO) (MB)",
+            f"{res['rss_start_plain_mb']:.1f}" if "rss_start_plain_mb" in res else "-",
+            "-",
+            "-",
+        ),
         (
             f"RSS after {res['long']['n']:,} readings (MB)",
             f"{res['rss_long_mb']:.1f} ({growth:+.1f})",
@@ -485,7 +527,11 @@ def report(res: dict, emulated: dict | None = None) -> str:
     lines += [
         "",
         f"- Python as on a device: {res['python_kind']}; bytecode written "
-        "(`PYTHONDONTWRITEBYTECODE` unset, one warm-up run before the timed ones).",
+        "(`PYTHONDONTWRITEBYTECODE` unset, one warm-up run before the timed ones); "
+        "`PYTHONOPTIMIZE=2` (-OO: no docstrings, no asserts) as "
+        "devices/edge-runtime-agent@.service runs the agent, with the `.opt-2.pyc` files "
+        "precompiled as devices/INSTALL.md step 3 does, in every row but the one that says "
+        "plain `python`; the emulated columns were measured with plain `python`.",
         f"- import: median of `python -c 'import {res['leaf_import']}'` (what "
         "`edge-runtime agent` imports for a leaf before it connects) minus `python -c pass`, "
         f"wall time (CPU time, user + system: {res['import_cpu_s']:.3f} s); "
@@ -543,7 +589,8 @@ def start_summary(res: dict) -> str:
             ("import_agents", "edge_runtime.agents"),
         ]),
         f"RSS after start: {res['rss_start_mb']:.1f} MB (budget 40), "
-        f"{res['threads_start']} threads",
+        f"{res['threads_start']} threads; plain python (no -OO): "
+        f"{res['rss_start_plain_mb']:.1f} MB",
         f"RSS of python -c pass: {res['rss_python_mb']:.1f} MB, after numpy: "
         f"{res['rss_numpy_mb']:.1f} MB, after {DEPS_IMPORT}: {res['rss_deps_mb']:.1f} MB, "
         f"after the leaf's imports: {res['rss_import_mb']:.1f} MB",
