@@ -69,6 +69,15 @@ NOT_FOR_A_LEAF = [
     "edge_runtime.sources.serialport",
     "edge_runtime.sources.cursor",
     "difflib",
+    # ... nor scoring, Home Assistant discovery or local sources it is not configured for
+    "edge_runtime.agents.leaf.core.scoring",
+    "edge_runtime.agents.leaf.core.fault_scoring",
+    "edge_runtime.fpca.scoring",
+    "edge_runtime.fpca.faults",
+    "edge_runtime.homeassistant",
+    "edge_runtime.sources.base",
+    "edge_runtime.sources.spec",
+    "edge_runtime.sources.factory",
 ]
 """Packages and modules (with their submodules) a leaf of an FPCA topology does not load."""
 

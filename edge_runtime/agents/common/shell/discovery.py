@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import aiomqtt
 
-from edge_runtime.homeassistant import discovery_messages, discovery_removals
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 
@@ -41,6 +40,9 @@ class AgentDiscovery:
     """
 
     def __init__(self, topology: Topology, node_id: str, discovery_prefix: str | None) -> None:
+        if discovery_prefix is not None:  # Home Assistant's module only with discovery
+            from edge_runtime.homeassistant import discovery_messages
+
         self.messages: list[tuple[str, bytes]] = (
             []
             if discovery_prefix is None
@@ -78,6 +80,8 @@ async def remove_discovery(
     aiomqtt.MqttError
         If the broker cannot be reached or a publish times out.
     """
+    from edge_runtime.homeassistant import discovery_removals
+
     removals = discovery_removals(topology, discovery_prefix=discovery_prefix, node_ids=[node_id])
     async with aiomqtt.Client(**settings.client_kwargs()) as client:
         for topic, payload in removals:

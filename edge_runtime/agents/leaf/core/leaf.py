@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,7 +31,6 @@ from edge_runtime.agents.leaf.core.durability import (
     LeafDurability,
 )
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
-from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
     MAX_RANGE_EVENTS,
@@ -38,11 +38,14 @@ from edge_runtime.agents.leaf.core.intake import (
     RangeEvent,
 )
 from edge_runtime.agents.leaf.core.resume import LeafRestore
-from edge_runtime.agents.leaf.core.scoring import ScoringCore
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
+
+if TYPE_CHECKING:  # imported by `LeafCore.__init__` for a scoring leaf (issue 24)
+    from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
+    from edge_runtime.agents.leaf.core.scoring import ScoringCore
 
 __all__ = [
     "GAP_WEIGHT",
@@ -178,7 +181,10 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.scoring: ScoringCore | FaultScoringCore | None = None
+        # the scoring cores (and fpca.faults / fpca.scoring) load only for a scoring leaf
         if config.score != "off" and config.score_detector == "faults":
+            from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
+
             self.scoring = FaultScoringCore(
                 config.id,
                 mode=config.score,
@@ -187,6 +193,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
                 warmup=config.score_warmup,
             )
         elif config.score != "off" and root_id is not None:
+            from edge_runtime.agents.leaf.core.scoring import ScoringCore
+
             self.scoring = ScoringCore(
                 config.id,
                 root_id,

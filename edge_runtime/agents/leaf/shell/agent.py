@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import numpy as np
@@ -41,7 +41,7 @@ from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.settings import AgentSettings
-from edge_runtime.sources import Source, SourceError
+from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
     PrivacyParams,
@@ -52,6 +52,9 @@ from edge_runtime.wire import (
     encode_confirm,
     encode_subspace,
 )
+
+if TYPE_CHECKING:
+    from edge_runtime.sources import Source
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 

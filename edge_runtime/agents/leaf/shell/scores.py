@@ -20,8 +20,6 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
-from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
-from edge_runtime.agents.leaf.core.scoring import encode_document
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_subspace
 
@@ -82,6 +80,9 @@ class LeafScores:
         def run() -> list[dict[str, Any]]:
             return scoring.score(block, source=source, seq=seq, timestamp=timestamp)
 
+        from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
+        from edge_runtime.agents.leaf.core.scoring import encode_document
+
         try:
             if isinstance(scoring, FaultScoringCore) and scoring.completes_warmup(len(block)):
                 docs = await asyncio.to_thread(run)
@@ -105,6 +106,8 @@ class LeafScores:
             return
         doc = scoring.interval_document(now, time.time())
         if doc is not None:
+            from edge_runtime.agents.leaf.core.scoring import encode_document
+
             self._queue_scores([encode_document(doc)])
         topic = self.topology.scores_topic(self.node_id)
         while self._scores:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_runtime.aio import cancel_and_wait
-from edge_runtime.sources import Source, SourceError, open_source
+from edge_runtime.sources import SourceError
+
+if TYPE_CHECKING:
+    from edge_runtime.sources import Source
 
 __all__ = ["LeafSource"]
 
@@ -98,6 +101,8 @@ class LeafSource:
                     raise SourceError(
                         f"cannot create state_dir {str(self._state_dir)!r}: {exc.strerror}"
                     ) from None
+            from edge_runtime.sources import open_source  # a local source only (issue 24)
+
             self._source = open_source(
                 spec,
                 node_id=self.node_id,
