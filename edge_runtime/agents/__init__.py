@@ -71,7 +71,7 @@ def create_agent(
         return LeafAgent(topology, node_id, settings, n_features=n_features, **leaf_options)
     from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 
-    return AggregatorAgent(topology, node_id, settings)
+    return AggregatorAgent(topology, node_id, settings, n_features=n_features)
 
 
 _MODULE_OF = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import TYPE_CHECKING
 
 import aiomqtt
 
@@ -33,6 +34,7 @@ from edge_runtime.agents.common.shell.core_shell import (
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, TopologyError
 from edge_runtime.topology.checks import check_node_id
+from edge_runtime.topology.topics import SECAGG as SECAGG_CHILD
 from edge_runtime.topology.topics import child_level, topic_depth
 from edge_runtime.wire import (
     PrivacyStatus,
@@ -41,6 +43,9 @@ from edge_runtime.wire import (
     decode_subspace,
     encode_subspace,
 )
+
+if TYPE_CHECKING:
+    from edge_runtime.agents.aggregator.shell.secagg import SecAggAggregator
 
 __all__ = ["AggregatorAgent", "ChildRecord", "is_newer", "weakest_privacy"]
 
@@ -91,6 +96,12 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     children published. Provenance and privacy describe exactly the snapshots in the
     merge (taken at the instant the merge's inputs are taken).
 
+    Secure aggregation (issue 26): an aggregator whose children include leaves of mechanism
+    ``"gaussian-secagg"`` runs their release slots
+    (`edge_runtime.agents.aggregator.shell.secagg.SecAggAggregator`, ``secagg``) and merges
+    the site's estimate as the pseudo-child ``secagg`` in place of those leaves; its status
+    document's ``extra.secagg`` reports the slots.
+
     Parameters
     ----------
     topology : Topology
@@ -99,6 +110,9 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         A node with children.
     settings : AgentSettings, optional
         Connection and timing settings; default ``AgentSettings()``.
+    n_features : int or None, default None
+        The width of a reading: a secure-aggregation site needs it (or its leaves'
+        per-feature ``valid_range``) before its first slot; ignored otherwise.
 
     Raises
     ------
@@ -109,7 +123,12 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     role = "aggregator"
 
     def __init__(
-        self, topology: Topology, node_id: str, settings: AgentSettings | None = None
+        self,
+        topology: Topology,
+        node_id: str,
+        settings: AgentSettings | None = None,
+        *,
+        n_features: int | None = None,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
         if topology.is_leaf(node_id):
@@ -118,15 +137,23 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         if self.is_root:
             self.role = "root"
             self.log = self.log.bind(role="root")
+        site = topology.secagg_leaves(node_id)  # their sum comes as one pseudo-child
+        children = [c for c in topology.children(node_id) if c not in site]
+        children += [SECAGG_CHILD] if site else []
+        self.secagg: SecAggAggregator | None = None
+        if site:  # only a secure-aggregation site loads its part
+            from edge_runtime.agents.aggregator.shell.secagg import SecAggAggregator
+
+            self.secagg = SecAggAggregator(self, n_features)
         self._core = AggregatorCore(
             self.config,
-            topology.children(node_id),
+            children,
             policy=publish_policy_for(self.config, leaf=False),
             status_policy=status_policy_of(self.settings),
             now=time.monotonic(),
             echo_timeout_s=self.settings.echo_timeout_s,
             deployment=topology.name,
-            bounds={c: child_bounds(topology, c) for c in topology.children(node_id)},
+            bounds={c: child_bounds(topology, c) for c in children if c != SECAGG_CHILD},
             rng=random.Random(),  # ids from the OS's entropy
             admit=admit_bounds(topology, node_id),
         )
@@ -145,7 +172,8 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
 
     def subscriptions(self) -> list[str]:
         """The children's ``subspace`` topics (one filter, ``<prefix>/<path>/+/subspace``)."""
-        return [self.topology.children_filter(self.node_id)]
+        secagg = [] if self.secagg is None else self.secagg.subscriptions()
+        return [self.topology.children_filter(self.node_id), *secagg]
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, message: aiomqtt.Message) -> None:
@@ -154,6 +182,9 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         payload (the child's retained snapshot deleted) forgets the child."""
         topic = str(message.topic)
         payload = message.payload
+        if self.secagg is not None and self.secagg.owns(topic):
+            self.secagg.handle(topic, payload)
+            return
         child = child_level(topic, self._prefix_depth)
         if not payload:
             await self._forget(child)
@@ -242,6 +273,14 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         (``child_stale``), then the merge when the core decides (``subspace``, retained;
         the root also ``model``, retained), in a worker thread when large."""
         core = self._core
+        site = None if self.secagg is None else await self.secagg.step(client, now)
+        if site is not None:  # a released slot: the site's estimate, merged as a child's
+            async with self._lock:
+                refused = core.receive(SECAGG_CHILD, site, now)
+            if refused is not None:
+                self.log.error("secagg_snapshot_refused", reason=refused, seq=site.seq)
+        if self.secagg is not None and self.secagg.take_status_due():
+            await self.publish_status(client, force=True)  # the slot's outcome, at once
         async with self._lock:
             stale = core.check_staleness(now)
         for child in stale:
@@ -276,13 +315,26 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         if self._core.snapshot is not None:
             await self._publish_snapshot(client, self._core.snapshot)
 
+    async def prepare(self) -> None:
+        """A secure-aggregation site resumes after its retained outcome (`SecAggAggregator`)."""
+        if self.secagg is not None:
+            await self.secagg.prepare()
+
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         """Before disconnecting: the merge of every snapshot received, if unpublished
         (reason ``shutdown``)."""
         core = self._core
+        if self.secagg is not None:
+            self.secagg.close()
         merged, _ = await self._numerics(core.merge)
         if merged is not None and core.unpublished:
             await self._publish(client, "shutdown")
+
+    def _status_extra(self) -> dict[str, object]:
+        extra = self._core.status_extra(time.monotonic())
+        if self.secagg is not None:
+            extra["secagg"] = self.secagg.status()
+        return extra
 
     def coverage(self) -> dict[str, int]:
         """Samples covered per leaf in the latest published snapshot."""
@@ -299,7 +351,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             n_samples=0 if snap is None else snap.n_samples,
             seq=self._core.seq,
             epoch=self._core.epoch,
-            extra=self._core.status_extra(time.monotonic()),
+            extra=self._status_extra(),
             privacy=None
             if privacy is None
             else PrivacyStatus(

@@ -11,6 +11,7 @@ core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent sha
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
+from edge_runtime.topology.keys import SECAGG_MECHANISM
 from edge_runtime.wire import (
     PrivacyParams,
     PrivacyStatus,
@@ -54,6 +56,7 @@ from edge_runtime.wire import (
 )
 
 if TYPE_CHECKING:
+    from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
     from edge_runtime.sources import Source
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
@@ -128,6 +131,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     (`PrivacyStatus`: mechanism, budget, neighbours, noise scale, releases, clipped
     readings).
 
+    Secure aggregation (``mechanism = "gaussian-secagg"``, issue 26): the leaf publishes no
+    snapshot; `edge_runtime.agents.leaf.shell.secagg.SecAggLeaf` (``secagg``) takes every
+    reading it ingests into its site's release slots, and its status document's ``extra``
+    carries the ledger (``secagg``). Its local estimator runs without privacy and never
+    leaves the device.
+
     Parameters
     ----------
     topology : Topology
@@ -188,6 +197,11 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._source_task: asyncio.Task[None] | None = None
         self._source_state = "none" if self._source_spec is None else "unopened"
         self.source_error: SourceError | None = None
+        self.secagg: SecAggLeaf | None = None
+        if self.config.mechanism == SECAGG_MECHANISM:  # only a secagg leaf loads its part
+            from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
+
+            self.secagg = SecAggLeaf(self, n_features)
         self._core = self.new_core(
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
@@ -216,7 +230,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     def new_core(self, **kwargs: Any) -> LeafCore:
         """The leaf's core for ``self.config`` with `LeafCore`'s keyword arguments (a FedPower
         leaf adds its budget)."""
-        return self.core_class(self.config, **kwargs)
+        config = self.config
+        if getattr(self, "secagg", None) is not None:  # a secagg leaf's estimate stays local
+            from edge_runtime.agents.leaf.shell.secagg import local_config
+
+            config = local_config(config)
+        return self.core_class(config, **kwargs)
 
     @property
     def core(self) -> LeafCore:
@@ -272,6 +291,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         ``settings.qos``."""
         scoring = self._core.scoring
         model = [self.topology.model_topic()] if scoring is not None and scoring.needs_model else []
+        model += [] if self.secagg is None else self.secagg.subscriptions()
         if self._source_spec is not None:
             return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
@@ -286,6 +306,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         payload = message.payload
         if not isinstance(payload, bytes | bytearray):
             self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
+            return
+        if self.secagg is not None and self.secagg.owns(topic):
+            self.secagg.handle(topic, payload)
             return
         if topic == self._model_topic:
             # (without scoring: a persistent session's subscription from an earlier run)
@@ -341,6 +364,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             self._log_range(reason, range_source, detail)
         async with self._scoring_lock:  # scored in the order applied (`_score` may await)
             for block, src, seq, error in results:
+                if error is None and self.secagg is not None:
+                    self.secagg.add_rows(block, src, seq)  # on the event loop, as its messages
                 if error is None:
                     await self._score(block, src, seq)
                     continue
@@ -369,7 +394,14 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             self.log.debug("pending_flushed", rows=rows)
         if core.checkpoint_due(now):  # first: a publish waits for its PUBACK, and readings
             await self.checkpoint()  # acknowledged meanwhile would not be in the checkpoint
-        reason = await self._numerics(lambda: core.snapshot_due(now))
+        if self.secagg is not None:  # publishes no snapshot: its slots release its readings
+            core.unpublished_since = math.inf
+            await self.secagg.flush(client)
+            if not core.checkpointing:  # its readings are durable once revealed in a slot
+                core.durable = {**core.durable, **self.secagg.revealed}
+            if self.secagg.take_status_due():  # its site reads readings_released from it
+                await self.publish_status(client, force=True)
+        reason = None if self.secagg else await self._numerics(lambda: core.snapshot_due(now))
         if reason is not None:
             await self._publish_snapshot(client, reason)
         if core.checkpoint_due(now):  # e.g. the first checkpoint goes with the first snapshot
@@ -407,6 +439,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         """After every (re)connection: the latest snapshot again (``subspace``, retained)
         and the confirmation, so publishers re-send what this leaf has not ingested."""
         snap = self._core.snapshot
+        if self.secagg is not None:
+            await self.secagg.on_connected(client)
         if snap is not None:
             payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
             await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
@@ -425,7 +459,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         await self._publish_scores(client, time.monotonic())  # the queued scores documents
         if core.checkpoint_due(time.monotonic(), force=True):
             await self.checkpoint()  # local and durable first
-        if core.snapshot_n() != core.published_n:
+        if core.snapshot_n() != core.published_n and self.secagg is None:
             await self._publish_snapshot(client, "shutdown")
         await self._publish_confirm(client, time.monotonic(), force=True)
 
@@ -497,6 +531,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         extra = self._core.status_extra(time.monotonic())
         if self._core.scoring is not None:
             extra["scores_dropped"] = self._scores_dropped
+        if self.secagg is not None:
+            extra["secagg"] = self.secagg.status()
         if self._source_spec is not None:
             extra["source_state"] = self._source_state
             extra["source"] = None if self._source is None else self._source.status()
