@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from pathlib import Path
 
 import aiomqtt
 import numpy as np
@@ -155,3 +156,13 @@ async def test_a_secagg_site_releases_slots_to_the_root_and_survives_a_leaf_stop
         leaf_status = leaves["pi-0"].status_detail().extra["secagg"]
         assert leaf_status["mechanism"] == "gaussian-secagg"
         assert leaf_status["slots_contributed"] >= 1
+
+
+def test_a_secagg_leaf_with_a_state_directory_writes_no_checkpoint(tmp_path: Path) -> None:
+    # Its pending slot increment is in no checkpoint: a checkpoint of its local estimator
+    # would confirm readings that a crash loses for the site's sum. Confirmations follow the
+    # readings revealed in a slot only.
+    leaf = LeafAgent(secagg_topology(), "pi-0", n_features=D, state_dir=tmp_path)
+    assert leaf.checkpoint_path is None
+    assert not leaf.core.checkpointing
+    assert leaf.secagg is not None and leaf.secagg.revealed == {}

@@ -190,7 +190,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         s = self.settings
-        self.checkpoint_path = None if state_dir is None else Path(state_dir) / f"{node_id}.ckpt"
+        secagg = self.config.mechanism == SECAGG_MECHANISM
+        # A secagg leaf's readings are durable once revealed in a slot, never by a checkpoint
+        # (its pending increment is not in one: `edge_runtime.agents.leaf.shell.secagg`).
+        self.checkpoint_path = (
+            None if state_dir is None or secagg else Path(state_dir) / f"{node_id}.ckpt"
+        )
         self._state_dir = None if state_dir is None else Path(state_dir)
         self._source_spec = self.config.source
         self._source: Source | None = None
@@ -198,7 +203,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         self._source_state = "none" if self._source_spec is None else "unopened"
         self.source_error: SourceError | None = None
         self.secagg: SecAggLeaf | None = None
-        if self.config.mechanism == SECAGG_MECHANISM:  # only a secagg leaf loads its part
+        if secagg:  # only a secagg leaf loads its part
             from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
 
             self.secagg = SecAggLeaf(self, n_features)
@@ -397,8 +402,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if self.secagg is not None:  # publishes no snapshot: its slots release its readings
             core.unpublished_since = math.inf
             await self.secagg.flush(client)
-            if not core.checkpointing:  # its readings are durable once revealed in a slot
-                core.durable = {**core.durable, **self.secagg.revealed}
+            core.durable = {**core.durable, **self.secagg.revealed}  # once revealed in a slot
             if self.secagg.take_status_due():  # its site reads readings_released from it
                 await self.publish_status(client, force=True)
         reason = None if self.secagg else await self._numerics(lambda: core.snapshot_due(now))

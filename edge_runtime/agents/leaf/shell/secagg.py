@@ -26,10 +26,11 @@ that does not decode, names another leaf than the topic's, or that the core refu
 reject (`edge_runtime.agents.common.shell.agent.Agent.reject`), never an exception.
 
 Durability: a reading is durable for its publishers (the leaf's confirmations) once the leaf
-revealed it in a slot (`revealed`; the shell sets the core's ``durable`` from it when the leaf
-writes no checkpoint). Not kept across restarts: the pending increment (readings not yet
-revealed) is in memory only, so with a state directory the checkpoint (the local estimator's
-state) may confirm readings that a crash then loses for the site's sum.
+revealed it in a slot (`revealed`; the shell sets the core's ``durable`` from it), and only
+then. The pending increment (readings not yet revealed) is in memory only, so a secagg leaf
+writes no checkpoint even with a state directory (a checkpoint of its local estimator would
+confirm readings that a crash then loses for the site's sum): after a restart its publishers
+re-send every reading it had not revealed.
 """
 
 from __future__ import annotations
