@@ -108,7 +108,7 @@ def test_policy_changes_apply_at_once_and_move_the_next_decision_on_a_virtual_cl
     assert change.applied and change.refused is None
     assert change.changed == ("publish_min_interval_s", "valid_range")
     assert core.policy.min_interval_s == 0.5 and core.config_version == "v2"
-    assert core.config is new and core.config_changed_at == 2.0
+    assert core.config == new and core.config_changed_at == 2.0
     assert core.next_wakeup(2.0) < 5.0  # the next decision moved with the new policy
     kept = core.screen([(np.array([[0.5, 0.5], [2.0, 0.5]]), "s", 1)], "s", now=2.0)
     assert sum(len(block) for block, _, _ in kept) == 1  # the new range applies

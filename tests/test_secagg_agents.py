@@ -166,3 +166,16 @@ def test_a_secagg_leaf_with_a_state_directory_writes_no_checkpoint(tmp_path: Pat
     assert leaf.checkpoint_path is None
     assert not leaf.core.checkpointing
     assert leaf.secagg is not None and leaf.secagg.revealed == {}
+
+
+def test_a_deployed_configuration_keeps_a_secagg_leafs_local_estimator_without_privacy() -> None:
+    import dataclasses
+
+    leaf = LeafAgent(secagg_topology(), "pi-0", n_features=D)
+    new = dataclasses.replace(leaf.config, valid_range=(-100.0, 100.0))
+    change = leaf.core.apply_config(leaf.config, new, "v2", 0.0)
+    assert change.applied and change.refused is None
+    assert leaf.core.config.valid_range == (-100.0, 100.0)  # the live key applies
+    assert leaf.core.config.epsilon is None and leaf.core.config.mechanism is None
+    leaf.core.apply(np.ones((3, D)), 0.0)  # its first readings: a local estimator, no privacy
+    assert leaf.core.estimator is not None and leaf.core.estimator.privacy is None

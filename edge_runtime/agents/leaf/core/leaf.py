@@ -16,6 +16,7 @@ status document.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter, deque
@@ -25,6 +26,7 @@ import numpy as np
 
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
+from edge_runtime.agents.common.core.reconfigure import LIVE_KEYS
 from edge_runtime.agents.leaf.core.durability import (
     CHECKPOINT_INTERVAL_S,
     IDLE_CHECKPOINT_BURST,
@@ -212,8 +214,11 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     is_leaf = True
 
     def _adopt(self, new: NodeConfig) -> None:
-        """Keep an applied configuration; its sensor range applies to the next block."""
-        self.config = new
+        """Keep an applied configuration's live keys (the only ones it may change,
+        `classify_config`); its sensor range applies to the next block. The rest stays the
+        core's own: a secure-aggregation leaf's core runs without privacy (its estimate never
+        leaves the device), which ``new``'s privacy keys would undo."""
+        self.config = dataclasses.replace(self.config, **{k: getattr(new, k) for k in LIVE_KEYS})
         self._bounds.clear()
 
     @property
