@@ -179,3 +179,21 @@ def test_a_deployed_configuration_keeps_a_secagg_leafs_local_estimator_without_p
     assert leaf.core.config.epsilon is None and leaf.core.config.mechanism is None
     leaf.core.apply(np.ones((3, D)), 0.0)  # its first readings: a local estimator, no privacy
     assert leaf.core.estimator is not None and leaf.core.estimator.privacy is None
+
+
+def test_a_secagg_node_without_the_extra_stops_at_start_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from edge_runtime.secagg import SecAggError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "shamirs" else real(name, *a)
+    )
+    topology = secagg_topology()
+    with pytest.raises(SecAggError, match=r"needs the secagg extra, missing shamirs: pip install"):
+        LeafAgent(topology, "pi-0", n_features=D)
+    with pytest.raises(SecAggError, match="'site'"):
+        AggregatorAgent(topology, "site", n_features=D)

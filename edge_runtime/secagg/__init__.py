@@ -18,9 +18,12 @@ Names load on first use (`edge_runtime.lazy`), so importing one module loads onl
 
 from __future__ import annotations
 
+import importlib.util
+
 from edge_runtime.lazy import lazy_names
 
 __all__ = [
+    "EXTRA_MODULES",
     "AggregatorPhase",
     "AggregatorRound",
     "KeyAdvertisement",
@@ -36,7 +39,32 @@ __all__ = [
     "UnmaskRefusedError",
     "UnmaskRequest",
     "UnmaskResponse",
+    "require_extra",
 ]
+
+EXTRA_MODULES = ("cryptography", "shamirs")
+"""What the ``secagg`` extra installs and a node of a secure-aggregation site imports."""
+
+
+def require_extra(node_id: str) -> None:
+    """Check, without importing them, that the ``secagg`` extra's modules are installed.
+
+    Raises
+    ------
+    SecAggError
+        (a ValueError: the CLI's exit status 2) naming the missing modules and the install
+        command, at the start of a secure-aggregation node instead of at its first slot.
+    """
+    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        from edge_runtime.secagg.errors import SecAggError
+
+        raise SecAggError(
+            f"node {node_id!r}: mechanism 'gaussian-secagg' needs the secagg extra, missing "
+            f"{', '.join(missing)}: pip install './edge_runtime-<version>-py3-none-any.whl"
+            "[secagg]' (or '.[secagg]' in a clone)"
+        )
+
 
 _MODULE_OF = {
     **dict.fromkeys(

@@ -46,6 +46,7 @@ from typing import Any
 
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.privacy import NEIGHBOURS
+from edge_runtime.secagg import require_extra
 from edge_runtime.topology import Topology
 from edge_runtime.topology import topics as kinds
 from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
@@ -96,6 +97,7 @@ class SecAggAggregator:
     """
 
     def __init__(self, agent: Any, n_features: int | None = None, timeouts: Any = None) -> None:
+        require_extra(agent.node_id)  # at start, not at the first slot
         self.agent = agent
         topology: Topology = agent.topology
         node_id: str = agent.node_id

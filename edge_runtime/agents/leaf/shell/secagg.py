@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.secagg import require_extra
 from edge_runtime.topology import Topology
 from edge_runtime.topology import topics as kinds
 from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
@@ -102,6 +103,7 @@ class SecAggLeaf:
     """
 
     def __init__(self, agent: Any, n_features: int | None = None) -> None:
+        require_extra(agent.node_id)  # at start, not at the first slot
         self.agent = agent
         topology: Topology = agent.topology
         self.node_id: str = agent.node_id
