@@ -474,10 +474,8 @@ async def test_straggler_10x_slower_does_not_hold_the_root_back(mosquitto, scena
             slow_code, slow_summary = await replay_result(cluster, slow, 40)
             t_slow_done = time.time()
             model = await final_model(mon, sc.expected)
-            during = [
-                m.provenance.get(straggler, 0)
-                for t, m in mon.models()
-                if first_fast is not None and first_fast[0] <= t <= t_slow_done
+            during = [  # the root's models while the straggler's replay ran
+                m.provenance.get(straggler, 0) for t, m in mon.models() if t0 <= t <= t_slow_done
             ]
             report(
                 "straggler",
@@ -500,8 +498,10 @@ async def test_straggler_10x_slower_does_not_hold_the_root_back(mosquitto, scena
             assert first_fast[1].provenance.get(straggler, 0) <= PER_LEAF // 2
             # and kept publishing as the straggler's data arrived: its 500 readings over
             # 10 s cross the publish deadband (count doubled: 50 -> 100 -> 200 -> 400, or
-            # the 5 s maximum interval) at least 4 times
-            assert len(set(during)) >= 4, sorted(set(during))
+            # the 5 s maximum interval) at least 4 times while it sends (counted from the
+            # start: the fast leaves' coverage can come after its first step, which then
+            # fell outside a window opened there: [62, 143, 304] once on a loaded machine)
+            assert len(set(during) - {0}) >= 4, sorted(set(during))
             assert during == sorted(during)
             assert_no_fault_estimate(model, sc, fast_summary["samples"] + slow_summary["samples"])
             assert cluster.dead() == {}
