@@ -23,7 +23,6 @@ import importlib.util
 from edge_runtime.lazy import lazy_names
 
 __all__ = [
-    "EXTRA_MODULES",
     "AggregatorPhase",
     "AggregatorRound",
     "KeyAdvertisement",
@@ -42,7 +41,7 @@ __all__ = [
     "require_extra",
 ]
 
-EXTRA_MODULES = ("cryptography", "shamirs")
+_EXTRA_MODULES = ("cryptography", "shamirs")
 """What the ``secagg`` extra installs and a node of a secure-aggregation site imports."""
 
 
@@ -55,7 +54,7 @@ def require_extra(node_id: str) -> None:
         (a ValueError: the CLI's exit status 2) naming the missing modules and the install
         command, at the start of a secure-aggregation node instead of at its first slot.
     """
-    missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    missing = [name for name in _EXTRA_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         from edge_runtime.secagg.errors import SecAggError
 
