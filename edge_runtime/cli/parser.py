@@ -177,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--topology", type=Path, required=True)
     replay.add_argument("--data", type=Path)
     replay.add_argument("--broker", required=True)
-    replay.add_argument("--rate", type=positive_float)
+    replay.add_argument(
+        "--rate",
+        type=positive_float,
+        help="readings/s over all leaves, each leaf's due readings sent in batches of "
+        "--batch-size (default: as fast as the broker acknowledges, within --window)",
+    )
     replay.add_argument(
         "--window",
         type=positive_int,
