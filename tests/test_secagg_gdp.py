@@ -3,8 +3,9 @@
 Step 2 of the module's argument, verified: the increments of ``Phi^{-1}`` of the Skellam
 CDF are largest at the centre and decrease in ``|k|`` (exactly, in 40-digit arithmetic over
 the support down to 1e-40 for small ``mu``; in double precision over the support down to
-1e-280 up to ``mu = 1e8``), so ``skellam_gdp_coefficient`` bounds them all; and step 4's
-conversion is the analytic Gaussian mechanism's.
+1e-280 up to ``mu = 1e8``), so ``skellam_gdp_coefficient`` bounds them all; step 4's
+conversion is the analytic Gaussian mechanism's; and the whole bound holds against the
+exact privacy profiles of small Skellam mechanisms (1 to 3 entries), enumerated.
 """
 
 from __future__ import annotations
@@ -87,3 +88,28 @@ def test_bad_parameters_are_refused_in_one_line(bad):
         skellam_gdp_coefficient(bad)
     with pytest.raises(ValueError, match="GDP parameter"):
         gdp_epsilon(bad, 1e-5)
+
+
+def _profile(pmf: np.ndarray, shifted: np.ndarray, epsilon: float) -> float:
+    """``delta(epsilon) = sum max(0, P - e^epsilon Q)`` of two pmfs on one grid."""
+    return float(np.maximum(pmf - math.exp(epsilon) * shifted, 0.0).sum())
+
+
+@pytest.mark.parametrize(
+    ("mu", "shift"), [(1.0, (1,)), (2.0, (3,)), (2.0, (1, 1)), (5.0, (2, 1, 1)), (8.0, (4, 0))]
+)
+def test_the_exact_privacy_profile_lies_below_the_bound(mu, shift):
+    """The whole argument at small ``mu`` (where Skellam is least Gaussian), by enumeration."""
+    reach = int(30 * math.sqrt(2 * mu)) + 10
+    k = np.arange(-reach, reach + 1)
+    one = ive(np.abs(k), 2 * mu)  # Sk(mu) pmf on the grid
+    pmf, shifted = np.ones(1), np.ones(1)
+    for v in shift:  # the product pmfs of X and X + v, flattened
+        pmf = np.outer(pmf, one).ravel()
+        shifted = np.outer(shifted, np.roll(one, v)).ravel()
+    m = skellam_gdp_coefficient(mu) * math.sqrt(sum(v * v for v in shift))
+    for epsilon in [0.0, 0.1, 0.3, 0.6, 1.0, 2.0, 4.0]:
+        exact = _profile(pmf, shifted, epsilon)
+        assert exact <= gdp_delta(m, epsilon) + 1e-12
+        if epsilon <= 1.0 and mu >= 2.0:  # and near the centre the bound is not loose
+            assert exact >= 0.5 * gdp_delta(m, epsilon)
