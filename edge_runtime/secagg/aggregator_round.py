@@ -41,24 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_runtime.secagg import masking, shares
+from edge_runtime.secagg import masking, messages, shares
 from edge_runtime.secagg.errors import SecAggError
-from edge_runtime.secagg.messages import (
-    KeyAdvertisement,
-    KeyRoster,
-    MaskedInput,
-    ShareDelivery,
-    ShareUpload,
-    SlotOutcome,
-    UnmaskRequest,
-    UnmaskResponse,
-)
 from edge_runtime.secagg.share_cipher import CIPHERTEXT_BYTES
 
 __all__ = ["AggregatorPhase", "AggregatorRound", "Outgoing", "RoundTimeouts"]
 
-Outgoing = KeyRoster | ShareDelivery | UnmaskRequest | SlotOutcome
-Incoming = KeyAdvertisement | ShareUpload | MaskedInput | UnmaskResponse
+Outgoing = messages.SiteMessage
+Incoming = messages.LeafMessage
 
 
 @dataclass(frozen=True)
@@ -88,10 +78,10 @@ class AggregatorPhase(enum.Enum):
 
 
 _EXPECTS: dict[AggregatorPhase, type] = {
-    AggregatorPhase.ADVERTISE: KeyAdvertisement,
-    AggregatorPhase.SHARE: ShareUpload,
-    AggregatorPhase.MASKED_INPUT: MaskedInput,
-    AggregatorPhase.UNMASK: UnmaskResponse,
+    AggregatorPhase.ADVERTISE: messages.KeyAdvertisement,
+    AggregatorPhase.SHARE: messages.ShareUpload,
+    AggregatorPhase.MASKED_INPUT: messages.MaskedInput,
+    AggregatorPhase.UNMASK: messages.UnmaskResponse,
 }
 
 
@@ -165,11 +155,11 @@ class AggregatorRound:
         self.timeouts = timeouts if timeouts is not None else RoundTimeouts()
         self.phase = AggregatorPhase.ADVERTISE
         self.deadline: float | None = float(now) + self.timeouts.advertise
-        self.outcome: SlotOutcome | None = None
-        self._ads: dict[str, KeyAdvertisement] = {}
-        self._uploads: dict[str, ShareUpload] = {}
+        self.outcome: messages.SlotOutcome | None = None
+        self._ads: dict[str, messages.KeyAdvertisement] = {}
+        self._uploads: dict[str, messages.ShareUpload] = {}
         self._inputs: dict[str, np.ndarray] = {}
-        self._responses: dict[str, UnmaskResponse] = {}
+        self._responses: dict[str, messages.UnmaskResponse] = {}
         self._survivors: frozenset[str] = frozenset()  # U_3
         self._dropped: frozenset[str] = frozenset()  # U_2 \ U_3
 
@@ -193,11 +183,11 @@ class AggregatorRound:
         assert self.deadline is not None
         if now >= self.deadline:
             raise self._refuse(f"a {type(message).__name__} after the deadline {self.deadline}")
-        if isinstance(message, KeyAdvertisement):
+        if isinstance(message, messages.KeyAdvertisement):
             complete = self._take_advertisement(message)
-        elif isinstance(message, ShareUpload):
+        elif isinstance(message, messages.ShareUpload):
             complete = self._take_upload(message)
-        elif isinstance(message, MaskedInput):
+        elif isinstance(message, messages.MaskedInput):
             complete = self._take_input(message)
         else:
             complete = self._take_response(message)
@@ -218,7 +208,7 @@ class AggregatorRound:
         if sender not in cohort:
             raise self._refuse(f"a {kind} from {sender!r}, outside the cohort of this phase")
 
-    def _take_advertisement(self, ad: KeyAdvertisement) -> bool:
+    def _take_advertisement(self, ad: messages.KeyAdvertisement) -> bool:
         self._check_sender(ad.leaf_id, self.leaf_ids, "key advertisement")
         if ad.leaf_id in self._ads:
             if ad != self._ads[ad.leaf_id]:
@@ -237,7 +227,7 @@ class AggregatorRound:
         self._ads[ad.leaf_id] = ad
         return len(self._ads) == len(self.leaf_ids)
 
-    def _take_upload(self, upload: ShareUpload) -> bool:
+    def _take_upload(self, upload: messages.ShareUpload) -> bool:
         self._check_sender(upload.sender, self._ads, "share upload")
         if upload.sender in self._uploads:
             if upload != self._uploads[upload.sender]:
@@ -253,7 +243,7 @@ class AggregatorRound:
         self._uploads[upload.sender] = upload
         return len(self._uploads) == len(self._ads)
 
-    def _take_input(self, message: MaskedInput) -> bool:
+    def _take_input(self, message: messages.MaskedInput) -> bool:
         self._check_sender(message.leaf_id, self._uploads, "masked input")
         try:
             vector = masking.check_vector(message.vector, self.bits, "masked input")
@@ -268,7 +258,7 @@ class AggregatorRound:
         self._inputs[message.leaf_id] = vector.copy()
         return len(self._inputs) == len(self._uploads)
 
-    def _take_response(self, response: UnmaskResponse) -> bool:
+    def _take_response(self, response: messages.UnmaskResponse) -> bool:
         self._check_sender(response.leaf_id, self._survivors, "unmask response")
         if response.leaf_id in self._responses:
             if response != self._responses[response.leaf_id]:
@@ -293,7 +283,7 @@ class AggregatorRound:
     def _skip(self, reason: str) -> list[Outgoing]:
         self.phase = AggregatorPhase.DONE
         self.deadline = None
-        self.outcome = SlotOutcome(self.slot, None, self._survivors, self._dropped, reason)
+        self.outcome = messages.SlotOutcome(self.slot, None, self._survivors, self._dropped, reason)
         return [self.outcome]
 
     def _close(self, now: float) -> list[Outgoing]:
@@ -306,7 +296,7 @@ class AggregatorRound:
             self.phase = AggregatorPhase.SHARE
             self.deadline = now + self.timeouts.share
             ads = tuple(self._ads[node] for node in sorted(self._ads))
-            return [KeyRoster(self.slot, t, ads)]
+            return [messages.KeyRoster(self.slot, t, ads)]
         if self.phase is AggregatorPhase.SHARE:
             if len(self._uploads) < t:
                 return self._skip(f"{len(self._uploads)} leaves shared keys, t = {t}")
@@ -315,7 +305,7 @@ class AggregatorRound:
             cohort = sorted(self._uploads)
             routed = {node: dict(self._uploads[node].ciphertexts) for node in cohort}
             return [
-                ShareDelivery(
+                messages.ShareDelivery(
                     self.slot,
                     recipient,
                     tuple(
@@ -333,7 +323,7 @@ class AggregatorRound:
                 return self._skip(f"{len(self._survivors)} masked inputs arrived, t = {t}")
             self.phase = AggregatorPhase.UNMASK
             self.deadline = now + self.timeouts.unmask
-            return [UnmaskRequest(self.slot, self._survivors, self._dropped)]
+            return [messages.UnmaskRequest(self.slot, self._survivors, self._dropped)]
         if self.phase is AggregatorPhase.UNMASK:
             if len(self._responses) < t:
                 return self._skip(
@@ -375,5 +365,5 @@ class AggregatorRound:
             return self._skip(f"the sum leaves the bound {self.bound}: a mask did not cancel")
         self.phase = AggregatorPhase.DONE
         self.deadline = None
-        self.outcome = SlotOutcome(self.slot, total, self._survivors, self._dropped)
+        self.outcome = messages.SlotOutcome(self.slot, total, self._survivors, self._dropped)
         return [self.outcome]

@@ -34,9 +34,12 @@ import numpy as np
 __all__ = [
     "KeyAdvertisement",
     "KeyRoster",
+    "LeafMessage",
     "MaskedInput",
+    "SecAggMessage",
     "ShareDelivery",
     "ShareUpload",
+    "SiteMessage",
     "SlotOutcome",
     "UnmaskRequest",
     "UnmaskResponse",
@@ -144,3 +147,13 @@ class SlotOutcome:
     @property
     def released(self) -> bool:
         return self.total is not None
+
+
+LeafMessage = KeyAdvertisement | ShareUpload | MaskedInput | UnmaskResponse
+"""What a leaf sends its site's aggregator (an `AggregatorRound`'s input)."""
+
+SiteMessage = KeyRoster | ShareDelivery | UnmaskRequest | SlotOutcome
+"""What a site's aggregator sends its leaves (an `AggregatorRound`'s output)."""
+
+SecAggMessage = LeafMessage | SiteMessage
+"""Any message of a secure-aggregation slot."""

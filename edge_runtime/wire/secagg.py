@@ -128,17 +128,9 @@ from types import MappingProxyType
 
 import numpy as np
 
+from edge_runtime.secagg import messages
 from edge_runtime.secagg.masking import KEY_BYTES
-from edge_runtime.secagg.messages import (
-    KeyAdvertisement,
-    KeyRoster,
-    MaskedInput,
-    ShareDelivery,
-    ShareUpload,
-    SlotOutcome,
-    UnmaskRequest,
-    UnmaskResponse,
-)
+from edge_runtime.secagg.messages import SecAggMessage
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ID_CHARS,
@@ -189,28 +181,16 @@ before it (`edge_runtime.wire.fields.understood_versions`)."""
 _SCHEMA = _Schema("secure-aggregation message", SECAGG_VERSION)
 
 
-SecAggMessage = (
-    KeyAdvertisement
-    | KeyRoster
-    | ShareUpload
-    | ShareDelivery
-    | MaskedInput
-    | UnmaskRequest
-    | UnmaskResponse
-    | SlotOutcome
-)
-"""Any message of a secure-aggregation slot."""
-
 SECAGG_KINDS: Mapping[str, type] = MappingProxyType(
     {
-        "keys": KeyAdvertisement,
-        "roster": KeyRoster,
-        "share_upload": ShareUpload,
-        "share_delivery": ShareDelivery,
-        "masked_input": MaskedInput,
-        "unmask_request": UnmaskRequest,
-        "unmask_response": UnmaskResponse,
-        "outcome": SlotOutcome,
+        "keys": messages.KeyAdvertisement,
+        "roster": messages.KeyRoster,
+        "share_upload": messages.ShareUpload,
+        "share_delivery": messages.ShareDelivery,
+        "masked_input": messages.MaskedInput,
+        "unmask_request": messages.UnmaskRequest,
+        "unmask_response": messages.UnmaskResponse,
+        "outcome": messages.SlotOutcome,
     }
 )
 """The ``kind`` tag of each message class (read-only)."""
@@ -234,7 +214,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
 def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
     """The message of a decoded map whose common keys are checked (one path for both ways)."""
     if kind == "keys":
-        return KeyAdvertisement(
+        return messages.KeyAdvertisement(
             slot,
             _leaf_id("leaf", obj["leaf"]),
             _fixed_bytes("cpk", obj["cpk"], KEY_BYTES),
@@ -249,31 +229,31 @@ def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
             leaf = _leaf_id(f"ads[{i}] leaf", item[0])
             cpk = _fixed_bytes(f"ads[{leaf!r}] cpk", item[1], KEY_BYTES)
             mpk = _fixed_bytes(f"ads[{leaf!r}] mpk", item[2], KEY_BYTES)
-            ads.append(KeyAdvertisement(slot, leaf, cpk, mpk))
+            ads.append(messages.KeyAdvertisement(slot, leaf, cpk, mpk))
         _unique("ads", [ad.leaf_id for ad in ads])
         threshold = _int("t", obj["t"], "field_type", low=2, high=len(ads) + 1)
-        return KeyRoster(slot, threshold, tuple(ads))
+        return messages.KeyRoster(slot, threshold, tuple(ads))
     if kind in ("share_upload", "share_delivery"):
         own = "sender" if kind == "share_upload" else "recipient"
         node = _leaf_id(own, obj[own])
         ct = _pairs("ct", obj["ct"], owner=(own, node), least=1, shares=False)
-        cls = ShareUpload if kind == "share_upload" else ShareDelivery
+        cls = messages.ShareUpload if kind == "share_upload" else messages.ShareDelivery
         return cls(slot, node, ct)
     if kind == "masked_input":
         leaf = _leaf_id("leaf", obj["leaf"])
         m = _entries(obj["m"])
-        return MaskedInput(slot, leaf, _vector("y", obj["y"], m))
+        return messages.MaskedInput(slot, leaf, _vector("y", obj["y"], m))
     if kind == "unmask_request":
         survivors = _ids("survivors", obj["survivors"], least=1)
         dropped = _ids("dropped", obj["dropped"], least=0)
         _disjoint(survivors, dropped, "unmask request")
-        return UnmaskRequest(slot, survivors, dropped)
+        return messages.UnmaskRequest(slot, survivors, dropped)
     if kind == "unmask_response":
         leaf = _leaf_id("leaf", obj["leaf"])
         b = _pairs("b", obj["b"], owner=None, least=1, shares=True)
         sk = _pairs("sk", obj["sk"], owner=None, least=0, shares=True)
         _disjoint(frozenset(o for o, _ in b), frozenset(o for o, _ in sk), "unmask response")
-        return UnmaskResponse(slot, leaf, b, sk)
+        return messages.UnmaskResponse(slot, leaf, b, sk)
     # outcome
     survivors = _ids("survivors", obj["survivors"], least=0)
     dropped = _ids("dropped", obj["dropped"], least=0)
@@ -291,7 +271,7 @@ def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
         total = _vector("total", raw_total, m)
         if not survivors:
             raise WireError("empty", "slot outcome releases a sum of no survivors")
-    return SlotOutcome(slot, total, survivors, dropped, _reason(obj["reason"]))
+    return messages.SlotOutcome(slot, total, survivors, dropped, _reason(obj["reason"]))
 
 
 # --------------------------------------------------------------------------- message -> map
@@ -333,18 +313,18 @@ def _vector_to_wire(label: str, value: object) -> tuple[int, bytes]:
 
 def _to_wire(msg: SecAggMessage) -> dict[str, object]:
     """The kind's own keys of ``msg`` (unchecked beyond what building the map needs)."""
-    if isinstance(msg, KeyAdvertisement):
+    if isinstance(msg, messages.KeyAdvertisement):
         return {
             "leaf": msg.leaf_id,
             "cpk": _bytes_to_wire(msg.cipher_public_key),
             "mpk": _bytes_to_wire(msg.mask_public_key),
         }
-    if isinstance(msg, KeyRoster):
+    if isinstance(msg, messages.KeyRoster):
         if not isinstance(msg.advertisements, tuple | list):
             _fail_type("advertisements", msg.advertisements, "a tuple of KeyAdvertisement")
         ads = []
         for ad in msg.advertisements:
-            if not isinstance(ad, KeyAdvertisement):
+            if not isinstance(ad, messages.KeyAdvertisement):
                 _fail_type("advertisement", ad, "a KeyAdvertisement")
             if ad.slot != msg.slot:
                 raise WireError(
@@ -355,25 +335,25 @@ def _to_wire(msg: SecAggMessage) -> dict[str, object]:
             cpk, mpk = _bytes_to_wire(ad.cipher_public_key), _bytes_to_wire(ad.mask_public_key)
             ads.append([ad.leaf_id, cpk, mpk])
         return {"t": msg.threshold, "ads": ads}
-    if isinstance(msg, ShareUpload):
+    if isinstance(msg, messages.ShareUpload):
         return {"sender": msg.sender, "ct": _pairs_to_wire("ciphertexts", msg.ciphertexts)}
-    if isinstance(msg, ShareDelivery):
+    if isinstance(msg, messages.ShareDelivery):
         return {"recipient": msg.recipient, "ct": _pairs_to_wire("ciphertexts", msg.ciphertexts)}
-    if isinstance(msg, MaskedInput):
+    if isinstance(msg, messages.MaskedInput):
         m, y = _vector_to_wire("vector", msg.vector)
         return {"leaf": msg.leaf_id, "m": m, "y": y}
-    if isinstance(msg, UnmaskRequest):
+    if isinstance(msg, messages.UnmaskRequest):
         return {
             "survivors": _ids_to_wire("survivors", msg.survivors),
             "dropped": _ids_to_wire("dropped", msg.dropped),
         }
-    if isinstance(msg, UnmaskResponse):
+    if isinstance(msg, messages.UnmaskResponse):
         return {
             "leaf": msg.leaf_id,
             "b": _pairs_to_wire("self_mask_shares", msg.self_mask_shares),
             "sk": _pairs_to_wire("mask_key_shares", msg.mask_key_shares),
         }
-    assert isinstance(msg, SlotOutcome)
+    assert isinstance(msg, messages.SlotOutcome)
     m, total = (0, None) if msg.total is None else _vector_to_wire("total", msg.total)
     return {
         "m": m,

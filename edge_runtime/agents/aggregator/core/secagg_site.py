@@ -41,14 +41,9 @@ Memory: ``(H + 3) d**2`` float64 (the released ``Y`` of the open segment, the cl
 the output, a temporary) plus the round's ``O(n m)`` masked inputs; ``O(|K|**3 + |K| d**2)``
 time per release (``|K| <= H``).
 
-References
-----------
-K. Bonawitz et al. "Practical Secure Aggregation for Privacy-Preserving Machine Learning."
-CCS 2017.
-N. Agarwal, P. Kairouz, Z. Liu. "The Skellam Mechanism for Differentially Private
-Federated Learning." NeurIPS 2021.
-M. Henzinger, J. Upadhyay, S. Upadhyay. "Almost Tight Error Bounds on Differentially
-Private Continual Counting." SODA 2023 (the square-root factorisation).
+References: the leaves' (`edge_runtime.agents.leaf.core.secagg_release`): Bonawitz et al.,
+CCS 2017; Agarwal, Kairouz & Liu, NeurIPS 2021 (Skellam); Henzinger, Upadhyay & Upadhyay,
+SODA 2023 (the square-root factorisation).
 """
 
 from __future__ import annotations
@@ -66,9 +61,10 @@ from edge_runtime.fpca.private_gram import eigen_to_singular
 from edge_runtime.fpca.subspace import flip_signs
 from edge_runtime.secagg import masking
 from edge_runtime.secagg.accounting import (
+    DEFAULT_MAX_ROWS_PER_SLOT,
+    DEFAULT_SCALE,
     SkellamCalibration,
     gram_calibration,
-    gram_sensitivity,
     site_epsilon,
     unweight_off_diagonal,
 )
@@ -81,23 +77,16 @@ from edge_runtime.secagg.aggregator_round import (
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import (
     KeyAdvertisement,
-    MaskedInput,
+    LeafMessage,
     ShareUpload,
     SlotOutcome,
     UnmaskRequest,
-    UnmaskResponse,
 )
 
 __all__ = ["DEFAULT_MAX_ROWS_PER_SLOT", "DEFAULT_SCALE", "MAX_SLOTS_SHOWN", "SecAggSite"]
 
-#: Integer units per unit-ball Gram unit; the leaves' `SecAggRelease` default.
-DEFAULT_SCALE = 2.0**16
-#: Most readings one leaf's slot increment holds; the leaves' default (the bound check).
-DEFAULT_MAX_ROWS_PER_SLOT = 2**24
 #: Most recent slots listed in the status (``recent``): memory O(32).
 MAX_SLOTS_SHOWN = 32
-
-Incoming = KeyAdvertisement | ShareUpload | MaskedInput | UnmaskResponse
 
 
 class SecAggSite:
@@ -212,26 +201,18 @@ class SecAggSite:
         self.clip_norm = float(clip_norm)
         self.slot_period_s = float(slot_period_s)
         self.coefficients = sqrt_factorisation_coefficients(horizon)
-        if calibration is None:
-            calibration = gram_calibration(
-                epsilon, delta, self.n_features, self.scale, threshold, self.coefficients
-            )
-        l1, l2 = gram_sensitivity(self.n_features, self.scale, self.coefficients)
-        wanted = (float(epsilon), float(delta), threshold, l1, l2)
-        given = (
-            calibration.epsilon,
-            calibration.delta,
-            calibration.threshold,
-            calibration.l1,
-            calibration.l2,
+        self.calibration = gram_calibration(
+            epsilon,
+            delta,
+            self.n_features,
+            self.scale,
+            threshold,
+            self.coefficients,
+            given=calibration,
+            node="the site",
         )
-        if not np.allclose(given, wanted, rtol=1e-12, atol=0.0):
-            raise ValueError(
-                f"calibration is for (epsilon, delta, t, l1, l2) = {given}, the site needs {wanted}"
-            )
-        self.calibration = calibration
         max_entry = float(max_rows_per_slot) * float(self.coefficients.sum())
-        noise_std = math.sqrt(2.0 * n * calibration.share_mu)
+        noise_std = math.sqrt(2.0 * n * self.calibration.share_mu)
         self.bound = masking.sum_bound(n, max_entry, self.scale, noise_std)
         if self.bound >= 2 ** (self.bits - 1):
             raise ValueError(
@@ -324,7 +305,7 @@ class SecAggSite:
 
     # -- messages -----------------------------------------------------------------------------
 
-    def receive(self, message: Incoming, now: float) -> list[Outgoing]:
+    def receive(self, message: LeafMessage, now: float) -> list[Outgoing]:
         """A leaf's message; returns what to publish.
 
         A `KeyAdvertisement` for a slot not started yet is kept (the latest per leaf) until

@@ -44,6 +44,7 @@ import os
 import time
 from typing import Any
 
+from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.privacy import NEIGHBOURS
 from edge_runtime.secagg import require_extra
@@ -210,47 +211,34 @@ class SecAggAggregator:
     def handle(self, topic: str, payload: object) -> None:
         """A leaf's message: decoded, checked against its topic, given to the site; what
         the site answers waits for `step`. Never raises for the message."""
+        from edge_runtime.secagg import messages
         from edge_runtime.secagg.errors import SecAggError
-        from edge_runtime.secagg.messages import (
-            KeyAdvertisement,
-            MaskedInput,
-            ShareUpload,
-            UnmaskResponse,
-        )
-        from edge_runtime.wire.secagg import decode_secagg
 
-        if not isinstance(payload, bytes | bytearray):
-            self.agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-            return
-        if not payload:  # a cleared retained advertisement
+        data = payload_bytes(self.agent, topic, payload)
+        if not data:  # rejected, or a cleared retained advertisement
             return
         if topic in self._status_topics:
-            self._count(self._status_topics[topic], topic, bytes(payload))
+            self._count(self._status_topics[topic], topic, data)
             return
         child = child_level(topic, self._depth)
         kind = topic.split("/", self._depth + 1)[-1]
         expect = {
-            kinds.SECAGG_KEYS: KeyAdvertisement,
-            kinds.SECAGG_SHARES: ShareUpload,
-            kinds.SECAGG_MASKED: MaskedInput,
-            kinds.SECAGG_UNMASKED: UnmaskResponse,
+            kinds.SECAGG_KEYS: messages.KeyAdvertisement,
+            kinds.SECAGG_SHARES: messages.ShareUpload,
+            kinds.SECAGG_MASKED: messages.MaskedInput,
+            kinds.SECAGG_UNMASKED: messages.UnmaskResponse,
         }.get(kind)
         if child not in self.leaves or expect is None:
             self.agent.reject(
                 "unknown_child", topic, f"{kind!r} of {child!r}, not a secagg leaf of the site"
             )
             return
-        try:
-            message = decode_secagg(
-                bytes(payload),
-                expect=expect,
-                deployment=self.deployment,
-                max_bytes=self.agent.settings.max_payload_bytes,
-            )
-        except WireError as exc:
-            self.agent.reject(exc.reason, topic, str(exc))
+        message = decode_or_reject(
+            self.agent, topic, data, expect=expect, deployment=self.deployment
+        )
+        if message is None:
             return
-        sender = message.sender if isinstance(message, ShareUpload) else message.leaf_id
+        sender = message.sender if isinstance(message, messages.ShareUpload) else message.leaf_id
         if sender != child:
             self.agent.reject(
                 "secagg_leaf_mismatch", topic, f"a message of {sender!r} on {child!r}'s topic"

@@ -1,4 +1,5 @@
 """The async parts every agent shares: `agent` (`Agent`: the MQTT connection, reconnects,
 the work loop that sleeps until its core's next deadline, status and Last Will),
-`core_shell` (`CoreShell`: the one lock around a core, numerics in a worker thread) and
-`discovery` (Home Assistant MQTT discovery)."""
+`core_shell` (`CoreShell`: the one lock around a core, numerics in a worker thread),
+`discovery` (Home Assistant MQTT discovery) and `secagg_payload` (a secure-aggregation
+message read or rejected, for both secagg shells)."""

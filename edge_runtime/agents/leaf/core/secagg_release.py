@@ -75,26 +75,18 @@ import numpy as np
 
 from edge_runtime.fpca.continual import MAX_HORIZON, sqrt_factorisation_coefficients
 from edge_runtime.fpca.privacy import clip_to_unit_ball
-from edge_runtime.secagg import masking
+from edge_runtime.secagg import masking, messages
 from edge_runtime.secagg.accounting import (
+    DEFAULT_MAX_ROWS_PER_SLOT,
+    DEFAULT_SCALE,
     SkellamCalibration,
+    check_count,
     gram_calibration,
-    gram_sensitivity,
     site_epsilon,
     weight_off_diagonal,
 )
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.leaf_round import LeafPhase, LeafRound
-from edge_runtime.secagg.messages import (
-    KeyAdvertisement,
-    KeyRoster,
-    MaskedInput,
-    ShareDelivery,
-    ShareUpload,
-    SlotOutcome,
-    UnmaskRequest,
-    UnmaskResponse,
-)
 
 __all__ = [
     "DEFAULT_MAX_ROWS_PER_SLOT",
@@ -105,22 +97,6 @@ __all__ = [
 
 #: The mechanism name in the topology and the status ledger.
 MECHANISM = "gaussian-secagg"
-#: Integer units per unit-ball Gram unit (benchmarks/secagg: resolution 1.5e-5, 3.7e-4 of
-#: the sensitivity lost to rounding at d = 48).
-DEFAULT_SCALE = 2.0**16
-#: Most readings one slot's increment may hold (pending rows, carried over ones included).
-#: The aggregator's bound check (`masking.sum_bound`) assumes it: at 2**24 rows, scale 2**16,
-#: 64 leaves and ``H = 4096`` a sum stays below 2**54, far inside 64 bits.
-DEFAULT_MAX_ROWS_PER_SLOT = 2**24
-
-
-def _check_int(value: object, name: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if int(value) < low or (high is not None and int(value) > high):
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return int(value)
 
 
 class SecAggRelease:
@@ -186,11 +162,11 @@ class SecAggRelease:
         if not isinstance(leaf_id, str) or not leaf_id:
             raise ValueError(f"leaf_id must be a non-empty str, got {leaf_id!r}")
         self.leaf_id = leaf_id
-        self.n_features = _check_int(n_features, "n_features", 1)
-        self.threshold = _check_int(threshold, "threshold", 2)
-        self.horizon = _check_int(horizon, "horizon", 1, MAX_HORIZON)
+        self.n_features = check_count(n_features, "n_features", 1)
+        self.threshold = check_count(threshold, "threshold", 2)
+        self.horizon = check_count(horizon, "horizon", 1, MAX_HORIZON)
         self.bits = masking.check_bits(bits)
-        self.max_rows_per_slot = _check_int(max_rows_per_slot, "max_rows_per_slot", 1)
+        self.max_rows_per_slot = check_count(max_rows_per_slot, "max_rows_per_slot", 1)
         if not (isinstance(clip_norm, int | float) and 0 < clip_norm < float("inf")):
             raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}")
         if not (isinstance(scale, int | float) and 0 < scale < float("inf")):
@@ -200,26 +176,16 @@ class SecAggRelease:
         self.cohort = None if cohort is None else frozenset(cohort)
         self.coefficients = sqrt_factorisation_coefficients(self.horizon)
         d = self.n_features
-        if calibration is None:
-            calibration = gram_calibration(
-                epsilon, delta, d, self.scale, self.threshold, self.coefficients
-            )
-        else:
-            l1, l2 = gram_sensitivity(d, self.scale, self.coefficients)
-            wanted = (float(epsilon), float(delta), self.threshold, l1, l2)
-            given = (
-                calibration.epsilon,
-                calibration.delta,
-                calibration.threshold,
-                calibration.l1,
-                calibration.l2,
-            )
-            if not np.allclose(given, wanted, rtol=1e-12, atol=0.0):
-                raise ValueError(
-                    f"calibration is for (epsilon, delta, t, l1, l2) = {given}, this leaf "
-                    f"needs {wanted}"
-                )
-        self.calibration = calibration
+        self.calibration = gram_calibration(
+            epsilon,
+            delta,
+            d,
+            self.scale,
+            self.threshold,
+            self.coefficients,
+            given=calibration,
+            node="this leaf",
+        )
         self._size = masking.triangle_size(d)
         self._pending = np.zeros((d, d))  # exact Gram of unit-ball rows not yet in flight
         self._pending_rows = 0
@@ -296,7 +262,7 @@ class SecAggRelease:
         """Note that the site reached ``slot`` (a roster, request or outcome seen, even one
         refused): `next_slot` becomes at least ``slot + 1``, and a current round of an
         earlier slot ends (`end_slot`)."""
-        slot = _check_int(slot, "slot", 0, 2**64 - 1)
+        slot = check_count(slot, "slot", 0, 2**64 - 1)
         if self._round is not None and slot > self._round.slot:
             self.end_slot()
         self._last_slot = max(self._last_slot, slot)
@@ -307,7 +273,7 @@ class SecAggRelease:
         cipher_private_key: bytes,
         mask_private_key: bytes,
         self_mask_seed: bytes,
-    ) -> KeyAdvertisement:
+    ) -> messages.KeyAdvertisement:
         """Round 0: start ``slot`` with fresh keys and return the public keys to publish.
 
         The shell draws the keys and the seed (``os.urandom(32)`` each) for every slot; the
@@ -350,7 +316,7 @@ class SecAggRelease:
             )
         return self._round
 
-    def receive_roster(self, roster: KeyRoster) -> ShareUpload:
+    def receive_roster(self, roster: messages.KeyRoster) -> messages.ShareUpload:
         """Round 1: `LeafRound.receive_roster` of the current slot.
 
         Raises
@@ -371,7 +337,9 @@ class SecAggRelease:
                     total = total + self.coefficients[position - j] * gram
         return total
 
-    def receive_shares(self, delivery: ShareDelivery, rng: np.random.Generator) -> MaskedInput:
+    def receive_shares(
+        self, delivery: messages.ShareDelivery, rng: np.random.Generator
+    ) -> messages.MaskedInput:
         """Round 2: form the slot input, add the Skellam share, mask it for ``U_2``.
 
         The pending increment goes in flight (new readings start the next one): the slot's
@@ -416,7 +384,7 @@ class SecAggRelease:
         self._pending_rows = 0
         return masked
 
-    def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
+    def unmask(self, request: messages.UnmaskRequest) -> messages.UnmaskResponse:
         """Round 4: reveal the shares (`LeafRound.unmask`); the increment is spent.
 
         From the first answer on the slot counts as released for this leaf's budget: its
@@ -444,7 +412,7 @@ class SecAggRelease:
             self._slots_contributed += 1
         return response
 
-    def receive_outcome(self, outcome: SlotOutcome) -> None:
+    def receive_outcome(self, outcome: messages.SlotOutcome) -> None:
         """The site's `SlotOutcome` (the outcome topic): ends the slot if it is the current one.
 
         An outcome of the current slot ends it (`end_slot`) with the survivors it names; one
@@ -462,7 +430,7 @@ class SecAggRelease:
         if self._round is not None:
             self._finish(None)
 
-    def _finish(self, outcome: SlotOutcome | None) -> None:
+    def _finish(self, outcome: messages.SlotOutcome | None) -> None:
         assert self._round is not None
         slot = self._round.slot
         record: dict[str, Any] = {"slot": slot, "revealed": self._revealed}

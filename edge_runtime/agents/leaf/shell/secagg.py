@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
 from edge_runtime.secagg import require_extra
 from edge_runtime.topology import Topology
 from edge_runtime.topology import topics as kinds
 from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
-from edge_runtime.wire import WireError
 
 __all__ = ["SecAggLeaf", "is_secagg_leaf", "local_config"]
 
@@ -222,37 +222,24 @@ class SecAggLeaf:
     def handle(self, topic: str, payload: object) -> None:
         """One message on a topic of `subscriptions`: decoded, checked, given to the core;
         what it answers waits for `flush`. Never raises for the message."""
+        from edge_runtime.secagg import messages
         from edge_runtime.secagg.errors import SecAggError, UnmaskRefusedError
-        from edge_runtime.secagg.messages import (
-            KeyRoster,
-            ShareDelivery,
-            SlotOutcome,
-            UnmaskRequest,
-        )
-        from edge_runtime.wire.secagg import decode_secagg
 
-        if not isinstance(payload, bytes | bytearray):
-            self.agent.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
-            return
-        if not payload:  # a cleared retained message
+        data = payload_bytes(self.agent, topic, payload)
+        if not data:  # rejected, or a cleared retained message
             return
         expect = {
-            self.roster_topic: KeyRoster,
-            self.unmask_topic: UnmaskRequest,
-            self.outcome_topic: SlotOutcome,
-            self.delivery_topic: ShareDelivery,
+            self.roster_topic: messages.KeyRoster,
+            self.unmask_topic: messages.UnmaskRequest,
+            self.outcome_topic: messages.SlotOutcome,
+            self.delivery_topic: messages.ShareDelivery,
         }[topic]
-        try:
-            message = decode_secagg(
-                bytes(payload),
-                expect=expect,
-                deployment=self.deployment,
-                max_bytes=self.agent.settings.max_payload_bytes,
-            )
-        except WireError as exc:
-            self.agent.reject(exc.reason, topic, str(exc))
+        message = decode_or_reject(
+            self.agent, topic, data, expect=expect, deployment=self.deployment
+        )
+        if message is None:
             return
-        if isinstance(message, ShareDelivery) and message.recipient != self.node_id:
+        if isinstance(message, messages.ShareDelivery) and message.recipient != self.node_id:
             self.agent.reject(
                 "secagg_leaf_mismatch",
                 topic,
@@ -264,13 +251,13 @@ class SecAggLeaf:
             self._seen = max(self._seen, message.slot)
             return
         try:
-            if isinstance(message, SlotOutcome):
+            if isinstance(message, messages.SlotOutcome):
                 release.receive_outcome(message)
                 self._log_outcome(message)
             elif release.slot is not None and message.slot == release.slot:
-                if isinstance(message, KeyRoster):
+                if isinstance(message, messages.KeyRoster):
                     self._queue(self.shares_topic, release.receive_roster(message))
-                elif isinstance(message, ShareDelivery):
+                elif isinstance(message, messages.ShareDelivery):
                     self._queue(self.masked_topic, release.receive_shares(message, self._noise))
                     if message.slot != self._moved:  # the pending rows went in flight
                         self._moved = message.slot
