@@ -41,6 +41,9 @@ from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.secagg.accounting import (
     SkellamCalibration,
     gram_calibration,
+    gram_sensitivity,
+    rdp_to_epsilon,
+    skellam_rdp,
     unweight_off_diagonal,
     weight_off_diagonal,
 )
@@ -48,8 +51,10 @@ from edge_runtime.secagg.accounting import (
 __all__ = [
     "GAUSSIAN_SITE",
     "MERGE",
+    "RDP_ONLY",
     "SKELLAM",
     "SUM",
+    "TIGHT",
     "SiteMethod",
     "bits_for",
     "calibration_for",
@@ -63,6 +68,12 @@ SKELLAM = "skellam"
 #: `SiteMethod.noise`: one continuous Gaussian on the site's sum at the analytic sigma (what a
 #: trusted site curator would add: the limit of a perfect secure sum, no RDP or rounding cost).
 GAUSSIAN_SITE = "gaussian-site"
+
+#: `SiteMethod.accounting`: the runtime's (the smaller of the RDP and the Gaussian-DP bounds,
+#: `edge_runtime.secagg.accounting.achieved_epsilon`), or the RDP bound alone (Agarwal,
+#: Kairouz & Liu 2021, Thm. 3.5), for comparison.
+TIGHT = "tight"
+RDP_ONLY = "rdp-only"
 
 #: `SiteMethod.root`: merge the sites' subspaces, or sum their released Gram matrices.
 MERGE = "merge"
@@ -96,6 +107,8 @@ class SiteMethod:
     sites : int
         Sites the leaves are grouped in (contiguous; 2 in the tree of the brief, 1 for the
         ceiling of one secure sum over all leaves).
+    accounting : str
+        `TIGHT` (the runtime's) or `RDP_ONLY`.
     """
 
     label: str
@@ -106,6 +119,7 @@ class SiteMethod:
     noise: str = SKELLAM
     root: str = MERGE
     sites: int = 2
+    accounting: str = TIGHT
 
 
 def sites_of(n_leaves: int, n_sites: int = 2) -> list[list[int]]:
@@ -118,9 +132,22 @@ def calibration_for(
 ) -> SkellamCalibration:
     """`gram_calibration` of ``method`` (its scale, threshold and horizon)."""
     coefficients = sqrt_factorisation_coefficients(method.horizon)
-    return gram_calibration(
-        epsilon, delta, n_features, method.scale, method.threshold, coefficients
+    if method.accounting == TIGHT:
+        return gram_calibration(
+            epsilon, delta, n_features, method.scale, method.threshold, coefficients
+        )
+    from scipy.optimize import brentq
+
+    l1, l2 = gram_sensitivity(n_features, method.scale, coefficients)
+    log_mu = brentq(
+        lambda x: rdp_to_epsilon(skellam_rdp(math.exp(x), l1, l2), delta) - epsilon,
+        math.log(l2 * l2) - 20.0,
+        math.log(l2 * l2) + 20.0,
+        xtol=1e-13,
     )
+    total = math.exp(log_mu) * (1.0 + 1e-9)
+    t = method.threshold
+    return SkellamCalibration(epsilon, delta, l1, l2, t, total, total / t)
 
 
 def _encode(matrix: np.ndarray, scale: float) -> np.ndarray:
