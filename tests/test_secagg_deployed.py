@@ -66,7 +66,7 @@ from edge_runtime.topology import topics as kinds
 from edge_runtime.wire import WireError, decode_subspace
 from edge_runtime.wire.secagg import decode_secagg
 
-pytestmark = [pytest.mark.mqtt, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.mqtt, pytest.mark.timeout(300)]
 
 SECAGG_TOML = ROOT / "topologies" / "motes-secagg.toml"
 SLOT_S = 15.0
@@ -367,6 +367,11 @@ async def test_one_leaf_per_site_killed_mid_slot_as_deployed(
     for proc in fleet.history:
         text = proc.log_path.read_text(errors="replace") + stdout_of(proc)
         assert "Traceback" not in text, f"{proc.name} ({proc.log_path}): {text[-2000:]}"
+    # Not a check of this test (the agents reconnect, QoS 1 redelivers): shown so that a
+    # regression is visible. A secagg leaf's first reading imports the secagg cores on its
+    # event loop (scipy.optimize through accounting -> gdp): seconds with 8 leaves on 2 cores.
+    drops = sorted(set(re.findall(r"Client (\S+) has exceeded timeout", broker.log())))
+    notes.append(f"keepalive drops by the broker: {drops or 'none'}")
     print(f"SECAGG-DEPLOYED total_s={time.monotonic() - t_begin:.1f} " + "; ".join(notes))
 
 
