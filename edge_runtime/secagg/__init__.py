@@ -11,7 +11,9 @@ seeds and times come in as arguments. Needs the ``secagg`` extra (``cryptography
 - `share_cipher`: the shares encrypted from leaf to leaf through the aggregator.
 - `messages`: the slot's messages; `leaf_round` and `aggregator_round`: the two state machines.
 - `errors`: `SecAggError`, `UnmaskRefusedError`.
-- `accounting`: Renyi DP of the distributed Skellam site sum (numpy and scipy only).
+- `accounting`: the guarantee of the distributed Skellam site sum, the smaller of its Renyi DP
+  bound and `gdp`'s Gaussian-DP bound (numpy and scipy only).
+- `gdp`: the Skellam mechanism's Gaussian-DP bound (f-DP), tight to the analytic Gaussian's.
 
 Names load on first use (`edge_runtime.lazy`), so importing one module loads only its own.
 """

@@ -52,8 +52,9 @@ to one; and a Skellam ``Sk(mu) = Poisson(mu) - Poisson(mu)`` (variance ``2 mu``)
 calls to numpy's Poisson sampler, where an exact discrete Gaussian needs a rejection sampler
 in exact arithmetic per entry (Canonne, Kamath & Steinke 2020). The leaves' shares are
 integers added after rounding, so the released values are integers (no floating-point
-noise to attack, Mironov 2012). The privacy accounting (Agarwal et al. Thm. 3.5 / Cor. 3.6
-for the Renyi DP of the Skellam mechanism) is not here yet.
+noise to attack, Mironov 2012). The privacy accounting is `edge_runtime.secagg.accounting`
+(the smaller of Agarwal et al.'s Renyi DP bound, Thm. 3.5, and the Gaussian-DP bound of
+`edge_runtime.secagg.gdp`).
 
 ``cryptography`` (the ``secagg`` extra) is imported inside the functions that need it, so
 that encoding and noise work without it. Moved here from ``edge_runtime.fpca.secure_sum``:

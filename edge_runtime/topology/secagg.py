@@ -19,7 +19,7 @@ key, its value and what was expected:
   of the site's noise variance, so a slot all ``n`` leaves survive carries ``n / t`` of it:
   ``n / (n - 1)`` (1.33 at ``n = 4``, 1.14 at ``n = 8``) against 1.6 for the minimum at
   ``n = 8``. Measured offline (benchmarks/report/secagg.md, Motes light, two sites of 4):
-  ``t = 3`` of 4 gives 2.543, ``t = 4`` (no dropout tolerated) 2.428;
+  ``t = 3`` of 4 gives 2.480, ``t = 4`` (no dropout tolerated) 2.336;
 - ``secagg_slot_s``: default `DEFAULT_SECAGG_SLOT_S` (600 s, why in its docstring);
 - the site is a declared aggregator, not an open one (the cohort a leaf accepts in a roster
   comes from the topology); the keys sit only on a site, never on a leaf.
