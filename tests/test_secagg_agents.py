@@ -134,6 +134,11 @@ async def test_a_secagg_site_releases_slots_to_the_root_and_survives_a_leaf_stop
         assert np.max(principal_angles(model.subspace.basis, exact)) < 0.02  # random: ~1
         first = site.secagg.site.status()["recent"][0]
         assert first["released"] and first["survivors"] == 4
+        # released at the 3rd unmask response: the 4th is the protocol's surplus, not a reject
+        await wait_for(
+            lambda: site.secagg.surplus_unmask_responses == 1, 5, "the 4th unmask response"
+        )
+        assert site.rejects["secagg_late"] == 0
         assert all(a.secagg.release.ledger()["readings_released"] == ROWS for a in leaves.values())
 
         # slot 1: pi-3 stops once the slot started (after its advertisement was taken)

@@ -16,8 +16,10 @@ component wakes at `SecAggSite.next_wakeup` (an event-loop timer calling the age
 not one of the site's secagg leaves, names another leaf than its topic, or that the core
 refuses (`edge_runtime.secagg.SecAggError`: late, another slot, a conflicting duplicate) is
 counted as a reject (`Agent.reject`) and dropped: reason ``secagg_late`` for a message of a
-slot that has ended (every slot has them: the unmask responses after the ``t``-th), else
-``secagg_refused``, the wire's reason, ``unknown_child`` or ``secagg_leaf_mismatch``.
+slot that has ended, else ``secagg_refused``, the wire's reason, ``unknown_child`` or
+``secagg_leaf_mismatch``. Not a reject: an unmask response of an ended slot, which every
+slot with more than ``t`` survivors has (the site releases at the ``t``-th response); it is
+dropped and counted in the status (``surplus_unmask_responses``), not logged.
 
 The site's estimate goes up like any child's: after each released slot, `step` returns a
 `SubspaceMessage` of `SecAggSite.subspace` from the pseudo-child `CHILD` (``"secagg"``, a
@@ -131,6 +133,7 @@ class SecAggAggregator:
         self.outcome_topic = topology.secagg_topic(node_id, kinds.SECAGG_OUTCOME)
         self._status_topics = {topology.status_detail_topic(c): c for c in self.leaves}
         self.counts = dict.fromkeys(self.leaves, 0)  # readings each leaf revealed (its status)
+        self.surplus_unmask_responses = 0  # of ended slots: after the t-th, not rejected
         self._recount = False
         self._released_any = False
         self._delivery = {
@@ -251,6 +254,9 @@ class SecAggAggregator:
             self._outbox += self.site.receive(message, time.monotonic())
         except SecAggError as exc:
             late = message.slot != self.site.slot and message.slot < self.site.status()["next_slot"]
+            if late and isinstance(message, messages.UnmaskResponse):
+                self.surplus_unmask_responses += 1  # the protocol's, not bad input
+                return
             self.agent.reject("secagg_late" if late else "secagg_refused", topic, str(exc))
             return
         if self._outbox:
@@ -370,4 +376,9 @@ class SecAggAggregator:
         """`SecAggSite.status` (or why no site runs) for the status document's ``extra``."""
         if self.site is None:
             return {"mechanism": MECHANISM, "state": "width unknown", "leaves": len(self.leaves)}
-        return {**self.site.status(), "slot_s": self.slot_s, "published": self.published}
+        return {
+            **self.site.status(),
+            "slot_s": self.slot_s,
+            "published": self.published,
+            "surplus_unmask_responses": self.surplus_unmask_responses,
+        }
