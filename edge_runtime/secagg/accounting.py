@@ -35,8 +35,8 @@ DP (Dong, Roth & Su 2022), ``c(mu) sqrt(2 mu) = 1 + 1 / (12 mu) + ...`` (the lar
 increment of ``Phi^{-1}`` of the Skellam CDF, verified), which converts to ``(epsilon,
 delta)`` exactly as the analytic Gaussian mechanism does. A mechanism that satisfies both
 bounds has the smaller epsilon: `achieved_epsilon` is the minimum of the two, and at the
-site's ``mu`` (about ``1e10`` integer units squared) the GDP bound is the smaller, at
-``3.7306`` per unit of sensitivity plus the rounding term below.
+site's ``mu`` (about ``6e10`` integer units squared at ``d = 48``, scale ``2**16``) the GDP
+bound is the smaller, at ``3.7306`` per unit of sensitivity plus the rounding term below.
 
 Sensitivity of the encoded Gram increment (`gram_sensitivity`). The encoding this module
 assumes is `masking.encode`'s (upper triangle with the diagonal, ``m = d (d + 1) / 2``
