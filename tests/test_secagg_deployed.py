@@ -33,6 +33,9 @@ dashboard user, the agents' logs, the replay's summary):
   nothing unconfirmed.
 
 Prints one ``SECAGG-DEPLOYED`` line (``pytest -rP``) with the duration and the outcomes.
+About 60 s (three slots of `SLOT_S`), hence ``slow``: ``scripts/test.sh`` runs it (its pytest
+pass has no marker filter); the Python 3.13 / oldest-dependency / arm passes (``-m "not
+slow"``) do not.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from edge_runtime.topology import topics as kinds
 from edge_runtime.wire import WireError, decode_subspace
 from edge_runtime.wire.secagg import decode_secagg
 
-pytestmark = [pytest.mark.mqtt, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.mqtt, pytest.mark.slow, pytest.mark.timeout(300)]
 
 SECAGG_TOML = ROOT / "topologies" / "motes-secagg.toml"
 SLOT_S = 15.0
