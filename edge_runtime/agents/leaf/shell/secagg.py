@@ -104,6 +104,12 @@ class SecAggLeaf:
 
     def __init__(self, agent: Any, n_features: int | None = None) -> None:
         require_extra(agent.node_id)  # at start, not at the first slot
+        # The core and its accounting (scipy.special, scipy.optimize) load here, before the
+        # first connection: at the first reading they blocked the event loop for seconds on a
+        # shared 2-core machine, past the broker's keep-alive. Only secagg leaves pay it.
+        from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
+
+        self._core = SecAggRelease
         self.agent = agent
         topology: Topology = agent.topology
         self.node_id: str = agent.node_id
@@ -144,13 +150,10 @@ class SecAggLeaf:
     # -- the core -------------------------------------------------------------------------
 
     def _build(self, n_features: int) -> None:
-        # here: only a secagg leaf loads the cryptography (issue 24: a leaf's start RSS)
-        from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
-
         config = self.config
         assert config.epsilon is not None and config.delta is not None
         assert config.clip_norm is not None
-        self.release = SecAggRelease(
+        self.release = self._core(
             self.node_id,
             n_features,
             epsilon=config.epsilon,
