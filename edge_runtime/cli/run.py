@@ -141,7 +141,8 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     Raises
     ------
     CliError
-        If the node is not in the topology or ``--state-dir`` is no folder (exit 2); without
+        If the node is not in the topology or ``--state-dir`` is no folder (exit 2; a leaf
+        keeps its checkpoint there, a secure-aggregation site its running sum); without
         ``--topology``, if no topology is deployed within ``--startup-timeout`` seconds or it
         has no place for the node (exit 1); if
         the broker is not reached within ``--startup-timeout`` seconds, the discovery
@@ -186,6 +187,12 @@ async def cmd_agent(args: argparse.Namespace) -> int:
             "checkpoint_interval_s": args.checkpoint_interval,
         }
     agent = create_agent(topology, args.node, settings, n_features=args.n_features, **options)
+    if args.state_dir is not None and not topology.is_leaf(args.node):
+        # a secure-aggregation site keeps its running sum there (<node>.secagg)
+        from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+
+        if isinstance(agent, AggregatorAgent):
+            agent.use_state_dir(args.state_dir)
     if version is not None:
         agent.config_watch.started_from(agent, version)
     loop = asyncio.get_running_loop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiomqtt
@@ -113,6 +114,10 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     n_features : int or None, default None
         The width of a reading: a secure-aggregation site needs it (or its leaves'
         per-feature ``valid_range``) before its first slot; ignored otherwise.
+    state_dir : Path or None, default None
+        Where a secure-aggregation site keeps its running sum across restarts
+        (``<node>.secagg``, `SecAggAggregator`); ignored otherwise (an aggregator's state
+        lives in its children's retained snapshots).
 
     Raises
     ------
@@ -129,6 +134,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         settings: AgentSettings | None = None,
         *,
         n_features: int | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
         if topology.is_leaf(node_id):
@@ -144,7 +150,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         if site:  # only a secure-aggregation site loads its part
             from edge_runtime.agents.aggregator.shell.secagg import SecAggAggregator
 
-            self.secagg = SecAggAggregator(self, n_features)
+            self.secagg = SecAggAggregator(self, n_features, state_dir=state_dir)
         self._core = AggregatorCore(
             self.config,
             children,
@@ -159,6 +165,12 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
         self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
+
+    def use_state_dir(self, state_dir: Path | None) -> None:
+        """As the constructor's ``state_dir`` (for `edge_runtime.agents.create_agent`'s
+        callers), before the agent starts; nothing for an aggregator without a site."""
+        if self.secagg is not None:
+            self.secagg.use_state_dir(state_dir)
 
     @property
     def core(self) -> AggregatorCore:

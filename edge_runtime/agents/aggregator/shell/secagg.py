@@ -37,16 +37,35 @@ Phase timeouts (`slot_timeouts`): `RoundTimeouts`' defaults (10, 10, 30 and 10 s
 slot is at least twice their sum (120 s), else scaled down to half the slot, so a slot always
 ends before the next is due. The first slot after a restart follows the retained outcome's
 (read once before connecting, `prepare`), so a slot number is never reused.
+
+Restarts (with a state directory: ``edge-runtime agent --state-dir DIR``, the aggregator's
+``state_dir``): the site's running sum and ledger (`SecAggSite.export_state`) and the leaves'
+revealed-reading counts go to ``<state_dir>/<node>.secagg`` (msgpack, `STATE_FORMAT`)
+whenever a slot starts or ends, before its outcome is published, written atomically
+(`edge_runtime.atomicfile`: temporary file, fsync, rename, directory fsync) off the event
+loop. `prepare` restores it (`SecAggSite.restore_state`) before the first slot, and the
+first `step` then gives the restored estimate to the merge, so what the site released before
+stays in the root's estimate. The file holds only what released (noisy) sums computed:
+post-processing under the leaves' guarantee, no keys or masked inputs. A file that cannot be
+read (``secagg_state_unreadable``) or is refused (``secagg_state_refused``: another node,
+deployment, leaves, threshold, calibration, horizon, ... or inconsistent) is logged in one
+line, counted in the status (``state``) and ignored: the site starts afresh, never crashes.
+A failed write is logged (failures 1, 2, 4, ...) and counted; the previous file stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
+from edge_runtime.atomicfile import TEMP_SUFFIX, fsync_directory, replace_file, temp_name
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.privacy import NEIGHBOURS
 from edge_runtime.secagg import require_extra
@@ -56,10 +75,17 @@ from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
 from edge_runtime.topology.topics import child_level, topic_depth
 from edge_runtime.wire import PrivacyParams, SubspaceMessage, WireError
 
-__all__ = ["CHILD", "SecAggAggregator", "slot_timeouts"]
+__all__ = ["CHILD", "STATE_FORMAT", "STATE_SUFFIX", "SecAggAggregator", "slot_timeouts"]
 
 CHILD = kinds.SECAGG
 """The pseudo-child whose snapshots carry the site's estimate into the aggregator's merge."""
+
+STATE_SUFFIX = ".secagg"
+"""The site's state file in its state directory: ``<node><STATE_SUFFIX>``."""
+
+STATE_FORMAT = "edge_runtime.secagg_site_file"
+"""``"format"`` of the state file's msgpack map (version 1): ``site`` (the core's
+`SecAggSite.export_state`) and ``counts`` (leaf -> readings revealed, from their status)."""
 
 
 def slot_timeouts(slot_s: float) -> Any:
@@ -92,14 +118,25 @@ class SecAggAggregator:
         ``secagg_width_unknown``, reported in the status).
     timeouts : RoundTimeouts or None
         None: `slot_timeouts` of the site's ``secagg_slot_s``.
+    state_dir : path or None
+        Where the site keeps its running sum across restarts (``<node>.secagg``; module
+        docstring); None: in memory only.
 
     Attributes
     ----------
     site : SecAggSite or None
         The core, once `prepare` built it.
+    state_path : Path or None
+        The state file.
     """
 
-    def __init__(self, agent: Any, n_features: int | None = None, timeouts: Any = None) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        n_features: int | None = None,
+        timeouts: Any = None,
+        state_dir: Path | str | None = None,
+    ) -> None:
         require_extra(agent.node_id)  # at start, not at the first slot
         self.agent = agent
         topology: Topology = agent.topology
@@ -145,6 +182,19 @@ class SecAggAggregator:
         self._seq = 0
         self.published = 0
         self._status_due = False
+        self.state_path: Path | None = None
+        self.state_counts = dict.fromkeys(
+            ("restored", "unrecorded", "unreadable", "refused", "written", "write_failures"), 0
+        )
+        self._saved: tuple[int, int | None] | None = None  # (next_slot, running) last written
+        self.use_state_dir(state_dir)
+
+    def use_state_dir(self, state_dir: Path | str | None) -> None:
+        """Keep the site's state in ``<state_dir>/<node>.secagg`` (None: nowhere). Before
+        `prepare`."""
+        self.state_path = (
+            None if state_dir is None else Path(state_dir) / f"{self.agent.node_id}{STATE_SUFFIX}"
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -184,13 +234,129 @@ class SecAggAggregator:
             first_slot=self.first_slot,
             timeouts=self.timeouts,
         )
+        self._restore()
         self.agent.log.info(
             "secagg_site",
             leaves=len(self.leaves),
             threshold=self.threshold,
             slot_s=self.slot_s,
-            first_slot=self.first_slot,
+            first_slot=self.site.status()["next_slot"],
         )
+
+    # -- the state file -------------------------------------------------------------------
+
+    def _identity(self) -> dict[str, str]:
+        return {"node": self.agent.node_id, "deployment": self.deployment}
+
+    def _read_state(self, path: Path) -> dict[str, Any] | None:
+        """The file's map (None: no file); ValueError (one line) if it cannot be read."""
+        try:
+            size = path.stat().st_size
+            limit = (self.horizon + 3) * 8 * (self.n_features or 1) ** 2 + (1 << 20)
+            if size > limit:
+                raise ValueError(f"{size} bytes, more than a state can have ({limit})")
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+        try:
+            doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several kinds for corrupt bytes
+            raise ValueError(f"not msgpack: {type(exc).__name__}: {exc}") from None
+        if (
+            not isinstance(doc, dict)
+            or doc.get("format") != STATE_FORMAT
+            or doc.get("version") != 1
+        ):
+            raise ValueError(f"not a site state file (format {STATE_FORMAT!r} version 1)")
+        if not isinstance(doc.get("site"), dict) or not isinstance(doc.get("counts"), dict):
+            raise ValueError("no site state or counts")
+        return doc
+
+    def _restore(self) -> None:
+        """Continue from the state file, if there is one this site can take (module
+        docstring); else start afresh. Never raises."""
+        path = self.state_path
+        if path is None or self.site is None:
+            return
+        for stray in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):  # a crash mid-write
+            with contextlib.suppress(OSError):
+                stray.unlink()
+        try:
+            doc = self._read_state(path)
+        except ValueError as exc:
+            self.state_counts["unreadable"] += 1
+            self.agent.log.warning(
+                "secagg_state_unreadable",
+                path=str(path),
+                error=" ".join(str(exc).split()),
+                action="starting afresh",
+            )
+            return
+        if doc is None:
+            return
+        counts = doc["counts"]
+        try:
+            if set(counts) != set(self.leaves) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()
+            ):
+                raise ValueError(f"counts must map the leaves {list(self.leaves)} to ints >= 0")
+            unrecorded = self.site.restore_state(doc["site"], self._identity())
+        except ValueError as exc:
+            self.state_counts["refused"] += 1
+            self.agent.log.warning(
+                "secagg_state_refused",
+                path=str(path),
+                error=" ".join(str(exc).split()),
+                action="starting afresh",
+            )
+            return
+        for leaf, count in counts.items():
+            self.counts[leaf] = max(self.counts[leaf], count)
+        status = self.site.status()
+        self.state_counts["restored"] += 1
+        self.state_counts["unrecorded"] += unrecorded
+        if status["slots_released"]:  # the first step gives the restored estimate to the merge
+            self._released_any = self._recount = True
+        self.agent.log.info(
+            "secagg_state_restored",
+            path=str(path),
+            slots_released=status["slots_released"],
+            slots_skipped=status["slots_skipped"],
+            slots_unrecorded=unrecorded,
+            next_slot=status["next_slot"],
+            readings=sum(self.counts.values()),
+        )
+
+    async def _save(self) -> None:
+        """Write the site's state now (off the event loop); a failure is logged, counted and
+        leaves the previous file."""
+        path = self.state_path
+        if path is None or self.site is None:
+            return
+        doc = {
+            "format": STATE_FORMAT,
+            "version": 1,
+            "site": self.site.export_state(self._identity()),  # captured at this instant
+            "counts": dict(self.counts),
+        }
+        payload = msgpack.packb(doc, use_bin_type=True)
+        try:
+            await asyncio.to_thread(self._write, path, payload)
+        except OSError as exc:
+            failures = self.state_counts["write_failures"] = self.state_counts["write_failures"] + 1
+            if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
+                self.agent.log.error(
+                    "secagg_state_unwritable", path=str(path), error=str(exc), failures=failures
+                )
+            return
+        self.state_counts["written"] += 1
+
+    @staticmethod
+    def _write(path: Path, payload: bytes) -> None:
+        replace_file(path, payload, temp=path.parent / temp_name(path))
+        fsync_directory(path.parent)
 
     def close(self) -> None:
         """Cancel the slot timer."""
@@ -301,6 +467,11 @@ class SecAggAggregator:
         if site is None:
             return None
         self._outbox += site.tick(now)
+        if self.state_path is not None:  # a slot started or ended: on disk before it is out
+            mark = (site.status()["next_slot"], site.slot)
+            if mark != self._saved or any(isinstance(m, SlotOutcome) for m in self._outbox):
+                self._saved = mark
+                await self._save()
         released = ended = False
         while self._outbox:
             message = self._outbox[0]
@@ -376,9 +547,11 @@ class SecAggAggregator:
         """`SecAggSite.status` (or why no site runs) for the status document's ``extra``."""
         if self.site is None:
             return {"mechanism": MECHANISM, "state": "width unknown", "leaves": len(self.leaves)}
+        state = {} if self.state_path is None else {"state": dict(self.state_counts)}
         return {
             **self.site.status(),
             "slot_s": self.slot_s,
             "published": self.published,
             "surplus_unmask_responses": self.surplus_unmask_responses,
+            **state,
         }
