@@ -14,6 +14,8 @@ from edge_runtime.lazy import lazy_names
 from edge_runtime.settings import AgentSettings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
     from edge_runtime.agents.leaf.shell.agent import LeafAgent
     from edge_runtime.topology import Topology
@@ -35,14 +37,17 @@ def create_agent(
     settings: AgentSettings | None = None,
     *,
     n_features: int | None = None,
+    state_dir: Path | None = None,
     **leaf_options: Any,
 ) -> Agent:
     """The agent for ``node_id``: a `LeafAgent` for a leaf, else an `AggregatorAgent`
     (with ``algorithm = "fedpower"``: `FedPowerLeafAgent`, `FedPowerRootAgent`,
     `FedPowerAggregatorAgent`, `edge_runtime.agents.fedpower.shell.agents`).
 
-    ``leaf_options`` (``state_dir``, ``checkpoint_every``, ``restore_from_broker``) go to
-    `LeafAgent` and are ignored for aggregators.
+    ``state_dir`` (the node's state directory, None: none) goes to a leaf (its checkpoint)
+    and to an `AggregatorAgent` (a secure-aggregation site's running sum; others ignore it);
+    ``leaf_options`` (``checkpoint_every``, ``restore_from_broker``, ...) go to the leaf and
+    are ignored for aggregators.
 
     Raises
     ------
@@ -60,7 +65,12 @@ def create_agent(
 
         if topology.is_leaf(node_id):
             return FedPowerLeafAgent(
-                topology, node_id, settings, n_features=n_features, **leaf_options
+                topology,
+                node_id,
+                settings,
+                n_features=n_features,
+                state_dir=state_dir,
+                **leaf_options,
             )
         if node_id == topology.root:
             return FedPowerRootAgent(topology, node_id, settings)
@@ -68,10 +78,12 @@ def create_agent(
     if topology.is_leaf(node_id):
         from edge_runtime.agents.leaf.shell.agent import LeafAgent
 
-        return LeafAgent(topology, node_id, settings, n_features=n_features, **leaf_options)
+        return LeafAgent(
+            topology, node_id, settings, n_features=n_features, state_dir=state_dir, **leaf_options
+        )
     from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 
-    return AggregatorAgent(topology, node_id, settings, n_features=n_features)
+    return AggregatorAgent(topology, node_id, settings, n_features=n_features, state_dir=state_dir)
 
 
 _MODULE_OF = {

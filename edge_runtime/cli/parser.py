@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--state-dir",
         type=Path,
-        help="folder for the leaf's checkpoint (<node>.ckpt); default: no checkpoint",
+        help="the node's state folder: a leaf's checkpoint (<node>.ckpt), a secure-aggregation "
+        "site's running sum (<node>.secagg); default: none",
     )
     agent.add_argument(
         "--checkpoint-interval",

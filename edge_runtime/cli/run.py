@@ -182,17 +182,17 @@ async def cmd_agent(args: argparse.Namespace) -> int:
     options = {}
     if topology.is_leaf(args.node):
         options = {
-            "state_dir": args.state_dir,
             "checkpoint_every": args.checkpoint_every,
             "checkpoint_interval_s": args.checkpoint_interval,
         }
-    agent = create_agent(topology, args.node, settings, n_features=args.n_features, **options)
-    if args.state_dir is not None and not topology.is_leaf(args.node):
-        # a secure-aggregation site keeps its running sum there (<node>.secagg)
-        from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
-
-        if isinstance(agent, AggregatorAgent):
-            agent.use_state_dir(args.state_dir)
+    agent = create_agent(
+        topology,
+        args.node,
+        settings,
+        n_features=args.n_features,
+        state_dir=args.state_dir,  # a leaf's checkpoint; a secagg site's running sum
+        **options,
+    )
     if version is not None:
         agent.config_watch.started_from(agent, version)
     loop = asyncio.get_running_loop()

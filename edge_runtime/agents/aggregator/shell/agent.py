@@ -166,12 +166,6 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
         self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
 
-    def use_state_dir(self, state_dir: Path | None) -> None:
-        """As the constructor's ``state_dir`` (for `edge_runtime.agents.create_agent`'s
-        callers), before the agent starts; nothing for an aggregator without a site."""
-        if self.secagg is not None:
-            self.secagg.use_state_dir(state_dir)
-
     @property
     def core(self) -> AggregatorCore:
         """The aggregator's synchronous core (`AggregatorCore`)."""
