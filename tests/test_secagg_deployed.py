@@ -36,9 +36,9 @@ dashboard user, the agents' logs, the replay's summary):
   nothing unconfirmed, and the broker dropped no client for its keep-alive.
 
 Prints one ``SECAGG-DEPLOYED`` line (``pytest -rP``) with the duration and the outcomes.
-About 80 s (four slots of `SLOT_S` and the restarts), hence ``slow``: ``scripts/test.sh`` runs it (its pytest
-pass has no marker filter); the Python 3.13 / oldest-dependency / arm passes (``-m "not
-slow"``) do not.
+About 80 s (four slots of `SLOT_S` and the restarts), hence ``slow``: ``scripts/test.sh``
+runs it (its pytest pass has no marker filter); the Python 3.13 / oldest-dependency / arm
+passes (``-m "not slow"``) do not.
 """
 
 from __future__ import annotations
