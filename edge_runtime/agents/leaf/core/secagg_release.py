@@ -95,6 +95,18 @@ __all__ = [
     "SecAggRelease",
 ]
 
+_COUNTERS = (
+    "readings_released",
+    "slots_contributed",
+    "slots_released",
+    "slots_revealed_skipped",
+    "slots_carried_over",
+)
+"""The ledger's counters that `SecAggRelease.export_ledger` keeps across restarts."""
+
+_EPSILON_SLACK = 1e-6
+"""Relative slack of a restored ``epsilon`` over ``epsilon_target`` (rounding, not budget)."""
+
 #: The mechanism name in the topology and the status ledger.
 MECHANISM = "gaussian-secagg"
 
@@ -464,6 +476,123 @@ class SecAggRelease:
         self._revealed = False
 
     # -- ledger -------------------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        """What a ledger is for: this leaf and its calibration (`export_ledger`)."""
+        return {
+            "leaf_id": self.leaf_id,
+            "n_features": int(self.n_features),
+            "threshold": int(self.threshold),
+            "horizon": int(self.horizon),
+            "scale": float(self.scale),
+            "bits": int(self.bits),
+            "clip_norm": float(self.clip_norm),
+            "epsilon_target": float(self.calibration.epsilon),
+            "delta": float(self.calibration.delta),
+        }
+
+    def export_ledger(self) -> dict[str, Any]:
+        """The ledger to keep across a restart (plain msgpack/JSON types; `restore_ledger`).
+
+        The settings it is for (``leaf_id``, ``n_features``, ``threshold``, ``horizon``,
+        ``scale``, ``bits``, ``clip_norm``, ``epsilon_target``, ``delta``), the counters of
+        `ledger` that only grow (``readings_released``, ``slots_contributed``,
+        ``slots_released``, ``slots_revealed_skipped``, ``slots_carried_over``), ``epsilon``,
+        ``last_slot`` (the highest slot this leaf has seen or is in) and ``last``. Nothing
+        beyond what `ledger` publishes: no readings, Gram matrices, keys or noise. A round
+        revealed and not ended yet counts at its worst case (``t`` survivors) in
+        ``epsilon``, as `end_slot` would count it.
+        """
+        epsilon = self._epsilon
+        if self._round is not None and self._revealed:
+            epsilon = max(epsilon, site_epsilon(self.calibration, self.threshold))
+        last_slot = self._last_slot
+        if self._round is not None:
+            last_slot = max(last_slot, self._round.slot)
+        counters = {
+            "readings_released": self._readings_released,
+            "slots_contributed": self._slots_contributed,
+            "slots_released": self._slots_released,
+            "slots_revealed_skipped": self._slots_revealed_skipped,
+            "slots_carried_over": self._slots_carried_over,
+        }
+        last = None if self._last_outcome is None else dict(self._last_outcome)
+        return {
+            **self._settings(),
+            **counters,
+            "epsilon": float(epsilon),
+            "last_slot": int(last_slot),
+            "last": last,
+        }
+
+    def restore_ledger(self, ledger: Any) -> None:
+        """Continue the ledger of an earlier incarnation of this leaf (`export_ledger`).
+
+        Only on a fresh core (no reading, no round, no slot seen). The counters, ``epsilon``
+        and ``last`` continue from ``ledger``; `next_slot` becomes ``last_slot + 1``: a
+        round the earlier incarnation was in is never advertised for again (its keys are
+        gone). What was pending or in flight then is not in it: its publishers re-send it.
+
+        Raises
+        ------
+        ValueError
+            A ledger of another leaf or other settings (width, threshold, horizon, scale,
+            bits, clip norm, epsilon, delta), a malformed or inconsistent one, or a core
+            that is not fresh (one line naming the field); the state is unchanged.
+        """
+        if (
+            self._round is not None
+            or self._last_slot >= 0
+            or self.pending_rows
+            or self._readings_released
+            or self._slots_carried_over
+        ):
+            raise ValueError("restore_ledger needs a fresh core")
+        if not isinstance(ledger, dict):
+            raise ValueError(f"a ledger is a map, got {type(ledger).__name__}")
+        for key, value in self._settings().items():
+            got = ledger.get(key)
+            if type(got) is not type(value) or got != value:  # bool is not int, nor int float
+                raise ValueError(f"ledger of {key} = {got!r}, this leaf's is {value!r}")
+
+        def count(key: str, low: int = 0) -> int:
+            got = ledger.get(key)
+            if isinstance(got, bool) or not isinstance(got, int) or not low <= got < 2**63:
+                raise ValueError(f"ledger's {key} must be an int >= {low}, got {got!r}")
+            return got
+
+        counters = {key: count(key) for key in _COUNTERS}
+        last_slot = count("last_slot", -1)
+        contributed = counters["slots_contributed"]
+        if counters["slots_released"] + counters["slots_revealed_skipped"] > contributed:
+            raise ValueError("ledger's slots released and skipped exceed the slots contributed")
+        if counters["readings_released"] > contributed * self.max_rows_per_slot:
+            raise ValueError("ledger's readings_released exceed max_rows_per_slot per slot")
+        if contributed + counters["slots_carried_over"] > last_slot + 1:
+            raise ValueError(f"ledger's slots exceed last_slot + 1 = {last_slot + 1}")
+        epsilon = ledger.get("epsilon")
+        target = self.calibration.epsilon
+        if not (
+            isinstance(epsilon, float)
+            and 0.0 <= epsilon <= target * (1.0 + _EPSILON_SLACK)
+            and (epsilon > 0.0) == (contributed > 0)
+        ):
+            raise ValueError(f"ledger's epsilon must be in (0, {target}] if revealed: {epsilon!r}")
+        last = ledger.get("last")
+        if last is not None and not (
+            isinstance(last, dict)
+            and all(isinstance(k, str) for k in last)
+            and all(v is None or isinstance(v, bool | int | float | str) for v in last.values())
+        ):
+            raise ValueError("ledger's last must be None or a map of str to scalars")
+        self._readings_released = counters["readings_released"]
+        self._slots_contributed = contributed
+        self._slots_released = counters["slots_released"]
+        self._slots_revealed_skipped = counters["slots_revealed_skipped"]
+        self._slots_carried_over = counters["slots_carried_over"]
+        self._epsilon = epsilon
+        self._last_slot = last_slot
+        self._last_outcome = None if last is None else dict(last)
 
     def ledger(self) -> dict[str, Any]:
         """The leaf's privacy ledger, plain JSON types (for the status document).

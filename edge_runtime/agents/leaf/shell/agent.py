@@ -149,8 +149,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         Width of a reading. When omitted (default None), the first valid reading fixes it;
         later readings of another width are rejected (reason ``width``).
     state_dir : Path, optional
-        Folder of the leaf's checkpoint ``<node>.ckpt`` (and of a file source's resume
-        cursors); default None: no checkpoint.
+        Folder of the leaf's checkpoint ``<node>.ckpt`` (a secagg leaf's: its ledger
+        ``<node>.secagg-ledger`` instead, `SecAggLeaf`) and of a file source's resume
+        cursors; default None: no checkpoint.
     checkpoint_every : int, optional
         Also checkpoint after this many completed blocks; default None: by time only.
     checkpoint_interval_s : float, default 120
@@ -206,7 +207,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if secagg:  # only a secagg leaf loads its part
             from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
 
-            self.secagg = SecAggLeaf(self, n_features)
+            self.secagg = SecAggLeaf(self, n_features, state_dir=state_dir)
         self._core = self.new_core(
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
@@ -220,6 +221,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             root_id=topology.root,
             rng=random.Random(),  # ids from the OS's entropy
         )
+        if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
+            self.secagg.resume(self._core)
         self._scores: list[bytes] = []  # documents waiting for the work loop
         self._scores_dropped = 0
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order

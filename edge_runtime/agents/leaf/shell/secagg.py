@@ -31,24 +31,65 @@ then. The pending increment (readings not yet revealed) is in memory only, so a 
 writes no checkpoint even with a state directory (a checkpoint of its local estimator would
 confirm readings that a crash then loses for the site's sum): after a restart its publishers
 re-send every reading it had not revealed.
+
+The ledger across restarts (with a state directory: ``edge-runtime agent --state-dir DIR``,
+the `LeafAgent`'s ``state_dir``): after its answers are published (`flush`), whenever the
+ledger changed (a reveal, a slot's end, a new round), the leaf writes
+``<state_dir>/<node>.secagg-ledger`` (msgpack, `LEDGER_FORMAT`): the core's
+`SecAggRelease.export_ledger` (counters, ``epsilon``, the last slot, for these settings) and
+`revealed`, written atomically (`edge_runtime.atomicfile`: temporary file, fsync, rename,
+directory fsync) off the event loop, before the agent's confirmations claim those readings.
+Nothing in it beyond what the status document publishes and the confirmations say: no
+readings, Gram matrices, keys or noise. At start it is restored before the first connection
+(`SecAggRelease.restore_ledger`; the core is built then, with the file's width): the status
+continues ``readings_released`` and the slot counts, so the site, which counts each leaf's
+revealed readings from its status (the larger of old and new), never under-counts a
+restarted leaf; the leaf advertises for the slot after the last one it took part in (a round
+it was in at the crash is not advertised for again: its keys are gone); and `resume` gives
+`revealed` to the agent's core as each source's last ingested and durable sequence number,
+so a restarted leaf confirms what it revealed (only that: the file is written only after the
+unmask response went out) and drops a re-send of it as a duplicate instead of revealing it
+a second time. A file that cannot be read (``secagg_ledger_unreadable``) or is refused
+(``secagg_ledger_refused``: another node, deployment, width, threshold, horizon, scale, clip
+norm or calibration, or inconsistent) is one warning line, counted in the status
+(``ledger_file``), and ignored: the ledger starts at zero, never a crash. A failed write is
+logged (failures 1, 2, 4, ...) and counted; the previous file stays. A leaf that finds any
+such file (restored or not) never reuses ``noise_seed``'s stream: it draws its noise from the
+operating system's entropy, as an earlier incarnation may have drawn from the seed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
+from edge_runtime.atomicfile import TEMP_SUFFIX, fsync_directory, replace_file, temp_name
 from edge_runtime.secagg import require_extra
 from edge_runtime.topology import Topology
 from edge_runtime.topology import topics as kinds
 from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
 
-__all__ = ["SecAggLeaf", "is_secagg_leaf", "local_config"]
+__all__ = ["LEDGER_FORMAT", "LEDGER_SUFFIX", "SecAggLeaf", "is_secagg_leaf", "local_config"]
 
 _KEY_BYTES = 32
+
+LEDGER_SUFFIX = ".secagg-ledger"
+"""The leaf's ledger file in its state directory: ``<node><LEDGER_SUFFIX>``."""
+
+LEDGER_FORMAT = "edge_runtime.secagg_leaf_ledger"
+"""``"format"`` of the ledger file's msgpack map (version 1): ``node``, ``deployment``,
+``ledger`` (the core's `SecAggRelease.export_ledger`) and ``revealed`` (source -> the last
+sequence number revealed)."""
+
+MAX_LEDGER_BYTES = 1 << 20
+"""A larger ledger file is unreadable (a few hundred bytes, plus ~30 per sensor source)."""
 
 
 def is_secagg_leaf(topology: Topology, node_id: str) -> bool:
@@ -77,6 +118,42 @@ def _later(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
     return {**old, **{k: max(v, old.get(k, v)) for k, v in new.items()}}
 
 
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _read_ledger(path: Path) -> dict[str, Any] | None:
+    """The ledger file's map (None: no file); ValueError (one line) if it cannot be read."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_LEDGER_BYTES:
+            raise ValueError(f"{size} bytes, more than a ledger can have ({MAX_LEDGER_BYTES})")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several kinds for corrupt bytes
+        raise ValueError(f"not msgpack: {type(exc).__name__}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != LEDGER_FORMAT or doc.get("version") != 1:
+        raise ValueError(f"not a leaf ledger file (format {LEDGER_FORMAT!r} version 1)")
+    if not isinstance(doc.get("ledger"), dict) or not isinstance(doc.get("revealed"), dict):
+        raise ValueError("no ledger or revealed sequence numbers")
+    return doc
+
+
+def _sources(revealed: dict[Any, Any]) -> dict[str, int]:
+    """``revealed`` of a ledger file, checked: source (str) -> sequence number (int >= 0)."""
+    for source, seq in revealed.items():
+        if not isinstance(source, str) or not source:
+            raise ValueError(f"revealed names a source {source!r}, not a non-empty str")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
+            raise ValueError(f"revealed[{source!r}] must be an int >= 0, got {seq!r}")
+    return dict(revealed)
+
+
 class SecAggLeaf:
     """The secure-aggregation part of a `LeafAgent` of mechanism ``"gaussian-secagg"``.
 
@@ -86,7 +163,11 @@ class SecAggLeaf:
         Its ``topology``, ``node_id``, ``settings``, ``log``, ``reject``, ``publish`` and
         ``wake`` are used.
     n_features : int or None, default None
-        The width of a reading when known; else the first rows given to `add_rows` fix it.
+        The width of a reading when known; else a restored ledger's, else the first rows
+        given to `add_rows` fix it.
+    state_dir : path or None, default None
+        Keep the ledger in ``<state_dir>/<node>.secagg-ledger`` and restore it now (module
+        docstring); None: in memory only.
 
     Attributes
     ----------
@@ -100,9 +181,16 @@ class SecAggLeaf:
         slot reveals them.
     published : int
         Messages published.
+    ledger_path : Path or None
+        The ledger file.
+    ledger_counts : dict of str to int
+        The ledger file's ``restored``, ``unreadable``, ``refused``, ``written`` and
+        ``write_failures`` (in the status as ``ledger_file`` with a state directory).
     """
 
-    def __init__(self, agent: Any, n_features: int | None = None) -> None:
+    def __init__(
+        self, agent: Any, n_features: int | None = None, state_dir: Path | str | None = None
+    ) -> None:
         require_extra(agent.node_id)  # at start, not at the first slot
         # The core and its accounting (scipy.special, scipy.optimize) load here, before the
         # first connection: at the first reading they blocked the event loop for seconds on a
@@ -144,16 +232,35 @@ class SecAggLeaf:
         self.delivery_topic = topology.secagg_topic(
             self.parent, kinds.secagg_delivery_kind(self.node_id)
         )
-        if n_features is not None:
+        self.ledger_path = (
+            None if state_dir is None else Path(state_dir) / f"{self.node_id}{LEDGER_SUFFIX}"
+        )
+        self.ledger_counts = dict.fromkeys(
+            ("restored", "unreadable", "refused", "written", "write_failures"), 0
+        )
+        self._saved: dict[str, Any] | None = None  # the ledger file's content, last written
+        self._changed = False  # a message or a new core since the last capture for the file
+        self._save_lock = asyncio.Lock()
+        self._restore(n_features)
+        if n_features is not None and self.release is None:
             self._build(n_features)
 
     # -- the core -------------------------------------------------------------------------
 
-    def _build(self, n_features: int) -> None:
+    def _build(self, n_features: int, core: Any = None) -> None:
+        """The core (``core``, a restored one, or a fresh one of width ``n_features``), then
+        the advertisement for its next slot."""
+        self.release = self._new_core(n_features) if core is None else core
+        self._changed = True
+        if self._seen >= 0:
+            self.release.observe_slot(self._seen)
+        self._advertise()
+
+    def _new_core(self, n_features: int) -> Any:
         config = self.config
         assert config.epsilon is not None and config.delta is not None
         assert config.clip_norm is not None
-        self.release = self._core(
+        return self._core(
             self.node_id,
             n_features,
             epsilon=config.epsilon,
@@ -163,9 +270,124 @@ class SecAggLeaf:
             horizon=config.release_horizon or 1,
             cohort=self.cohort,
         )
-        if self._seen >= 0:
-            self.release.observe_slot(self._seen)
-        self._advertise()
+
+    # -- the ledger file ------------------------------------------------------------------
+
+    def _restore(self, n_features: int | None) -> None:
+        """Continue from the ledger file, if there is one this leaf can take (module
+        docstring): the core is built from it. Never raises."""
+        path = self.ledger_path
+        if path is None:
+            return
+        for stray in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):  # a crash mid-write
+            with contextlib.suppress(OSError):
+                stray.unlink()
+        try:
+            doc = _read_ledger(path)
+        except ValueError as exc:
+            self._ignore("unreadable", path, exc)
+            return
+        if doc is None:
+            return
+        ledger = doc["ledger"]
+        try:
+            for key, mine in (("node", self.node_id), ("deployment", self.deployment)):
+                if doc.get(key) != mine:
+                    raise ValueError(f"a ledger of {key} {doc.get(key)!r}, not {mine!r}")
+            revealed = _sources(doc["revealed"])
+            width = ledger.get("n_features")
+            if n_features is not None and width != n_features:
+                raise ValueError(f"a ledger of n_features {width!r}, this leaf's is {n_features}")
+            # a width whose masked input could not be published (and no huge allocation)
+            if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+                raise ValueError(f"a ledger of n_features {width!r}")
+            if 4 * width * (width + 1) > self.agent.settings.max_payload_bytes:
+                raise ValueError(f"a ledger of n_features {width}: over max_payload_bytes")
+            core = self._new_core(width)
+            core.restore_ledger(ledger)
+        except ValueError as exc:
+            self._ignore("refused", path, exc)
+            return
+        self.revealed = revealed
+        self.ledger_counts["restored"] += 1
+        self._fresh_noise()
+        self._build(width, core)  # the first `flush` writes the file (its new round's slot)
+        restored = core.ledger()
+        self.agent.log.info(
+            "secagg_ledger_restored",
+            path=str(path),
+            readings_released=restored["readings_released"],
+            slots_contributed=restored["slots_contributed"],
+            next_slot=restored["next_slot"],
+            sources=len(revealed),
+        )
+
+    def _ignore(self, what: str, path: Path, exc: Exception) -> None:
+        """A ledger file not taken: one line, counted; the ledger starts at zero."""
+        self.ledger_counts[what] += 1
+        self.agent.log.warning(
+            f"secagg_ledger_{what}", path=str(path), error=_one_line(exc), action="starting afresh"
+        )
+        self._fresh_noise()
+
+    def _fresh_noise(self) -> None:
+        """A trace of an earlier incarnation: never ``noise_seed``'s stream again."""
+        if self.config.noise_seed is not None:
+            self._noise = np.random.default_rng()  # the operating system's entropy
+
+    def _ledger_doc(self) -> dict[str, Any]:
+        assert self.release is not None
+        return {
+            "format": LEDGER_FORMAT,
+            "version": 1,
+            "node": self.node_id,
+            "deployment": self.deployment,
+            "ledger": self.release.export_ledger(),
+            "revealed": dict(self.revealed),
+        }
+
+    async def _save(self) -> None:
+        """Write the ledger file if the ledger changed, off the event loop; only when every
+        answer is published (so it never holds a reveal whose response is not out). A
+        failure is logged, counted and leaves the previous file."""
+        path = self.ledger_path
+        if path is None or self.release is None or self._outbox or not self._changed:
+            return
+        self._changed = False  # (a failed write is retried at the next change: every slot)
+        doc = self._ledger_doc()  # captured at this instant, with the outbox empty
+        if doc == self._saved:
+            return
+        async with self._save_lock:  # FIFO: a later capture is written after an earlier one
+            if doc == self._saved:
+                return
+            try:
+                await asyncio.to_thread(self._write, path, msgpack.packb(doc, use_bin_type=True))
+            except OSError as exc:
+                failures = self.ledger_counts["write_failures"] + 1
+                self.ledger_counts["write_failures"] = failures
+                if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
+                    self.agent.log.error(
+                        "secagg_ledger_unwritable",
+                        path=str(path),
+                        error=str(exc),
+                        failures=failures,
+                    )
+                return
+            self._saved = doc
+            self.ledger_counts["written"] += 1
+
+    @staticmethod
+    def _write(path: Path, payload: bytes) -> None:
+        replace_file(path, payload, temp=path.parent / temp_name(path))
+        fsync_directory(path.parent)
+
+    def resume(self, core: Any) -> None:
+        """Give the restored `revealed` to the agent's `LeafCore` (before any reading): each
+        source continues after its last revealed sequence number, and those readings are
+        durable (confirmed). No-op without a restored ledger."""
+        if self.revealed:
+            core.sequencer.restore({**core.sequencer.last, **self.revealed})
+            core.durable = {**core.durable, **self.revealed}
 
     def _advertise(self) -> None:
         """Advertise fresh keys for `SecAggRelease.next_slot` (between rounds only)."""
@@ -285,6 +507,7 @@ class SecAggLeaf:
             self.agent.reject("secagg_refused", topic, str(exc))
         finally:
             self._advertise()  # between rounds (after an outcome or a later slot): the next
+            self._changed = True  # the ledger may have moved: `_save` compares
         self.agent.wake()
 
     def _log_outcome(self, outcome: Any) -> None:
@@ -293,12 +516,15 @@ class SecAggLeaf:
             self.agent.log.debug("secagg_slot_ended", **last)
 
     async def flush(self, client: Any) -> None:
-        """Publish what the core answered, in order (QoS 1; keys retained)."""
+        """Publish what the core answered, in order (QoS 1; keys retained), then write the
+        ledger file if the ledger changed (with a state directory): before the agent's
+        confirmations claim the readings revealed."""
         while self._outbox:
             topic, payload, retain = self._outbox[0]
             await self.agent.publish(client, topic, payload, retain=retain, qos=1)
             self._outbox.pop(0)
             self.published += 1
+        await self._save()
 
     async def on_connected(self, client: Any) -> None:
         """After every (re)connection: the current advertisement again (retained); the
@@ -312,7 +538,9 @@ class SecAggLeaf:
         return due
 
     def status(self) -> dict[str, object]:
-        """The ledger (`SecAggRelease.ledger`) for the status document's ``extra``."""
+        """The ledger (`SecAggRelease.ledger`) for the status document's ``extra``, and with
+        a state directory the ledger file's counts (``ledger_file``: `ledger_counts`)."""
+        file = {} if self.ledger_path is None else {"ledger_file": dict(self.ledger_counts)}
         if self.release is None:
-            return {"mechanism": MECHANISM, "state": "no reading yet", "published": 0}
-        return {**self.release.ledger(), "published": self.published}
+            return {"mechanism": MECHANISM, "state": "no reading yet", "published": 0, **file}
+        return {**self.release.ledger(), "published": self.published, **file}
