@@ -156,3 +156,39 @@ def test_the_shells_are_only_for_secagg_nodes() -> None:
     topo = topology()
     with pytest.raises(AssertionError):
         SecAggAggregator(StandIn(topo, "root"))
+
+
+async def test_a_count_reported_while_a_slot_runs_is_held_until_the_slot_ends() -> None:
+    """A leaf publishes its status after its unmask response, which may reach the site before
+    the slot's outcome: the count must not enter the snapshot before the sum does."""
+    import time
+
+    from edge_runtime.wire import StatusDetail, encode_status
+
+    topo = topology()
+    agent = StandIn(topo, "site")
+    shell = SecAggAggregator(agent, n_features=D)
+    await shell.prepare()
+    site = shell.site
+    assert site is not None
+    status_topic = topo.status_detail_topic("pi-0")
+
+    def report(count: int) -> None:
+        doc = StatusDetail(
+            "pi-0", "leaf", True, 2, count, 0, "e", {}, 1.0,
+            extra={"secagg": {"readings_released": count}},
+        )  # fmt: skip
+        shell.handle(status_topic, encode_status(doc))
+
+    report(5)  # between slots: taken at once
+    assert shell.counts["pi-0"] == 5
+    now = time.monotonic() + 7.0  # slot 0 is due 6 s after prepare
+    shell._outbox += site.tick(now)
+    assert site.slot == 0
+    report(20)  # during slot 0: held
+    assert shell.counts["pi-0"] == 5
+    shell._outbox += site.tick(now + 1.0)  # no leaf advertised by 0.5 s: slot 0 skipped
+    assert site.slot is None
+    await shell.step(None, time.monotonic())
+    assert shell.counts["pi-0"] == 20
+    shell.close()

@@ -29,9 +29,12 @@ other children and publishes as it always does. The secure sum does not reveal h
 readings each leaf contributed; its provenance takes them from the leaves' status documents
 (``extra.secagg.readings_released``, retained, which the site may read: as a private leaf's
 snapshot publishes its ``n_samples``, the counts are not covered by the guarantee under
-replace-one neighbours), and ``n_samples`` is their sum. A count that grows after a release
-sends the snapshot again with the new provenance. (A leaf's count includes readings revealed
-in a slot skipped after its unmask request: spent, and not in the sum.)
+replace-one neighbours), and ``n_samples`` is their sum. A count reported while a slot runs
+(a leaf publishes it after its unmask response, which may arrive before the slot's outcome)
+is held until that slot ends, so a snapshot never counts readings its noisy Gram does not
+hold yet; a count that grows after a release sends the snapshot again with the new
+provenance. (A leaf's count includes readings revealed in a slot skipped after its unmask
+request: spent, and not in the sum.)
 
 Phase timeouts (`slot_timeouts`): `RoundTimeouts`' defaults (10, 10, 30 and 10 s) while the
 slot is at least twice their sum (120 s), else scaled down to half the slot, so a slot always
@@ -170,6 +173,7 @@ class SecAggAggregator:
         self.outcome_topic = topology.secagg_topic(node_id, kinds.SECAGG_OUTCOME)
         self._status_topics = {topology.status_detail_topic(c): c for c in self.leaves}
         self.counts = dict.fromkeys(self.leaves, 0)  # readings each leaf revealed (its status)
+        self._held: dict[str, int] = {}  # counts reported while a slot runs, until it ends
         self.surplus_unmask_responses = 0  # of ended slots: after the t-th, not rejected
         self._recount = False
         self._released_any = False
@@ -444,7 +448,17 @@ class SecAggAggregator:
             return
         ledger = detail.extra.get("secagg")
         count = ledger.get("readings_released") if isinstance(ledger, dict) else None
-        if isinstance(count, int) and not isinstance(count, bool) and count > self.counts[leaf]:
+        if not isinstance(count, int) or isinstance(count, bool):
+            return
+        if self.site is not None and self.site.slot is not None:
+            # revealed in the running slot, whose sum is not out yet: held until it ends, so
+            # a snapshot never counts readings its noisy Gram does not hold yet
+            self._held[leaf] = max(count, self._held.get(leaf, 0))
+            return
+        self._raise_count(leaf, count)
+
+    def _raise_count(self, leaf: str, count: int) -> None:
+        if count > self.counts[leaf]:
             self.counts[leaf] = count  # only up: a restarted leaf's ledger starts at 0 again
             if self._released_any:
                 self._recount = True
@@ -497,6 +511,10 @@ class SecAggAggregator:
             self.published += 1
         self._arm(site.next_wakeup(time.monotonic()))
         self._released_any = self._released_any or released
+        if self._held and site.slot is None:  # the slot they were revealed in has ended
+            held, self._held = self._held, {}
+            for leaf, count in held.items():
+                self._raise_count(leaf, count)
         snapshot = self.snapshot() if released or self._recount else None
         self._recount = False
         if ended:  # the slot's outcome goes into the status document at once
