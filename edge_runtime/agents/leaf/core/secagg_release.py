@@ -32,7 +32,9 @@ The rule for a slot that does not release (never a weaker guarantee in silence):
   revealed for a leaf not named a survivor). If the slot ends without that answer (skipped
   before the unmask request, this leaf dropped, late or declared dropped), the slot's
   increment carries over to the next slot it takes part in: no reading is lost, and it is
-  released once, with fresh noise and fresh masks.
+  released once, with fresh noise and fresh masks. Except when the outcome names this leaf a
+  survivor (its masked input was in ``U_3`` and ``t`` others answered): then it was
+  released, and counts so (`receive_outcome`; after a crash `resolve_in_flight`).
 - **Revealed, spent.** Once the leaf answered (revealed its shares), the slot counts as
   released for its budget even if the aggregator reports it skipped (an aggregator could
   unmask the sum and claim otherwise): the increment is not re-sent, its readings are
@@ -103,6 +105,12 @@ _COUNTERS = (
     "slots_carried_over",
 )
 """The ledger's counters that `SecAggRelease.export_ledger` keeps across restarts."""
+
+_LATER_COUNTERS = ("slots_in_flight_unknown", "readings_in_flight_unknown")
+"""Counters added later: a ledger without them has them at zero."""
+
+MAX_IN_FLIGHT_RECORDS = 64
+"""Most in-flight records a ledger may hold (slots masked, unanswered, outcome not learnt)."""
 
 _EPSILON_SLACK = 1e-6
 """Relative slack of a restored ``epsilon`` over ``epsilon_target`` (rounding, not budget)."""
@@ -216,6 +224,10 @@ class SecAggRelease:
         self._slots_carried_over = 0
         self._epsilon = 0.0  # worst epsilon over the slots this leaf revealed in
         self._last_outcome: dict[str, Any] | None = None
+        # slots an earlier incarnation sent its masked input in, outcome not learnt yet
+        self._unresolved: dict[int, int] = {}  # slot -> readings in its input
+        self._slots_in_flight_unknown = 0
+        self._readings_in_flight_unknown = 0
 
     # -- readings -----------------------------------------------------------------------------
 
@@ -412,28 +424,103 @@ class SecAggRelease:
         """
         response = self._current(request.slot, "an unmask request").unmask(request)
         if not self._revealed:
-            assert self._in_flight is not None
-            increment, rows = self._in_flight
-            segment, position = divmod(request.slot, self.horizon)
-            if segment != self._segment:
-                self._segment, self._grams = segment, {}
-            self._grams[position] = increment
-            self._in_flight = None
-            self._revealed = True
-            self._readings_released += rows
-            self._slots_contributed += 1
+            self._spend_in_flight(request.slot)
         return response
 
-    def receive_outcome(self, outcome: messages.SlotOutcome) -> None:
+    def receive_outcome(self, outcome: messages.SlotOutcome) -> bool:
         """The site's `SlotOutcome` (the outcome topic): ends the slot if it is the current one.
 
         An outcome of the current slot ends it (`end_slot`) with the survivors it names; one
         of a later slot ends the current round too (`observe_slot`); an earlier one is
         ignored.
+
+        Returns
+        -------
+        bool
+            Whether the slot released this leaf's in-flight increment although it had not
+            answered the unmask request (its masked input was in ``U_3`` and ``t`` others
+            answered): those readings are released, counted as such and never re-sent.
         """
+        released_unanswered = False
         if self._round is not None and outcome.slot == self._round.slot:
+            released_unanswered = (
+                not self._revealed
+                and self._in_flight is not None
+                and outcome.released
+                and self.leaf_id in outcome.survivors
+            )
+            if released_unanswered:
+                self._spend_in_flight(outcome.slot)
             self._finish(outcome)
         self.observe_slot(outcome.slot)
+        return released_unanswered
+
+    def _spend_in_flight(self, slot: int) -> None:
+        """The in-flight increment of the current round is released: ``G_k`` of the segment."""
+        assert self._in_flight is not None
+        increment, rows = self._in_flight
+        segment, position = divmod(slot, self.horizon)
+        if segment != self._segment:
+            self._segment, self._grams = segment, {}
+        self._grams[position] = increment
+        self._in_flight = None
+        self._revealed = True
+        self._readings_released += rows
+        self._slots_contributed += 1
+
+    # -- in flight at a crash -----------------------------------------------------------------
+
+    @property
+    def unresolved_slots(self) -> list[int]:
+        """Slots an earlier incarnation sent its masked input in and whose outcome this leaf
+        has not learnt yet (`resolve_in_flight`), in order."""
+        return sorted(self._unresolved)
+
+    def resolve_in_flight(self, outcome: messages.SlotOutcome | None) -> list[tuple[int, str, int]]:
+        """Learn what became of the slots in flight at a restart (`unresolved_slots`).
+
+        Parameters
+        ----------
+        outcome : SlotOutcome or None
+            The site's outcome (the retained one, or a later one), or None when it cannot
+            be read.
+
+        Returns
+        -------
+        list of (slot, verdict, readings)
+            One per record decided now: ``"released"`` (the outcome of that slot released
+            it with this leaf among the survivors: its readings are counted released, at
+            the outcome's survivors), ``"not_released"`` (skipped, or this leaf not among
+            the survivors: nothing of it was revealed, its readings are re-sent and go to a
+            later slot; counted carried over) or ``"unknown"`` (None, or an outcome of a
+            later slot: that slot's outcome is no longer retained; counted released at the
+            worst case, ``t`` survivors, and in ``slots_in_flight_unknown`` /
+            ``readings_in_flight_unknown``: never released twice, possibly missing from the
+            estimate). Records of a later slot than ``outcome``'s stay.
+        """
+        decided: list[tuple[int, str, int]] = []
+        for slot in sorted(self._unresolved):
+            rows = self._unresolved[slot]
+            if outcome is not None and outcome.slot < slot:
+                continue
+            if outcome is None or outcome.slot > slot:
+                verdict, survivors = "unknown", self.threshold
+                self._slots_in_flight_unknown += 1
+                self._readings_in_flight_unknown += rows
+            elif outcome.released and self.leaf_id in outcome.survivors:
+                verdict, survivors = "released", len(outcome.survivors)
+                self._slots_released += 1
+            else:
+                verdict, survivors = "not_released", 0
+                self._slots_carried_over += 1
+            if verdict != "not_released":
+                self._readings_released += rows
+                self._slots_contributed += 1
+                epsilon = site_epsilon(self.calibration, max(survivors, self.threshold))
+                self._epsilon = max(self._epsilon, epsilon)
+            del self._unresolved[slot]
+            decided.append((slot, verdict, rows))
+        return decided
 
     def end_slot(self) -> None:
         """End the current round without an outcome (the shell gave up on it, or a later
@@ -516,6 +603,8 @@ class SecAggRelease:
             "slots_revealed_skipped": self._slots_revealed_skipped,
             "slots_carried_over": self._slots_carried_over,
         }
+        counters["slots_in_flight_unknown"] = self._slots_in_flight_unknown
+        counters["readings_in_flight_unknown"] = self._readings_in_flight_unknown
         last = None if self._last_outcome is None else dict(self._last_outcome)
         return {
             **self._settings(),
@@ -523,7 +612,17 @@ class SecAggRelease:
             "epsilon": float(epsilon),
             "last_slot": int(last_slot),
             "last": last,
+            "in_flight": self.in_flight_records(),
         }
+
+    def in_flight_records(self) -> list[dict[str, int]]:
+        """The slots whose masked input holds readings this leaf has not seen released nor
+        carried over: ``{"slot", "rows"}`` each, the restored ones not resolved yet and the
+        current round's once its masked input is formed and until it answers or ends."""
+        records = [{"slot": s, "rows": r} for s, r in sorted(self._unresolved.items())]
+        if self._round is not None and self._in_flight is not None and not self._revealed:
+            records.append({"slot": int(self._round.slot), "rows": int(self._in_flight[1])})
+        return records
 
     def restore_ledger(self, ledger: Any) -> None:
         """Continue the ledger of an earlier incarnation of this leaf (`export_ledger`).
@@ -531,7 +630,9 @@ class SecAggRelease:
         Only on a fresh core (no reading, no round, no slot seen). The counters, ``epsilon``
         and ``last`` continue from ``ledger``; `next_slot` becomes ``last_slot + 1``: a
         round the earlier incarnation was in is never advertised for again (its keys are
-        gone). What was pending or in flight then is not in it: its publishers re-send it.
+        gone). What was pending then is not in it: its publishers re-send it. A masked input
+        in flight then (``in_flight``: slot and readings) waits in `unresolved_slots` for
+        `resolve_in_flight` (a ledger without it has none).
 
         Raises
         ------
@@ -562,7 +663,26 @@ class SecAggRelease:
             return got
 
         counters = {key: count(key) for key in _COUNTERS}
+        later = {key: count(key) if key in ledger else 0 for key in _LATER_COUNTERS}
         last_slot = count("last_slot", -1)
+        flight = ledger.get("in_flight", [])
+        if not isinstance(flight, list) or len(flight) > MAX_IN_FLIGHT_RECORDS:
+            raise ValueError(f"ledger's in_flight must be a list of <= {MAX_IN_FLIGHT_RECORDS}")
+        unresolved: dict[int, int] = {}
+        for record in flight:
+            if not isinstance(record, dict) or set(record) != {"slot", "rows"}:
+                raise ValueError(f"ledger's in_flight record {record!r} is not {{slot, rows}}")
+            slot, rows = record["slot"], record["rows"]
+            if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot <= last_slot:
+                raise ValueError(f"ledger's in_flight slot {slot!r} not in [0, {last_slot}]")
+            if (
+                isinstance(rows, bool)
+                or not isinstance(rows, int)
+                or not 0 <= rows <= self.max_rows_per_slot
+                or slot in unresolved
+            ):
+                raise ValueError(f"ledger's in_flight rows {rows!r} of slot {slot} refused")
+            unresolved[slot] = rows
         contributed = counters["slots_contributed"]
         if counters["slots_released"] + counters["slots_revealed_skipped"] > contributed:
             raise ValueError("ledger's slots released and skipped exceed the slots contributed")
@@ -590,6 +710,9 @@ class SecAggRelease:
         self._slots_released = counters["slots_released"]
         self._slots_revealed_skipped = counters["slots_revealed_skipped"]
         self._slots_carried_over = counters["slots_carried_over"]
+        self._slots_in_flight_unknown = later["slots_in_flight_unknown"]
+        self._readings_in_flight_unknown = later["readings_in_flight_unknown"]
+        self._unresolved = unresolved
         self._epsilon = epsilon
         self._last_slot = last_slot
         self._last_outcome = None if last is None else dict(last)
@@ -607,7 +730,9 @@ class SecAggRelease:
         `accounting.site_epsilon` for the outcome's survivors, or for ``t`` when no outcome
         said (at most ``epsilon_target``; 0.0 before any); ``slot`` (current round),
         ``next_slot``; ``last`` (the last ended slot: revealed, released, survivors,
-        epsilon, carried_over, reason).
+        epsilon, carried_over, reason); ``in_flight`` (`in_flight_records`),
+        ``slots_in_flight_unknown`` and ``readings_in_flight_unknown`` (in flight at a
+        restart, outcome unknown: counted released, `resolve_in_flight`).
         """
         return {
             "mechanism": MECHANISM,
@@ -623,6 +748,9 @@ class SecAggRelease:
             "slots_released": self._slots_released,
             "slots_revealed_skipped": self._slots_revealed_skipped,
             "slots_carried_over": self._slots_carried_over,
+            "slots_in_flight_unknown": self._slots_in_flight_unknown,
+            "readings_in_flight_unknown": self._readings_in_flight_unknown,
+            "in_flight": self.in_flight_records(),
             "epsilon": self._epsilon,
             "slot": self.slot,
             "next_slot": self.next_slot,

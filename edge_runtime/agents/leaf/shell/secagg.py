@@ -56,6 +56,22 @@ norm or calibration, or inconsistent) is one warning line, counted in the status
 logged (failures 1, 2, 4, ...) and counted; the previous file stays. A leaf that finds any
 such file (restored or not) never reuses ``noise_seed``'s stream: it draws its noise from the
 operating system's entropy, as an earlier incarnation may have drawn from the seed.
+
+In flight at a crash (a reading released twice would double its epsilon): before its masked
+input for slot ``k`` is published, the leaf writes the ledger file with the in-flight record
+(``in_flight``: slot ``k`` and, per source, the last sequence number the input covers; the
+publish waits for the write, and a failed write withholds that masked input: the slot then
+carries the readings over). Killed before it answered the unmask request, its input may still
+be in ``U_3`` and released from ``t`` other leaves' answers. A new incarnation restores the
+record and holds re-sends of those readings (`status` ``readings_held``) until it learns slot
+``k``'s outcome from the site's retained outcome (`SecAggRelease.resolve_in_flight`):
+released with it among the survivors -> revealed (counted released, durable, confirmed;
+re-sends dropped as duplicates: `status` ``duplicates``); skipped or it not a survivor -> the
+held and later re-sends go to the next slot; an outcome of a later slot (it was down longer
+than a slot) or one that cannot be read -> treated as released, never released again, one
+warning line ``secagg_in_flight_unknown`` (those readings may be missing from the estimate),
+counted (``slots_in_flight_unknown``, ``readings_in_flight_unknown``). A live leaf whose
+slot's outcome names it a survivor without its answer counts its input released likewise.
 """
 
 from __future__ import annotations
@@ -85,8 +101,10 @@ LEDGER_SUFFIX = ".secagg-ledger"
 
 LEDGER_FORMAT = "edge_runtime.secagg_leaf_ledger"
 """``"format"`` of the ledger file's msgpack map (version 1): ``node``, ``deployment``,
-``ledger`` (the core's `SecAggRelease.export_ledger`) and ``revealed`` (source -> the last
-sequence number revealed)."""
+``ledger`` (the core's `SecAggRelease.export_ledger`, with its ``in_flight`` records),
+``revealed`` (source -> the last sequence number revealed) and ``in_flight`` (optional: a
+list of ``{"slot", "upto"}``, ``upto`` source -> the last sequence number that slot's masked
+input covers, one per record of the core's)."""
 
 MAX_LEDGER_BYTES = 1 << 20
 """A larger ledger file is unreadable (a few hundred bytes, plus ~30 per sensor source)."""
@@ -141,6 +159,8 @@ def _read_ledger(path: Path) -> dict[str, Any] | None:
         raise ValueError(f"not a leaf ledger file (format {LEDGER_FORMAT!r} version 1)")
     if not isinstance(doc.get("ledger"), dict) or not isinstance(doc.get("revealed"), dict):
         raise ValueError("no ledger or revealed sequence numbers")
+    if not isinstance(doc.get("in_flight", []), list):
+        raise ValueError("in_flight is not a list")
     return doc
 
 
@@ -213,7 +233,7 @@ class SecAggLeaf:
         self.release: Any = None  # SecAggRelease, loaded with the first reading
         self._noise = np.random.default_rng(config.noise_seed)  # None: the OS's entropy
         self._seen = -1  # the highest slot seen before the core existed
-        self._outbox: list[tuple[str, bytes, bool]] = []
+        self._outbox: list[tuple[str, bytes, bool, dict[str, Any] | None, int | None]] = []
         self.published = 0
         # the last sequence number per source: pending, in flight, revealed (`revealed`)
         self._pending_upto: dict[str, int] = {}
@@ -238,6 +258,12 @@ class SecAggLeaf:
         self.ledger_counts = dict.fromkeys(
             ("restored", "unreadable", "refused", "written", "write_failures"), 0
         )
+        # slot -> upto of the masked inputs in flight at a restart, outcome not learnt yet
+        self._restored_upto: dict[int, dict[str, int]] = {}
+        # (source, seq) -> row: re-sends of those readings held until the outcome says
+        self._held: dict[tuple[str, int], np.ndarray] = {}
+        self._withheld: set[int] = set()  # slots whose masked input is never published
+        self.duplicates = 0  # rows of readings already released, not added again
         self._saved: dict[str, Any] | None = None  # the ledger file's content, last written
         self._changed = False  # a message or a new core since the last capture for the file
         self._save_lock = asyncio.Lock()
@@ -295,6 +321,11 @@ class SecAggLeaf:
                 if doc.get(key) != mine:
                     raise ValueError(f"a ledger of {key} {doc.get(key)!r}, not {mine!r}")
             revealed = _sources(doc["revealed"])
+            restored_upto: dict[int, dict[str, int]] = {}
+            for record in doc.get("in_flight", []):
+                if not isinstance(record, dict) or not isinstance(record.get("upto"), dict):
+                    raise ValueError(f"an in_flight record {record!r} without upto")
+                restored_upto[record.get("slot")] = _sources(record["upto"])  # type: ignore[index]
             width = ledger.get("n_features")
             if n_features is not None and width != n_features:
                 raise ValueError(f"a ledger of n_features {width!r}, this leaf's is {n_features}")
@@ -305,10 +336,16 @@ class SecAggLeaf:
                 raise ValueError(f"a ledger of n_features {width}: over max_payload_bytes")
             core = self._new_core(width)
             core.restore_ledger(ledger)
+            if sorted(restored_upto) != core.unresolved_slots:
+                raise ValueError(
+                    f"in_flight slots {sorted(restored_upto)!r}, the ledger's "
+                    f"{core.unresolved_slots!r}"
+                )
         except ValueError as exc:
             self._ignore("refused", path, exc)
             return
         self.revealed = revealed
+        self._restored_upto = restored_upto
         self.ledger_counts["restored"] += 1
         self._fresh_noise()
         self._build(width, core)  # the first `flush` writes the file (its new round's slot)
@@ -320,6 +357,7 @@ class SecAggLeaf:
             slots_contributed=restored["slots_contributed"],
             next_slot=restored["next_slot"],
             sources=len(revealed),
+            in_flight=[r["slot"] for r in restored["in_flight"]],
         )
 
     def _ignore(self, what: str, path: Path, exc: Exception) -> None:
@@ -337,13 +375,19 @@ class SecAggLeaf:
 
     def _ledger_doc(self) -> dict[str, Any]:
         assert self.release is not None
+        ledger = self.release.export_ledger()
+        flight = [
+            {"slot": r["slot"], "upto": dict(self._restored_upto.get(r["slot"], self._flight_upto))}
+            for r in ledger["in_flight"]
+        ]
         return {
             "format": LEDGER_FORMAT,
             "version": 1,
             "node": self.node_id,
             "deployment": self.deployment,
-            "ledger": self.release.export_ledger(),
+            "ledger": ledger,
             "revealed": dict(self.revealed),
+            "in_flight": flight,
         }
 
     async def _save(self) -> None:
@@ -354,12 +398,16 @@ class SecAggLeaf:
         if path is None or self.release is None or self._outbox or not self._changed:
             return
         self._changed = False  # (a failed write is retried at the next change: every slot)
-        doc = self._ledger_doc()  # captured at this instant, with the outbox empty
-        if doc == self._saved:
-            return
+        await self._write_doc(self._ledger_doc())  # captured at this instant, outbox empty
+
+    async def _write_doc(self, doc: dict[str, Any]) -> bool:
+        """Write ``doc`` to the ledger file (off the event loop, after any earlier capture);
+        whether it is on disk. A failure is logged (1, 2, 4, ...) and counted."""
+        path = self.ledger_path
+        assert path is not None
         async with self._save_lock:  # FIFO: a later capture is written after an earlier one
             if doc == self._saved:
-                return
+                return True
             try:
                 await asyncio.to_thread(self._write, path, msgpack.packb(doc, use_bin_type=True))
             except OSError as exc:
@@ -372,9 +420,10 @@ class SecAggLeaf:
                         error=str(exc),
                         failures=failures,
                     )
-                return
+                return False
             self._saved = doc
             self.ledger_counts["written"] += 1
+            return True
 
     @staticmethod
     def _write(path: Path, payload: bytes) -> None:
@@ -402,13 +451,23 @@ class SecAggLeaf:
         )
         self._queue(self.keys_topic, ad, retain=True)
 
-    def _queue(self, topic: str, message: Any, *, retain: bool = False) -> None:
+    def _queue(
+        self,
+        topic: str,
+        message: Any,
+        *,
+        retain: bool = False,
+        doc: dict[str, Any] | None = None,
+        gate: int | None = None,
+    ) -> None:
+        """Queue a message for `flush`: after ``doc`` (if any) is in the ledger file; never
+        if slot ``gate``'s masked input is withheld (its in-flight record not written)."""
         from edge_runtime.wire.secagg import encode_secagg
 
         payload = encode_secagg(
             message, deployment=self.deployment, max_bytes=self.agent.settings.max_payload_bytes
         )
-        self._outbox.append((topic, payload, retain))
+        self._outbox.append((topic, payload, retain, doc, gate))
 
     def add_rows(
         self, rows: np.ndarray, source: str | None = None, first_seq: int | None = None
@@ -421,6 +480,9 @@ class SecAggLeaf:
         if len(rows) == 0:
             return
         if source is not None and first_seq is not None:
+            rows, first_seq = self._screen(rows, source, first_seq)
+            if len(rows) == 0:
+                return
             self._pending_upto[source] = first_seq + len(rows) - 1
         if self.release is None:
             self._build(int(rows.shape[1]))
@@ -431,6 +493,82 @@ class SecAggLeaf:
             self.agent.reject("secagg_rows", self.agent.config.sensor_topic or "", str(exc))
         if self._outbox:
             self.agent.wake()
+
+    def _hold_upto(self, source: str) -> int:
+        """The last sequence number of ``source`` in a masked input in flight at a restart."""
+        return max((upto.get(source, -1) for upto in self._restored_upto.values()), default=-1)
+
+    def _screen(self, rows: np.ndarray, source: str, first_seq: int) -> tuple[np.ndarray, int]:
+        """Drop the rows already released (``seq <= revealed[source]``: a re-send, never in
+        a second slot) and hold those of a masked input in flight at a restart until its
+        outcome is known; the rest, and the sequence number of its first row."""
+        floor = self.revealed.get(source, -1)
+        if first_seq <= floor:
+            skip = min(len(rows), floor - first_seq + 1)
+            self.duplicates += skip
+            rows, first_seq = rows[skip:], first_seq + skip
+        held = min(len(rows), self._hold_upto(source) - first_seq + 1)
+        if held > 0:
+            for i in range(held):
+                self._held[(source, first_seq + i)] = np.array(rows[i])
+            rows, first_seq = rows[held:], first_seq + held
+        return rows, first_seq
+
+    def _resolve(self, outcome: Any) -> None:
+        """Learn the outcome of the masked inputs in flight at a restart
+        (`SecAggRelease.resolve_in_flight`): released (or unknown: conservatively so) ->
+        revealed, durable, re-sends dropped; not released -> the held re-sends go to the
+        next slot."""
+        release = self.release
+        if release is None or not release.unresolved_slots:
+            return
+        for slot, verdict, rows in release.resolve_in_flight(outcome):
+            upto = self._restored_upto.pop(slot, {})
+            self._changed = True
+            if verdict == "not_released":
+                self.agent.log.info("secagg_in_flight_not_released", slot=slot, readings=rows)
+                continue
+            self.revealed = _later(self.revealed, upto)
+            self._status_due = True
+            self._advance_sequencer(upto)
+            if verdict == "unknown":
+                self.agent.log.warning(
+                    "secagg_in_flight_unknown",
+                    slot=slot,
+                    readings=rows,
+                    detail=f"slot {slot}'s outcome is unknown: its {rows} readings are "
+                    "treated as released and may be missing from the estimate",
+                )
+            else:
+                self.agent.log.info("secagg_in_flight_released", slot=slot, readings=rows)
+        # the held rows: already released -> duplicates; no longer held -> the next slot
+        ready: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for (source, seq), row in sorted(self._held.items(), key=lambda kv: kv[0]):
+            if seq <= self.revealed.get(source, -1):
+                self.duplicates += 1
+            elif seq > self._hold_upto(source):
+                ready.setdefault(source, []).append((seq, row))
+            else:
+                continue
+            del self._held[(source, seq)]
+        for source, items in ready.items():
+            block = np.stack([row for _, row in items])
+            self._pending_upto[source] = max(self._pending_upto.get(source, -1), items[-1][0])
+            try:
+                release.add_rows(block)
+            except ValueError as exc:
+                self.agent.reject("secagg_rows", self.agent.config.sensor_topic or "", str(exc))
+
+    def _advance_sequencer(self, upto: dict[str, int]) -> None:
+        """The agent's sequencer continues after released readings (re-sends: duplicates);
+        a source with rows held behind a gap is left to `_screen`."""
+        sequencer = getattr(getattr(self.agent, "core", None), "sequencer", None)
+        if sequencer is None:
+            return
+        held = set(sequencer.held_sources())
+        for source, seq in upto.items():
+            if source not in held and sequencer.last.get(source, -1) < seq:
+                sequencer.last[source] = seq
 
     # -- messages -------------------------------------------------------------------------
 
@@ -452,6 +590,9 @@ class SecAggLeaf:
 
         data = payload_bytes(self.agent, topic, payload)
         if not data:  # rejected, or a cleared retained message
+            if topic == self.outcome_topic:  # an in-flight slot's outcome cannot be read
+                self._resolve(None)
+                self.agent.wake()
             return
         expect = {
             self.roster_topic: messages.KeyRoster,
@@ -463,6 +604,9 @@ class SecAggLeaf:
             self.agent, topic, data, expect=expect, deployment=self.deployment
         )
         if message is None:
+            if topic == self.outcome_topic:  # an in-flight slot's outcome cannot be read
+                self._resolve(None)
+                self.agent.wake()
             return
         if isinstance(message, messages.ShareDelivery) and message.recipient != self.node_id:
             self.agent.reject(
@@ -477,17 +621,26 @@ class SecAggLeaf:
             return
         try:
             if isinstance(message, messages.SlotOutcome):
-                release.receive_outcome(message)
+                self._resolve(message)
+                if release.receive_outcome(message):  # released without its answer
+                    self._spent = message.slot
+                    self._status_due = True
+                    self.revealed = _later(self.revealed, self._flight_upto)
+                    self._flight_upto = {}
                 self._log_outcome(message)
             elif release.slot is not None and message.slot == release.slot:
                 if isinstance(message, messages.KeyRoster):
                     self._queue(self.shares_topic, release.receive_roster(message))
                 elif isinstance(message, messages.ShareDelivery):
-                    self._queue(self.masked_topic, release.receive_shares(message, self._noise))
+                    masked = release.receive_shares(message, self._noise)
+                    doc = None
                     if message.slot != self._moved:  # the pending rows went in flight
                         self._moved = message.slot
                         self._flight_upto = _later(self._flight_upto, self._pending_upto)
                         self._pending_upto = {}
+                        if self.ledger_path is not None:  # on disk before it is published
+                            doc = self._ledger_doc()
+                    self._queue(self.masked_topic, masked, doc=doc, gate=message.slot)
                 else:
                     self._queue(self.unmasked_topic, release.unmask(message))
                     if message.slot != self._spent:  # revealed: released for the leaf
@@ -520,10 +673,14 @@ class SecAggLeaf:
         ledger file if the ledger changed (with a state directory): before the agent's
         confirmations claim the readings revealed."""
         while self._outbox:
-            topic, payload, retain = self._outbox[0]
-            await self.agent.publish(client, topic, payload, retain=retain, qos=1)
+            topic, payload, retain, doc, gate = self._outbox[0]
+            if doc is not None and not await self._write_doc(doc):
+                self._withheld.add(gate)  # its in-flight record is not on disk: never out
+                self.agent.log.warning("secagg_masked_input_withheld", slot=gate)
+            if gate is None or gate not in self._withheld:
+                await self.agent.publish(client, topic, payload, retain=retain, qos=1)
+                self.published += 1
             self._outbox.pop(0)
-            self.published += 1
         await self._save()
 
     async def on_connected(self, client: Any) -> None:
@@ -543,4 +700,10 @@ class SecAggLeaf:
         file = {} if self.ledger_path is None else {"ledger_file": dict(self.ledger_counts)}
         if self.release is None:
             return {"mechanism": MECHANISM, "state": "no reading yet", "published": 0, **file}
-        return {**self.release.ledger(), "published": self.published, **file}
+        return {
+            **self.release.ledger(),
+            "published": self.published,
+            "readings_held": len(self._held),
+            "duplicates": self.duplicates,
+            **file,
+        }
