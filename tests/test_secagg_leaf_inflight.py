@@ -262,7 +262,9 @@ async def test_a_leaf_stopped_after_its_masked_input_is_released_once(
         await wait_for(
             lambda: secagg_site.status()["slots_released"] >= 1, 2 * slot_s, "the release"
         )
-        assert site.secagg.counts["pi-1"] == BROKER_ROWS
+        await wait_for(
+            lambda: site.secagg.counts["pi-1"] == BROKER_ROWS, 5, "pi-1's count (its status)"
+        )
 
         # a new incarnation, same state directory: the retained outcome of `slot`
         again = LeafAgent(topology, "pi-0", settings, n_features=D, state_dir=tmp_path)
