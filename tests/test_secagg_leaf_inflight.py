@@ -38,7 +38,7 @@ from tests.test_secagg_leaf_restart import (
     stand_in_core,
     wait_for,
 )
-from tests.test_secagg_shells import StandIn
+from tests.test_secagg_shells import StandIn, ad
 from tests.test_secagg_shells import topology as shells_topology
 
 ROWS = 25
@@ -291,3 +291,27 @@ async def test_a_leaf_stopped_after_its_masked_input_is_released_once(
         await asyncio.sleep(0.5)
         assert site.secagg.counts == dict.fromkeys(IDS, BROKER_ROWS)
         assert again.secagg.release.ledger()["readings_released"] == BROKER_ROWS
+
+
+async def test_a_live_leaf_whose_round_ends_without_its_outcome_never_re_sends_it(
+    tmp_path: Path,
+) -> None:
+    """pi-0's masked input went out, it never answered, and the next thing it sees is a later
+    slot's roster (slot 0's outcome lost or late): the site may have released its input, so
+    its readings count as released (unknown), are revealed and never go to another slot."""
+    topo = shells_topology()
+    agent = StandIn(topo, "pi-0")
+    shell = SecAggLeaf(agent, n_features=D, state_dir=tmp_path)
+    shell.add_rows(np.random.default_rng(0).normal(size=(ROWS, D)), "sensor", 0)
+    sim = CrashSite(topo, shell, agent)
+    await sim.crash_slot(deliver=True)  # the site released slot 0 with pi-0's input
+    assert shell.release.slot == 0 and shell.revealed == {}
+    later = KeyRoster(1, 3, (ad(1, "pi-1", 3), ad(1, "pi-2", 5), ad(1, "pi-3", 7)))
+    shell.handle(shell.roster_topic, encode_secagg(later, deployment=topo.name))
+    ledger = shell.release.ledger()
+    assert shell.release.slot != 0  # slot 0's round is over (it advertises for the next)
+    assert ledger["readings_released"] == ROWS
+    assert ledger["slots_in_flight_unknown"] == 1
+    assert ledger["readings_in_flight_unknown"] == ROWS
+    assert shell.release.pending_rows == 0  # not carried over to slot 1
+    assert shell.revealed == {"sensor": ROWS - 1}

@@ -18,7 +18,7 @@ outgoing one, mirroring `LeafRound`; keys, seeds and the noise generator come in
     receive_roster(roster)          -> ShareUpload
     receive_shares(delivery, rng)   -> MaskedInput        the increment leaves `pending`
     unmask(request)                 -> UnmaskResponse     the increment is revealed
-    receive_outcome(outcome)        -> None               the slot is over (or `end_slot()`)
+    receive_outcome(outcome)        -> bool               the slot is over (or `end_slot()`)
 
 Leaves advertise one slot ahead: after a slot ends (its outcome, or a roster or outcome of
 a later slot seen) the leaf advertises for `next_slot` with fresh keys, and the site's
@@ -282,14 +282,16 @@ class SecAggRelease:
         """The slot to advertise for next: one above the highest slot this leaf has seen."""
         return self._last_slot + 1
 
-    def observe_slot(self, slot: int) -> None:
+    def observe_slot(self, slot: int) -> bool:
         """Note that the site reached ``slot`` (a roster, request or outcome seen, even one
         refused): `next_slot` becomes at least ``slot + 1``, and a current round of an
-        earlier slot ends (`end_slot`)."""
+        earlier slot ends (`end_slot`; returns what it returns)."""
         slot = check_count(slot, "slot", 0, 2**64 - 1)
+        spent = False
         if self._round is not None and slot > self._round.slot:
-            self.end_slot()
+            spent = self.end_slot()
         self._last_slot = max(self._last_slot, slot)
+        return spent
 
     def advertise(
         self,
@@ -452,8 +454,7 @@ class SecAggRelease:
             if released_unanswered:
                 self._spend_in_flight(outcome.slot)
             self._finish(outcome)
-        self.observe_slot(outcome.slot)
-        return released_unanswered
+        return self.observe_slot(outcome.slot) or released_unanswered
 
     def _spend_in_flight(self, slot: int) -> None:
         """The in-flight increment of the current round is released: ``G_k`` of the segment."""
@@ -522,12 +523,31 @@ class SecAggRelease:
             decided.append((slot, verdict, rows))
         return decided
 
-    def end_slot(self) -> None:
+    def end_slot(self) -> bool:
         """End the current round without an outcome (the shell gave up on it, or a later
-        slot began). Not revealed: the increment carries over. Revealed: counted as released
-        with the worst case, ``t`` survivors. No-op between rounds."""
-        if self._round is not None:
-            self._finish(None)
+        slot began). Revealed: counted as released with the worst case, ``t`` survivors.
+        Not revealed but its masked input formed: the site may have released it without
+        this leaf's answer (its input in ``U_3``, ``t`` others answering), and nothing here
+        says otherwise, so for privacy it is counted released at ``t`` survivors too (as an
+        unknown in-flight slot: ``slots_in_flight_unknown``), never carried over and
+        released again. Otherwise the increment carries over. No-op between rounds.
+
+        Returns
+        -------
+        bool
+            Whether a masked input not answered was counted released (the shell then marks
+            its readings revealed).
+        """
+        if self._round is None:
+            return False
+        spent = not self._revealed and self._in_flight is not None
+        if spent:
+            rows = self._in_flight[1]
+            self._spend_in_flight(self._round.slot)
+            self._slots_in_flight_unknown += 1
+            self._readings_in_flight_unknown += rows
+        self._finish(None)
+        return spent
 
     def _finish(self, outcome: messages.SlotOutcome | None) -> None:
         assert self._round is not None

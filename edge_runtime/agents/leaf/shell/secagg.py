@@ -622,7 +622,8 @@ class SecAggLeaf:
         try:
             if isinstance(message, messages.SlotOutcome):
                 self._resolve(message)
-                if release.receive_outcome(message):  # released without its answer
+                if release.receive_outcome(message):  # released without its answer (or
+                    # a later slot's outcome ended its round with its masked input out)
                     self._spent = message.slot
                     self._status_due = True
                     self.revealed = _later(self.revealed, self._flight_upto)
@@ -650,8 +651,13 @@ class SecAggLeaf:
                         self._flight_upto = {}
             else:
                 current = release.slot if release.slot is not None else release.next_slot - 1
-                if message.slot > current:  # a later slot than its own: that round is over
-                    release.observe_slot(message.slot)
+                if message.slot > current and release.observe_slot(message.slot):
+                    # a later slot than its own: that round is over, and its masked input,
+                    # not answered, may have been released: counted released, never re-sent
+                    self._spent = current
+                    self._status_due = True
+                    self.revealed = _later(self.revealed, self._flight_upto)
+                    self._flight_upto = {}
                 # else a past slot's (a retained roster): nothing to do
         except UnmaskRefusedError as exc:
             self.agent.log.warning("secagg_unmask_refused", slot=message.slot, detail=str(exc))
