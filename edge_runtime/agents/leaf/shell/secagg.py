@@ -35,10 +35,10 @@ re-send every reading it had not revealed.
 The ledger across restarts (with a state directory: ``edge-runtime agent --state-dir DIR``,
 the `LeafAgent`'s ``state_dir``): after its answers are published (`flush`), whenever the
 ledger changed (a reveal, a slot's end, a new round), the leaf writes
-``<state_dir>/<node>.secagg-ledger`` (msgpack, `LEDGER_FORMAT`): the core's
+``<state_dir>/<node>.secagg-ledger`` (`edge_runtime.agents.leaf.shell.secagg_ledger_file`:
+msgpack, `LEDGER_FORMAT`, written atomically off the event loop): the core's
 `SecAggRelease.export_ledger` (counters, ``epsilon``, the last slot, for these settings) and
-`revealed`, written atomically (`edge_runtime.atomicfile`: temporary file, fsync, rename,
-directory fsync) off the event loop, before the agent's confirmations claim those readings.
+`revealed`, before the agent's confirmations claim those readings.
 Nothing in it beyond what the status document publishes and the confirmations say: no
 readings, Gram matrices, keys or noise. At start it is restored before the first connection
 (`SecAggRelease.restore_ledger`; the core is built then, with the file's width): the status
@@ -76,17 +76,23 @@ slot's outcome names it a survivor without its answer counts its input released 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
-from edge_runtime.atomicfile import TEMP_SUFFIX, fsync_directory, replace_file, temp_name
+from edge_runtime.agents.leaf.shell.secagg_ledger_file import (
+    COUNTS,
+    LEDGER_FORMAT,
+    LEDGER_SUFFIX,
+    LedgerFile,
+    ledger_doc,
+)
+from edge_runtime.agents.leaf.shell.secagg_ledger_file import (
+    MAX_LEDGER_BYTES as MAX_LEDGER_BYTES,
+)
 from edge_runtime.secagg import require_extra
 from edge_runtime.topology import Topology
 from edge_runtime.topology import topics as kinds
@@ -95,19 +101,6 @@ from edge_runtime.topology.keys import SECAGG_MECHANISM as MECHANISM
 __all__ = ["LEDGER_FORMAT", "LEDGER_SUFFIX", "SecAggLeaf", "is_secagg_leaf", "local_config"]
 
 _KEY_BYTES = 32
-
-LEDGER_SUFFIX = ".secagg-ledger"
-"""The leaf's ledger file in its state directory: ``<node><LEDGER_SUFFIX>``."""
-
-LEDGER_FORMAT = "edge_runtime.secagg_leaf_ledger"
-"""``"format"`` of the ledger file's msgpack map (version 1): ``node``, ``deployment``,
-``ledger`` (the core's `SecAggRelease.export_ledger`, with its ``in_flight`` records),
-``revealed`` (source -> the last sequence number revealed) and ``in_flight`` (optional: a
-list of ``{"slot", "upto"}``, ``upto`` source -> the last sequence number that slot's masked
-input covers, one per record of the core's)."""
-
-MAX_LEDGER_BYTES = 1 << 20
-"""A larger ledger file is unreadable (a few hundred bytes, plus ~30 per sensor source)."""
 
 
 def is_secagg_leaf(topology: Topology, node_id: str) -> bool:
@@ -134,44 +127,6 @@ def local_config(config: Any) -> Any:
 def _later(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
     """The later sequence number of each source of ``old`` and ``new``."""
     return {**old, **{k: max(v, old.get(k, v)) for k, v in new.items()}}
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
-
-
-def _read_ledger(path: Path) -> dict[str, Any] | None:
-    """The ledger file's map (None: no file); ValueError (one line) if it cannot be read."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_LEDGER_BYTES:
-            raise ValueError(f"{size} bytes, more than a ledger can have ({MAX_LEDGER_BYTES})")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
-    try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several kinds for corrupt bytes
-        raise ValueError(f"not msgpack: {type(exc).__name__}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != LEDGER_FORMAT or doc.get("version") != 1:
-        raise ValueError(f"not a leaf ledger file (format {LEDGER_FORMAT!r} version 1)")
-    if not isinstance(doc.get("ledger"), dict) or not isinstance(doc.get("revealed"), dict):
-        raise ValueError("no ledger or revealed sequence numbers")
-    if not isinstance(doc.get("in_flight", []), list):
-        raise ValueError("in_flight is not a list")
-    return doc
-
-
-def _sources(revealed: dict[Any, Any]) -> dict[str, int]:
-    """``revealed`` of a ledger file, checked: source (str) -> sequence number (int >= 0)."""
-    for source, seq in revealed.items():
-        if not isinstance(source, str) or not source:
-            raise ValueError(f"revealed names a source {source!r}, not a non-empty str")
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63:
-            raise ValueError(f"revealed[{source!r}] must be an int >= 0, got {seq!r}")
-    return dict(revealed)
 
 
 class SecAggLeaf:
@@ -255,18 +210,15 @@ class SecAggLeaf:
         self.ledger_path = (
             None if state_dir is None else Path(state_dir) / f"{self.node_id}{LEDGER_SUFFIX}"
         )
-        self.ledger_counts = dict.fromkeys(
-            ("restored", "unreadable", "refused", "written", "write_failures"), 0
-        )
+        self._file = None if self.ledger_path is None else LedgerFile(self.ledger_path, agent)
+        self.ledger_counts = dict.fromkeys(COUNTS, 0) if self._file is None else self._file.counts
         # slot -> upto of the masked inputs in flight at a restart, outcome not learnt yet
         self._restored_upto: dict[int, dict[str, int]] = {}
         # (source, seq) -> row: re-sends of those readings held until the outcome says
         self._held: dict[tuple[str, int], np.ndarray] = {}
         self._withheld: set[int] = set()  # slots whose masked input is never published
         self.duplicates = 0  # rows of readings already released, not added again
-        self._saved: dict[str, Any] | None = None  # the ledger file's content, last written
         self._changed = False  # a message or a new core since the last capture for the file
-        self._save_lock = asyncio.Lock()
         self._restore(n_features)
         if n_features is not None and self.release is None:
             self._build(n_features)
@@ -302,71 +254,22 @@ class SecAggLeaf:
     def _restore(self, n_features: int | None) -> None:
         """Continue from the ledger file, if there is one this leaf can take (module
         docstring): the core is built from it. Never raises."""
-        path = self.ledger_path
-        if path is None:
+        if self._file is None:
             return
-        for stray in path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"):  # a crash mid-write
-            with contextlib.suppress(OSError):
-                stray.unlink()
-        try:
-            doc = _read_ledger(path)
-        except ValueError as exc:
-            self._ignore("unreadable", path, exc)
+        restored = self._file.restore(
+            self._new_core,
+            node_id=self.node_id,
+            deployment=self.deployment,
+            n_features=n_features,
+            max_payload_bytes=self.agent.settings.max_payload_bytes,
+        )
+        if self._file.found:  # restored or not
+            self._fresh_noise()
+        if restored is None:
             return
-        if doc is None:
-            return
-        ledger = doc["ledger"]
-        try:
-            for key, mine in (("node", self.node_id), ("deployment", self.deployment)):
-                if doc.get(key) != mine:
-                    raise ValueError(f"a ledger of {key} {doc.get(key)!r}, not {mine!r}")
-            revealed = _sources(doc["revealed"])
-            restored_upto: dict[int, dict[str, int]] = {}
-            for record in doc.get("in_flight", []):
-                if not isinstance(record, dict) or not isinstance(record.get("upto"), dict):
-                    raise ValueError(f"an in_flight record {record!r} without upto")
-                restored_upto[record.get("slot")] = _sources(record["upto"])  # type: ignore[index]
-            width = ledger.get("n_features")
-            if n_features is not None and width != n_features:
-                raise ValueError(f"a ledger of n_features {width!r}, this leaf's is {n_features}")
-            # a width whose masked input could not be published (and no huge allocation)
-            if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-                raise ValueError(f"a ledger of n_features {width!r}")
-            if 4 * width * (width + 1) > self.agent.settings.max_payload_bytes:
-                raise ValueError(f"a ledger of n_features {width}: over max_payload_bytes")
-            core = self._new_core(width)
-            core.restore_ledger(ledger)
-            if sorted(restored_upto) != core.unresolved_slots:
-                raise ValueError(
-                    f"in_flight slots {sorted(restored_upto)!r}, the ledger's "
-                    f"{core.unresolved_slots!r}"
-                )
-        except ValueError as exc:
-            self._ignore("refused", path, exc)
-            return
-        self.revealed = revealed
-        self._restored_upto = restored_upto
-        self.ledger_counts["restored"] += 1
-        self._fresh_noise()
+        core, width, self.revealed, self._restored_upto = restored
         self._build(width, core)  # the first `flush` writes the file (its new round's slot)
-        restored = core.ledger()
-        self.agent.log.info(
-            "secagg_ledger_restored",
-            path=str(path),
-            readings_released=restored["readings_released"],
-            slots_contributed=restored["slots_contributed"],
-            next_slot=restored["next_slot"],
-            sources=len(revealed),
-            in_flight=[r["slot"] for r in restored["in_flight"]],
-        )
-
-    def _ignore(self, what: str, path: Path, exc: Exception) -> None:
-        """A ledger file not taken: one line, counted; the ledger starts at zero."""
-        self.ledger_counts[what] += 1
-        self.agent.log.warning(
-            f"secagg_ledger_{what}", path=str(path), error=_one_line(exc), action="starting afresh"
-        )
-        self._fresh_noise()
+        self._file.restored(core, len(self.revealed))
 
     def _fresh_noise(self) -> None:
         """A trace of an earlier incarnation: never ``noise_seed``'s stream again."""
@@ -375,60 +278,23 @@ class SecAggLeaf:
 
     def _ledger_doc(self) -> dict[str, Any]:
         assert self.release is not None
-        ledger = self.release.export_ledger()
-        flight = [
-            {"slot": r["slot"], "upto": dict(self._restored_upto.get(r["slot"], self._flight_upto))}
-            for r in ledger["in_flight"]
-        ]
-        return {
-            "format": LEDGER_FORMAT,
-            "version": 1,
-            "node": self.node_id,
-            "deployment": self.deployment,
-            "ledger": ledger,
-            "revealed": dict(self.revealed),
-            "in_flight": flight,
-        }
+        return ledger_doc(
+            node_id=self.node_id,
+            deployment=self.deployment,
+            ledger=self.release.export_ledger(),
+            revealed=self.revealed,
+            upto=self._restored_upto,
+            flight_upto=self._flight_upto,
+        )
 
     async def _save(self) -> None:
         """Write the ledger file if the ledger changed, off the event loop; only when every
         answer is published (so it never holds a reveal whose response is not out). A
         failure is logged, counted and leaves the previous file."""
-        path = self.ledger_path
-        if path is None or self.release is None or self._outbox or not self._changed:
+        if self._file is None or self.release is None or self._outbox or not self._changed:
             return
         self._changed = False  # (a failed write is retried at the next change: every slot)
-        await self._write_doc(self._ledger_doc())  # captured at this instant, outbox empty
-
-    async def _write_doc(self, doc: dict[str, Any]) -> bool:
-        """Write ``doc`` to the ledger file (off the event loop, after any earlier capture);
-        whether it is on disk. A failure is logged (1, 2, 4, ...) and counted."""
-        path = self.ledger_path
-        assert path is not None
-        async with self._save_lock:  # FIFO: a later capture is written after an earlier one
-            if doc == self._saved:
-                return True
-            try:
-                await asyncio.to_thread(self._write, path, msgpack.packb(doc, use_bin_type=True))
-            except OSError as exc:
-                failures = self.ledger_counts["write_failures"] + 1
-                self.ledger_counts["write_failures"] = failures
-                if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
-                    self.agent.log.error(
-                        "secagg_ledger_unwritable",
-                        path=str(path),
-                        error=str(exc),
-                        failures=failures,
-                    )
-                return False
-            self._saved = doc
-            self.ledger_counts["written"] += 1
-            return True
-
-    @staticmethod
-    def _write(path: Path, payload: bytes) -> None:
-        replace_file(path, payload, temp=path.parent / temp_name(path))
-        fsync_directory(path.parent)
+        await self._file.write(self._ledger_doc())  # captured at this instant, outbox empty
 
     def resume(self, core: Any) -> None:
         """Give the restored `revealed` to the agent's `LeafCore` (before any reading): each
@@ -639,7 +505,7 @@ class SecAggLeaf:
                         self._moved = message.slot
                         self._flight_upto = _later(self._flight_upto, self._pending_upto)
                         self._pending_upto = {}
-                        if self.ledger_path is not None:  # on disk before it is published
+                        if self._file is not None:  # on disk before it is published
                             doc = self._ledger_doc()
                     self._queue(self.masked_topic, masked, doc=doc, gate=message.slot)
                 else:
@@ -680,7 +546,7 @@ class SecAggLeaf:
         confirmations claim the readings revealed."""
         while self._outbox:
             topic, payload, retain, doc, gate = self._outbox[0]
-            if doc is not None and not await self._write_doc(doc):
+            if doc is not None and self._file and not await self._file.write(doc):
                 self._withheld.add(gate)  # its in-flight record is not on disk: never out
                 self.agent.log.warning("secagg_masked_input_withheld", slot=gate)
             if gate is None or gate not in self._withheld:
