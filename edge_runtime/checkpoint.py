@@ -78,7 +78,9 @@ class CheckpointError(EdgeRuntimeError, ValueError):
     """
 
 
-def _temp_name(path: Path) -> str:
+def checkpoint_temp_name(path: Path) -> str:
+    """A fresh temporary file name for a save of ``path``: ``.<name>.<16 hex digits>.tmp``
+    (`edge_runtime.atomicfile.temp_name`), recognised and removed by the next save."""
     return temp_name(path, _TEMP_HEX_DIGITS)
 
 
@@ -111,7 +113,14 @@ def _plain(value: object, where: str) -> object:
     )
 
 
-def _serialise(state: Mapping[str, object]) -> bytes:
+def serialise(state: Mapping[str, object]) -> bytes:
+    """The bytes `save_checkpoint` writes for ``state`` (its format is the module docstring's).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `save_checkpoint`: a non-str key, an object array, a value that is not JSON data.
+    """
     if not isinstance(state, Mapping):
         raise TypeError(f"checkpoint state must be a mapping, got {type(state).__name__}")
     arrays: dict[str, np.ndarray] = {}
@@ -201,7 +210,7 @@ def save_checkpoint(path: Path, state: Mapping[str, object]) -> int:
     SD card per call, more on a busy one).
     """
     path = Path(path)
-    payload = _serialise(state)
+    payload = serialise(state)
     directory = path.parent
     if not directory.is_dir():
         raise FileNotFoundError(
@@ -209,7 +218,7 @@ def save_checkpoint(path: Path, state: Mapping[str, object]) -> int:
         )
     with _SAVE_LOCK:
         _remove_stray_temporaries(path)
-        replace_file(path, payload, temp=directory / _temp_name(path), mode=0o666)
+        replace_file(path, payload, temp=directory / checkpoint_temp_name(path), mode=0o666)
         fsync_directory(directory)
     return len(payload)
 

@@ -196,7 +196,7 @@ def test_save_replaces_and_syncs_in_order(tmp_path: Path, monkeypatch: pytest.Mo
         events.append(("replace", Path(src).name))
         real_replace(src, dst)
 
-    payload = checkpoint._serialise({"v": 2, "a": np.zeros(1000)})
+    payload = checkpoint.serialise({"v": 2, "a": np.zeros(1000)})
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     save_checkpoint(path, {"v": 2, "a": np.zeros(1000)})
@@ -234,8 +234,8 @@ def test_a_crash_mid_write_leaves_the_old_checkpoint_and_the_next_save_cleans_up
     path = tmp_path / "pi-01.ckpt"
     save_checkpoint(path, {"v": 1})
     # What a save killed before its rename leaves: a partial temporary file beside the path.
-    partial = checkpoint._serialise(state)[:5000]
-    leftover = tmp_path / checkpoint._temp_name(path)
+    partial = checkpoint.serialise(state)[:5000]
+    leftover = tmp_path / checkpoint.checkpoint_temp_name(path)
     leftover.write_bytes(partial)
     other = tmp_path / ".pi-01.ckpt.x.0123456789abcdef.tmp"  # another file's, kept
     other.write_bytes(b"")
@@ -387,7 +387,7 @@ def test_a_plain_npy_file_is_refused(tmp_path: Path) -> None:
 
 def test_every_truncation_is_detected(tmp_path: Path) -> None:
     state, _ = leaf_state(n=90)
-    data = checkpoint._serialise(state)
+    data = checkpoint.serialise(state)
     path = tmp_path / "t.ckpt"
     rng = np.random.default_rng(5)
     lengths = {*range(0, 64), *range(len(data) - 200, len(data))}
@@ -402,7 +402,7 @@ def test_corrupted_bytes_are_detected_or_harmless(tmp_path: Path) -> None:
     # Any single damaged byte either raises CheckpointError or (zip metadata that carries
     # no data, e.g. a timestamp) loads the same content: never silently different data.
     state, _ = leaf_state(n=90)
-    data = checkpoint._serialise(state)
+    data = checkpoint.serialise(state)
     path = tmp_path / "c.ckpt"
     rng = np.random.default_rng(6)
     detected = 0

@@ -124,7 +124,7 @@ def test_secagg_is_a_reserved_id_in_the_topology_and_on_the_wire() -> None:
     from edge_runtime.wire import secagg_fields
 
     assert "secagg" in RESERVED_IDS
-    assert secagg_fields._RESERVED_IDS == RESERVED_IDS
+    assert secagg_fields.RESERVED_IDS == RESERVED_IDS
     with pytest.raises(TopologyError, match="secagg"):
         parse_topology(
             site_toml(3)

@@ -351,17 +351,17 @@ def test_status_documents_with_a_field_of_another_value_decode_or_raise_wire_err
 
 
 def _decode_value_by_value(payload: bytes, n_features: int | None) -> object:
-    """`decode_readings` without its numpy fast path (``_float64_rows``), as an outcome."""
+    """`decode_readings` without its numpy fast path (``float64_rows``), as an outcome."""
     from edge_runtime.wire import readings
 
-    fast, readings._float64_rows = readings._float64_rows, lambda data: None
+    fast, readings.float64_rows = readings.float64_rows, lambda data: None
     try:
         got = decode_readings(payload, n_features=n_features)
         return got.values.tobytes(), got.values.shape, got.source, got.seq
     except WireError as exc:
         return exc.reason, str(exc)
     finally:
-        readings._float64_rows = fast
+        readings.float64_rows = fast
 
 
 @FUZZ

@@ -38,7 +38,7 @@ from edge_runtime.wire import (
     understood_versions,
 )
 from edge_runtime.wire.fedpower import decode_reply, decode_round
-from edge_runtime.wire.fields import _require, _Schema
+from edge_runtime.wire.fields import Schema, require
 
 DECODERS: dict[str, Callable[[bytes], object]] = {
     "subspace": decode_subspace,
@@ -175,18 +175,18 @@ def test_a_kind_at_version_2_upgrades_version_1_maps_and_refuses_the_others() ->
     def from_v1(obj: dict[str, object]) -> dict[str, object]:  # v2 renamed "n" to "count"
         return {**{k: v for k, v in obj.items() if k != "n"}, "v": 2, "count": obj["n"]}
 
-    schema = _Schema("test message", 2, from_previous=from_v1)
-    assert _require({"v": 2, "count": 5}, ("v", "count"), schema) == {"v": 2, "count": 5}
-    assert _require({"v": 1, "n": 5}, ("v", "count"), schema) == {"v": 2, "count": 5}
+    schema = Schema("test message", 2, from_previous=from_v1)
+    assert require({"v": 2, "count": 5}, ("v", "count"), schema) == {"v": 2, "count": 5}
+    assert require({"v": 1, "n": 5}, ("v", "count"), schema) == {"v": 2, "count": 5}
     with pytest.raises(WireError) as info:
-        _require({"v": 3}, ("v", "count"), schema)
+        require({"v": 3}, ("v", "count"), schema)
     assert info.value.reason == "version_newer"
     assert str(info.value) == (
         "test message has schema version 3, newer than this node understands "
         "(versions 1 and 2): upgrade this node"
     )
     with pytest.raises(WireError) as info:
-        _require({"v": 0, "count": 5}, ("v", "count"), schema)
+        require({"v": 0, "count": 5}, ("v", "count"), schema)
     assert (info.value.reason, str(info.value)) == (
         "version",
         "test message has schema version 0, older than this node understands "
@@ -195,11 +195,11 @@ def test_a_kind_at_version_2_upgrades_version_1_maps_and_refuses_the_others() ->
 
 
 def test_a_kind_with_unversioned_maps_reads_them_as_that_version() -> None:
-    at_2 = _Schema("readings", 2, unversioned=1, from_previous=lambda o: {**o, "v": 2})
-    assert _require({"x": 1}, ("x",), at_2) == {"x": 1, "v": 2}
-    at_3 = _Schema("readings", 3, unversioned=1)
+    at_2 = Schema("readings", 2, unversioned=1, from_previous=lambda o: {**o, "v": 2})
+    assert require({"x": 1}, ("x",), at_2) == {"x": 1, "v": 2}
+    at_3 = Schema("readings", 3, unversioned=1)
     with pytest.raises(WireError) as info:
-        _require({"x": 1}, ("x",), at_3)
+        require({"x": 1}, ("x",), at_3)
     assert info.value.reason == "version"
 
 

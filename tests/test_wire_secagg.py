@@ -126,7 +126,7 @@ def test_every_kind_round_trips_to_an_equal_message(kind: str, deployment: str |
 def test_encoded_map_has_the_common_keys_and_exactly_the_kinds_keys(kind: str) -> None:
     obj = msgpack.unpackb(encode_secagg(MESSAGES[kind], deployment="dep"), raw=False)
     assert (obj["v"], obj["kind"], obj["slot"], obj["dep"]) == (SECAGG_VERSION, kind, SLOT, "dep")
-    assert set(obj) == {"v", "kind", "slot", "dep", *wire_secagg._KEYS[kind]}
+    assert set(obj) == {"v", "kind", "slot", "dep", *wire_secagg.REQUIRED_KEYS[kind]}
     assert SECAGG_KINDS[kind] is type(MESSAGES[kind])
     assert "dep" not in msgpack.unpackb(encode_secagg(MESSAGES[kind]), raw=False)
 
@@ -263,7 +263,7 @@ def test_a_missing_common_key_is_refused_as_missing_field(kind: str, key: str) -
     assert _reason(msgpack.packb(obj)) == "missing_field"
 
 
-KIND_KEYS = [(kind, key) for kind, keys in wire_secagg._KEYS.items() for key in keys]
+KIND_KEYS = [(kind, key) for kind, keys in wire_secagg.REQUIRED_KEYS.items() for key in keys]
 
 
 @pytest.mark.parametrize(("kind", "key"), KIND_KEYS)
@@ -365,7 +365,7 @@ def test_the_encoder_refuses_what_the_decoder_would(msg: object, reason: str) ->
         "a\x00",
         "a\x7f",
         "é漢",
-        *sorted(secagg_fields._RESERVED_IDS),
+        *sorted(secagg_fields.RESERVED_IDS),
     ],
 )
 def test_ids_are_accepted_exactly_when_the_topology_accepts_them(node_id: str) -> None:
@@ -378,7 +378,7 @@ def test_ids_are_accepted_exactly_when_the_topology_accepts_them(node_id: str) -
     except TopologyError:
         topology_accepts = False
     try:
-        wire_secagg._leaf_id("leaf", node_id)
+        wire_secagg.as_leaf_id("leaf", node_id)
         wire_accepts = True
     except WireError as exc:
         assert exc.reason == "node_id"
@@ -390,8 +390,8 @@ def test_the_mirrored_id_rule_matches_the_topology() -> None:
     from edge_runtime.topology.checks import MAX_ID_LENGTH
     from edge_runtime.topology.topics import RESERVED_IDS
 
-    assert secagg_fields._RESERVED_IDS == RESERVED_IDS, "update wire/secagg_fields"
-    assert secagg_fields._MAX_LEAF_ID_CHARS == MAX_ID_LENGTH
+    assert secagg_fields.RESERVED_IDS == RESERVED_IDS, "update wire/secagg_fields"
+    assert secagg_fields.MAX_LEAF_ID_CHARS == MAX_ID_LENGTH
 
 
 def test_the_wire_imports_neither_cryptography_nor_shamirs() -> None:
@@ -413,8 +413,10 @@ ids = st.text(
     alphabet=st.characters(exclude_characters="/+#", exclude_categories=("Cs", "Cc")),
     min_size=1,
     max_size=12,
-).filter(lambda s: s not in secagg_fields._RESERVED_IDS)
-KEYS = sorted({"v", "kind", "slot", "dep", *(k for ks in wire_secagg._KEYS.values() for k in ks)})
+).filter(lambda s: s not in secagg_fields.RESERVED_IDS)
+KEYS = sorted(
+    {"v", "kind", "slot", "dep", *(k for ks in wire_secagg.REQUIRED_KEYS.values() for k in ks)}
+)
 scalars = (
     st.none()
     | st.booleans()
@@ -533,7 +535,7 @@ def _slot_through_the_wire(n: int, seed: int) -> tuple[dict[str, int], SlotOutco
 
     def wire(msg):
         payload = encode_secagg(msg, deployment=DEPLOYMENT)
-        sizes.setdefault(wire_secagg._TAG_OF[type(msg)], set()).add(len(payload))
+        sizes.setdefault(wire_secagg.TAG_OF[type(msg)], set()).add(len(payload))
         got = decode_secagg(payload, expect=type(msg), deployment=DEPLOYMENT)
         assert _fields(got) == _fields(msg)
         return got

@@ -18,10 +18,10 @@ from edge_runtime.workers import (
     AgentHost,
     WorkerError,
     WorkerPool,
-    _Job,
     assign_nodes,
     peak_rss_bytes,
 )
+from edge_runtime.workers.pool import Job
 
 
 def settings_for(broker) -> AgentSettings:
@@ -77,7 +77,7 @@ def test_assignment_needs_at_least_one_worker():
 
 def test_a_workers_job_carries_the_topology_through_pickle():
     topology = tree_topology(sites=2, leaves_per_site=2)
-    job = _Job.make(
+    job = Job.make(
         topology,
         ["site-0"],
         settings=AgentSettings(),
@@ -94,7 +94,7 @@ def test_a_workers_job_carries_an_open_aggregators_admit_table_through_pickle():
     text = "[defaults]\nrank = 3\n[[nodes]]\nid = 'root'\nopen = true\n"
     text += "[nodes.admit]\nrank = 3\nblock_size = 40\n"
     topology = parse_topology('name = "open"\n' + text)
-    job = _Job.make(
+    job = Job.make(
         topology,
         ["root"],
         settings=AgentSettings(),

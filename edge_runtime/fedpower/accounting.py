@@ -50,9 +50,9 @@ from edge_runtime.fedpower._checks import check_steps
 from edge_runtime.fpca.gaussian_mechanism import (
     NEIGHBOURS,
     REPLACE_ONE_SENSITIVITY,
-    _is_number,
+    is_number,
 )
-from edge_runtime.fpca.gaussian_mechanism import _finite_positive as _positive
+from edge_runtime.fpca.gaussian_mechanism import finite_positive as _positive
 
 __all__ = [
     "CONVERSIONS",
@@ -80,7 +80,7 @@ def power_step_sensitivity(rank: int) -> float:
 
 
 def _delta(delta: object) -> float:
-    out = float(delta) if _is_number(delta) else math.nan  # type: ignore[arg-type]
+    out = float(delta) if is_number(delta) else math.nan  # type: ignore[arg-type]
     if not 0.0 < out < 1.0:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     return out

@@ -34,7 +34,9 @@ __all__ = [
     "NEIGHBOURS",
     "REPLACE_ONE_SENSITIVITY",
     "analytic_gaussian_sigma",
+    "finite_positive",
     "gaussian_delta",
+    "is_number",
     "symmetric_noise",
 ]
 
@@ -122,9 +124,9 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     >>> round(analytic_gaussian_sigma(1.0, 1e-5), 4)
     3.7306
     """
-    eps = _finite_positive(epsilon, "epsilon")
-    scale = _finite_positive(sensitivity, "sensitivity")
-    if not _is_number(delta):
+    eps = finite_positive(epsilon, "epsilon")
+    scale = finite_positive(sensitivity, "sensitivity")
+    if not is_number(delta):
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     dlt = float(delta)  # type: ignore[arg-type]
     if not 0.0 < dlt < 1.0:
@@ -170,15 +172,22 @@ def symmetric_noise(n_features: int, sigma: float, rng: np.random.Generator) -> 
     return noise
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     """A real number (Python or numpy), not a bool or a string."""
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
         value, bool | np.bool_
     )
 
 
-def _finite_positive(value: object, name: str) -> float:
-    number = float(value) if _is_number(value) else math.nan  # type: ignore[arg-type]
+def finite_positive(value: object, name: str) -> float:
+    """``value`` as a float when it is a finite real number > 0.
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the value, otherwise (a bool or a string too).
+    """
+    number = float(value) if is_number(value) else math.nan  # type: ignore[arg-type]
     if not (math.isfinite(number) and number > 0.0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return number

@@ -44,7 +44,7 @@ import numpy as np
 
 from edge_runtime.fpca._linalg import svd_update
 from edge_runtime.fpca._validation import check_int, check_positive
-from edge_runtime.fpca.gaussian_mechanism import NEIGHBOURS, _is_number, analytic_gaussian_sigma
+from edge_runtime.fpca.gaussian_mechanism import NEIGHBOURS, analytic_gaussian_sigma, is_number
 from edge_runtime.fpca.private_gram import release_noise_std
 
 __all__ = [
@@ -89,7 +89,7 @@ def check_budget(epsilon: object, delta: object) -> tuple[float, float]:
     ValueError
         One line naming the value out of range (or not a number).
     """
-    if not (_is_number(epsilon) and _is_number(delta)):
+    if not (is_number(epsilon) and is_number(delta)):
         raise ValueError(
             f"privacy budget must be numbers (epsilon, delta), got ({epsilon!r}, {delta!r})"
         )

@@ -14,9 +14,21 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from edge_runtime.wire.fields import _SEQ_LIMIT, MAX_N_FEATURES, WireError, _fail_type, _int
+from edge_runtime.wire.fields import MAX_N_FEATURES, SEQ_LIMIT, WireError, as_int, fail_type
 
-__all__ = ["FLOAT32_ORTHONORMALITY_TOL", "ORTHONORMALITY_TOL"]
+__all__ = [
+    "FLOAT32_ORTHONORMALITY_TOL",
+    "ORTHONORMALITY_TOL",
+    "as_blob",
+    "as_dims",
+    "as_wire_dtype",
+    "check_dtype_option",
+    "check_finite",
+    "check_orthonormal",
+    "rounded_to",
+    "tolerance_for",
+    "widen_blob",
+]
 
 ORTHONORMALITY_TOL = 1e-6
 """Default ``max |U^T U - I|`` accepted for float64 bases (module docstring says why)."""
@@ -27,43 +39,43 @@ FLOAT32_ORTHONORMALITY_TOL = 1e-4
 _DTYPES: dict[str, str] = {"float64": "<f8", "float32": "<f4"}
 
 
-def _check_dtype_option(dtype: object) -> None:
+def check_dtype_option(dtype: object) -> None:
     """An encoder's ``dtype=`` option: `ValueError` unless ``"float64"`` or ``"float32"``."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
 
 
-def _wire_dtype(value: object, expected: str, show: Callable[[object], str]) -> str:
+def as_wire_dtype(value: object, expected: str, show: Callable[[object], str]) -> str:
     """A decoded ``dtype`` field: ``field_type`` unless a str, ``dtype`` unless a key of
     `_DTYPES` (the message shows ``value`` with ``show`` and names ``expected``)."""
     if not isinstance(value, str):
-        _fail_type("dtype", value, "a str")
+        fail_type("dtype", value, "a str")
     if value not in _DTYPES:
         raise WireError("dtype", f"dtype {show(value)} is not supported, expected {expected}")
     return value
 
 
-def _tolerance(
+def tolerance_for(
     dtype: str, tol: float = ORTHONORMALITY_TOL, tol_float32: float = FLOAT32_ORTHONORMALITY_TOL
 ) -> float:
     """The orthonormality tolerance of a basis sent as ``dtype``."""
     return tol if dtype == "float64" else tol_float32
 
 
-def _rounded(array: np.ndarray, dtype: str) -> np.ndarray:
+def rounded_to(array: np.ndarray, dtype: str) -> np.ndarray:
     """``array`` as a C-contiguous array of the wire ``dtype`` (overflow to inf is kept, so
     the caller's finiteness check names it)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.ascontiguousarray(array, dtype=_DTYPES[dtype])
 
 
-def _blob(
+def as_blob(
     label: str, blob: object, items: int, dtype: str, where: str, expected: str = "bytes"
 ) -> bytes:
     """A bytes field of exactly ``items`` values of ``dtype`` (``where`` names the shape in the
     message, e.g. ``"d=4, r=2"``); ``field_type`` or ``byte_length`` otherwise."""
     if not isinstance(blob, bytes):
-        _fail_type(label, blob, expected)
+        fail_type(label, blob, expected)
     size = items * np.dtype(_DTYPES[dtype]).itemsize
     if len(blob) != size:
         raise WireError(
@@ -73,19 +85,19 @@ def _blob(
     return blob
 
 
-def _widen(blob: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The values of ``blob`` (a checked `_blob`) as a new float64 array of ``shape``."""
+def widen_blob(blob: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The values of ``blob`` (a checked `as_blob`) as a new float64 array of ``shape``."""
     return np.frombuffer(blob, dtype=np.dtype(_DTYPES[dtype])).reshape(shape).astype(np.float64)
 
 
-def _check_finite(label: str, array: np.ndarray) -> None:
+def check_finite(label: str, array: np.ndarray) -> None:
     """``non_finite`` when ``array`` holds a NaN or an infinity."""
     bad = int(np.count_nonzero(~np.isfinite(array)))
     if bad:
         raise WireError("non_finite", f"{label} has {bad} non-finite entries (NaN or inf)")
 
 
-def _check_orthonormal(basis: np.ndarray, tol: float) -> None:
+def check_orthonormal(basis: np.ndarray, tol: float) -> None:
     """``not_orthonormal`` unless ``max |U^T U - I| <= tol`` for ``basis`` ``(d, r)``."""
     gram = basis.T @ basis
     gram[np.diag_indices(basis.shape[1])] -= 1.0
@@ -97,11 +109,11 @@ def _check_orthonormal(basis: np.ndarray, tol: float) -> None:
         )
 
 
-def _dims(obj: Mapping[str, object], *, min_rank: int) -> tuple[int, int]:
+def as_dims(obj: Mapping[str, object], *, min_rank: int) -> tuple[int, int]:
     """``(d, r)`` of a decoded map: ``1 <= d <= MAX_N_FEATURES`` (reason ``shape``),
     ``min_rank <= r <= d`` (reason ``rank``)."""
-    d = _int("d", obj["d"], "shape", low=1, high=MAX_N_FEATURES + 1)
-    r = _int("r", obj["r"], "rank", low=min_rank, high=_SEQ_LIMIT)
+    d = as_int("d", obj["d"], "shape", low=1, high=MAX_N_FEATURES + 1)
+    r = as_int("r", obj["r"], "rank", low=min_rank, high=SEQ_LIMIT)
     if r > d:
         raise WireError("rank", f"rank r={r} exceeds n_features d={d}")
     return d, r

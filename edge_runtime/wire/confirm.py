@@ -17,15 +17,15 @@ from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_CONFIRM_SOURCES,
     MAX_EPOCH_CHARS,
-    _check_message,
-    _dump_json,
-    _int,
-    _load_json,
-    _node_id,
-    _read_map,
-    _Schema,
-    _seq_map,
-    _text,
+    Schema,
+    as_int,
+    as_node_id,
+    as_seq_map,
+    as_text,
+    check_message,
+    dump_json,
+    load_json,
+    read_map,
 )
 
 __all__ = [
@@ -40,7 +40,7 @@ CONFIRM_VERSION = 1
 """Schema version ``v`` that `encode_confirm` writes; `decode_confirm` reads it and the one
 before it (`edge_runtime.wire.fields.understood_versions`)."""
 
-_SCHEMA = _Schema("confirmation", CONFIRM_VERSION)
+_SCHEMA = Schema("confirmation", CONFIRM_VERSION)
 
 _CONFIRM_KEYS = (
     "v",
@@ -97,14 +97,14 @@ class ConfirmMessage:
     gaps: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
-        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
+        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
         object.__setattr__(
-            self, "session", _text("session", self.session, "epoch", MAX_EPOCH_CHARS)
+            self, "session", as_text("session", self.session, "epoch", MAX_EPOCH_CHARS)
         )
-        object.__setattr__(self, "connection", _int("connection", self.connection, "seq"))
+        object.__setattr__(self, "connection", as_int("connection", self.connection, "seq"))
         for name in ("ingested", "durable", "gaps"):
-            object.__setattr__(self, name, _seq_map(name, getattr(self, name)))
+            object.__setattr__(self, name, as_seq_map(name, getattr(self, name)))
 
 
 def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -130,7 +130,7 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     ValueError
         For an invalid ``max_bytes``.
     """
-    _check_message(msg, ConfirmMessage, "msg", max_bytes)
+    check_message(msg, ConfirmMessage, "msg", max_bytes)
     doc = {
         "v": CONFIRM_VERSION,
         "node_id": msg.node_id,
@@ -141,7 +141,7 @@ def encode_confirm(msg: ConfirmMessage, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
         "durable": dict(msg.durable),
         "gaps": dict(msg.gaps),
     }
-    return _dump_json(doc, "confirmation", max_bytes)
+    return dump_json(doc, "confirmation", max_bytes)
 
 
 def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ConfirmMessage:
@@ -171,9 +171,9 @@ def decode_confirm(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     ValueError
         For an invalid ``max_bytes``.
     """
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _load_json,
+        load_json,
         what="confirmation",
         keys=_CONFIRM_KEYS,
         schema=_SCHEMA,

@@ -36,39 +36,39 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from edge_runtime.wire.arrays import (
-    _blob,
-    _check_dtype_option,
-    _check_finite,
-    _check_orthonormal,
-    _dims,
-    _rounded,
-    _tolerance,
-    _widen,
-    _wire_dtype,
+    as_blob,
+    as_dims,
+    as_wire_dtype,
+    check_dtype_option,
+    check_finite,
+    check_orthonormal,
+    rounded_to,
+    tolerance_for,
+    widen_blob,
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
+    Schema,
     WireError,
-    _check_message,
-    _deployment,
-    _fail_type,
-    _float,
-    _int,
-    _node_id,
-    _pack,
-    _read_map,
-    _Schema,
-    _seq_map,
-    _text,
-    _unpack,
+    as_deployment,
+    as_float,
+    as_int,
+    as_node_id,
+    as_seq_map,
+    as_text,
+    check_message,
+    fail_type,
+    pack,
+    read_map,
+    unpack,
 )
 from edge_runtime.wire.guarantee import (
     PrivacyParams,
-    _check_privacy_type,
-    _privacy_from_wire,
-    _privacy_to_wire,
+    check_privacy_type,
+    privacy_from_wire,
+    privacy_to_wire,
 )
 
 if TYPE_CHECKING:  # at run time lazily, by __getattr__
@@ -105,8 +105,8 @@ REPLY_VERSION = 1
 """Schema version ``v`` that `encode_reply` writes; `decode_reply` reads it and the one
 before it."""
 
-_ROUND_SCHEMA = _Schema("round message", ROUND_VERSION)
-_REPLY_SCHEMA = _Schema("reply message", REPLY_VERSION)
+_ROUND_SCHEMA = Schema("round message", ROUND_VERSION)
+_REPLY_SCHEMA = Schema("reply message", REPLY_VERSION)
 
 MAX_LOCAL_STEPS = 10_000
 """Most local iterations a round may ask for (a bound on a leaf's work per round)."""
@@ -118,12 +118,12 @@ _REPLY_KEYS = ("v", "node", "epoch", "round", "n", "d", "r", "dtype", "y", "ts",
 def _matrix(label: str, value: object) -> np.ndarray:
     """A read-only finite float64 copy of a ``(d, r)`` ndarray with ``1 <= r <= d``."""
     if not isinstance(value, np.ndarray) or value.ndim != 2:
-        _fail_type(label, value, "a 2-D ndarray")
+        fail_type(label, value, "a 2-D ndarray")
     rows, cols = value.shape
     if not 1 <= cols <= rows <= MAX_N_FEATURES:
         raise WireError("shape", f"{label} has shape {value.shape}, expected (d, r), 1 <= r <= d")
     out = np.array(value, dtype=np.float64)
-    _check_finite(label, out)
+    check_finite(label, out)
     out.setflags(write=False)
     return out
 
@@ -182,21 +182,21 @@ class RoundMessage:
     deployment: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", _node_id("root", self.root))
-        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
-        object.__setattr__(self, "round", _int("round", self.round, "seq", low=1))
+        object.__setattr__(self, "root", as_node_id("root", self.root))
+        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "round", as_int("round", self.round, "seq", low=1))
         object.__setattr__(
-            self, "rank", _int("rank", self.rank, "rank", low=1, high=MAX_N_FEATURES + 1)
+            self, "rank", as_int("rank", self.rank, "rank", low=1, high=MAX_N_FEATURES + 1)
         )
-        steps = _int("steps", self.local_steps, "field_type", low=1, high=MAX_LOCAL_STEPS + 1)
+        steps = as_int("steps", self.local_steps, "field_type", low=1, high=MAX_LOCAL_STEPS + 1)
         object.__setattr__(self, "local_steps", steps)
-        timeout = _float("timeout", self.timeout_s)
+        timeout = as_float("timeout", self.timeout_s)
         if timeout <= 0:
             raise WireError("field_type", f"timeout is {timeout!r}, expected > 0")
         object.__setattr__(self, "timeout_s", timeout)
-        object.__setattr__(self, "seed", _int("seed", self.seed, "field_type"))
-        object.__setattr__(self, "timestamp", _float("ts", self.timestamp))
-        object.__setattr__(self, "deployment", _deployment("deployment", self.deployment))
+        object.__setattr__(self, "seed", as_int("seed", self.seed, "field_type"))
+        object.__setattr__(self, "timestamp", as_float("ts", self.timestamp))
+        object.__setattr__(self, "deployment", as_deployment("deployment", self.deployment))
         if self.basis is not None:
             basis = _matrix("basis", self.basis)
             if basis.shape[1] != self.rank:
@@ -278,15 +278,15 @@ class ReplyMessage:
     deployment: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
-        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
-        object.__setattr__(self, "round", _int("round", self.round, "seq", low=1))
+        object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
+        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "round", as_int("round", self.round, "seq", low=1))
         object.__setattr__(self, "y", _matrix("y", self.y))
-        object.__setattr__(self, "n_samples", _int("n", self.n_samples, "n_samples", low=1))
-        object.__setattr__(self, "timestamp", _float("ts", self.timestamp))
-        _check_privacy_type(self.privacy, PrivacyParams)
-        object.__setattr__(self, "sources", _seq_map("sources", self.sources))
-        object.__setattr__(self, "deployment", _deployment("deployment", self.deployment))
+        object.__setattr__(self, "n_samples", as_int("n", self.n_samples, "n_samples", low=1))
+        object.__setattr__(self, "timestamp", as_float("ts", self.timestamp))
+        check_privacy_type(self.privacy, PrivacyParams)
+        object.__setattr__(self, "sources", as_seq_map("sources", self.sources))
+        object.__setattr__(self, "deployment", as_deployment("deployment", self.deployment))
 
     @property
     def n_features(self) -> int:
@@ -300,7 +300,7 @@ class ReplyMessage:
 
 
 def _to_wire(label: str, matrix: np.ndarray, dtype: str) -> bytes:
-    wire = _rounded(matrix, dtype)
+    wire = rounded_to(matrix, dtype)
     bad = int(np.count_nonzero(~np.isfinite(wire)))
     if bad:
         raise WireError("non_finite", f"{label} has {bad} entries that are not finite in {dtype}")
@@ -308,9 +308,9 @@ def _to_wire(label: str, matrix: np.ndarray, dtype: str) -> bytes:
 
 
 def _from_wire(label: str, blob: object, d: int, r: int, dtype: object) -> np.ndarray:
-    kind = _wire_dtype(dtype, "float64 or float32", repr)
-    out = _widen(_blob(label, blob, d * r, kind, f"d={d}, r={r}"), kind, (d, r))
-    _check_finite(label, out)
+    kind = as_wire_dtype(dtype, "float64 or float32", repr)
+    out = widen_blob(as_blob(label, blob, d * r, kind, f"d={d}, r={r}"), kind, (d, r))
+    check_finite(label, out)
     return out
 
 
@@ -346,12 +346,12 @@ def encode_round(
     ValueError
         An unknown ``dtype`` or a bad ``max_bytes``.
     """
-    _check_dtype_option(dtype)
-    _check_message(msg, RoundMessage, "msg", max_bytes)
+    check_dtype_option(dtype)
+    check_message(msg, RoundMessage, "msg", max_bytes)
     basis = None
     if msg.basis is not None:
         basis = _to_wire("basis", msg.basis, dtype)
-        _check_orthonormal(_widen(basis, dtype, msg.basis.shape), _tolerance(dtype))
+        check_orthonormal(widen_blob(basis, dtype, msg.basis.shape), tolerance_for(dtype))
     obj: dict[str, object] = {
         "v": ROUND_VERSION,
         "root": msg.root,
@@ -368,7 +368,7 @@ def encode_round(
     }
     if msg.deployment is not None:
         obj["dep"] = msg.deployment
-    return _pack(obj, "round message", max_bytes)
+    return pack(obj, "round message", max_bytes)
 
 
 def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RoundMessage:
@@ -399,20 +399,20 @@ def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     ValueError
         For an invalid ``max_bytes``.
     """
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _unpack,
+        unpack,
         what="round",
         keys=_ROUND_KEYS,
         schema=_ROUND_SCHEMA,
         max_bytes=max_bytes,
     )
     basis = None
-    r = _int("r", obj["r"], "rank", low=1, high=MAX_N_FEATURES + 1)
+    r = as_int("r", obj["r"], "rank", low=1, high=MAX_N_FEATURES + 1)
     if obj["basis"] is not None:
-        d, r = _dims(obj, min_rank=1)
+        d, r = as_dims(obj, min_rank=1)
         basis = _from_wire("basis", obj["basis"], d, r, obj["dtype"])
-        _check_orthonormal(basis, _tolerance(obj["dtype"]))  # type: ignore[arg-type]
+        check_orthonormal(basis, tolerance_for(obj["dtype"]))  # type: ignore[arg-type]
     return RoundMessage(
         root=obj["root"],  # type: ignore[arg-type]
         epoch=obj["epoch"],  # type: ignore[arg-type]
@@ -460,8 +460,8 @@ def encode_reply(
     ValueError
         An unknown ``dtype`` or a bad ``max_bytes``.
     """
-    _check_dtype_option(dtype)
-    _check_message(msg, ReplyMessage, "msg", max_bytes)
+    check_dtype_option(dtype)
+    check_message(msg, ReplyMessage, "msg", max_bytes)
     obj: dict[str, object] = {
         "v": REPLY_VERSION,
         "node": msg.node_id,
@@ -473,13 +473,13 @@ def encode_reply(
         "dtype": dtype,
         "y": _to_wire("y", msg.y, dtype),
         "ts": msg.timestamp,
-        "privacy": _privacy_to_wire(msg.privacy),
+        "privacy": privacy_to_wire(msg.privacy),
     }
     if msg.sources:
         obj["src"] = dict(msg.sources)
     if msg.deployment is not None:
         obj["dep"] = msg.deployment
-    return _pack(obj, "reply message", max_bytes)
+    return pack(obj, "reply message", max_bytes)
 
 
 def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ReplyMessage:
@@ -508,15 +508,15 @@ def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     ValueError
         If ``max_bytes`` is not an int >= 1.
     """
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _unpack,
+        unpack,
         what="reply",
         keys=_REPLY_KEYS,
         schema=_REPLY_SCHEMA,
         max_bytes=max_bytes,
     )
-    d, r = _dims(obj, min_rank=1)
+    d, r = as_dims(obj, min_rank=1)
     y = _from_wire("y", obj["y"], d, r, obj["dtype"])
     return ReplyMessage(
         node_id=obj["node"],  # type: ignore[arg-type]
@@ -525,7 +525,7 @@ def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         y=y,
         n_samples=obj["n"],  # type: ignore[arg-type]
         timestamp=obj["ts"],  # type: ignore[arg-type]
-        privacy=_privacy_from_wire(obj["privacy"]),
+        privacy=privacy_from_wire(obj["privacy"]),
         sources=obj.get("src", {}),  # type: ignore[arg-type]
         deployment=obj.get("dep"),  # type: ignore[arg-type]
     )

@@ -2,11 +2,11 @@
 
 One place for what each message kind of `edge_runtime.wire` does alike: `WireError` and its
 `REASONS`, the contract limits (`SCHEMA_VERSION`, `DEFAULT_MAX_PAYLOAD_BYTES`, the id and
-epoch lengths), the exact-type checks of one field (``_int``, ``_float``, ``_text``,
-``_node_id``, ``_bool``, the count and sequence maps), the size checks of a payload, the
-strict msgpack and JSON parsers, and the schema versions of a message kind (``_Schema``,
-`understood_versions`) with the version check of a decoded map (``_versioned``,
-``_require``). Every check raises `WireError` with the reason and the one-line text the
+epoch lengths), the exact-type checks of one field (``as_int``, ``as_float``, ``as_text``,
+``as_node_id``, ``as_bool``, the count and sequence maps), the size checks of a payload, the
+strict msgpack and JSON parsers, and the schema versions of a message kind (``Schema``,
+`understood_versions`) with the version check of a decoded map (``versioned``,
+``require``). Every check raises `WireError` with the reason and the one-line text the
 package docstring documents; none of them allocates more than its input.
 """
 
@@ -31,8 +31,31 @@ __all__ = [
     "MAX_N_FEATURES",
     "REASONS",
     "SCHEMA_VERSION",
+    "SEQ_LIMIT",
+    "Schema",
     "WireError",
+    "as_bool",
+    "as_count_map",
+    "as_deployment",
+    "as_float",
+    "as_int",
+    "as_node_id",
+    "as_seq_map",
+    "as_text",
+    "check_message",
+    "check_options",
+    "check_payload",
+    "check_size",
+    "dump_json",
+    "fail_type",
+    "load_json",
+    "pack",
+    "read_map",
+    "require",
+    "show",
     "understood_versions",
+    "unpack",
+    "versioned",
 ]
 
 SCHEMA_VERSION = 1
@@ -49,7 +72,7 @@ MAX_ID_CHARS = 128
 MAX_EPOCH_CHARS = 64
 MAX_CONFIRM_SOURCES = 10_000
 """Most sources one confirmation may list."""
-_SEQ_LIMIT = 1 << 63
+SEQ_LIMIT = 1 << 63
 _JSON_INT_DIGITS = 400
 _FORBIDDEN_IN_ID = frozenset("/+#\0")
 
@@ -116,7 +139,7 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 6
 _REPR.maxstring = _REPR.maxother = 60
 
 
-def _show(value: object, limit: int = 60) -> str:
+def show(value: object, limit: int = 60) -> str:
     """A one-line, bounded ``repr`` of an untrusted value for error messages.
 
     Depth and width are bounded (`reprlib`), so a payload nested a thousand levels
@@ -129,79 +152,82 @@ def _show(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _fail_type(label: str, value: object, expected: str) -> NoReturn:
+def fail_type(label: str, value: object, expected: str) -> NoReturn:
+    """Raise `WireError` for ``value`` of the wrong type (reason ``ext_type`` for a msgpack
+    timestamp, else ``field_type``), naming ``label``, the type found and ``expected``."""
     reason = "ext_type" if isinstance(value, msgpack.Timestamp) else "field_type"
     raise WireError(
-        reason, f"{label} must be {expected}, got {type(value).__name__} {_show(value)}"
+        reason, f"{label} must be {expected}, got {type(value).__name__} {show(value)}"
     )
 
 
-def _int(label: str, value: object, reason: str, *, low: int = 0, high: int = _SEQ_LIMIT) -> int:
+def as_int(label: str, value: object, reason: str, *, low: int = 0, high: int = SEQ_LIMIT) -> int:
     """An int (not a bool, not a float) with ``low <= value < high``."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
-        _fail_type(label, value, "an int")
+        fail_type(label, value, "an int")
     out = int(value)
     if not low <= out < high:
-        bound = "2**63" if high == _SEQ_LIMIT else str(high)
-        raise WireError(reason, f"{label} is {_show(out)}, expected {low} <= {label} < {bound}")
+        bound = "2**63" if high == SEQ_LIMIT else str(high)
+        raise WireError(reason, f"{label} is {show(out)}, expected {low} <= {label} < {bound}")
     return out
 
 
-def _float(label: str, value: object) -> float:
+def as_float(label: str, value: object) -> float:
     """A finite number (an int is accepted; a bool is not), as float."""
     if isinstance(value, bool | np.bool_) or not isinstance(
         value, int | float | np.integer | np.floating
     ):
-        _fail_type(label, value, "a number")
+        fail_type(label, value, "a number")
     try:
         out = float(value)
     except OverflowError:
-        raise WireError("non_finite", f"{label} {_show(value)} is out of float64 range") from None
+        raise WireError("non_finite", f"{label} {show(value)} is out of float64 range") from None
     if not math.isfinite(out):
         raise WireError("non_finite", f"{label} is {out!r}, expected a finite number")
     return out
 
 
-def _text(label: str, value: object, reason: str, max_chars: int) -> str:
+def as_text(label: str, value: object, reason: str, max_chars: int) -> str:
     """A non-empty str of at most ``max_chars`` characters that encodes as UTF-8."""
     if not isinstance(value, str):
-        _fail_type(label, value, "a str")
+        fail_type(label, value, "a str")
     if not 1 <= len(value) <= max_chars:
         raise WireError(
             reason,
-            f"{label} {_show(value)} has {len(value)} characters, expected 1 to {max_chars}",
+            f"{label} {show(value)} has {len(value)} characters, expected 1 to {max_chars}",
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise WireError(reason, f"{label} {_show(value)} is not valid UTF-8 text") from None
+        raise WireError(reason, f"{label} {show(value)} is not valid UTF-8 text") from None
     return str(value)
 
 
-def _node_id(label: str, value: object, reason: str = "node_id") -> str:
+def as_node_id(label: str, value: object, reason: str = "node_id") -> str:
     """A valid single MQTT topic level: 1-128 characters, no ``/ + #`` or NUL."""
-    text = _text(label, value, reason, MAX_ID_CHARS)
+    text = as_text(label, value, reason, MAX_ID_CHARS)
     if not _FORBIDDEN_IN_ID.isdisjoint(text):
         raise WireError(
             reason,
-            f"{label} {_show(text)} is not a single MQTT topic level "
+            f"{label} {show(text)} is not a single MQTT topic level "
             "(expected no '/', '+', '#' or NUL)",
         )
     return text
 
 
-def _deployment(label: str, value: object) -> str | None:
+def as_deployment(label: str, value: object) -> str | None:
     """None, or a topology (deployment) name of 1-128 characters (reason ``field_type``)."""
-    return None if value is None else _text(label, value, "field_type", MAX_ID_CHARS)
+    return None if value is None else as_text(label, value, "field_type", MAX_ID_CHARS)
 
 
-def _bool(label: str, value: object) -> bool:
+def as_bool(label: str, value: object) -> bool:
+    """A bool (a numpy bool too; not an int), as bool; ``field_type`` otherwise."""
     if not isinstance(value, bool | np.bool_):
-        _fail_type(label, value, "a bool")
+        fail_type(label, value, "a bool")
     return bool(value)
 
 
-def _count_map(
+def as_count_map(
     label: str,
     value: object,
     reason: str,
@@ -211,23 +237,23 @@ def _count_map(
 ) -> Mapping[str, int]:
     """A read-only ``{str: int >= 0}`` copy of ``value`` with at most ``max_entries`` entries."""
     if not isinstance(value, Mapping):
-        _fail_type(label, value, "a map of str to int")
+        fail_type(label, value, "a map of str to int")
     if len(value) > max_entries:
         raise WireError(reason, f"{label} has {len(value)} entries, expected at most {max_entries}")
     out: dict[str, int] = {}
     for key, count in value.items():
         if keys_are_node_ids:
-            name = _node_id(f"{label} key", key, reason)
+            name = as_node_id(f"{label} key", key, reason)
         else:
-            name = _text(f"{label} key", key, reason, MAX_ID_CHARS)
-        out[name] = _int(f"{label}[{name!r}]", count, reason)
+            name = as_text(f"{label} key", key, reason, MAX_ID_CHARS)
+        out[name] = as_int(f"{label}[{name!r}]", count, reason)
     return MappingProxyType(out)
 
 
-def _seq_map(label: str, value: object) -> Mapping[str, int]:
+def as_seq_map(label: str, value: object) -> Mapping[str, int]:
     """A read-only ``{source: seq}`` copy; a seq may be -1 (nothing yet)."""
     if not isinstance(value, Mapping):
-        _fail_type(label, value, "a map of source to sequence number")
+        fail_type(label, value, "a map of source to sequence number")
     if len(value) > MAX_CONFIRM_SOURCES:
         raise WireError(
             "too_large",
@@ -235,13 +261,15 @@ def _seq_map(label: str, value: object) -> Mapping[str, int]:
         )
     out: dict[str, int] = {}
     for key, seq in value.items():
-        name = _text(f"{label} key", key, "source", MAX_ID_CHARS)
-        out[name] = _int(f"{label}[{name!r}]", seq, "seq", low=-1)
+        name = as_text(f"{label} key", key, "source", MAX_ID_CHARS)
+        out[name] = as_int(f"{label}[{name!r}]", seq, "seq", low=-1)
     return MappingProxyType(out)
 
 
 # --------------------------------------------------------------------------- options, sizes
-def _check_options(max_bytes: int, tols: tuple[float, ...] = ()) -> None:
+def check_options(max_bytes: int, tols: tuple[float, ...] = ()) -> None:
+    """An encoder's or decoder's options: `ValueError` (not `WireError`: a programming
+    error) unless ``max_bytes`` is an int >= 1 and every tolerance a finite number >= 0."""
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
     for tol in tols:
@@ -249,19 +277,19 @@ def _check_options(max_bytes: int, tols: tuple[float, ...] = ()) -> None:
             raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")
 
 
-def _check_message(
+def check_message(
     msg: object, kind: type, label: str, max_bytes: int, tols: tuple[float, ...] = ()
 ) -> None:
     """An encoder's input: valid options (`ValueError`), then ``msg`` of type ``kind``."""
-    _check_options(max_bytes, tols)
+    check_options(max_bytes, tols)
     if not isinstance(msg, kind):
-        _fail_type(label, msg, f"a {kind.__name__}")
+        fail_type(label, msg, f"a {kind.__name__}")
 
 
-def _check_payload(payload: object, what: str, max_bytes: int) -> bytes:
+def check_payload(payload: object, what: str, max_bytes: int) -> bytes:
     """``payload`` as bytes, refused before parsing when above ``max_bytes``."""
     if not isinstance(payload, bytes | bytearray):
-        _fail_type(f"{what} payload", payload, "bytes")
+        fail_type(f"{what} payload", payload, "bytes")
     if len(payload) > max_bytes:
         raise WireError(
             "too_large", f"{what} payload is {len(payload)} bytes, above the limit of {max_bytes}"
@@ -269,7 +297,8 @@ def _check_payload(payload: object, what: str, max_bytes: int) -> bytes:
     return bytes(payload)
 
 
-def _check_size(payload: bytes, what: str, max_bytes: int) -> bytes:
+def check_size(payload: bytes, what: str, max_bytes: int) -> bytes:
+    """``payload`` (encoded ``what``), refused with ``too_large`` above ``max_bytes``."""
     if len(payload) > max_bytes:
         raise WireError(
             "too_large",
@@ -278,15 +307,15 @@ def _check_size(payload: bytes, what: str, max_bytes: int) -> bytes:
     return payload
 
 
-def _pack(obj: object, what: str, max_bytes: int) -> bytes:
+def pack(obj: object, what: str, max_bytes: int) -> bytes:
     """``obj`` as msgpack (str as str, bytes as bin), refused above ``max_bytes``."""
-    return _check_size(msgpack.packb(obj, use_bin_type=True), what, max_bytes)
+    return check_size(msgpack.packb(obj, use_bin_type=True), what, max_bytes)
 
 
-def _dump_json(doc: object, what: str, max_bytes: int) -> bytes:
+def dump_json(doc: object, what: str, max_bytes: int) -> bytes:
     """``doc`` as compact UTF-8 JSON (no NaN/Infinity literals), refused above ``max_bytes``."""
     text = json.dumps(doc, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    return _check_size(text.encode("utf-8"), what, max_bytes)
+    return check_size(text.encode("utf-8"), what, max_bytes)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -294,7 +323,7 @@ def _refuse_ext(code: int, data: bytes) -> NoReturn:
     raise WireError("ext_type", f"msgpack ext type {code} ({len(data)} bytes) is not allowed")
 
 
-def _unpack(payload: bytes, what: str) -> object:
+def unpack(payload: bytes, what: str) -> object:
     """One msgpack object; ext types, trailing bytes and non-str/bytes map keys refused."""
     limit = len(payload)
     try:
@@ -332,7 +361,7 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _load_json(payload: bytes, what: str) -> object:
+def load_json(payload: bytes, what: str) -> object:
     """Strict JSON: UTF-8 only; ``NaN``/``Infinity`` literals refused."""
     try:
         text = payload.decode("utf-8")
@@ -384,7 +413,7 @@ def _same_layout(obj: dict[str, object]) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
-class _Schema:
+class Schema:
     """A message kind's schema versions: the one its encoder writes, those its decoder reads.
 
     Attributes
@@ -422,28 +451,28 @@ def _versions_text(versions: tuple[int, ...]) -> str:
     return "versions " + ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
 
 
-def _check_version(value: object, schema: _Schema) -> int:
+def _check_version(value: object, schema: Schema) -> int:
     """``value`` as a schema version ``schema`` understands: ``version_newer`` above them
     (this node must be upgraded), ``version`` below them (the sender must be)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail_type("v", value, "an int")
+        fail_type("v", value, "an int")
     understood = schema.understood
     if value > understood[-1]:
         raise WireError(
             "version_newer",
-            f"{schema.label} has schema version {_show(value)}, newer than this node "
+            f"{schema.label} has schema version {show(value)}, newer than this node "
             f"understands ({_versions_text(understood)}): upgrade this node",
         )
     if value < understood[0]:
         raise WireError(
             "version",
-            f"{schema.label} has schema version {_show(value)}, older than this node "
+            f"{schema.label} has schema version {show(value)}, older than this node "
             f"understands ({_versions_text(understood)}): upgrade the sender",
         )
     return int(value)
 
 
-def _versioned(obj: dict[str, object], schema: _Schema) -> dict[str, object]:
+def versioned(obj: dict[str, object], schema: Schema) -> dict[str, object]:
     """``obj`` in the current layout of ``schema``: its ``v`` checked (`_check_version`),
     and a map of the previous version passed through ``schema.from_previous``.
 
@@ -459,14 +488,14 @@ def _versioned(obj: dict[str, object], schema: _Schema) -> dict[str, object]:
     return obj if version == schema.current else schema.from_previous(obj)
 
 
-def _require(obj: object, keys: tuple[str, ...], schema: _Schema) -> dict[str, object]:
+def require(obj: object, keys: tuple[str, ...], schema: Schema) -> dict[str, object]:
     """``obj`` as a map of a version ``schema`` understands, in its current layout (checked
     before any other field: a newer kind may lack today's fields), holding all of ``keys``."""
     if not isinstance(obj, dict):
         raise WireError(
-            "not_map", f"{schema.label} must be a map, got {type(obj).__name__} {_show(obj)}"
+            "not_map", f"{schema.label} must be a map, got {type(obj).__name__} {show(obj)}"
         )
-    obj = _versioned(obj, schema)
+    obj = versioned(obj, schema)
     missing = [key for key in keys if key not in obj]
     if missing:
         raise WireError(
@@ -475,19 +504,19 @@ def _require(obj: object, keys: tuple[str, ...], schema: _Schema) -> dict[str, o
     return obj
 
 
-def _read_map(
+def read_map(
     payload: object,
     parse: Callable[[bytes, str], object],
     *,
     what: str,
     keys: tuple[str, ...],
-    schema: _Schema,
+    schema: Schema,
     max_bytes: int,
     tols: tuple[float, ...] = (),
 ) -> dict[str, object]:
     """A decoder's first steps: check the options, refuse an oversized ``payload`` unread,
-    ``parse`` it (`_unpack` or `_load_json`) and `_require` a map of a version ``schema``
+    ``parse`` it (`unpack` or `load_json`) and `require` a map of a version ``schema``
     understands, in its current layout, with ``keys``."""
-    _check_options(max_bytes, tols)
-    data = _check_payload(payload, what, max_bytes)
-    return _require(parse(data, what), keys, schema)
+    check_options(max_bytes, tols)
+    data = check_payload(payload, what, max_bytes)
+    return require(parse(data, what), keys, schema)

@@ -6,8 +6,8 @@ one type of a privacy guarantee above the numerics (a node's configured one,
 `PrivacyParams.to_json` its JSON map);
 `PrivacyStatus` the ledger of a status document (the guarantee plus the noise scale and
 counts). Both check the same budget fields (``_set_budget``), and the maps they travel as are
-read and written here only: ``_privacy_to_wire`` / ``_privacy_from_wire`` for the msgpack
-map of a subspace message or a reply, ``_privacy_status_from_json`` for a status
+read and written here only: ``privacy_to_wire`` / ``privacy_from_wire`` for the msgpack
+map of a subspace message or a reply, ``privacy_status_from_json`` for a status
 document's (whose map, `PrivacyStatus.as_dict`, keeps its own key order). Maps of peers
 before issue 10 lack ``mechanism`` and ``neighbours``: they decode as `LEGACY_MECHANISM`
 and `LEGACY_NEIGHBOURS` (the package docstring, "Privacy parameters of older peers").
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_runtime.wire.fields import WireError, _fail_type, _float, _int, _show
+from edge_runtime.wire.fields import WireError, as_float, as_int, fail_type, show
 
 __all__ = [
     "LEGACY_MECHANISM",
@@ -25,6 +25,10 @@ __all__ = [
     "MAX_PRIVACY_NAME_CHARS",
     "PrivacyParams",
     "PrivacyStatus",
+    "check_privacy_type",
+    "privacy_from_wire",
+    "privacy_status_from_json",
+    "privacy_to_wire",
 ]
 
 MAX_PRIVACY_NAME_CHARS = 32
@@ -89,7 +93,7 @@ class PrivacyParams:
         """The guarantee as a JSON (or msgpack) map: keys ``epsilon, delta, clip_norm,
         mechanism, neighbours`` in this order. The one place the guarantee becomes a map:
         the ``privacy`` map of a subspace message or a FedPower reply
-        (``_privacy_to_wire``), of ``edge-runtime run --json`` and ``watch``
+        (``privacy_to_wire``), of ``edge-runtime run --json`` and ``watch``
         (`edge_runtime.cli.output`) and of the dashboard's model."""
         return {
             "epsilon": self.epsilon,
@@ -103,11 +107,11 @@ class PrivacyParams:
 def _privacy_name(label: str, value: object) -> str:
     """A mechanism or neighbours name: 1-32 characters from ``[a-z0-9+-]``."""
     if not isinstance(value, str):
-        _fail_type(label, value, "a str")
+        fail_type(label, value, "a str")
     if not 1 <= len(value) <= MAX_PRIVACY_NAME_CHARS or not set(value) <= _PRIVACY_NAME_CHARS:
         raise WireError(
             "privacy",
-            f"{label} is {_show(value)}, expected 1 to {MAX_PRIVACY_NAME_CHARS} characters "
+            f"{label} is {show(value)}, expected 1 to {MAX_PRIVACY_NAME_CHARS} characters "
             "from [a-z0-9+-]",
         )
     return str(value)
@@ -116,9 +120,9 @@ def _privacy_name(label: str, value: object) -> str:
 def _set_budget(obj: PrivacyParams | PrivacyStatus) -> None:
     """Check and normalise ``epsilon``, ``delta``, ``clip_norm``, ``mechanism`` and
     ``neighbours`` of a frozen ``obj``."""
-    epsilon = _float("privacy.epsilon", obj.epsilon)
-    delta = _float("privacy.delta", obj.delta)
-    clip_norm = _float("privacy.clip_norm", obj.clip_norm)
+    epsilon = as_float("privacy.epsilon", obj.epsilon)
+    delta = as_float("privacy.delta", obj.delta)
+    clip_norm = as_float("privacy.clip_norm", obj.clip_norm)
     if not epsilon > 0:
         raise WireError("privacy", f"privacy.epsilon is {epsilon!r}, expected > 0")
     if not 0 < delta < 1:
@@ -189,7 +193,7 @@ class PrivacyStatus:
     def __post_init__(self) -> None:
         _set_budget(self)
         if self.noise_std is not None:
-            omega = _float("privacy.noise_std", self.noise_std)
+            omega = as_float("privacy.noise_std", self.noise_std)
             if not omega >= 0:
                 raise WireError("privacy", f"privacy.noise_std is {omega!r}, expected >= 0")
             object.__setattr__(self, "noise_std", omega)
@@ -202,7 +206,7 @@ class PrivacyStatus:
         ):
             value = getattr(self, key)
             if value is not None:
-                object.__setattr__(self, key, _int(f"privacy.{key}", value, "privacy", low=low))
+                object.__setattr__(self, key, as_int(f"privacy.{key}", value, "privacy", low=low))
 
     @property
     def params(self) -> PrivacyParams:
@@ -229,13 +233,13 @@ class PrivacyStatus:
         }
 
 
-def _check_privacy_type(value: object, kind: type) -> None:
+def check_privacy_type(value: object, kind: type) -> None:
     """``field_type`` unless ``value`` (a message's ``privacy``) is None or a ``kind``."""
     if value is not None and not isinstance(value, kind):
-        _fail_type("privacy", value, f"{kind.__name__} or None")
+        fail_type("privacy", value, f"{kind.__name__} or None")
 
 
-def _privacy_to_wire(privacy: PrivacyParams | None) -> dict[str, str | float] | None:
+def privacy_to_wire(privacy: PrivacyParams | None) -> dict[str, str | float] | None:
     """The ``privacy`` map of a subspace message or a FedPower reply (nil for None): keys
     ``epsilon, delta, clip_norm, mechanism, neighbours`` in this order."""
     return None if privacy is None else privacy.to_json()
@@ -246,7 +250,7 @@ def _budget_map(value: object, nil: str) -> dict[object, object] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        _fail_type("privacy", value, f"a map or {nil}")
+        fail_type("privacy", value, f"a map or {nil}")
     missing = [key for key in _PRIVACY_KEYS if key not in value]
     if missing:
         raise WireError("missing_field", f"privacy lacks field(s) {', '.join(map(repr, missing))}")
@@ -261,7 +265,7 @@ def _names(value: dict[object, object]) -> dict[str, object]:
     }
 
 
-def _privacy_from_wire(value: object) -> PrivacyParams | None:
+def privacy_from_wire(value: object) -> PrivacyParams | None:
     """The ``privacy`` map of a subspace message (unknown keys ignored), or None for nil."""
     obj = _budget_map(value, "nil")
     if obj is None:
@@ -269,7 +273,7 @@ def _privacy_from_wire(value: object) -> PrivacyParams | None:
     return PrivacyParams(obj["epsilon"], obj["delta"], obj["clip_norm"], **_names(obj))  # type: ignore[arg-type]
 
 
-def _privacy_status_from_json(value: object) -> PrivacyStatus | None:
+def privacy_status_from_json(value: object) -> PrivacyStatus | None:
     """The ``privacy`` map of a status document (unknown keys ignored), or None for null;
     the keys of older peers are defaulted (module docstring)."""
     obj = _budget_map(value, "null")

@@ -25,18 +25,18 @@ import numpy as np
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ID_CHARS,
+    Schema,
     WireError,
-    _check_options,
-    _check_payload,
-    _check_size,
-    _fail_type,
-    _int,
-    _load_json,
-    _pack,
-    _Schema,
-    _text,
-    _unpack,
-    _versioned,
+    as_int,
+    as_text,
+    check_options,
+    check_payload,
+    check_size,
+    fail_type,
+    load_json,
+    pack,
+    unpack,
+    versioned,
 )
 
 __all__ = [
@@ -52,7 +52,7 @@ READINGS_VERSION = 1
 while it is 1); `decode_readings` reads it and the one before it
 (`edge_runtime.wire.fields.understood_versions`)."""
 
-_SCHEMA = _Schema("readings", READINGS_VERSION, unversioned=1)
+_SCHEMA = Schema("readings", READINGS_VERSION, unversioned=1)
 
 MAX_READING_ROWS = 100_000
 """Most readings (rows) one sensor payload may carry."""
@@ -99,9 +99,10 @@ class SensorReadings:
         values.setflags(write=False)
         object.__setattr__(self, "values", values)
         if self.source is not None:
-            object.__setattr__(self, "source", _text("source", self.source, "source", MAX_ID_CHARS))
+            source = as_text("source", self.source, "source", MAX_ID_CHARS)
+            object.__setattr__(self, "source", source)
         if self.seq is not None:
-            object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
+            object.__setattr__(self, "seq", as_int("seq", self.seq, "seq"))
 
 
 def _decoded(values: np.ndarray, source: str | None, seq: int | None) -> SensorReadings:
@@ -152,7 +153,7 @@ def _array_header(data: bytes, pos: int) -> tuple[int, int] | None:
     return None
 
 
-def _float64_rows(data: bytes) -> np.ndarray | None:
+def float64_rows(data: bytes) -> np.ndarray | None:
     """The readings of a msgpack payload in the form `encode_readings` writes for a bare
     array -- one array of float64 values, or an array of such arrays of one length and one
     header -- as a fresh float64 array of shape ``(n_readings, n_features)``, read with
@@ -195,7 +196,7 @@ def _check_numbers(row: list[object], index: int) -> None:
             raise WireError(
                 "shape", f"reading {index} has an array at column {column}, expected a number"
             )
-        _fail_type(f"reading {index} column {column}", value, "a number (int or float)")
+        fail_type(f"reading {index} column {column}", value, "a number (int or float)")
 
 
 def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
@@ -207,7 +208,7 @@ def _readings_from_wire(body: object, n_features: int | None) -> np.ndarray:
     row-by-row checks, which name the first reading and column at fault. Both give the
     same verdict: the fast passes only decide whether the slow ones may be skipped."""
     if not isinstance(body, list):
-        _fail_type("readings", body, "an array of numbers or a 2-D array")
+        fail_type("readings", body, "an array of numbers or a 2-D array")
     if not body:
         raise WireError("empty", "readings are empty, expected at least one reading")
     if isinstance(body[0], list):
@@ -293,7 +294,7 @@ def encode_readings(
     """
     if fmt not in ("msgpack", "json"):
         raise ValueError(f"fmt must be 'msgpack' or 'json', got {fmt!r}")
-    _check_options(max_bytes)
+    check_options(max_bytes)
     arr = _values_array(values)
     readings = SensorReadings(arr, source, seq)  # validates source and seq
     body = arr.tolist()
@@ -307,8 +308,8 @@ def encode_readings(
         obj = mapping
     if fmt == "json":
         text = json.dumps(obj, allow_nan=False, separators=(",", ":"))  # ASCII: \uXXXX escapes
-        return _check_size(text.encode("utf-8"), "readings", max_bytes)
-    return _pack(obj, "readings", max_bytes)
+        return check_size(text.encode("utf-8"), "readings", max_bytes)
+    return pack(obj, "readings", max_bytes)
 
 
 def decode_readings(
@@ -355,23 +356,23 @@ def decode_readings(
         isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1
     ):
         raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
-    _check_options(max_bytes)
-    data = _check_payload(payload, "readings", max_bytes)
-    fast = _float64_rows(data)
+    check_options(max_bytes)
+    data = check_payload(payload, "readings", max_bytes)
+    fast = float64_rows(data)
     if fast is not None and (n_features is None or fast.shape[1] == n_features):
         return _decoded(fast, None, None)
     if data.lstrip(_STRIP)[:1] in (b"[", b"{"):
-        obj = _load_json(data, "readings")
+        obj = load_json(data, "readings")
     else:
-        obj = _unpack(data, "readings")
+        obj = unpack(data, "readings")
     source = seq = None
     if isinstance(obj, dict):
-        obj = _versioned(obj, _SCHEMA)
+        obj = versioned(obj, _SCHEMA)
         if "x" not in obj:
             raise WireError("missing_field", "readings map lacks field 'x'")
         if obj.get("src") is not None:
-            source = _text("src", obj["src"], "source", MAX_ID_CHARS)
+            source = as_text("src", obj["src"], "source", MAX_ID_CHARS)
         if obj.get("seq") is not None:
-            seq = _int("seq", obj["seq"], "seq")
+            seq = as_int("seq", obj["seq"], "seq")
         obj = obj["x"]
     return _decoded(_readings_from_wire(obj, n_features), source, seq)

@@ -134,33 +134,33 @@ from edge_runtime.secagg.messages import SecAggMessage
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ID_CHARS,
+    Schema,
     WireError,
-    _check_options,
-    _deployment,
-    _fail_type,
-    _int,
-    _pack,
-    _read_map,
-    _Schema,
-    _show,
-    _unpack,
+    as_deployment,
+    as_int,
+    check_options,
+    fail_type,
+    pack,
+    read_map,
+    show,
+    unpack,
 )
 from edge_runtime.wire.secagg_fields import (
-    _WORD,
     MAX_OUTCOME_REASON_CHARS,
     MAX_SECAGG_ENTRIES,
     MAX_SECAGG_LEAVES,
-    _disjoint,
-    _entries,
-    _fixed_bytes,
-    _ids,
-    _leaf_id,
-    _list,
-    _pairs,
-    _reason,
-    _slot,
-    _unique,
-    _vector,
+    WORD,
+    as_entries,
+    as_fixed_bytes,
+    as_ids,
+    as_leaf_id,
+    as_list,
+    as_pairs,
+    as_reason,
+    as_slot,
+    as_vector,
+    check_disjoint,
+    check_unique,
 )
 
 __all__ = [
@@ -178,7 +178,7 @@ SECAGG_VERSION = 1
 """Schema version ``v`` that `encode_secagg` writes; `decode_secagg` reads it and the one
 before it (`edge_runtime.wire.fields.understood_versions`)."""
 
-_SCHEMA = _Schema("secure-aggregation message", SECAGG_VERSION)
+_SCHEMA = Schema("secure-aggregation message", SECAGG_VERSION)
 
 
 SECAGG_KINDS: Mapping[str, type] = MappingProxyType(
@@ -195,10 +195,10 @@ SECAGG_KINDS: Mapping[str, type] = MappingProxyType(
 )
 """The ``kind`` tag of each message class (read-only)."""
 
-_TAG_OF: dict[type, str] = {cls: tag for tag, cls in SECAGG_KINDS.items()}
+TAG_OF: dict[type, str] = {cls: tag for tag, cls in SECAGG_KINDS.items()}
 
 _COMMON_KEYS = ("v", "kind", "slot")
-_KEYS: dict[str, tuple[str, ...]] = {
+REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "keys": ("leaf", "cpk", "mpk"),
     "roster": ("t", "ads"),
     "share_upload": ("sender", "ct"),
@@ -216,72 +216,72 @@ def _from_wire(obj: dict[str, object], kind: str, slot: int) -> SecAggMessage:
     if kind == "keys":
         return messages.KeyAdvertisement(
             slot,
-            _leaf_id("leaf", obj["leaf"]),
-            _fixed_bytes("cpk", obj["cpk"], KEY_BYTES),
-            _fixed_bytes("mpk", obj["mpk"], KEY_BYTES),
+            as_leaf_id("leaf", obj["leaf"]),
+            as_fixed_bytes("cpk", obj["cpk"], KEY_BYTES),
+            as_fixed_bytes("mpk", obj["mpk"], KEY_BYTES),
         )
     if kind == "roster":
-        items = _list("ads", obj["ads"], least=2)
+        items = as_list("ads", obj["ads"], least=2)
         ads = []
         for i, item in enumerate(items):
             if not isinstance(item, list) or len(item) != 3:
-                _fail_type(f"ads[{i}]", item, "an array [leaf, cpk, mpk]")
-            leaf = _leaf_id(f"ads[{i}] leaf", item[0])
-            cpk = _fixed_bytes(f"ads[{leaf!r}] cpk", item[1], KEY_BYTES)
-            mpk = _fixed_bytes(f"ads[{leaf!r}] mpk", item[2], KEY_BYTES)
+                fail_type(f"ads[{i}]", item, "an array [leaf, cpk, mpk]")
+            leaf = as_leaf_id(f"ads[{i}] leaf", item[0])
+            cpk = as_fixed_bytes(f"ads[{leaf!r}] cpk", item[1], KEY_BYTES)
+            mpk = as_fixed_bytes(f"ads[{leaf!r}] mpk", item[2], KEY_BYTES)
             ads.append(messages.KeyAdvertisement(slot, leaf, cpk, mpk))
-        _unique("ads", [ad.leaf_id for ad in ads])
-        threshold = _int("t", obj["t"], "field_type", low=2, high=len(ads) + 1)
+        check_unique("ads", [ad.leaf_id for ad in ads])
+        threshold = as_int("t", obj["t"], "field_type", low=2, high=len(ads) + 1)
         return messages.KeyRoster(slot, threshold, tuple(ads))
     if kind in ("share_upload", "share_delivery"):
         own = "sender" if kind == "share_upload" else "recipient"
-        node = _leaf_id(own, obj[own])
-        ct = _pairs("ct", obj["ct"], owner=(own, node), least=1, shares=False)
+        node = as_leaf_id(own, obj[own])
+        ct = as_pairs("ct", obj["ct"], owner=(own, node), least=1, shares=False)
         cls = messages.ShareUpload if kind == "share_upload" else messages.ShareDelivery
         return cls(slot, node, ct)
     if kind == "masked_input":
-        leaf = _leaf_id("leaf", obj["leaf"])
-        m = _entries(obj["m"])
-        return messages.MaskedInput(slot, leaf, _vector("y", obj["y"], m))
+        leaf = as_leaf_id("leaf", obj["leaf"])
+        m = as_entries(obj["m"])
+        return messages.MaskedInput(slot, leaf, as_vector("y", obj["y"], m))
     if kind == "unmask_request":
-        survivors = _ids("survivors", obj["survivors"], least=1)
-        dropped = _ids("dropped", obj["dropped"], least=0)
-        _disjoint(survivors, dropped, "unmask request")
+        survivors = as_ids("survivors", obj["survivors"], least=1)
+        dropped = as_ids("dropped", obj["dropped"], least=0)
+        check_disjoint(survivors, dropped, "unmask request")
         return messages.UnmaskRequest(slot, survivors, dropped)
     if kind == "unmask_response":
-        leaf = _leaf_id("leaf", obj["leaf"])
-        b = _pairs("b", obj["b"], owner=None, least=1, shares=True)
-        sk = _pairs("sk", obj["sk"], owner=None, least=0, shares=True)
-        _disjoint(frozenset(o for o, _ in b), frozenset(o for o, _ in sk), "unmask response")
+        leaf = as_leaf_id("leaf", obj["leaf"])
+        b = as_pairs("b", obj["b"], owner=None, least=1, shares=True)
+        sk = as_pairs("sk", obj["sk"], owner=None, least=0, shares=True)
+        check_disjoint(frozenset(o for o, _ in b), frozenset(o for o, _ in sk), "unmask response")
         return messages.UnmaskResponse(slot, leaf, b, sk)
     # outcome
-    survivors = _ids("survivors", obj["survivors"], least=0)
-    dropped = _ids("dropped", obj["dropped"], least=0)
-    _disjoint(survivors, dropped, "slot outcome")
+    survivors = as_ids("survivors", obj["survivors"], least=0)
+    dropped = as_ids("dropped", obj["dropped"], least=0)
+    check_disjoint(survivors, dropped, "slot outcome")
     raw_total = obj["total"]
     if raw_total is None:
         m = obj["m"]
         if isinstance(m, bool) or not isinstance(m, int) or m != 0:
             raise WireError(
-                "shape", f"total is nil but m is {_show(obj['m'])}, expected m = 0 (no sum)"
+                "shape", f"total is nil but m is {show(obj['m'])}, expected m = 0 (no sum)"
             )
         total = None
     else:
-        m = _entries(obj["m"])
-        total = _vector("total", raw_total, m)
+        m = as_entries(obj["m"])
+        total = as_vector("total", raw_total, m)
         if not survivors:
             raise WireError("empty", "slot outcome releases a sum of no survivors")
-    return messages.SlotOutcome(slot, total, survivors, dropped, _reason(obj["reason"]))
+    return messages.SlotOutcome(slot, total, survivors, dropped, as_reason(obj["reason"]))
 
 
 # --------------------------------------------------------------------------- message -> map
 def _pairs_to_wire(label: str, value: object) -> list[list[object]]:
     if not isinstance(value, tuple | list):
-        _fail_type(label, value, "a tuple of (id, bytes) pairs")
+        fail_type(label, value, "a tuple of (id, bytes) pairs")
     out = []
     for i, pair in enumerate(value):
         if not isinstance(pair, tuple | list) or len(pair) != 2:
-            _fail_type(f"{label}[{i}]", pair, "an (id, bytes) pair")
+            fail_type(f"{label}[{i}]", pair, "an (id, bytes) pair")
         node, blob = pair
         out.append([node, bytes(blob) if isinstance(blob, bytearray) else blob])
     return out
@@ -289,10 +289,10 @@ def _pairs_to_wire(label: str, value: object) -> list[list[object]]:
 
 def _ids_to_wire(label: str, value: object) -> list[object]:
     if not isinstance(value, frozenset | set | tuple | list):
-        _fail_type(label, value, "a frozenset of ids")
+        fail_type(label, value, "a frozenset of ids")
     for node in value:
         if not isinstance(node, str):
-            _fail_type(f"{label} id", node, "a str")
+            fail_type(f"{label} id", node, "a str")
     return sorted(value)
 
 
@@ -308,7 +308,7 @@ def _vector_to_wire(label: str, value: object) -> tuple[int, bytes]:
             else type(value).__name__
         )
         raise WireError("field_type", f"{label} must be a 1-D uint64 ndarray, got {detail}")
-    return int(value.shape[0]), value.astype(_WORD, copy=False).tobytes()
+    return int(value.shape[0]), value.astype(WORD, copy=False).tobytes()
 
 
 def _to_wire(msg: SecAggMessage) -> dict[str, object]:
@@ -321,15 +321,15 @@ def _to_wire(msg: SecAggMessage) -> dict[str, object]:
         }
     if isinstance(msg, messages.KeyRoster):
         if not isinstance(msg.advertisements, tuple | list):
-            _fail_type("advertisements", msg.advertisements, "a tuple of KeyAdvertisement")
+            fail_type("advertisements", msg.advertisements, "a tuple of KeyAdvertisement")
         ads = []
         for ad in msg.advertisements:
             if not isinstance(ad, messages.KeyAdvertisement):
-                _fail_type("advertisement", ad, "a KeyAdvertisement")
+                fail_type("advertisement", ad, "a KeyAdvertisement")
             if ad.slot != msg.slot:
                 raise WireError(
                     "seq",
-                    f"advertisement of {ad.leaf_id!r} is for slot {_show(ad.slot)}, "
+                    f"advertisement of {ad.leaf_id!r} is for slot {show(ad.slot)}, "
                     f"expected the roster's {msg.slot}",
                 )
             cpk, mpk = _bytes_to_wire(ad.cipher_public_key), _bytes_to_wire(ad.mask_public_key)
@@ -369,7 +369,7 @@ def _check_expect(expect: object) -> tuple[type, ...] | None:
     if expect is None:
         return None
     kinds = expect if isinstance(expect, tuple) else (expect,)
-    if not kinds or any(kind not in _TAG_OF for kind in kinds):
+    if not kinds or any(kind not in TAG_OF for kind in kinds):
         raise ValueError(
             f"expect must be None, a secure-aggregation message class or a tuple of them, "
             f"got {expect!r}"
@@ -379,11 +379,11 @@ def _check_expect(expect: object) -> tuple[type, ...] | None:
 
 def _tag(value: object) -> str:
     if not isinstance(value, str):
-        _fail_type("kind", value, "a str")
+        fail_type("kind", value, "a str")
     if value not in SECAGG_KINDS:
         raise WireError(
             "field_type",
-            f"kind {_show(value)} is not a secure-aggregation message, expected one of "
+            f"kind {show(value)} is not a secure-aggregation message, expected one of "
             + ", ".join(map(repr, SECAGG_KINDS)),
         )
     return value
@@ -421,16 +421,16 @@ UnmaskRequest, UnmaskResponse or SlotOutcome
     ValueError
         For an invalid ``max_bytes``.
     """
-    _check_options(max_bytes)
-    if type(msg) not in _TAG_OF:
-        _fail_type("msg", msg, "a secure-aggregation message (edge_runtime.secagg.messages)")
-    kind = _TAG_OF[type(msg)]
-    slot = _slot(msg.slot)
+    check_options(max_bytes)
+    if type(msg) not in TAG_OF:
+        fail_type("msg", msg, "a secure-aggregation message (edge_runtime.secagg.messages)")
+    kind = TAG_OF[type(msg)]
+    slot = as_slot(msg.slot)
     obj: dict[str, object] = {"v": SECAGG_VERSION, "kind": kind, "slot": slot, **_to_wire(msg)}
     if deployment is not None:
-        obj["dep"] = _deployment("deployment", deployment)
+        obj["dep"] = as_deployment("deployment", deployment)
     _from_wire(obj, kind, slot)  # the decoder's checks: what is written always decodes
-    return _pack(obj, "secure-aggregation message", max_bytes)
+    return pack(obj, "secure-aggregation message", max_bytes)
 
 
 def decode_secagg(
@@ -480,9 +480,9 @@ UnmaskResponse or SlotOutcome
         not isinstance(deployment, str) or not 1 <= len(deployment) <= MAX_ID_CHARS
     ):
         raise ValueError(f"deployment must be None or 1-128 characters, got {deployment!r}")
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _unpack,
+        unpack,
         what="secure-aggregation",
         keys=_COMMON_KEYS,
         schema=_SCHEMA,
@@ -490,16 +490,16 @@ UnmaskResponse or SlotOutcome
     )
     kind = _tag(obj["kind"])
     if kinds is not None and SECAGG_KINDS[kind] not in kinds:
-        wanted = " or ".join(repr(_TAG_OF[cls]) for cls in kinds)
+        wanted = " or ".join(repr(TAG_OF[cls]) for cls in kinds)
         raise WireError("field_type", f"kind is {kind!r}, expected {wanted} on this topic")
-    dep = _deployment("dep", obj.get("dep"))
+    dep = as_deployment("dep", obj.get("dep"))
     if deployment is not None and dep != deployment:
         raise WireError(
             "field_type",
-            f"dep is {_show(dep)}, expected this node's deployment {deployment!r}",
+            f"dep is {show(dep)}, expected this node's deployment {deployment!r}",
         )
-    slot = _slot(obj["slot"])
-    missing = [key for key in _KEYS[kind] if key not in obj]
+    slot = as_slot(obj["slot"])
+    missing = [key for key in REQUIRED_KEYS[kind] if key not in obj]
     if missing:
         raise WireError(
             "missing_field",

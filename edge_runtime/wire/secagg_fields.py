@@ -16,13 +16,31 @@ from edge_runtime.secagg.shares import SHARE_BYTES, share_index
 from edge_runtime.wire.fields import (
     MAX_N_FEATURES,
     WireError,
-    _fail_type,
-    _int,
-    _node_id,
-    _show,
+    as_int,
+    as_node_id,
+    fail_type,
+    show,
 )
 
-__all__ = ["MAX_OUTCOME_REASON_CHARS", "MAX_SECAGG_ENTRIES", "MAX_SECAGG_LEAVES"]
+__all__ = [
+    "MAX_LEAF_ID_CHARS",
+    "MAX_OUTCOME_REASON_CHARS",
+    "MAX_SECAGG_ENTRIES",
+    "MAX_SECAGG_LEAVES",
+    "RESERVED_IDS",
+    "WORD",
+    "as_entries",
+    "as_fixed_bytes",
+    "as_ids",
+    "as_leaf_id",
+    "as_list",
+    "as_pairs",
+    "as_reason",
+    "as_slot",
+    "as_vector",
+    "check_disjoint",
+    "check_unique",
+]
 
 MAX_SECAGG_LEAVES = 64
 """Most leaves of one site in secure aggregation: ids, advertisements, ciphertexts or shares
@@ -35,47 +53,48 @@ MAX_OUTCOME_REASON_CHARS = 1000
 """Longest ``reason`` of a `SlotOutcome`, in characters."""
 
 _SLOT_LIMIT = 1 << 64
-_WORD = np.dtype("<u8")
+WORD = np.dtype("<u8")
 
 # The topology's node-id rule (`edge_runtime.topology.checks.check_node_id`), mirrored here:
 # the topology imports the wire, so the wire cannot import it back. A test checks they agree.
-_MAX_LEAF_ID_CHARS = 64
+MAX_LEAF_ID_CHARS = 64
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_RESERVED_IDS = frozenset(
+RESERVED_IDS = frozenset(
     {"subspace", "status", "model", "confirm", "scores", "round", "reply", "secagg"}
 )
 
 
-def _leaf_id(label: str, value: object) -> str:
+def as_leaf_id(label: str, value: object) -> str:
     """A node id as the topology accepts it (reason ``node_id``)."""
-    text = _node_id(label, value)
-    if len(text) > _MAX_LEAF_ID_CHARS:
+    text = as_node_id(label, value)
+    if len(text) > MAX_LEAF_ID_CHARS:
         raise WireError(
             "node_id",
-            f"{label} {_show(text)} has {len(text)} characters, expected 1 to "
-            f"{_MAX_LEAF_ID_CHARS} (the topology's limit)",
+            f"{label} {show(text)} has {len(text)} characters, expected 1 to "
+            f"{MAX_LEAF_ID_CHARS} (the topology's limit)",
         )
     if _CONTROL_CHARS.search(text):
-        raise WireError("node_id", f"{label} {_show(text)} contains a control character")
-    if text in _RESERVED_IDS:
+        raise WireError("node_id", f"{label} {show(text)} contains a control character")
+    if text in RESERVED_IDS:
         raise WireError(
             "node_id", f"{label} {text!r} is reserved for topic names, expected a node id"
         )
     return text
 
 
-def _slot(value: object) -> int:
+def as_slot(value: object) -> int:
+    """A slot number, an int with ``0 <= slot < 2**64`` (``field_type``, ``seq``)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail_type("slot", value, "an int")
+        fail_type("slot", value, "an int")
     if not 0 <= value < _SLOT_LIMIT:
-        raise WireError("seq", f"slot is {_show(value)}, expected 0 <= slot < 2**64")
+        raise WireError("seq", f"slot is {show(value)}, expected 0 <= slot < 2**64")
     return int(value)
 
 
-def _fixed_bytes(label: str, value: object, size: int) -> bytes:
+def as_fixed_bytes(label: str, value: object, size: int) -> bytes:
     """A bytes field of exactly ``size`` bytes (``field_type``, ``byte_length``)."""
     if not isinstance(value, bytes):
-        _fail_type(label, value, f"bytes ({size} long)")
+        fail_type(label, value, f"bytes ({size} long)")
     if len(value) != size:
         raise WireError("byte_length", f"{label} has {len(value)} bytes, expected {size}")
     return value
@@ -83,7 +102,7 @@ def _fixed_bytes(label: str, value: object, size: int) -> bytes:
 
 def _share(label: str, value: object) -> bytes:
     """A Shamir share of `SHARE_BYTES` bytes whose index and value are in range."""
-    share = _fixed_bytes(label, value, SHARE_BYTES)
+    share = as_fixed_bytes(label, value, SHARE_BYTES)
     try:
         share_index(share)
     except ValueError:
@@ -93,10 +112,10 @@ def _share(label: str, value: object) -> bytes:
     return share
 
 
-def _list(label: str, value: object, *, least: int) -> list[object]:
+def as_list(label: str, value: object, *, least: int) -> list[object]:
     """A msgpack array of ``least`` to `MAX_SECAGG_LEAVES` items."""
     if not isinstance(value, list):
-        _fail_type(label, value, "an array")
+        fail_type(label, value, "an array")
     if len(value) > MAX_SECAGG_LEAVES:
         raise WireError(
             "too_large",
@@ -108,7 +127,8 @@ def _list(label: str, value: object, *, least: int) -> list[object]:
     return value
 
 
-def _unique(label: str, ids: list[str]) -> None:
+def check_unique(label: str, ids: list[str]) -> None:
+    """``node_id`` when ``ids`` names one node twice."""
     seen: set[str] = set()
     for node in ids:
         if node in seen:
@@ -116,15 +136,15 @@ def _unique(label: str, ids: list[str]) -> None:
         seen.add(node)
 
 
-def _ids(label: str, value: object, *, least: int) -> frozenset[str]:
+def as_ids(label: str, value: object, *, least: int) -> frozenset[str]:
     """A set of distinct node ids (an array on the wire)."""
-    items = _list(label, value, least=least)
-    ids = [_leaf_id(f"{label}[{i}]", item) for i, item in enumerate(items)]
-    _unique(label, ids)
+    items = as_list(label, value, least=least)
+    ids = [as_leaf_id(f"{label}[{i}]", item) for i, item in enumerate(items)]
+    check_unique(label, ids)
     return frozenset(ids)
 
 
-def _pairs(
+def as_pairs(
     label: str,
     value: object,
     *,
@@ -134,22 +154,28 @@ def _pairs(
 ) -> tuple[tuple[str, bytes], ...]:
     """``[[id, bytes], ...]``: distinct ids (never ``owner``, a ``(field, id)``), each with
     a Shamir share (``shares``) or a share ciphertext."""
-    items = _list(label, value, least=least)
+    items = as_list(label, value, least=least)
     out: list[tuple[str, bytes]] = []
     for i, item in enumerate(items):
         if not isinstance(item, list) or len(item) != 2:
-            _fail_type(f"{label}[{i}]", item, "an array [id, bytes]")
-        node = _leaf_id(f"{label}[{i}] id", item[0])
+            fail_type(f"{label}[{i}]", item, "an array [id, bytes]")
+        node = as_leaf_id(f"{label}[{i}] id", item[0])
         if owner is not None and node == owner[1]:
             raise WireError("node_id", f"{label}[{i}] names {node!r}, the {owner[0]} itself")
         where = f"{label}[{node!r}]"
-        blob = _share(where, item[1]) if shares else _fixed_bytes(where, item[1], CIPHERTEXT_BYTES)
+        blob = (
+            _share(where, item[1])
+            if shares
+            else as_fixed_bytes(where, item[1], CIPHERTEXT_BYTES)
+        )
         out.append((node, blob))
-    _unique(label, [node for node, _ in out])
+    check_unique(label, [node for node, _ in out])
     return tuple(out)
 
 
-def _disjoint(survivors: frozenset[str], dropped: frozenset[str], what: str) -> None:
+def check_disjoint(survivors: frozenset[str], dropped: frozenset[str], what: str) -> None:
+    """``node_id`` when a leaf is both survivor and dropped, ``too_large`` when they name
+    more than `MAX_SECAGG_LEAVES` leaves together (``what`` names the message)."""
     both = sorted(survivors & dropped)
     if both:
         raise WireError("node_id", f"{what}: {both[0]!r} is named both survivor and dropped")
@@ -162,28 +188,30 @@ def _disjoint(survivors: frozenset[str], dropped: frozenset[str], what: str) -> 
         )
 
 
-def _entries(value: object) -> int:
-    return _int("m", value, "shape", low=1, high=MAX_SECAGG_ENTRIES + 1)
+def as_entries(value: object) -> int:
+    """The vector length ``m``: an int with ``1 <= m <= MAX_SECAGG_ENTRIES`` (``shape``)."""
+    return as_int("m", value, "shape", low=1, high=MAX_SECAGG_ENTRIES + 1)
 
 
-def _vector(label: str, value: object, m: int) -> np.ndarray:
+def as_vector(label: str, value: object, m: int) -> np.ndarray:
     """``m`` little-endian uint64 words as a read-only uint64 array."""
     if not isinstance(value, bytes):
-        _fail_type(label, value, "bytes")
-    size = m * _WORD.itemsize
+        fail_type(label, value, "bytes")
+    size = m * WORD.itemsize
     if len(value) != size:
         raise WireError(
             "byte_length",
             f"{label} has {len(value)} bytes, expected {size} ({m} uint64 words for m={m})",
         )
-    vector = np.frombuffer(value, dtype=_WORD).astype(np.uint64)
+    vector = np.frombuffer(value, dtype=WORD).astype(np.uint64)
     vector.setflags(write=False)
     return vector
 
 
-def _reason(value: object) -> str:
+def as_reason(value: object) -> str:
+    """An outcome's reason: a UTF-8 str of at most `MAX_OUTCOME_REASON_CHARS` characters."""
     if not isinstance(value, str):
-        _fail_type("reason", value, "a str")
+        fail_type("reason", value, "a str")
     if len(value) > MAX_OUTCOME_REASON_CHARS:
         raise WireError(
             "too_large",
@@ -192,5 +220,5 @@ def _reason(value: object) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise WireError("field_type", f"reason {_show(value)} is not valid UTF-8 text") from None
+        raise WireError("field_type", f"reason {show(value)} is not valid UTF-8 text") from None
     return str(value)

@@ -16,29 +16,29 @@ from types import MappingProxyType
 import numpy as np
 
 from edge_runtime.wire.fields import (
-    _SEQ_LIMIT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
+    SEQ_LIMIT,
+    Schema,
     WireError,
-    _bool,
-    _check_message,
-    _count_map,
-    _dump_json,
-    _fail_type,
-    _float,
-    _int,
-    _load_json,
-    _node_id,
-    _read_map,
-    _Schema,
-    _show,
-    _text,
+    as_bool,
+    as_count_map,
+    as_float,
+    as_int,
+    as_node_id,
+    as_text,
+    check_message,
+    dump_json,
+    fail_type,
+    load_json,
+    read_map,
+    show,
 )
 from edge_runtime.wire.guarantee import (
     PrivacyStatus,
-    _check_privacy_type,
-    _privacy_status_from_json,
+    check_privacy_type,
+    privacy_status_from_json,
 )
 
 __all__ = ["MAX_JSON_DEPTH", "STATUS_VERSION", "StatusDetail", "decode_status", "encode_status"]
@@ -47,7 +47,7 @@ STATUS_VERSION = 1
 """Schema version ``v`` that `encode_status` writes; `decode_status` reads it and the one
 before it (`edge_runtime.wire.fields.understood_versions`)."""
 
-_SCHEMA = _Schema("status document", STATUS_VERSION)
+_SCHEMA = Schema("status document", STATUS_VERSION)
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of a status document's ``extra`` (levels below the ``extra`` map)."""
@@ -124,14 +124,14 @@ class StatusDetail:
     privacy: PrivacyStatus | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
-        object.__setattr__(self, "role", _text("role", self.role, "role", MAX_ROLE_CHARS))
-        object.__setattr__(self, "online", _bool("online", self.online))
-        object.__setattr__(self, "rank", _int("rank", self.rank, "rank", high=MAX_N_FEATURES + 1))
-        object.__setattr__(self, "n_samples", _int("n_samples", self.n_samples, "n_samples"))
-        object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
-        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
-        rejects = _count_map(
+        object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
+        object.__setattr__(self, "role", as_text("role", self.role, "role", MAX_ROLE_CHARS))
+        object.__setattr__(self, "online", as_bool("online", self.online))
+        object.__setattr__(self, "rank", as_int("rank", self.rank, "rank", high=MAX_N_FEATURES + 1))
+        object.__setattr__(self, "n_samples", as_int("n_samples", self.n_samples, "n_samples"))
+        object.__setattr__(self, "seq", as_int("seq", self.seq, "seq"))
+        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        rejects = as_count_map(
             "rejects",
             self.rejects,
             "rejects",
@@ -139,16 +139,16 @@ class StatusDetail:
             keys_are_node_ids=False,
         )
         object.__setattr__(self, "rejects", rejects)
-        uptime = _float("uptime_s", self.uptime_s)
+        uptime = as_float("uptime_s", self.uptime_s)
         if uptime < 0:
             raise WireError("uptime", f"uptime_s is {uptime!r}, expected >= 0")
         object.__setattr__(self, "uptime_s", uptime)
         if not isinstance(self.extra, Mapping):
-            _fail_type("extra", self.extra, "a map")
+            fail_type("extra", self.extra, "a map")
         extra = _json_data(self.extra, 0)
         assert isinstance(extra, dict)
         object.__setattr__(self, "extra", MappingProxyType(extra))
-        _check_privacy_type(self.privacy, PrivacyStatus)
+        check_privacy_type(self.privacy, PrivacyStatus)
 
 
 def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -174,7 +174,7 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
     ValueError
         For an invalid ``max_bytes``.
     """
-    _check_message(detail, StatusDetail, "detail", max_bytes)
+    check_message(detail, StatusDetail, "detail", max_bytes)
     doc = {
         "v": STATUS_VERSION,
         "node_id": detail.node_id,
@@ -189,7 +189,7 @@ def encode_status(detail: StatusDetail, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_
         "extra": dict(detail.extra),
         "privacy": None if detail.privacy is None else detail.privacy.as_dict(),
     }
-    return _dump_json(doc, "status", max_bytes)
+    return dump_json(doc, "status", max_bytes)
 
 
 def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> StatusDetail:
@@ -219,16 +219,16 @@ def decode_status(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
     ValueError
         For invalid ``max_bytes``.
     """
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _load_json,
+        load_json,
         what="status",
         keys=_STATUS_KEYS,
         schema=_SCHEMA,
         max_bytes=max_bytes,
     )
     fields = {key: obj[key] for key in _STATUS_KEYS if key != "v"}
-    return StatusDetail(**fields, privacy=_privacy_status_from_json(obj.get("privacy")))
+    return StatusDetail(**fields, privacy=privacy_status_from_json(obj.get("privacy")))
 
 
 def _json_data(value: object, depth: int) -> object:
@@ -241,22 +241,22 @@ def _json_data(value: object, depth: int) -> object:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise WireError("extra", f"extra holds {_show(value)}, not valid UTF-8 text") from None
+            raise WireError("extra", f"extra holds {show(value)}, not valid UTF-8 text") from None
         return str(value)
     if isinstance(value, int | np.integer):
         out = int(value)
-        if not -_SEQ_LIMIT <= out < 2 * _SEQ_LIMIT:
-            raise WireError("extra", f"extra holds int {_show(out)}, expected one within 64 bits")
+        if not -SEQ_LIMIT <= out < 2 * SEQ_LIMIT:
+            raise WireError("extra", f"extra holds int {show(out)}, expected one within 64 bits")
         return out
     if isinstance(value, float | np.floating):
-        return _float("extra number", value)
+        return as_float("extra number", value)
     if isinstance(value, Mapping):
         copy: dict[str, object] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                _fail_type("extra key", key, "a str")
+                fail_type("extra key", key, "a str")
             copy[str(_json_data(key, depth))] = _json_data(item, depth + 1)
         return copy
     if isinstance(value, list | tuple):
         return [_json_data(item, depth + 1) for item in value]
-    _fail_type("extra value", value, "JSON data (null, bool, number, str, list or map)")
+    fail_type("extra value", value, "JSON data (null, bool, number, str, list or map)")

@@ -22,43 +22,43 @@ from edge_runtime.fpca.subspace import Subspace
 from edge_runtime.wire.arrays import (
     FLOAT32_ORTHONORMALITY_TOL,
     ORTHONORMALITY_TOL,
-    _blob,
-    _check_dtype_option,
-    _check_finite,
-    _check_orthonormal,
-    _dims,
-    _rounded,
-    _tolerance,
-    _widen,
-    _wire_dtype,
+    as_blob,
+    as_dims,
+    as_wire_dtype,
+    check_dtype_option,
+    check_finite,
+    check_orthonormal,
+    rounded_to,
+    tolerance_for,
+    widen_blob,
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_EPOCH_CHARS,
     MAX_ID_CHARS,
     MAX_N_FEATURES,
+    Schema,
     WireError,
-    _check_message,
-    _check_payload,
-    _count_map,
-    _deployment,
-    _fail_type,
-    _float,
-    _int,
-    _node_id,
-    _pack,
-    _read_map,
-    _Schema,
-    _seq_map,
-    _show,
-    _text,
-    _unpack,
+    as_count_map,
+    as_deployment,
+    as_float,
+    as_int,
+    as_node_id,
+    as_seq_map,
+    as_text,
+    check_message,
+    check_payload,
+    fail_type,
+    pack,
+    read_map,
+    show,
+    unpack,
 )
 from edge_runtime.wire.guarantee import (
     PrivacyParams,
-    _check_privacy_type,
-    _privacy_from_wire,
-    _privacy_to_wire,
+    check_privacy_type,
+    privacy_from_wire,
+    privacy_to_wire,
 )
 
 __all__ = [
@@ -75,7 +75,7 @@ SUBSPACE_VERSION = 1
 """Schema version ``v`` that `encode_subspace` writes; `decode_subspace` reads it and the
 one before it (`edge_runtime.wire.fields.understood_versions`)."""
 
-_SCHEMA = _Schema("subspace message", SUBSPACE_VERSION)
+_SCHEMA = Schema("subspace message", SUBSPACE_VERSION)
 
 SINGULAR_VALUE_SLACK = 1e-12
 """Relative slack (times the largest singular value) allowed when singular values increase."""
@@ -154,17 +154,17 @@ class SubspaceMessage:
     deployment: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "node_id", _node_id("node_id", self.node_id))
-        object.__setattr__(self, "deployment", _deployment("deployment", self.deployment))
-        object.__setattr__(self, "epoch", _text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
-        object.__setattr__(self, "seq", _int("seq", self.seq, "seq"))
-        object.__setattr__(self, "sources", _seq_map("sources", self.sources))
+        object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
+        object.__setattr__(self, "deployment", as_deployment("deployment", self.deployment))
+        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "seq", as_int("seq", self.seq, "seq"))
+        object.__setattr__(self, "sources", as_seq_map("sources", self.sources))
         if not isinstance(self.subspace, Subspace):
-            _fail_type("subspace", self.subspace, "a Subspace")
-        _int("n_samples", self.subspace.n_samples, "n_samples")
-        _int("n_features", self.subspace.n_features, "shape", low=1, high=MAX_N_FEATURES + 1)
-        object.__setattr__(self, "timestamp", _float("timestamp", self.timestamp))
-        _check_privacy_type(self.privacy, PrivacyParams)
+            fail_type("subspace", self.subspace, "a Subspace")
+        as_int("n_samples", self.subspace.n_samples, "n_samples")
+        as_int("n_features", self.subspace.n_features, "shape", low=1, high=MAX_N_FEATURES + 1)
+        object.__setattr__(self, "timestamp", as_float("timestamp", self.timestamp))
+        check_privacy_type(self.privacy, PrivacyParams)
         object.__setattr__(self, "provenance", _provenance("provenance", self.provenance))
 
     @property
@@ -185,14 +185,14 @@ class SubspaceMessage:
 
 def _provenance(label: str, value: object) -> Mapping[str, int]:
     """A read-only ``{leaf id: samples}`` copy, at most `MAX_PROVENANCE_ENTRIES` entries."""
-    return _count_map(
+    return as_count_map(
         label, value, "provenance", max_entries=MAX_PROVENANCE_ENTRIES, keys_are_node_ids=True
     )
 
 
 def _check_arrays(basis: np.ndarray, sv: np.ndarray, tol: float) -> None:
     """Finite values, non-negative non-increasing ``sv``, ``max |U^T U - I| <= tol``."""
-    _check_finite("basis", basis)
+    check_finite("basis", basis)
     bad = int(np.count_nonzero(~np.isfinite(sv)))
     if bad:
         raise WireError("non_finite", f"singular values have {bad} non-finite entries")
@@ -215,7 +215,7 @@ def _check_arrays(basis: np.ndarray, sv: np.ndarray, tol: float) -> None:
             "not_orthonormal",
             f"basis has an entry of magnitude {largest:.6g} > 1, so it is not orthonormal",
         )
-    _check_orthonormal(basis, tol)
+    check_orthonormal(basis, tol)
 
 
 def encode_subspace(
@@ -260,12 +260,12 @@ def encode_subspace(
     ValueError
         For an unknown ``dtype`` or invalid ``tol``/``max_bytes``.
     """
-    _check_dtype_option(dtype)
-    _check_message(msg, SubspaceMessage, "msg", max_bytes, (tol, tol_float32))
-    basis = _rounded(msg.subspace.basis, dtype)
-    sv = _rounded(msg.subspace.singular_values, dtype)
+    check_dtype_option(dtype)
+    check_message(msg, SubspaceMessage, "msg", max_bytes, (tol, tol_float32))
+    basis = rounded_to(msg.subspace.basis, dtype)
+    sv = rounded_to(msg.subspace.singular_values, dtype)
     _check_arrays(
-        basis.astype(np.float64), sv.astype(np.float64), _tolerance(dtype, tol, tol_float32)
+        basis.astype(np.float64), sv.astype(np.float64), tolerance_for(dtype, tol, tol_float32)
     )
     obj = {
         "v": SUBSPACE_VERSION,
@@ -279,7 +279,7 @@ def encode_subspace(
         "basis": basis.tobytes(order="C"),
         "sv": sv.tobytes(),
         "ts": msg.timestamp,
-        "privacy": _privacy_to_wire(msg.privacy),
+        "privacy": privacy_to_wire(msg.privacy),
         "prov": dict(msg.provenance),
     }
     if msg.sources:
@@ -288,18 +288,18 @@ def encode_subspace(
         obj["dep"] = msg.deployment
     mean = msg.subspace.mean
     if mean is not None:
-        wire_mean = _rounded(mean, dtype)
-        _check_finite("mean", wire_mean.astype(np.float64))
+        wire_mean = rounded_to(mean, dtype)
+        check_finite("mean", wire_mean.astype(np.float64))
         obj["mean"] = wire_mean.tobytes()
-    return _pack(obj, "subspace message", max_bytes)
+    return pack(obj, "subspace message", max_bytes)
 
 
 def _mean_from_wire(blob: object, d: int, dtype: str) -> np.ndarray | None:
     """The optional ``mean`` field: absent or nil for uncentred summaries."""
     if blob is None:
         return None
-    mean = _widen(_blob("mean", blob, d, dtype, f"d={d}", "bytes or nil"), dtype, (d,))
-    _check_finite("mean", mean)
+    mean = widen_blob(as_blob("mean", blob, d, dtype, f"d={d}", "bytes or nil"), dtype, (d,))
+    check_finite("mean", mean)
     return mean
 
 
@@ -343,32 +343,32 @@ def decode_subspace(
     ValueError
         For invalid ``max_bytes`` or tolerances.
     """
-    obj = _read_map(
+    obj = read_map(
         payload,
-        _unpack,
+        unpack,
         what="subspace",
         keys=_SUBSPACE_KEYS,
         schema=_SCHEMA,
         max_bytes=max_bytes,
         tols=(tol, tol_float32),
     )
-    node_id = _node_id("node", obj["node"])
-    epoch = _text("epoch", obj["epoch"], "epoch", MAX_EPOCH_CHARS)
-    seq = _int("seq", obj["seq"], "seq")
-    n_samples = _int("n", obj["n"], "n_samples")
-    d, r = _dims(obj, min_rank=0)
-    dtype = _wire_dtype(obj["dtype"], "'float64' or 'float32'", _show)
+    node_id = as_node_id("node", obj["node"])
+    epoch = as_text("epoch", obj["epoch"], "epoch", MAX_EPOCH_CHARS)
+    seq = as_int("seq", obj["seq"], "seq")
+    n_samples = as_int("n", obj["n"], "n_samples")
+    d, r = as_dims(obj, min_rank=0)
+    dtype = as_wire_dtype(obj["dtype"], "'float64' or 'float32'", show)
     where = f"d={d}, r={r}"
-    raw_basis = _blob("basis", obj["basis"], d * r, dtype, where)
-    raw_sv = _blob("sv", obj["sv"], r, dtype, where)
-    timestamp = _float("ts", obj["ts"])
-    privacy = _privacy_from_wire(obj["privacy"])
+    raw_basis = as_blob("basis", obj["basis"], d * r, dtype, where)
+    raw_sv = as_blob("sv", obj["sv"], r, dtype, where)
+    timestamp = as_float("ts", obj["ts"])
+    privacy = privacy_from_wire(obj["privacy"])
     provenance = _provenance("prov", obj["prov"])
-    basis = _widen(raw_basis, dtype, (d, r))
-    sv = _widen(raw_sv, dtype, (r,))
-    _check_arrays(basis, sv, _tolerance(dtype, tol, tol_float32))
+    basis = widen_blob(raw_basis, dtype, (d, r))
+    sv = widen_blob(raw_sv, dtype, (r,))
+    _check_arrays(basis, sv, tolerance_for(dtype, tol, tol_float32))
     mean = _mean_from_wire(obj.get("mean"), d, dtype)
-    deployment = _deployment("dep", obj.get("dep"))
+    deployment = as_deployment("dep", obj.get("dep"))
     return SubspaceMessage(
         node_id=node_id,
         epoch=epoch,
@@ -408,8 +408,8 @@ def with_deployment(payload: bytes, deployment: str) -> bytes:
         ``field_type`` for a ``deployment`` that is not 1-128 characters of text; the
         decoder's reasons for a ``payload`` that is not a msgpack map.
     """
-    deployment = _text("deployment", deployment, "field_type", MAX_ID_CHARS)
-    obj = _unpack(_check_payload(payload, "subspace", len(payload) + 1), "subspace")
+    deployment = as_text("deployment", deployment, "field_type", MAX_ID_CHARS)
+    obj = unpack(check_payload(payload, "subspace", len(payload) + 1), "subspace")
     if not isinstance(obj, dict):
         raise WireError("not_map", f"subspace message is a {type(obj).__name__}, expected a map")
     if obj.get("dep") == deployment:

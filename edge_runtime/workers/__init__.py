@@ -30,7 +30,6 @@ from edge_runtime.workers.host import (
     peak_rss_bytes,
 )
 from edge_runtime.workers.pool import START_METHOD, WorkerPool, assign_nodes
-from edge_runtime.workers.pool import _Job as _Job  # re-exported: tests build jobs
 
 __all__ = [
     "START_METHOD",

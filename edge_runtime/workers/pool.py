@@ -33,7 +33,11 @@ from edge_runtime.workers.host import (
     format_nodes,
 )
 
-__all__ = ["START_METHOD", "WorkerPool", "assign_nodes"]
+__all__ = [
+    "START_METHOD",
+    "WorkerPool",
+    "assign_nodes",
+]
 
 START_METHOD = "spawn"
 """multiprocessing start method of the workers (never ``fork``: see `edge_runtime.workers`)."""
@@ -97,7 +101,7 @@ def assign_nodes(topology: Topology, workers: int) -> list[list[str]]:
 
 # ------------------------------------------------------------------ worker processes
 @dataclass(frozen=True)
-class _Job:
+class Job:
     """What a worker needs, picklable (a `Topology` holds mappingproxies, which are not)."""
 
     topology_fields: dict[str, Any]
@@ -108,7 +112,8 @@ class _Job:
     log_level: str
 
     @classmethod
-    def make(cls, topology: Topology, nodes: Sequence[str], **kwargs: Any) -> _Job:
+    def make(cls, topology: Topology, nodes: Sequence[str], **kwargs: Any) -> Job:
+        """The job of ``nodes`` of ``topology``; ``kwargs`` are the other fields."""
         return cls(topology_fields=_topology_fields(topology), nodes=tuple(nodes), **kwargs)
 
     def topology(self) -> Topology:
@@ -124,7 +129,7 @@ def _topology_fields(topology: Topology) -> dict[str, Any]:
     return fields
 
 
-def _worker_main(conn: Connection, job: _Job) -> None:
+def _worker_main(conn: Connection, job: Job) -> None:
     """Entry point of a worker process (see the module doc for the protocol)."""
     # Ctrl-C reaches the whole process group; the parent decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -151,7 +156,7 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, WorkerError) else f"{type(exc).__name__}: {text}"
 
 
-async def _serve(conn: Connection, job: _Job) -> None:
+async def _serve(conn: Connection, job: Job) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     requests: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -330,7 +335,7 @@ class WorkerPool:
         try:
             for index, nodes in enumerate(self.groups):
                 parent_end, child_end = context.Pipe()
-                job = _Job.make(
+                job = Job.make(
                     self.topology,
                     nodes,
                     settings=self.settings,
