@@ -412,7 +412,7 @@ def _node_section(topology: Topology, node_id: str) -> _Section:
 
 
 def _secagg_topics(topology: Topology, node_id: str, section: _Section) -> None:
-    """A secure-aggregation site's topics (`edge_runtime.topology.topics`, issue 26): a secagg
+    """A secure-aggregation site's topics (`edge_runtime.topology.topics`): a secagg
     leaf writes its four kinds and reads its parent's roster, unmask request, outcome and its
     own share delivery only; the site reads each of its secagg leaves' kinds and writes its
     own. Nobody else is granted any of them (readers are denied the private ones)."""

@@ -32,13 +32,13 @@ Every entity but Online is *available* while the node's status topic says ``onli
 numbers; Online itself has no availability so that it shows "Disconnected", not
 "Unavailable".
 
-Contract with the scoring code (issue 13, item 2): ``extra.anomaly_rate`` is the *fraction*
+Contract with the scoring code: ``extra.anomaly_rate`` is the *fraction*
 (0..1) of the node's recent scored readings that were flagged, ``extra.last_q`` the Q (SPE)
 of the latest scored reading; both may be absent or null (a node that does not score, or has
 not scored yet), and the templates then render ``None``, which Home Assistant's MQTT sensor
 turns into the state "unknown" (``PAYLOAD_NONE``), rather than a misleading 0.
 
-Suspected sensor (issue 25, item 2): the leaf's fault detector
+Suspected sensor: the leaf's fault detector
 (`edge_runtime.agents.leaf.core.fault_scoring`, ``score_detector = "faults"``) names the
 sensor of its latest alarm in ``extra.suspect`` (``{"sensor", "fault", "seq", "ts"}``, null
 again after 100 scored readings without an alarm). One problem binary sensor and one text
@@ -314,7 +314,7 @@ def discovery_messages(
         that a child's ``via_device`` names a device Home Assistant already knows. (Retained
         messages reach Home Assistant in the broker's order, not this one; Home Assistant
         creates a ``via_device`` it does not know yet since home-assistant/core PR 131588,
-        2024-11, which fixed issue 131551 where such a link was lost.)
+        2024-11, which fixed home-assistant/core#131551, where such a link was lost.)
 
     Raises
     ------

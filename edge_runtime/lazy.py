@@ -1,6 +1,6 @@
 """Names of a package imported from their modules on first use (PEP 562).
 
-A leaf agent imports only what it runs (issue 24: import time and RSS on a Pi), so a
+A leaf agent imports only what it runs (import time and RSS count on a Pi), so a
 package whose names live in modules a leaf does not need resolves them lazily: ``from
 package import Name`` and ``package.Name`` work as before, the module is imported when the
 name is first asked for.

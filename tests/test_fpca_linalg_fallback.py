@@ -1,6 +1,6 @@
 """The numpy-only kernels give what the scipy kernels they replaced gave (issue 24).
 
-Until issue 24 `edge_runtime.fpca._linalg` called scipy's LAPACK wrappers: the Gram
+Until issue 24 `edge_runtime.fpca.linalg` called scipy's LAPACK wrappers: the Gram
 formulations' eigendecomposition was ``dsytrd`` + ``dstevd`` + ``dormqr`` (``dstevd``
 exists only from scipy 1.17, not in Debian bookworm's 1.10 nor PyPI's 1.13), the
 QR + SVD fallback a pivoted QR. Those kernels are rebuilt here from scipy as references;
@@ -16,8 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from edge_runtime.fpca import FPCAEdge, merge_subspaces, offline_subspace, principal_angles
-from edge_runtime.fpca import _linalg as linalg
+from edge_runtime.fpca import FPCAEdge, linalg, merge_subspaces, offline_subspace, principal_angles
 
 lapack = pytest.importorskip("scipy.linalg.lapack")
 sla = pytest.importorskip("scipy.linalg")

@@ -12,7 +12,7 @@ from edge_runtime.fpca import (
     offline_subspace,
     principal_angles,
 )
-from edge_runtime.fpca._linalg import UpdateBuffers, svd_update
+from edge_runtime.fpca.linalg import UpdateBuffers, svd_update
 from edge_runtime.fpca.subspace import flip_signs
 
 

@@ -128,7 +128,7 @@ def _one_blas_thread_at_load(pin: bool) -> Iterator[None]:
     processes do not inherit them). That is what `edge_runtime.cli.dispatch.dispatch` would
     otherwise set with ``threadpoolctl`` (one BLAS thread for small matrices); a library
     loaded so starts no idle worker threads and a command need not import ``threadpoolctl``
-    and ``ctypes`` (issue 24: a leaf's import time and RSS). Without ``pin`` (numpy was
+    and ``ctypes`` (less import time and RSS for a leaf). Without ``pin`` (numpy was
     loaded before `main`): nothing."""
     if not pin:
         yield

@@ -36,7 +36,7 @@ __all__ = ["COMMANDS", "DEFAULT_LOG_LEVEL", "dispatch", "failure"]
 def _handler(module: str, name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
     """``module.name``, imported when the command runs: ``edge-runtime agent`` on a Pi does
     not pay for the modules of ``run``, ``replay``, ``watch``, ``dashboard`` and the rest
-    (issue 24: a leaf's import time and RSS)."""
+    (a leaf's import time and RSS stay low)."""
 
     async def handler(args: argparse.Namespace) -> int:
         command = getattr(importlib.import_module(module), name)
@@ -112,7 +112,7 @@ def dispatch(args: argparse.Namespace, *, blas_pinned: bool = False) -> int:
 def _one_blas_thread() -> Any:
     """``threadpoolctl.threadpool_limits(limits=1)``, imported here: `edge_runtime.cli.main`
     loads numpy with one BLAS thread instead, and a leaf need not load ``threadpoolctl`` and
-    ``ctypes`` (issue 24)."""
+    ``ctypes`` (less import time and RSS)."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1)
@@ -141,7 +141,7 @@ def failure(
     if isinstance(exc, CliError):
         return str(exc), exc.code
     # AclError, BridgeError and DatasetError are ValueErrors (edge_runtime.errors): not
-    # imported here, as an agent loads neither edge_runtime.acl nor the datasets (issue 24)
+    # imported here, as an agent loads neither edge_runtime.acl nor the datasets
     if isinstance(exc, TopologyError | BrokerError | ValueError):
         return str(exc), EXIT_USAGE
     if isinstance(exc, ssl.SSLError):

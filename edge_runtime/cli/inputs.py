@@ -54,7 +54,7 @@ def load_data(topology: Topology, path: Path | None) -> np.ndarray:
     DatasetError
         If the file or dataset is missing or malformed (`main` prints it in one line).
     """
-    from edge_runtime.datasets import load_dataset  # here: ``agent`` needs no data (issue 24)
+    from edge_runtime.datasets import load_dataset  # here: ``agent`` needs no data
 
     if path is not None:
         return load_dataset(path)
@@ -165,7 +165,7 @@ def discovery_prefix(args: argparse.Namespace, topology: Topology) -> str:
 def login_refused(error: BaseException | str | None) -> bool:
     """Whether a connection error is the broker refusing the login
     (`edge_runtime.monitor.login_refused`, imported when called: ``edge-runtime agent`` does
-    not load the monitor, issue 24).
+    not load the monitor).
 
     Parameters
     ----------

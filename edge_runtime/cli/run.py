@@ -49,7 +49,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         exit 1 if an agent host fails or the plots cannot be written.
     """
     # Imported here, not at the top: ``edge-runtime agent`` (a leaf on a Pi) does not need
-    # them (issue 24: a leaf's import time and RSS).
+    # them, and its import time and RSS count.
     from edge_runtime.broker.mosquitto import LocalMosquitto
     from edge_runtime.cli.output import ProgressLine, print_summary
     from edge_runtime.limits import LimitError, ensure_descriptors, run_descriptors_needed

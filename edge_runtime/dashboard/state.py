@@ -11,16 +11,16 @@ and `DashboardState.snapshot` gives the view at a time ``now``:
   directions an aggregator's snapshot carries beyond it, `_rank_view`), ``seq``, the privacy
   ledger, the total of rejected messages, and the latest ``extra["anomaly_rate"]`` when the
   node reports one; ``suspect``: ``{"sensor", "fault"}`` of the latest status document's
-  ``extra["suspect"]`` (the sensor a leaf's fault detector suspects, issue 25; column index
+  ``extra["suspect"]`` (the sensor a leaf's fault detector suspects: column index
   and kind), else None; ``quarantined``: the reason its aggregator quarantined it (the
-  parent's ``extra["quarantined"]``, issue 14), else None;
+  parent's ``extra["quarantined"]``), else None;
 * the root's model (`edge_runtime.wire.SubspaceMessage` on ``<prefix>/<root>/model``): its
   singular values and each component's share of the captured energy (``sigma_i^2 /
   sum sigma^2``, a scree plot), samples, rank, leaves covered and privacy
   (`edge_runtime.monitor.privacy_of`, as `edge_runtime.wire.PrivacyParams.to_json`);
 * anomaly rates over time: per node, the last `HISTORY_POINTS` ``(t, rate)`` pairs, ``t``
   in seconds of the same clock;
-* ``membership`` (issue 23): one entry per aggregator that is open or has had a child join,
+* ``membership``: one entry per aggregator that is open or has had a child join,
   be forgotten or quarantined (`edge_runtime.monitor.Membership.to_json` and its id as
   ``aggregator``: ``open``, ``joins``, ``joined``, ``forgets``, ``forgotten``,
   ``quarantined`` with reasons), from its latest status document; admitted children are not

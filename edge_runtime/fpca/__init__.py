@@ -19,7 +19,7 @@ naming the suspected sensor, are `FaultDetector` (`edge_runtime.fpca.faults`).
 
 The names below are imported on first use (PEP 562, `edge_runtime.lazy`): a leaf loads the
 streaming estimator without the merges, and the scores and fault detector only when it
-scores (issue 24: a leaf's import time and RSS).
+scores, which keeps a leaf's import time and RSS low on a small board.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edge_runtime.fpca._linalg import svd_update
 from edge_runtime.fpca._validation import check_forget, check_int
+from edge_runtime.fpca.linalg import svd_update
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["merge_many", "merge_subspaces"]
@@ -115,7 +115,7 @@ def merge_subspaces(
     of that concatenation, which needs only ``U1^T U2`` (no QR of a
     ``(n_features, r2)`` matrix), and by the QR + SVD above when the kept singular
     values are too ill-conditioned for it (``s_r < 1e-3 s_1``); see
-    ``edge_runtime/fpca/_linalg.py``.
+    ``edge_runtime/fpca/linalg.py``.
 
     Centred summaries (both with ``mean``): the column ``sqrt(w_a w_b / (w_a + w_b))
     (mean_a - mean_b)`` is appended to ``U2 S2`` (Ross et al. 2008, as in

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_runtime.fpca._linalg import thin_svd
 from edge_runtime.fpca._validation import as_float_array, check_finite_2d, check_int
+from edge_runtime.fpca.linalg import thin_svd
 from edge_runtime.fpca.subspace import Subspace, flip_signs
 
 __all__ = ["error_ratio", "offline_subspace", "principal_angles", "projection_error"]

@@ -42,9 +42,9 @@ import math
 
 import numpy as np
 
-from edge_runtime.fpca._linalg import svd_update
 from edge_runtime.fpca._validation import check_int, check_positive
 from edge_runtime.fpca.gaussian_mechanism import NEIGHBOURS, analytic_gaussian_sigma, is_number
+from edge_runtime.fpca.linalg import svd_update
 from edge_runtime.fpca.private_gram import release_noise_std
 
 __all__ = [

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_runtime.fpca._linalg import TrackedBasis, svd_update
 from edge_runtime.fpca._validation import check_int
 from edge_runtime.fpca.centring import centre_rows, mean_weight
+from edge_runtime.fpca.linalg import TrackedBasis, svd_update
 from edge_runtime.fpca.parameters import Params
 from edge_runtime.fpca.state import Learned, check_basis
 from edge_runtime.fpca.subspace import Subspace

@@ -1,7 +1,7 @@
 """FPCA-Edge: streaming, block-based truncated SVD with bounded memory (eq. (2)-(4)).
 
 One estimator class, `FPCAEdge`; the maths it runs are functions of their own modules:
-the block update (eq. (3), `edge_runtime.fpca._linalg.svd_update`), the centred mean
+the block update (eq. (3), `edge_runtime.fpca.linalg.svd_update`), the centred mean
 (`edge_runtime.fpca.centring`), the adaptive rank (eq. (4),
 `edge_runtime.fpca.adaptive_rank`), the release mechanism of a private block
 (`edge_runtime.fpca.release`), the parameter checks (`edge_runtime.fpca.parameters`), the
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from edge_runtime.fpca._linalg import TrackedBasis
 from edge_runtime.fpca._validation import NotFittedError, check_batch, check_samples
 from edge_runtime.fpca.adaptive_rank import rank_step
 from edge_runtime.fpca.centring import centre_rows
+from edge_runtime.fpca.linalg import TrackedBasis
 from edge_runtime.fpca.parameters import PARAM_NAMES, Param, Params, check_params
 from edge_runtime.fpca.release import Fold, make_release
 from edge_runtime.fpca.snapshot import fold_pending, read_snapshot

@@ -388,7 +388,7 @@ class ModelWatcher:
                 self.on_membership(event)
 
     def quarantined(self) -> dict[str, str]:
-        """Children their aggregator has quarantined (issue 14), with the reason, as the
+        """Children their aggregator has quarantined, with the reason, as the
         aggregators' latest status documents say."""
         return self.membership.quarantined()
 

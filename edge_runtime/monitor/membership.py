@@ -1,4 +1,4 @@
-"""Who belongs to each aggregator, as its status document says (issue 23), for ``watch``
+"""Who belongs to each aggregator, as its status document says, for ``watch``
 and the dashboard.
 
 An aggregator's status document (``extra``, `edge_runtime.wire.StatusDetail`) carries
@@ -6,7 +6,7 @@ An aggregator's status document (``extra``, `edge_runtime.wire.StatusDetail`) ca
 children it admitted so far, and those still in its merge), ``forgets`` and ``forgotten``
 (children dropped from the merge because their retained snapshot was deleted, e.g. by
 ``retire --forget``: id -> ``n_samples`` their snapshot held and ``since_s``) and
-``quarantined`` (issue 14: id -> ``reason``). `membership_of` reads those into a
+``quarantined`` (id -> ``reason``). `membership_of` reads those into a
 `Membership`, tolerating malformed entries; `MembershipTracker` keeps one per aggregator and
 says what changed between two documents as `MembershipEvent` s (a child joined, was
 forgotten, quarantined or released).
@@ -45,7 +45,7 @@ _KEYS = ("open", "joins", "joined", "forgets", "forgotten", "quarantined")
 
 def quarantined_children(detail: StatusDetail) -> dict[str, str]:
     """Child id -> reason for the children an aggregator's status document
-    (``extra["quarantined"]``, issue 14) says are quarantined; empty for any other node.
+    (``extra["quarantined"]``) says are quarantined; empty for any other node.
     A malformed entry gives the reason ``"?"``."""
     found = detail.extra.get("quarantined")
     if not isinstance(found, dict):
@@ -119,7 +119,7 @@ def _seconds(value: object) -> float:
 
 def membership_of(detail: StatusDetail) -> Membership | None:
     """The `Membership` an aggregator's status document reports; None for a document
-    without any of its keys (a leaf's, or an aggregator's older than issue 23). Malformed
+    without any of its keys (a leaf's, or an aggregator's from before open aggregators). Malformed
     entries are read leniently: a count that is no non-negative integer is 0, a joined
     list that is no list is empty, a forgotten entry without ``n_samples`` has 0."""
     extra = detail.extra

@@ -1,5 +1,5 @@
 """Local sensor sources: readings from a command, a file or named pipe, or a serial port,
-so raw readings need not leave the device (issue 11).
+so raw readings need not leave the device.
 
 A leaf reads its readings from its sensor topic over MQTT (kind ``mqtt``, the default) or,
 configured per leaf in the topology (``source = { kind = "command", ... }``, see
@@ -40,8 +40,8 @@ Modules (one concept each; the cores do no I/O):
 
 The names below are imported on first use (PEP 562, `edge_runtime.lazy`), and `open_source`
 imports the module of the kind it opens: a leaf that reads its sensor topic loads the spec
-and the rate limiter, not the command, file and serial sources (issue 24: a leaf's import
-time and RSS).
+and the rate limiter, not the command, file and serial sources (a leaf's import time
+and RSS stay low).
 
 Exception tree
 --------------

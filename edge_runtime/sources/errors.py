@@ -1,6 +1,6 @@
 """`SourceError`, in a module of its own: an agent catches it without loading the sources
-(`edge_runtime.sources.base` and the kinds' modules load when a local source is opened;
-issue 24: a leaf's import time and RSS)."""
+(`edge_runtime.sources.base` and the kinds' modules load when a local source is opened:
+a leaf's import time and RSS stay low)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`open_source`: the one entry point from a `SourceSpec` to a running `Source`.
 
 Each kind's module is imported when a source of that kind is opened: a leaf that reads its
-sensor topic, or one kind of source, does not load the others (issue 24: RSS on a Pi).
+sensor topic, or one kind of source, does not load the others (RSS counts on a Pi).
 """
 
 from __future__ import annotations

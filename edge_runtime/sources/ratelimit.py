@@ -1,7 +1,7 @@
 """Rate limit for repeated log lines: the first few per interval, then one count (no I/O).
 
 A misconfigured sensor can produce thousands of bad lines per second; logging each would
-flood a Raspberry Pi's journal (issue 11). `LogRateLimiter` lets the first ``burst`` events
+flood a Raspberry Pi's journal. `LogRateLimiter` lets the first ``burst`` events
 of each interval through and counts the rest; the count is reported with the first event
 of the next interval, or by `flush` (when the source stops).
 """

@@ -138,7 +138,7 @@ release must decode them.
 
 Privacy parameters of older peers
 ---------------------------------
-Peers from before issue 10 had one mechanism, streaming MOD-SuLQ (eq. (8) of Grammenos et
+Peers from before the mechanism became a choice had one, streaming MOD-SuLQ (eq. (8) of Grammenos et
 al. 2020), and wrote only ``epsilon``, ``delta`` and ``clip_norm``. A ``privacy`` map (of a
 subspace message or a status document) without ``mechanism`` therefore decodes as
 ``mechanism = "fpca-eq8"``, and without ``neighbours`` as ``neighbours = "replace-one"``
@@ -248,7 +248,7 @@ def _schema_versions() -> Mapping[str, int]:
 def __getattr__(name: str) -> object:
     """``fedpower``, ``secagg`` and ``secagg_fields`` (the modules) and `SCHEMA_VERSIONS`,
     loaded on first use (PEP 562): an FPCA node does not load FedPower's or secure
-    aggregation's messages (issue 24: a leaf's import time and RSS)."""
+    aggregation's messages (a leaf's import time and RSS stay low)."""
     if name in ("fedpower", "secagg", "secagg_fields"):
         import importlib  # not ``from edge_runtime.wire import``: that would call back here
 

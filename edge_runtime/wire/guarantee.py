@@ -8,8 +8,8 @@ one type of a privacy guarantee above the numerics (a node's configured one,
 counts). Both check the same budget fields (``_set_budget``), and the maps they travel as are
 read and written here only: ``privacy_to_wire`` / ``privacy_from_wire`` for the msgpack
 map of a subspace message or a reply, ``privacy_status_from_json`` for a status
-document's (whose map, `PrivacyStatus.as_dict`, keeps its own key order). Maps of peers
-before issue 10 lack ``mechanism`` and ``neighbours``: they decode as `LEGACY_MECHANISM`
+document's (whose map, `PrivacyStatus.as_dict`, keeps its own key order). Maps of older
+peers lack ``mechanism`` and ``neighbours``: they decode as `LEGACY_MECHANISM`
 and `LEGACY_NEIGHBOURS` (the package docstring, "Privacy parameters of older peers").
 """
 
@@ -35,7 +35,7 @@ MAX_PRIVACY_NAME_CHARS = 32
 """Longest ``mechanism`` / ``neighbours`` name of a privacy map, in characters."""
 
 LEGACY_MECHANISM = "fpca-eq8"
-"""``mechanism`` of a privacy map that has none (peers before issue 10 only had eq. (8))."""
+"""``mechanism`` of a privacy map that has none (older peers only had eq. (8))."""
 
 LEGACY_NEIGHBOURS = "replace-one"
 """``neighbours`` of a privacy map that has none (the relation eq. (8) is calibrated for)."""

@@ -1,4 +1,4 @@
-"""Secure aggregation on the wire: the eight messages of one slot as msgpack maps (issue 26).
+"""Secure aggregation on the wire: the eight messages of one slot as msgpack maps.
 
 `encode_secagg` and `decode_secagg` map the cores' frozen dataclasses of
 `edge_runtime.secagg.messages` (Bonawitz et al., "Practical Secure Aggregation for

@@ -1,4 +1,4 @@
-"""Private kernels shared by `merge_subspaces` (Alg. 2) and `FPCAEdge` (eq. (3)).
+"""The kernels shared by `merge_subspaces` (Alg. 2) and `FPCAEdge` (eq. (3)).
 
 Both operations are the same computation: the rank-``t`` truncated SVD of
 ``M = [lambda * U S, C]`` where ``U`` is an orthonormal ``(n_features, t0)`` basis,
@@ -21,8 +21,8 @@ Three formulations, chosen per call (measurements in ``benchmarks/README.md``):
     QR (Householder QR if the Gram of ``Y`` is singular).
 
 Both eigendecompositions are `numpy.linalg.eigh` (LAPACK ``dsyevd``, divide and
-conquer). Until issue 24 they were scipy's ``dsytrd`` + ``dstevd`` + ``dormqr`` on the
-kept eigenvectors only, 10-15 % faster at n = 48 in the issue-3 measurements, but
+conquer). They used to be scipy's ``dsytrd`` + ``dstevd`` + ``dormqr`` on the
+kept eigenvectors only, 10-15 % faster at n = 48 when measured, but
 ``lapack.dstevd`` exists only from scipy 1.17 and importing scipy costs a leaf far
 more (below); `tests/test_fpca_linalg_fallback.py` checks the two agree.
 ``"qr_svd"`` (the paper's Alg. 2 as written; the precise fallback)
@@ -41,11 +41,11 @@ call falls back to ``"qr_svd"``. Nothing here inverts a possibly singular matrix
 Motes blocks are rank-deficient, which only adds zero eigenvalues.
 
 numpy only: every BLAS and LAPACK call is numpy's (``A @ A.T`` is a ``syrk``), so a
-leaf never imports scipy, which costs ~0.3 s and ~25 MB of RSS at import (issue 24;
-on a Pi Zero 2 several seconds) and whose LAPACK wrappers differ between the scipy
+leaf never imports scipy, which costs ~0.3 s and ~25 MB of RSS at import (on
+a Pi Zero 2 several seconds) and whose LAPACK wrappers differ between the scipy
 versions a Pi gets (Debian bookworm's 1.10 has no ``dstevd``). scipy is imported
 lazily in one place: `thin_svd`'s ``gesvd`` fallback when ``gesdd`` fails to
-converge, which numpy lacks. Against the scipy kernels of issue 3, side by side with
+converge, which numpy lacks. Against those scipy kernels, side by side with
 one BLAS thread: a Motes block update (d = 48, b = 50) takes ~20 % longer (~240 instead
 of ~200 us, i.e. ~1 us more per reading: numpy's per-call overhead and dsyevd's full
 back-transformation), a d = 48 merge ~25 % longer, a d = 800, r = 100 merge ~13 % less.
