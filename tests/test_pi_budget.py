@@ -201,16 +201,17 @@ def test_every_public_name_of_a_lazy_package_resolves(package: str) -> None:
         "import importlib, json\n"
         f"p = importlib.import_module({package!r})\n"
         "lazy = set(p._MODULE_OF)\n"
+        "names = p.__all__ or sorted(lazy)\n"
         "print(json.dumps({'all': p.__all__, 'lazy': sorted(lazy), 'dir': dir(p),\n"
-        "    'missing': [n for n in p.__all__ if getattr(p, n, None) is None]}))\n"
+        "    'missing': [n for n in names if getattr(p, n, None) is None]}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     got = json.loads(out.stdout)
     assert not got["missing"]
-    assert set(got["lazy"]) <= set(got["all"])
-    assert set(got["all"]) <= set(got["dir"])
+    assert set(got["lazy"]) <= set(got["all"]) or got["all"] == []  # [] : an internal package
+    assert set(got["all"]) | set(got["lazy"]) <= set(got["dir"])
 
 
 def test_main_loads_numpy_with_one_blas_thread_and_leaves_the_environment_alone() -> None:

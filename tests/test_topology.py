@@ -250,15 +250,6 @@ def test_topology_and_nodes_are_frozen() -> None:
 
 def test_the_module_exports_exactly_its_public_names() -> None:
     assert set(topology_module.__all__) == {
-        "ALGORITHMS",
-        "FedPowerConfig",
-        "DEFAULT_BLOCK_SIZE",
-        "DEFAULT_PREFIX",
-        "DEFAULT_RELEASE_HORIZON",
-        "MAX_ID_LENGTH",
-        "RESERVED_IDS",
-        "SPLITS",
-        "STALE_POLICIES",
         "NodeConfig",
         "Topology",
         "TopologyError",

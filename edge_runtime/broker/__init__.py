@@ -37,74 +37,38 @@ from edge_runtime.lazy import lazy_names
 
 if TYPE_CHECKING:
     from edge_runtime.broker.config import (
-        DERIVED_CONFIG_DROPPED_KEYS,
-        DYNSEC_DROPPED_KEYS,
-        LOCAL_HOST,
-        derive_config,
-        dynsec_admin_config,
+        DERIVED_CONFIG_DROPPED_KEYS as DERIVED_CONFIG_DROPPED_KEYS,
     )
-    from edge_runtime.broker.dynsec import (
-        CONTROL_TOPIC,
-        DEFAULT_DYNSEC_TIMEOUT_S,
-        DYNSEC_PLUGIN_NOT_FOUND,
-        RESPONSE_TOPIC,
-        Acl,
-        DynsecClient,
-        DynsecError,
-        find_dynsec_plugin,
-    )
-    from edge_runtime.broker.mosquitto import (
-        DEFAULT_START_TIMEOUT_S,
-        DEFAULT_STOP_TIMEOUT_S,
-        DYNSEC_ADMIN_USER,
-        FREE_PORT_ATTEMPTS,
-        MOSQUITTO_FALLBACK_PATHS,
-        MOSQUITTO_NOT_FOUND,
-        PORT_RETRIES,
-        START_POLL_INTERVAL_S,
-        LocalMosquitto,
-        find_mosquitto,
-        free_port,
-    )
-    from edge_runtime.broker.url import (
-        MQTT_PORT,
-        MQTTS_PORT,
-        BrokerAddress,
-        BrokerError,
-        parse_broker_url,
-    )
+    from edge_runtime.broker.config import DYNSEC_DROPPED_KEYS as DYNSEC_DROPPED_KEYS
+    from edge_runtime.broker.config import LOCAL_HOST as LOCAL_HOST
+    from edge_runtime.broker.config import derive_config as derive_config
+    from edge_runtime.broker.config import dynsec_admin_config as dynsec_admin_config
+    from edge_runtime.broker.dynsec import CONTROL_TOPIC as CONTROL_TOPIC
+    from edge_runtime.broker.dynsec import DEFAULT_DYNSEC_TIMEOUT_S as DEFAULT_DYNSEC_TIMEOUT_S
+    from edge_runtime.broker.dynsec import DYNSEC_PLUGIN_NOT_FOUND as DYNSEC_PLUGIN_NOT_FOUND
+    from edge_runtime.broker.dynsec import RESPONSE_TOPIC as RESPONSE_TOPIC
+    from edge_runtime.broker.dynsec import Acl as Acl
+    from edge_runtime.broker.dynsec import DynsecClient as DynsecClient
+    from edge_runtime.broker.dynsec import DynsecError as DynsecError
+    from edge_runtime.broker.dynsec import find_dynsec_plugin as find_dynsec_plugin
+    from edge_runtime.broker.mosquitto import DEFAULT_START_TIMEOUT_S as DEFAULT_START_TIMEOUT_S
+    from edge_runtime.broker.mosquitto import DEFAULT_STOP_TIMEOUT_S as DEFAULT_STOP_TIMEOUT_S
+    from edge_runtime.broker.mosquitto import DYNSEC_ADMIN_USER as DYNSEC_ADMIN_USER
+    from edge_runtime.broker.mosquitto import FREE_PORT_ATTEMPTS as FREE_PORT_ATTEMPTS
+    from edge_runtime.broker.mosquitto import MOSQUITTO_FALLBACK_PATHS as MOSQUITTO_FALLBACK_PATHS
+    from edge_runtime.broker.mosquitto import MOSQUITTO_NOT_FOUND as MOSQUITTO_NOT_FOUND
+    from edge_runtime.broker.mosquitto import PORT_RETRIES as PORT_RETRIES
+    from edge_runtime.broker.mosquitto import START_POLL_INTERVAL_S as START_POLL_INTERVAL_S
+    from edge_runtime.broker.mosquitto import LocalMosquitto as LocalMosquitto
+    from edge_runtime.broker.mosquitto import find_mosquitto as find_mosquitto
+    from edge_runtime.broker.mosquitto import free_port as free_port
+    from edge_runtime.broker.url import MQTT_PORT as MQTT_PORT
+    from edge_runtime.broker.url import MQTTS_PORT as MQTTS_PORT
+    from edge_runtime.broker.url import BrokerAddress as BrokerAddress
+    from edge_runtime.broker.url import BrokerError as BrokerError
+    from edge_runtime.broker.url import parse_broker_url as parse_broker_url
 
-__all__ = [
-    "CONTROL_TOPIC",
-    "DEFAULT_DYNSEC_TIMEOUT_S",
-    "DEFAULT_START_TIMEOUT_S",
-    "DEFAULT_STOP_TIMEOUT_S",
-    "DERIVED_CONFIG_DROPPED_KEYS",
-    "DYNSEC_ADMIN_USER",
-    "DYNSEC_DROPPED_KEYS",
-    "DYNSEC_PLUGIN_NOT_FOUND",
-    "FREE_PORT_ATTEMPTS",
-    "LOCAL_HOST",
-    "MOSQUITTO_FALLBACK_PATHS",
-    "MOSQUITTO_NOT_FOUND",
-    "MQTTS_PORT",
-    "MQTT_PORT",
-    "PORT_RETRIES",
-    "RESPONSE_TOPIC",
-    "START_POLL_INTERVAL_S",
-    "Acl",
-    "BrokerAddress",
-    "BrokerError",
-    "DynsecClient",
-    "DynsecError",
-    "LocalMosquitto",
-    "derive_config",
-    "dynsec_admin_config",
-    "find_dynsec_plugin",
-    "find_mosquitto",
-    "free_port",
-    "parse_broker_url",
-]
+__all__: list[str] = []  # internal to the runtime: no user surface
 
 _MODULE_OF = {
     name: f"edge_runtime.broker.{module}"
@@ -146,4 +110,4 @@ _MODULE_OF = {
 """The module of each public name (imported on first use by `__getattr__`)."""
 
 
-__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__ or _MODULE_OF)

@@ -36,11 +36,6 @@ if TYPE_CHECKING:
     import argparse
 
 __all__ = [
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "CliError",
     "main",
 ]
 

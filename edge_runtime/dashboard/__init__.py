@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_runtime.dashboard.state import DashboardState
-from edge_runtime.monitor import liveness
+from edge_runtime.dashboard.state import DashboardState as DashboardState
+from edge_runtime.monitor import liveness as liveness
 
-__all__ = ["DashboardState", "liveness", "serve_dashboard"]
+__all__: list[str] = []  # internal to the runtime: no user surface
 
 
 async def serve_dashboard(*args: Any, **kwargs: Any) -> None:

@@ -47,7 +47,7 @@ import numpy as np
 
 from edge_runtime.errors import EdgeRuntimeError
 
-__all__ = ["BUILTIN_DATASETS", "DatasetError", "builtin_dataset_path", "load_dataset"]
+__all__: list[str] = []  # internal to the runtime: no user surface
 
 BUILTIN_DATASETS: tuple[str, ...] = ("motes-light",)
 """Names `load_dataset` accepts without a file; each is shipped as ``<name>.txt.xz``."""

@@ -21,13 +21,13 @@ import aiomqtt
 import structlog
 from aiomqtt.exceptions import MqttConnectError
 
+from edge_runtime.monitor.membership import Membership as Membership
 from edge_runtime.monitor.membership import (
-    Membership,
     MembershipEvent,
     MembershipTracker,
-    membership_of,
-    quarantined_children,
 )
+from edge_runtime.monitor.membership import membership_of as membership_of
+from edge_runtime.monitor.membership import quarantined_children as quarantined_children
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
@@ -38,23 +38,7 @@ from edge_runtime.wire import (
     decode_subspace,
 )
 
-__all__ = [
-    "LIVENESS",
-    "STALE_AFTER_S",
-    "Membership",
-    "MembershipEvent",
-    "MembershipTracker",
-    "ModelWatcher",
-    "connection_problem",
-    "covers",
-    "leaves_reporting",
-    "liveness",
-    "login_refused",
-    "membership_of",
-    "privacy_of",
-    "quarantined_children",
-    "wait_online",
-]
+__all__: list[str] = []  # internal to the runtime: no user surface
 
 STALE_AFTER_S = 75.0
 """Seconds of silence after which an online node is shown as stale (2.5 status heartbeats)."""

@@ -61,56 +61,31 @@ from typing import TYPE_CHECKING
 from edge_runtime.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from edge_runtime.backoff import Backoff
-    from edge_runtime.sources.base import RejectCallback, Source, SourceState
-    from edge_runtime.sources.command import CommandSource
-    from edge_runtime.sources.cursor import CursorLog, FileCursor
-    from edge_runtime.sources.errors import SourceError
-    from edge_runtime.sources.factory import open_source
-    from edge_runtime.sources.file import FileSource
-    from edge_runtime.sources.lines import (
-        DEFAULT_MAX_LINE_BYTES,
-        FORMATS,
-        REJECT_REASONS,
-        LineParser,
-        LineSplitter,
-    )
-    from edge_runtime.sources.ratelimit import LogRateLimiter
-    from edge_runtime.sources.serialport import SerialSource
-    from edge_runtime.sources.spec import (
-        KINDS,
-        MAX_SOURCE_ID_CHARS,
-        RESTART_POLICIES,
-        SourceSettings,
-        SourceSpec,
-        source_id,
-    )
+    from edge_runtime.backoff import Backoff as Backoff
+    from edge_runtime.sources.base import RejectCallback as RejectCallback
+    from edge_runtime.sources.base import Source as Source
+    from edge_runtime.sources.base import SourceState as SourceState
+    from edge_runtime.sources.command import CommandSource as CommandSource
+    from edge_runtime.sources.cursor import CursorLog as CursorLog
+    from edge_runtime.sources.cursor import FileCursor as FileCursor
+    from edge_runtime.sources.errors import SourceError as SourceError
+    from edge_runtime.sources.factory import open_source as open_source
+    from edge_runtime.sources.file import FileSource as FileSource
+    from edge_runtime.sources.lines import DEFAULT_MAX_LINE_BYTES as DEFAULT_MAX_LINE_BYTES
+    from edge_runtime.sources.lines import FORMATS as FORMATS
+    from edge_runtime.sources.lines import REJECT_REASONS as REJECT_REASONS
+    from edge_runtime.sources.lines import LineParser as LineParser
+    from edge_runtime.sources.lines import LineSplitter as LineSplitter
+    from edge_runtime.sources.ratelimit import LogRateLimiter as LogRateLimiter
+    from edge_runtime.sources.serialport import SerialSource as SerialSource
+    from edge_runtime.sources.spec import KINDS as KINDS
+    from edge_runtime.sources.spec import MAX_SOURCE_ID_CHARS as MAX_SOURCE_ID_CHARS
+    from edge_runtime.sources.spec import RESTART_POLICIES as RESTART_POLICIES
+    from edge_runtime.sources.spec import SourceSettings as SourceSettings
+    from edge_runtime.sources.spec import SourceSpec as SourceSpec
+    from edge_runtime.sources.spec import source_id as source_id
 
-__all__ = [
-    "DEFAULT_MAX_LINE_BYTES",
-    "FORMATS",
-    "KINDS",
-    "MAX_SOURCE_ID_CHARS",
-    "REJECT_REASONS",
-    "RESTART_POLICIES",
-    "Backoff",
-    "CommandSource",
-    "CursorLog",
-    "FileCursor",
-    "FileSource",
-    "LineParser",
-    "LineSplitter",
-    "LogRateLimiter",
-    "RejectCallback",
-    "SerialSource",
-    "Source",
-    "SourceError",
-    "SourceSettings",
-    "SourceSpec",
-    "SourceState",
-    "open_source",
-    "source_id",
-]
+__all__: list[str] = []  # internal to the runtime: no user surface
 
 _MODULE_OF = {
     name: module
@@ -144,4 +119,4 @@ _MODULE_OF = {
 }
 """The module of each public name (imported on first use by `__getattr__`)."""
 
-__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__ or _MODULE_OF)

@@ -70,39 +70,32 @@ The package, each module one concept, imports pointing down the list:
 - ``tree``: `Topology`, the validated tree with its walks and topic names;
 - ``loading``: `load_topology` and `parse_topology`, TOML to `Topology`.
 
+A user imports `load_topology`, `parse_topology`, `Topology`, `NodeConfig` and
+`TopologyError` (``__all__``); the constants re-exported below serve the runtime's modules.
+
 The split of a dataset's rows over the leaves is `edge_runtime.datasets.split`.
 """
 
 from __future__ import annotations
 
 from edge_runtime.fpca.privacy import MECHANISMS as MECHANISMS  # re-exported, not in __all__
-from edge_runtime.topology.checks import MAX_ID_LENGTH, TopologyError
-from edge_runtime.topology.fedpower_config import FedPowerConfig
-from edge_runtime.topology.keys import (
-    ALGORITHMS,
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_PREFIX,
-    DEFAULT_RELEASE_HORIZON,
-    SPLITS,
-    STALE_POLICIES,
-)
+from edge_runtime.topology.checks import MAX_ID_LENGTH as MAX_ID_LENGTH
+from edge_runtime.topology.checks import TopologyError
+from edge_runtime.topology.fedpower_config import FedPowerConfig as FedPowerConfig
+from edge_runtime.topology.keys import ALGORITHMS as ALGORITHMS
+from edge_runtime.topology.keys import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
+from edge_runtime.topology.keys import DEFAULT_PREFIX as DEFAULT_PREFIX
+from edge_runtime.topology.keys import DEFAULT_RELEASE_HORIZON as DEFAULT_RELEASE_HORIZON
 from edge_runtime.topology.keys import OUT_OF_RANGE_MODES as OUT_OF_RANGE_MODES
 from edge_runtime.topology.keys import SCORE_MODES as SCORE_MODES
+from edge_runtime.topology.keys import SPLITS as SPLITS
+from edge_runtime.topology.keys import STALE_POLICIES as STALE_POLICIES
 from edge_runtime.topology.loading import load_topology, parse_topology
 from edge_runtime.topology.node import NodeConfig
-from edge_runtime.topology.topics import RESERVED_IDS
+from edge_runtime.topology.topics import RESERVED_IDS as RESERVED_IDS
 from edge_runtime.topology.tree import Topology
 
 __all__ = [
-    "ALGORITHMS",
-    "DEFAULT_BLOCK_SIZE",
-    "DEFAULT_PREFIX",
-    "DEFAULT_RELEASE_HORIZON",
-    "MAX_ID_LENGTH",
-    "RESERVED_IDS",
-    "SPLITS",
-    "STALE_POLICIES",
-    "FedPowerConfig",
     "NodeConfig",
     "Topology",
     "TopologyError",

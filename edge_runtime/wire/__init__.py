@@ -147,16 +147,21 @@ subspace message or a status document) without ``mechanism`` therefore decodes a
 
 Modules
 -------
-One module a message kind, all re-exported here (import from `edge_runtime.wire`):
-`edge_runtime.wire.subspace` (`SubspaceMessage`), `edge_runtime.wire.guarantee`
-(`PrivacyParams`, `PrivacyStatus`), `edge_runtime.wire.readings` (`SensorReadings`),
-`edge_runtime.wire.status` (`StatusDetail`), `edge_runtime.wire.confirm`
-(`ConfirmMessage`), `edge_runtime.wire.fedpower` (FedPower's round and reply, imported
-from there) and `edge_runtime.wire.secagg` (secure aggregation, imported from there);
-beneath them `edge_runtime.wire.fields` (`WireError`, `REASONS`, the limits, the field
-checks, parsers and schema-version check) and `edge_runtime.wire.arrays` (float
-arrays as bytes, orthonormality). The package imports only `edge_runtime.errors`,
-`edge_runtime.fpca`, `edge_runtime.fedpower` and (``wire.secagg``, without ``cryptography``)
+What a user imports from here (``__all__``) is the codec: the message classes, their
+``encode_*``/``decode_*`` functions, `WireError`, `REASONS` and `SCHEMA_VERSIONS`. The
+limits, tolerances and per-kind versions named above are importable from here too, for the
+runtime's own modules, and live in the module of their kind.
+
+One module a message kind: `edge_runtime.wire.subspace` (`SubspaceMessage`),
+`edge_runtime.wire.guarantee` (`PrivacyParams`, `PrivacyStatus`),
+`edge_runtime.wire.readings` (`SensorReadings`), `edge_runtime.wire.status`
+(`StatusDetail`), `edge_runtime.wire.confirm` (`ConfirmMessage`),
+`edge_runtime.wire.fedpower` (FedPower's round and reply, imported from there) and
+`edge_runtime.wire.secagg` (secure aggregation, imported from there); beneath them
+`edge_runtime.wire.fields` (`WireError`, `REASONS`, the limits, the field checks, parsers
+and schema-version check) and `edge_runtime.wire.arrays` (float arrays as bytes,
+orthonormality). The package imports only `edge_runtime.errors`, `edge_runtime.fpca`,
+`edge_runtime.fedpower` and (``wire.secagg``, without ``cryptography``)
 `edge_runtime.secagg`.
 
 Memory
@@ -169,61 +174,53 @@ Python objects per payload byte, so keep ``max_bytes`` at what a device can affo
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from edge_runtime.wire import (
-    arrays,
-    confirm,
-    fields,
-    guarantee,
-    readings,
-    status,
-    subspace,
-)
-from edge_runtime.wire.arrays import FLOAT32_ORTHONORMALITY_TOL, ORTHONORMALITY_TOL
+from edge_runtime.wire.arrays import FLOAT32_ORTHONORMALITY_TOL as FLOAT32_ORTHONORMALITY_TOL
+from edge_runtime.wire.arrays import ORTHONORMALITY_TOL as ORTHONORMALITY_TOL
 from edge_runtime.wire.confirm import (
     CONFIRM_VERSION,
     ConfirmMessage,
     decode_confirm,
     encode_confirm,
 )
+from edge_runtime.wire.fields import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+from edge_runtime.wire.fields import MAX_CONFIRM_SOURCES as MAX_CONFIRM_SOURCES
+from edge_runtime.wire.fields import MAX_N_FEATURES as MAX_N_FEATURES
 from edge_runtime.wire.fields import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_CONFIRM_SOURCES,
-    MAX_N_FEATURES,
     REASONS,
-    SCHEMA_VERSION,
     WireError,
-    understood_versions,
 )
+from edge_runtime.wire.fields import SCHEMA_VERSION as SCHEMA_VERSION
+from edge_runtime.wire.fields import understood_versions as understood_versions
+from edge_runtime.wire.guarantee import LEGACY_MECHANISM as LEGACY_MECHANISM
+from edge_runtime.wire.guarantee import LEGACY_NEIGHBOURS as LEGACY_NEIGHBOURS
+from edge_runtime.wire.guarantee import MAX_PRIVACY_NAME_CHARS as MAX_PRIVACY_NAME_CHARS
 from edge_runtime.wire.guarantee import (
-    LEGACY_MECHANISM,
-    LEGACY_NEIGHBOURS,
-    MAX_PRIVACY_NAME_CHARS,
     PrivacyParams,
     PrivacyStatus,
 )
+from edge_runtime.wire.readings import MAX_READING_ROWS as MAX_READING_ROWS
 from edge_runtime.wire.readings import (
-    MAX_READING_ROWS,
     READINGS_VERSION,
     SensorReadings,
     decode_readings,
     encode_readings,
 )
+from edge_runtime.wire.status import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from edge_runtime.wire.status import (
-    MAX_JSON_DEPTH,
     STATUS_VERSION,
     StatusDetail,
     decode_status,
     encode_status,
 )
+from edge_runtime.wire.subspace import MAX_PROVENANCE_ENTRIES as MAX_PROVENANCE_ENTRIES
+from edge_runtime.wire.subspace import SINGULAR_VALUE_SLACK as SINGULAR_VALUE_SLACK
 from edge_runtime.wire.subspace import (
-    MAX_PROVENANCE_ENTRIES,
-    SINGULAR_VALUE_SLACK,
     SUBSPACE_VERSION,
     SubspaceMessage,
     decode_subspace,
     encode_subspace,
-    with_deployment,
 )
+from edge_runtime.wire.subspace import with_deployment as with_deployment
 
 SCHEMA_VERSIONS: Mapping[str, int]  # built on first use (`__getattr__`)
 """Each message kind's current schema version (read-only): what its encoder writes."""
@@ -264,25 +261,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "CONFIRM_VERSION",
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "FLOAT32_ORTHONORMALITY_TOL",
-    "LEGACY_MECHANISM",
-    "LEGACY_NEIGHBOURS",
-    "MAX_CONFIRM_SOURCES",
-    "MAX_JSON_DEPTH",
-    "MAX_N_FEATURES",
-    "MAX_PRIVACY_NAME_CHARS",
-    "MAX_PROVENANCE_ENTRIES",
-    "MAX_READING_ROWS",
-    "ORTHONORMALITY_TOL",
-    "READINGS_VERSION",
     "REASONS",
-    "SCHEMA_VERSION",
     "SCHEMA_VERSIONS",
-    "SINGULAR_VALUE_SLACK",
-    "STATUS_VERSION",
-    "SUBSPACE_VERSION",
     "ConfirmMessage",
     "PrivacyParams",
     "PrivacyStatus",
@@ -290,8 +270,6 @@ __all__ = [
     "StatusDetail",
     "SubspaceMessage",
     "WireError",
-    "arrays",
-    "confirm",
     "decode_confirm",
     "decode_readings",
     "decode_status",
@@ -300,14 +278,4 @@ __all__ = [
     "encode_readings",
     "encode_status",
     "encode_subspace",
-    "fedpower",
-    "fields",
-    "guarantee",
-    "readings",
-    "secagg",
-    "secagg_fields",
-    "status",
-    "subspace",
-    "understood_versions",
-    "with_deployment",
 ]

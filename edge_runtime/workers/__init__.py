@@ -21,24 +21,14 @@ does not answer ends the run with a one-line `WorkerError`, and every worker is
 terminated (SIGTERM, then SIGKILL) on the way out.
 """
 
-from edge_runtime.workers.host import (
-    AgentHost,
-    AgentReport,
-    WorkerError,
-    WorkerReport,
-    cpu_time_s,
-    peak_rss_bytes,
-)
-from edge_runtime.workers.pool import START_METHOD, WorkerPool, assign_nodes
+from edge_runtime.workers.host import AgentHost as AgentHost
+from edge_runtime.workers.host import AgentReport as AgentReport
+from edge_runtime.workers.host import WorkerError as WorkerError
+from edge_runtime.workers.host import WorkerReport as WorkerReport
+from edge_runtime.workers.host import cpu_time_s as cpu_time_s
+from edge_runtime.workers.host import peak_rss_bytes as peak_rss_bytes
+from edge_runtime.workers.pool import START_METHOD as START_METHOD
+from edge_runtime.workers.pool import WorkerPool as WorkerPool
+from edge_runtime.workers.pool import assign_nodes as assign_nodes
 
-__all__ = [
-    "START_METHOD",
-    "AgentHost",
-    "AgentReport",
-    "WorkerError",
-    "WorkerPool",
-    "WorkerReport",
-    "assign_nodes",
-    "cpu_time_s",
-    "peak_rss_bytes",
-]
+__all__: list[str] = []  # internal to the runtime: no user surface
