@@ -8,8 +8,8 @@ import asyncio
 import aiomqtt
 import pytest
 
-from edge_runtime.agents.common.shell.agent import _backlog
 from edge_runtime.agents.leaf.shell.agent import LeafAgent
+from edge_runtime.mqtt_ack import backlog
 from edge_runtime.settings import AgentSettings
 from tests.helpers import tree_topology
 
@@ -77,7 +77,7 @@ async def test_the_echo_clock_starts_at_the_puback() -> None:
 
 
 def test_the_backlog_of_a_client_that_cannot_say_is_none() -> None:
-    assert _backlog(object()) == 0  # type: ignore[arg-type]
+    assert backlog(object()) == 0  # type: ignore[arg-type]
 
     class Messages:
         def __len__(self) -> int:
@@ -86,4 +86,4 @@ def test_the_backlog_of_a_client_that_cannot_say_is_none() -> None:
     class Client:
         messages = Messages()
 
-    assert _backlog(Client()) == 3  # type: ignore[arg-type]
+    assert backlog(Client()) == 3  # type: ignore[arg-type]
