@@ -27,7 +27,8 @@ def lazy_names(
     module_of : mapping of str to str
         The module (dotted path) that defines each lazily loaded name.
     public : iterable of str
-        The package's ``__all__``, listed by ``dir()`` with what is already loaded.
+        The names ``dir()`` lists besides what is already loaded: the package's ``__all__``,
+        or, for an internal package (empty ``__all__``), its lazily loaded names.
 
     Returns
     -------

@@ -119,4 +119,4 @@ _MODULE_OF = {
 }
 """The module of each public name (imported on first use by `__getattr__`)."""
 
-__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__ or _MODULE_OF)
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, _MODULE_OF)
