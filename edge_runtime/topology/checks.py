@@ -158,7 +158,7 @@ def check_n_features(n_features: object) -> None:
 
 def unknown_key_message(where: str, key: str, allowed: Iterable[str]) -> str:
     """``"<where>: unknown key ..."`` listing ``allowed`` sorted, with the closest as a hint."""
-    import difflib  # here, on the error path: a valid topology does not load it
+    import difflib  # here, on the error path: a valid topology does not load it (issue 24)
 
     allowed = sorted(allowed)
     close = difflib.get_close_matches(key, allowed, n=1)

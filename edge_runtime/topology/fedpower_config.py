@@ -140,7 +140,7 @@ class FedPowerConfig:
         covers), or None when the schedule is open-ended (``rounds = 0``)."""
         if self.rounds == 0:
             return None
-        # here: an FPCA topology (no FedPower section) does not load the schedule
+        # here: an FPCA topology (no FedPower section) does not load the schedule (issue 24)
         from edge_runtime.fedpower.schedule import Schedule
 
         decay = None if self.decay == "none" else self.decay
