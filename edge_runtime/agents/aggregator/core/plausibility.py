@@ -59,9 +59,11 @@ __all__ = [
     "MAX_RESETS",
     "MIN_SIBLINGS",
     "PLAUSIBILITY_REASONS",
+    "QUARANTINE_POLICIES",
     "RATE_SLACK_S",
     "RESET_WINDOW_S",
     "ChildBounds",
+    "Plausibility",
     "Quarantine",
     "ResetLimiter",
     "admit_bounds",
@@ -284,3 +286,112 @@ class Quarantine:
     reason: str
     since: float
     failures: int = 1
+
+
+#: What happens to a quarantined child's last good snapshot: kept in the merge, or dropped.
+QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
+
+
+class Plausibility:
+    """The checks, quarantines and influence factors of one aggregator's children: a part
+    of `AggregatorCore`.
+
+    Parameters
+    ----------
+    bounds : mapping of str to ChildBounds
+        What the topology declares below each child; a child missing here is held to the
+        bounds its caller gives (`check`), else none but `DEFAULT_MAX_READING_RATE`.
+    influence_cap : float or None
+        Bounded influence (`influence_scales`); None merges children as they are.
+    quarantine_policy : {"keep", "drop"}
+        A quarantined child's last good snapshot stays in the merge, or leaves it until the
+        child sends a plausible snapshot again.
+
+    Attributes
+    ----------
+    quarantined : dict of str to Quarantine
+        The children quarantined now.
+    releases : int
+        Quarantines ended by a plausible snapshot.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``quarantine_policy``.
+    """
+
+    def __init__(
+        self,
+        bounds: Mapping[str, ChildBounds],
+        influence_cap: float | None,
+        quarantine_policy: str,
+    ) -> None:
+        if quarantine_policy not in QUARANTINE_POLICIES:
+            raise ValueError(
+                f"quarantine_policy must be one of {QUARANTINE_POLICIES}, got {quarantine_policy!r}"
+            )
+        self.bounds = dict(bounds)
+        self.influence_cap = influence_cap
+        self.quarantine_policy = quarantine_policy
+        self.quarantined: dict[str, Quarantine] = {}
+        self.releases = 0
+        self._resets: dict[str, ResetLimiter] = {}
+
+    def check(
+        self,
+        child: str,
+        msg: SubspaceMessage,
+        last_good: SubspaceMessage | None,
+        last_good_arrived: float,
+        now: float,
+        *,
+        undeclared: ChildBounds | None = None,
+    ) -> str | None:
+        """`check_snapshot` of ``child``'s new snapshot against its bounds (``undeclared``
+        for a child without declared ones, e.g. an admitted child); a failure quarantines
+        the child (or counts one more failure), a pass ends its quarantine. Returns the
+        reason of a failure, else None."""
+        bounds = self.bounds.get(child)
+        if bounds is None:
+            bounds = undeclared or ChildBounds((), DEFAULT_MAX_READING_RATE)
+        resets = self._resets.setdefault(child, ResetLimiter())
+        failed = check_snapshot(msg, last_good, last_good_arrived, bounds, resets, now)
+        if failed is not None:
+            entry = self.quarantined.get(child)
+            if entry is None:
+                self.quarantined[child] = Quarantine(failed, now)
+            else:
+                entry.failures += 1
+                entry.reason = failed
+            return failed
+        if self.quarantined.pop(child, None) is not None:
+            self.releases += 1
+        return None
+
+    def excludes(self, child: str) -> bool:
+        """Whether the merge leaves ``child`` out for its quarantine (policy ``drop``)."""
+        return self.quarantine_policy == "drop" and child in self.quarantined
+
+    def scales(self, included: Mapping[str, SubspaceMessage]) -> dict[str, float]:
+        """Each included child's influence factor (`influence_scales`; all 1 without a
+        cap)."""
+        if self.influence_cap is None:
+            return dict.fromkeys(included, 1.0)
+        return influence_scales(included, self.influence_cap)
+
+    def forget(self, child: str) -> bool:
+        """Drop what is held of ``child`` (quarantine, reset window); whether it was
+        quarantined."""
+        self._resets.pop(child, None)
+        return self.quarantined.pop(child, None) is not None
+
+    def status(self, now: float) -> dict[str, object]:
+        """The status document's ``quarantined`` (id -> reason, seconds since, failures)
+        and ``released``."""
+        return {
+            "quarantined": {
+                c: {"reason": q.reason, "since_s": round(now - q.since, 3), "failures": q.failures}
+                for c, q in sorted(self.quarantined.items())
+            },
+            "released": self.releases,
+        }
