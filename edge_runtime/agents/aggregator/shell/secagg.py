@@ -92,8 +92,7 @@ def slot_timeouts(slot_s: float) -> Any:
     from edge_runtime.secagg.aggregator_round import RoundTimeouts
 
     default = RoundTimeouts()
-    total = default.advertise + default.share + default.masked_input + default.unmask
-    scale = min(1.0, slot_s / (2.0 * total))
+    scale = min(1.0, slot_s / (2.0 * default.total))
     return RoundTimeouts(
         advertise=default.advertise * scale,
         share=default.share * scale,
