@@ -7,7 +7,7 @@ publish with the same `PublishPolicy` deadband as a leaf: arrivals are coalesced
 published at most once per ``min_interval_s``, at least every ``max_interval_s`` while a
 change is unpublished, and once arrivals pause (the trailing publish).
 
-Membership (issue 23): an *open* aggregator (``admit`` bounds given) admits a child the
+Membership (`Membership`, a part): an *open* aggregator (``admit`` bounds given) admits a child the
 topology does not declare on its first plausible snapshot (a `MergeTree.insert`, counted in
 ``joins``); a closed one refuses it (``unknown_child``). `AggregatorCore.forget` drops a
 child's snapshot from the merge (declared or admitted; the shell calls it when the child's

@@ -1,8 +1,8 @@
 """Plausibility of a child's snapshot, and bounded influence in the merge. No I/O, no clock.
 
 An aggregator cannot see its children's readings, only their summaries ``(U, Sigma, n)``;
-what it can check is that a summary is one the declared sensors could have produced
-(issue 14, item 2), and it can bound how much any one child moves the merge (item 3):
+what it can check is that a summary is one the declared sensors could have produced,
+and it can bound how much any one child moves the merge:
 
 - **energy**: the data behind a snapshot have ``sum(Sigma^2) <= n * M^2``, where ``M^2``
   is the largest squared norm of one reading the leaves below the child can report
@@ -223,7 +223,7 @@ def check_snapshot(
 
 def departed_samples(last: SubspaceMessage, new: SubspaceMessage) -> int:
     """Samples of the leaves ``last``'s provenance names and ``new``'s does not: what a
-    child that forgot leaves below it (issue 23) may drop within one epoch.
+    child that forgot leaves below it (membership) may drop within one epoch.
 
     ``O(len(last.provenance))``; `check_snapshot` computes it only for a decrease.
     """
@@ -240,8 +240,8 @@ def influence_scales(
     factor). A child gets 1 without a reference: fewer than `MIN_SIBLINGS` siblings holding
     samples and energy, siblings holding fewer samples than it, or no samples or energy of
     its own. Energies are `energy` (sensor units squared); scaling the singular values by
-    ``f`` scales a child's energy by ``f**2``. The cap is a policy of this runtime (issue
-    14, item 3; `DEFAULT_INFLUENCE_CAP` from the measurement in the module docstring), not
+    ``f`` scales a child's energy by ``f**2``. The cap is a policy of this runtime
+    (`DEFAULT_INFLUENCE_CAP` from the measurement in the module docstring), not
     from the FPCA paper.
 
     Parameters

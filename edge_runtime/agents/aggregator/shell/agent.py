@@ -82,7 +82,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     until it is plausible again (``child_released``); a snapshot of a node that is not a child, of
     another deployment or of another width is a reject.
 
-    Membership (issue 23): an open aggregator (``open = true`` in the topology) admits a
+    Membership: an open aggregator (``open = true`` in the topology) admits a
     child it does not declare when the child's first plausible snapshot arrives on a child
     topic under its path (logged ``child_admitted``; the broker's ACL decides who may
     publish there), held to the bounds of `Topology.admitted_leaf`; a closed one rejects it
