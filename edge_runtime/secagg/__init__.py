@@ -1,4 +1,4 @@
-"""Secure aggregation of a site's private leaves' releases (issue 26).
+"""Secure aggregation of a site's private leaves' releases.
 
 Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning",
 CCS 2017, with a threshold ``t``, for one site (an aggregator and its ``n`` leaves) and one

@@ -1,4 +1,4 @@
-"""DP accounting of a site's securely summed release with distributed Skellam noise (issue 26).
+"""DP accounting of a site's securely summed release with distributed Skellam noise.
 
 Each leaf of a site integer-encodes its (block) Gram increment, adds its share of Skellam
 noise and masks it; the aggregator learns only the site's sum. The noise in that sum is

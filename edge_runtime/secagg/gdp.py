@@ -1,4 +1,4 @@
-"""Gaussian differential privacy of the multidimensional Skellam mechanism (issue 26).
+"""Gaussian differential privacy of the multidimensional Skellam mechanism.
 
 `edge_runtime.secagg.accounting` bounds the site's Skellam sum through Renyi DP (Agarwal,
 Kairouz & Liu 2021, Thm. 3.5), whose conversion to ``(epsilon, delta)`` costs 8.4 % more

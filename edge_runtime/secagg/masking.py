@@ -1,6 +1,6 @@
 """Masking for secure summation of leaves' noisy Gram releases: encoding, masks, noise shares.
 
-The groundwork of issue 26 (private mode at central accuracy): each leaf of a site releases
+The groundwork of private mode at central accuracy: each leaf of a site releases
 its block Gram matrix plus only *its share* of the noise, masked so that the aggregator
 learns nothing but the site's noisy sum. Synchronous and pure: no I/O, no clock, no
 randomness of its own (keys and a seeded ``numpy.random.Generator`` come in as arguments).
