@@ -6,8 +6,9 @@ wake-up); the shell's executor (`AggregatorAgent.carry_out`) carries them out ag
 and the disk. The same recorded trace (child snapshots and a secure-aggregation site's leaf
 messages, with their times) fed to the shell's executor and to a plain list executor gives
 the same sequence of actions (`describe`), for an aggregator and for a secure-aggregation
-site. The client is a stand-in that records what the agent publishes (no broker: the
-executor's publishes are what is compared); the state file is written to a real directory.
+site (slots skipped, and a slot released by real leaves, `SecAggRelease`, recorded once). The
+client is a stand-in that records what the agent publishes (no broker: the executor's
+publishes are what is compared); the state file is written to a real directory.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def virtual_core(agent: AggregatorAgent) -> AggregatorCore:
 
 
 def step_times(until: float) -> list[float]:
+    """The steps' times, every 0.25 s; a trace's events at ``t`` arrive after the step at
+    ``t`` (before the next)."""
     return [round(0.25 * k, 6) for k in range(int(until / 0.25) + 1)]
 
 
@@ -106,9 +109,6 @@ def run_list(core: AggregatorCore, trace: Trace, until: float) -> list[tuple[obj
     events = iter(trace)
     pending = next(events, None)
     for now in step_times(until):
-        while pending is not None and pending[0] <= now:
-            pending[1](core, now)
-            pending = next(events, None)
         actions: list[Action] = core.step(now, WALL + now)
         for action in actions:
             if isinstance(action, Publish):
@@ -116,6 +116,9 @@ def run_list(core: AggregatorCore, trace: Trace, until: float) -> list[tuple[obj
             elif isinstance(action, WriteCheckpoint):
                 core.checkpoint_written(action, now)
         done += [describe(a) for a in actions]
+        while pending is not None and pending[0] <= now:  # arrivals until the next step
+            pending[1](core, now)
+            pending = next(events, None)
     return done
 
 
@@ -128,12 +131,12 @@ async def run_shell(
     events = iter(trace)
     pending = next(events, None)
     for now in step_times(until):
-        while pending is not None and pending[0] <= now:
-            pending[1](core, now)
-            pending = next(events, None)
         actions = core.step(now, WALL + now)
         await agent.carry_out(client, actions, clock=lambda now=now: now)  # type: ignore[arg-type]
         done += [describe(a) for a in actions]
+        while pending is not None and pending[0] <= now:  # arrivals until the next step
+            pending[1](core, now)
+            pending = next(events, None)
     return done, client
 
 
@@ -239,3 +242,111 @@ async def test_the_shell_and_a_list_carry_out_the_same_site_actions(tmp_path: Pa
     assert (tmp_path / "shell" / "site.secagg").is_file()  # the running sum, on disk
     status = core.status_extra(14.0)["secagg"]
     assert status["slots_skipped"] == 2 and status["state"]["written"] == 5  # type: ignore[index]
+
+
+def released_trace() -> Trace:
+    """A recorded run of slot 0 that releases: three of the four leaves (``t = 3``) read
+    rows, advertise at 1 s and answer the site's roster, deliveries and unmask request as
+    soon as each is out; then each reports its revealed readings (its status document).
+    Recorded against a site of its own, stepped as the executors step theirs."""
+    pytest.importorskip("cryptography")
+    pytest.importorskip("shamirs")
+    from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
+    from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
+
+    agent = AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D)
+    core = virtual_core(agent)
+    release: Any = core.release
+    site = release.start(0.0)
+    rng = np.random.default_rng(11)
+    ids = ("pi-0", "pi-1", "pi-2")
+    leaves = {
+        n: SecAggRelease(
+            n,
+            D,
+            epsilon=1.0,
+            delta=1e-5,
+            clip_norm=3.0,
+            threshold=site.threshold,
+            horizon=site.horizon,
+            cohort=site.leaf_ids,
+            calibration=site.calibration,
+        )
+        for n in ids
+    }
+    noise = {n: np.random.default_rng([11, i]) for i, n in enumerate(ids)}
+    trace: Trace = []
+
+    def send(now: float, message: object) -> None:
+        def deliver(core: AggregatorCore, now: float, message: object = message) -> object:
+            assert core.release.receive(message, now) is None  # type: ignore[attr-defined]
+            return None
+
+        trace.append((now, deliver))
+        deliver(core, now)
+
+    def report(now: float, leaf: str, count: int) -> None:
+        def deliver(core: AggregatorCore, now: float) -> object:
+            return core.release.count(leaf, count)  # type: ignore[attr-defined]
+
+        trace.append((now, deliver))
+        deliver(core, now)
+
+    released = []
+    for now in step_times(14.0):
+        for action in core.step(now, WALL + now):
+            if not isinstance(action, Publish):
+                continue
+            core.published(action, now)
+            message = action.message
+            if isinstance(message, KeyRoster):
+                for n in message.leaf_ids:
+                    send(now, leaves[n].receive_roster(message))
+            elif isinstance(message, ShareDelivery):
+                leaf = message.recipient
+                send(now, leaves[leaf].receive_shares(message, noise[leaf]))
+            elif isinstance(message, UnmaskRequest):
+                for n in sorted(message.survivors):
+                    send(now, leaves[n].unmask(message))
+            elif isinstance(message, SlotOutcome):
+                released.append(message.released)
+                for n in ids:
+                    leaves[n].receive_outcome(message)
+                    report(now, n, 20)
+        if now == 1.0:
+            for member in leaves.values():
+                member.add_rows(rng.normal(size=(20, D)))
+                send(now, member.advertise(0, rng.bytes(32), rng.bytes(32), rng.bytes(32)))
+    assert released[0] is True
+    return trace
+
+
+async def test_a_released_slot_gives_the_same_actions_to_the_shell_and_a_list(
+    tmp_path: Path,
+) -> None:
+    trace = released_trace()
+    listed = AggregatorAgent(
+        site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path / "list"
+    )
+    list_core = virtual_core(listed)
+    list_core.release.start(0.0)  # type: ignore[attr-defined]
+    expected = run_list(list_core, trace, until=14.0)
+    shelled = AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path)
+    core = virtual_core(shelled)
+    core.release.start(0.0)  # type: ignore[attr-defined]
+    got, client = await run_shell(shelled, core, trace, until=14.0)
+    assert got == expected
+    kinds = [d[1] for d in got if d[0] != "wake"]
+    secagg = [k for k in kinds if k.startswith("secagg/")]
+    assert secagg[:2] == ["secagg/roster", "secagg/delivery/pi-0"]
+    assert "secagg/unmask" in secagg and "secagg/outcome" in secagg
+    outcome = kinds.index("secagg/outcome")
+    assert kinds[outcome - 1] == "secagg-site"  # on disk before the outcome is out
+    assert kinds[outcome + 1 : outcome + 3] == ["status", "subspace"]  # the site's estimate
+    merged = core.snapshot  # pi-3 sat the slot out: it revealed nothing
+    assert merged is not None
+    assert merged.provenance == {"pi-0": 20, "pi-1": 20, "pi-2": 20, "pi-3": 0}
+    assert merged.privacy is not None and merged.privacy.mechanism == "gaussian-secagg"
+    assert core.status_extra(14.0)["secagg"]["slots_released"] == 1  # type: ignore[index]
+    assert shelled.topology.secagg_topic("site", "secagg/unmask") in client.topics
+    assert (tmp_path / "site.secagg").is_file()
