@@ -7,11 +7,17 @@ publish with the same `PublishPolicy` deadband as a leaf: arrivals are coalesced
 published at most once per ``min_interval_s``, at least every ``max_interval_s`` while a
 change is unpublished, and once arrivals pause (the trailing publish).
 
-Membership (`Membership`, a part): an *open* aggregator (``admit`` bounds given) admits a child the
-topology does not declare on its first plausible snapshot (a `MergeTree.insert`, counted in
-``joins``); a closed one refuses it (``unknown_child``). `AggregatorCore.forget` drops a
-child's snapshot from the merge (declared or admitted; the shell calls it when the child's
-retained snapshot is deleted), and the next publish carries the merge of the others.
+The core holds its parts, each owning its state: `Membership` (an *open* aggregator, with
+``admit`` bounds, admits a child the topology does not declare on its first plausible
+snapshot, a `MergeTree.insert` counted in ``joins``; a closed one refuses it,
+``unknown_child``; `AggregatorCore.forget` drops a child's snapshot from the merge when its
+retained snapshot is deleted, and the next publish carries the merge of the others),
+`Plausibility` (checks, quarantines, influence factors) and the release strategy
+(`release.AggregatorRelease`: a secure-aggregation site's slots, or nothing).
+
+One step: `AggregatorCore.step` returns what happens at ``now``, in order, as actions
+(`edge_runtime.agents.common.core.actions`); the shell and the simulation carry them out and
+report back (`published`, `checkpoint_written`, `checkpoint_failed`).
 """
 
 from __future__ import annotations
