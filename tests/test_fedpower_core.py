@@ -132,6 +132,32 @@ def test_a_round_closes_at_the_first_k_of_m_replies_and_a_later_reply_is_late():
     assert root.late_replies == 1 and root.status_extra(1.6)["late_replies"] == 1
 
 
+def test_the_roots_step_closes_a_round_then_starts_the_next_in_that_order():
+    """`FedPowerRootCore.step` decides the tick: the model of the round that closes, then
+    the next round, then the status document, then when to wake."""
+    from edge_runtime.agents.common.core.actions import Publish, Wake, describe
+
+    t = topology(quorum=2)
+    root, leaves = root_core(t), fed(t, data())
+    first = root.step(0.0, 100.0)
+    assert [describe(a)[:2] for a in first] == [("publish", "round"), ("wake", 1.0)]
+    msg = first[0].message
+    assert isinstance(msg, RoundMessage) and msg.round == 1 and msg.timestamp == 100.0
+    for leaf in ("a", "b"):
+        assert root.offer(reply_of(leaves[leaf], msg), 1.0) is None
+    actions = root.step(1.5, 101.5)
+    kinds = [describe(a)[:2] for a in actions]
+    assert kinds[:2] == [("publish", "model"), ("publish", "round")]  # closed, then the next
+    assert isinstance(actions[-1], Wake)
+    model, second = actions[0].message, actions[1].message
+    assert model.seq == 1 and set(model.provenance) == {"a", "b"}
+    assert second.round == 2 and second.basis is not None
+    status = [a for a in actions if isinstance(a, Publish) and a.kind == "status"]
+    for action in status:
+        root.published(action, 1.5)
+    assert not root.status_due(1.5)
+
+
 def test_a_round_closes_at_the_timeout_without_a_dead_leaf_and_its_reply_is_late():
     t = topology(round_interval_s=0.5)
     root, leaves = root_core(t), fed(t, data())

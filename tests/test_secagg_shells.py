@@ -112,7 +112,6 @@ async def test_the_site_counts_every_bad_message_as_a_reject_and_keeps_a_good_on
     shell.handle(keys, encode_secagg(ad(0, "pi-0"), deployment=dep))  # kept for slot 0
     assert sum(agent.rejects.values()) == 7
     assert shell.status()["mechanism"] == "gaussian-secagg"
-    shell.close()
 
 
 async def test_a_leaf_counts_bad_messages_and_moves_on_after_a_later_slot() -> None:
@@ -182,13 +181,12 @@ async def test_a_count_reported_while_a_slot_runs_is_held_until_the_slot_ends() 
 
     report(5)  # between slots: taken at once
     assert shell.counts["pi-0"] == 5
+    release = shell.release
     now = time.monotonic() + 7.0  # slot 0 is due 6 s after prepare
-    shell._outbox += site.tick(now)
+    release.step(now, 0.0)
     assert site.slot == 0
     report(20)  # during slot 0: held
     assert shell.counts["pi-0"] == 5
-    shell._outbox += site.tick(now + 1.0)  # no leaf advertised by 0.5 s: slot 0 skipped
+    release.step(now + 1.0, 0.0)  # no leaf advertised by 0.5 s: slot 0 skipped
     assert site.slot is None
-    await shell.step(None, time.monotonic())
     assert shell.counts["pi-0"] == 20
-    shell.close()

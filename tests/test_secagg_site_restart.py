@@ -26,6 +26,7 @@ pytest.importorskip("shamirs")
 
 from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
 from edge_runtime.agents.aggregator.shell.secagg import STATE_FORMAT, SecAggAggregator
+from edge_runtime.agents.common.core.actions import WriteCheckpoint
 from tests.test_secagg_shells import D as SHELL_D
 from tests.test_secagg_shells import StandIn
 from tests.test_secagg_shells import topology as shell_topology
@@ -159,6 +160,22 @@ def test_a_slot_running_at_export_is_unrecorded() -> None:
 # -- the shell ---------------------------------------------------------------------------------
 
 
+async def step(shell: SecAggAggregator, now: float) -> None:
+    """One step of the site's strategy, its actions carried out as `AggregatorAgent.carry_out`
+    carries out a release strategy's (no client: the stand-in publishes to a list)."""
+    release = shell.release
+    for action in release.step(now, time.time()).actions:
+        if isinstance(action, WriteCheckpoint):
+            error = await shell.write(action)
+            if error is None:
+                release.checkpoint_written(action, now)
+            else:
+                shell.write_failed(action, error, release.checkpoint_failed(action, now, error))
+        else:
+            await shell.publish(None, action)
+            release.published(action, now)
+
+
 async def shell_in(state_dir: Path) -> tuple[SecAggAggregator, StandIn]:
     agent = StandIn(shell_topology(), "site")
     shell = SecAggAggregator(agent, n_features=SHELL_D, state_dir=state_dir)
@@ -171,15 +188,13 @@ async def test_the_shell_writes_its_state_and_a_new_shell_restores_it(tmp_path: 
     shell, _ = await shell_in(tmp_path)
     assert shell.state_path == tmp_path / "site.secagg"
     shell.counts["pi-1"] = 7
-    await shell.step(None, time.monotonic())  # the first step writes the state
+    await step(shell, time.monotonic())  # the first step writes the state
     assert shell.state_counts["written"] == 1 and shell.state_path.exists()
-    await shell.step(None, time.monotonic())  # nothing started or ended: nothing written
+    await step(shell, time.monotonic())  # nothing started or ended: nothing written
     assert shell.state_counts["written"] == 1
-    shell.close()
     again, _ = await shell_in(tmp_path)
     assert again.state_counts["restored"] == 1 and again.counts["pi-1"] == 7
     assert again.status()["state"]["restored"] == 1
-    again.close()
 
 
 @pytest.mark.parametrize(
@@ -203,30 +218,25 @@ async def test_a_corrupt_or_foreign_state_file_starts_afresh_in_one_line(
     assert shell.state_counts[counted] == 1 and shell.state_counts["restored"] == 0
     assert shell.site.status()["slots_released"] == 0 and shell.site.status()["next_slot"] == 0
     assert not (tmp_path / ".site.secagg.0123456789abcdef.tmp").exists()
-    await shell.step(None, time.monotonic())  # starts afresh: the file is replaced
+    await step(shell, time.monotonic())  # starts afresh: the file is replaced
     again, _ = await shell_in(tmp_path)
     assert again.state_counts["restored"] == 1
-    shell.close()
-    again.close()
 
 
 async def test_a_state_of_another_site_configuration_is_refused(tmp_path: Path) -> None:
     shell, _ = await shell_in(tmp_path)
-    await shell.step(None, time.monotonic())
-    shell.close()
+    await step(shell, time.monotonic())
     doc = msgpack.unpackb((tmp_path / "site.secagg").read_bytes(), raw=False)
     doc["site"]["config"]["threshold"] = 4
     (tmp_path / "site.secagg").write_bytes(msgpack.packb(doc, use_bin_type=True))
     again, _ = await shell_in(tmp_path)
     assert again.state_counts["refused"] == 1
-    again.close()
 
 
 async def test_an_unwritable_state_directory_is_counted_not_raised(tmp_path: Path) -> None:
     shell, _ = await shell_in(tmp_path / "missing")
-    await shell.step(None, time.monotonic())
+    await step(shell, time.monotonic())
     assert shell.state_counts["write_failures"] == 1 and shell.state_counts["written"] == 0
-    shell.close()
 
 
 # -- against a real Mosquitto ------------------------------------------------------------------

@@ -19,7 +19,7 @@ privacy: Gaussian noise on every local product, accounted with Renyi DP
 
 The names below are imported on first use (PEP 562): a leaf of an FPCA topology, which reads
 only `MECHANISM` (through `edge_runtime.topology`), does not load the server, the
-simulation or the schedule (a leaf's import time and RSS stay low).
+simulation or the schedule (a leaf's import time and RSS stay those of an FPCA leaf).
 """
 
 from __future__ import annotations

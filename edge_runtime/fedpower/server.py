@@ -37,7 +37,6 @@ from edge_runtime.fedpower._checks import as_basis, check_steps
 from edge_runtime.fedpower.aggregation import aggregate
 from edge_runtime.fedpower.power import orthonormalise
 from edge_runtime.fedpower.schedule import Schedule
-from edge_runtime.fpca.subspace import BasisShape
 
 __all__ = ["DEFAULT_ROUND_TIMEOUT", "REFERENCES", "FedPowerServer", "RoundRecord", "RoundStart"]
 
@@ -91,7 +90,7 @@ class RoundRecord:
     closed: float
 
 
-class FedPowerServer(BasisShape):
+class FedPowerServer:
     """The server loop of FedPower (Algorithm 3) as a synchronous core; time is an argument.
 
     Parameters
@@ -119,6 +118,8 @@ class FedPowerServer(BasisShape):
     ----------
     basis : ndarray of shape (d, r)
         The current global basis.
+    n_features, rank : int
+        ``d`` and ``r`` (fixed by ``initial_basis``).
     round : int
         The latest round started (0 before the first).
     history : list of RoundRecord
@@ -170,6 +171,7 @@ class FedPowerServer(BasisShape):
         self._rng = rng
         self.basis = orthonormalise(as_basis(initial_basis, "initial_basis"))
         self.basis.setflags(write=False)
+        self.n_features, self.rank = (int(k) for k in self.basis.shape)  # fixed: d and r
         self.round = 0
         self.history: list[RoundRecord] = []
         self.late_replies = 0

@@ -66,6 +66,11 @@ class RoundTimeouts:
             if not (isinstance(value, int | float) and value > 0 and value < float("inf")):
                 raise ValueError(f"timeout {name} must be a positive finite number, got {value!r}")
 
+    @property
+    def total(self) -> float:
+        """Seconds of the four phases together: the longest a slot runs."""
+        return self.advertise + self.share + self.masked_input + self.unmask
+
 
 class AggregatorPhase(enum.Enum):
     """What the aggregator collects now."""

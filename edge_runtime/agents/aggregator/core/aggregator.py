@@ -7,11 +7,17 @@ publish with the same `PublishPolicy` deadband as a leaf: arrivals are coalesced
 published at most once per ``min_interval_s``, at least every ``max_interval_s`` while a
 change is unpublished, and once arrivals pause (the trailing publish).
 
-Membership (issue 23): an *open* aggregator (``admit`` bounds given) admits a child the
-topology does not declare on its first plausible snapshot (a `MergeTree.insert`, counted in
-``joins``); a closed one refuses it (``unknown_child``). `AggregatorCore.forget` drops a
-child's snapshot from the merge (declared or admitted; the shell calls it when the child's
-retained snapshot is deleted), and the next publish carries the merge of the others.
+The core holds its parts, each owning its state: `Membership` (an *open* aggregator, with
+``admit`` bounds, admits a child the topology does not declare on its first plausible
+snapshot, a `MergeTree.insert` counted in ``joins``; a closed one refuses it,
+``unknown_child``; `AggregatorCore.forget` drops a child's snapshot from the merge when its
+retained snapshot is deleted, and the next publish carries the merge of the others),
+`Plausibility` (checks, quarantines, influence factors) and the release strategy
+(`release.AggregatorRelease`: a secure-aggregation site's slots, or nothing).
+
+One step: `AggregatorCore.step` returns what happens at ``now``, in order, as actions
+(`edge_runtime.agents.common.core.actions`); the shell and the simulation carry them out and
+report back (`published`, `checkpoint_written`, `checkpoint_failed`).
 """
 
 from __future__ import annotations
@@ -19,25 +25,28 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Container
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import numpy as np
-
+from edge_runtime.agents.aggregator.core.child_record import (
+    MAX_RETIRED_EPOCHS,
+    ChildRecord,
+    empty_like,
+    is_newer,
+)
 from edge_runtime.agents.aggregator.core.guarantee import (
     combined_name,
     weakest_guarantee,
     weakest_privacy,
 )
+from edge_runtime.agents.aggregator.core.membership import MAX_FORGOTTEN_SHOWN, Membership
 from edge_runtime.agents.aggregator.core.plausibility import (
     DEFAULT_INFLUENCE_CAP,
-    DEFAULT_MAX_READING_RATE,
+    QUARANTINE_POLICIES,
     ChildBounds,
-    Quarantine,
-    ResetLimiter,
-    check_snapshot,
-    influence_scales,
+    Plausibility,
 )
+from edge_runtime.agents.aggregator.core.release import AggregatorRelease, DirectRelease
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import PublishPolicy, StatusPolicy
 from edge_runtime.fpca import Subspace
@@ -56,54 +65,6 @@ __all__ = [
     "weakest_guarantee",
     "weakest_privacy",
 ]
-
-#: What happens to a quarantined child's last good snapshot: kept in the merge, or dropped.
-QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
-
-
-MAX_RETIRED_EPOCHS = 16
-"""Epochs remembered per child after a newer one replaced them (memory O(16) per child)."""
-
-MAX_FORGOTTEN_SHOWN = 32
-"""Most recent forgotten children listed in the status document (``extra.forgotten``)."""
-
-
-def is_newer(new: SubspaceMessage, current: SubspaceMessage, retired: Container[str] = ()) -> bool:
-    """Whether snapshot ``new`` supersedes ``current`` from the same child.
-
-    Within one epoch (one lineage of the child's state) the larger ``seq`` wins, so
-    duplicates and late arrivals change nothing. A different epoch means the child's
-    state was started afresh: it wins, unless it is one of the child's ``retired`` epochs
-    (one a later epoch already replaced, e.g. the old incarnation's last snapshot still in
-    flight). No wall clock is compared: a Pi without a real-time clock may restart at
-    1970 or an hour behind, and its new epoch must still be taken.
-    """
-    if new.epoch == current.epoch:
-        return new.seq > current.seq
-    return new.epoch not in retired
-
-
-@dataclass
-class ChildRecord:
-    """What an aggregator knows of one child.
-
-    Attributes
-    ----------
-    snapshot : SubspaceMessage
-        The child's latest snapshot (by `is_newer`).
-    arrived : float
-        When it arrived, seconds.
-    stale : bool
-        The staleness policy has been applied to it.
-    merged : bool
-        The merge tree holds its current contribution.
-    """
-
-    snapshot: SubspaceMessage
-    arrived: float
-    stale: bool = False
-    merged: bool = False
-
 
 class AggregatorCore(NodeCore):
     """Synchronous state and decisions of one aggregator (or the root).
@@ -136,18 +97,22 @@ class AggregatorCore(NodeCore):
         child not in ``children`` is admitted on its first snapshot that passes the checks
         of `receive`, held to these bounds (the topology's `Topology.admitted_leaf`
         settings), and joins the merge tree after the declared children.
+    release : AggregatorRelease or None, default None
+        How the children release what is merged (`release.AggregatorRelease`): None is
+        `DirectRelease` (each child publishes its own snapshot); a secure-aggregation site
+        holds a `SecureSumRelease`, whose estimate is merged as its pseudo-child. The
+        strategy's children (`AggregatorRelease.children`) are the ones the core merges.
 
     Attributes
     ----------
-    child_ids : list of str
-        The declared children in topology order, then the admitted ones in order of
-        admission (a forgotten admitted child leaves the list).
-    joins, forgets : int
-        Children admitted (an admitted child forgotten and admitted again counts twice),
-        and children forgotten (`forget`).
-    forgotten : deque of (str, int, float)
-        The last `MAX_FORGOTTEN_SHOWN` forgotten children: id, the samples their last
-        snapshot held, when.
+    membership : Membership
+        Who the children are: declared, admitted, forgotten (`child_ids`, `joins`,
+        `forgets`, `forgotten` read it).
+    plausibility : Plausibility
+        The children's checks, quarantines and influence factors (`quarantined`,
+        `releases` read it).
+    release : AggregatorRelease
+        How the children release what is merged.
 
     Notes
     -----
@@ -171,30 +136,17 @@ class AggregatorCore(NodeCore):
         quarantine_policy: str = "keep",
         rng: random.Random,
         admit: ChildBounds | None = None,
+        release: AggregatorRelease | None = None,
     ) -> None:
+        self.release: AggregatorRelease = DirectRelease() if release is None else release
+        children = self.release.children(list(children))
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
-        if quarantine_policy not in QUARANTINE_POLICIES:
-            raise ValueError(
-                f"quarantine_policy must be one of {QUARANTINE_POLICIES}, got {quarantine_policy!r}"
-            )
-        self.bounds = dict(bounds or {})
-        self.influence_cap = influence_cap
-        self.quarantine_policy = quarantine_policy
-        self.quarantined: dict[str, Quarantine] = {}
-        self.releases = 0
-        self._resets: dict[str, ResetLimiter] = {}
+        self.plausibility = Plausibility(bounds or {}, influence_cap, quarantine_policy)
+        self.membership = Membership(children, admit)
         self._retired: dict[str, deque[str]] = {}  # epochs a newer one replaced, per child
         self._scales: dict[str, float] = {}  # influence factor each child was merged with
         self.config = config
         self.deployment = deployment  # topology name: stamped out, checked in
-        self.child_ids = list(children)
-        self.declared = frozenset(children)
-        self.admit = admit
-        self.joins = 0
-        self.forgets = 0
-        self.forgotten: deque[tuple[str, int, float]] = deque(maxlen=MAX_FORGOTTEN_SHOWN)
-        self._members = set(children)  # child_ids as a set
-        self._gone: list[str] = []  # forgotten admitted children still in the tree
         self.children: dict[str, ChildRecord] = {}
         self.n_features: int | None = None  # the children's reading width, once known
         self._stale: set[str] = set()
@@ -203,29 +155,143 @@ class AggregatorCore(NodeCore):
         self.snapshot: SubspaceMessage | None = None
         self.merges = 0
         self.duplicates = 0
-        self.tree = MergeTree(self.child_ids)
+        self.tree = MergeTree(self.membership.child_ids)
         self._dirty: set[str] = set()
         self._merged_at = -math.inf  # when `snapshot_due` last merged
         self._merged_version = 0
         self._checked_version = -1
         self._moved = False
         self._merged: Subspace | None = None
+        self._events: list[tuple[str, dict[str, object]]] = []
         self.settle_status()
 
+    # -------------------------------------------------------------------- step
+    def step(self, now: float, wall: float) -> list[Action]:
+        """What this aggregator does at ``now``, in order; the caller carries it out.
+
+        1. the release strategy's step (`AggregatorRelease.step`: a secure-aggregation
+           site writes its running sum, publishes its slot's roster, deliveries, unmask
+           request and outcome, and gives its estimate to the merge as its pseudo-child);
+           a slot's end publishes the status document at once (``reason="slot"``);
+        2. the staleness policy (`check_staleness`);
+        3. the merge, when the publish policy says so (`snapshot_due`): ``subspace``
+           (retained), and at the root also ``model`` (the merge truncated to ``rank``);
+        4. the status document, when the status policy says so (``reason="due"``);
+        5. `Wake` at `next_wakeup`.
+
+        A ``status`` `Publish` carries no message: the executor publishes the node's status
+        document as it is when the action is carried out. The caller reports what it
+        carried out: `published` (after the broker's acknowledgement),
+        `checkpoint_written` or `checkpoint_failed`. What the log should say about the step
+        (stale children, a refused site snapshot) is in `take_events`.
+
+        Parameters
+        ----------
+        now : float
+            Seconds, the caller's monotonic clock.
+        wall : float
+            Seconds since the Unix epoch, stamped on the snapshots made now.
+
+        Returns
+        -------
+        list of Action
+        """
+        actions: list[Action] = []
+        release = self.release.step(now, wall)
+        actions += release.actions
+        if release.snapshot is not None:  # the site's estimate, merged as a child's
+            site = release.snapshot
+            refused = self.receive(site.node_id, site, now)
+            if refused is not None:
+                self._events.append(
+                    ("secagg_snapshot_refused", {"reason": refused, "seq": site.seq})
+                )
+        if release.ended:  # the slot's outcome goes into the status document at once
+            actions.append(Publish("status", None, reason="slot"))
+        policy = self.config.stale_policy
+        for child in self.check_staleness(now):
+            self._events.append(("child_stale", {"child": child, "policy": policy}))
+        reason = self.snapshot_due(now)
+        if reason is not None:
+            actions += self._snapshot_actions(wall, reason)
+        if not release.ended and self.status_due(now):
+            actions.append(Publish("status", None, reason="due"))
+        actions.append(Wake(self.next_wakeup(now)))
+        return actions
+
+    def final(self, wall: float) -> list[Action]:
+        """What this aggregator publishes before it disconnects: the merge of every snapshot
+        received, if a change is unpublished (``subspace``, and at the root ``model``,
+        reason ``shutdown``), stamped ``wall`` (seconds since the Unix epoch)."""
+        merged, _ = self.merge()
+        if merged is None or not self.unpublished:
+            return []
+        return self._snapshot_actions(wall, "shutdown")
+
+    def _snapshot_actions(self, wall: float, reason: str) -> list[Action]:
+        """The merged snapshot's publishes (`make_snapshot`): ``subspace``, and at the root
+        also ``model`` (the merge truncated to ``rank``, for consumers)."""
+        msg = self.make_snapshot(wall, reason)
+        if msg is None:
+            return []
+        actions: list[Action] = [Publish("subspace", msg, retain=True, reason=reason)]
+        if self.config.parent is None:
+            actions.append(Publish("model", self.model(msg), retain=True, reason=reason))
+        return actions
+
+    def published(self, action: Publish, now: float) -> None:
+        """The caller carried out ``action`` at ``now`` (the broker acknowledged it)."""
+        if action.kind == "subspace":
+            assert isinstance(action.message, SubspaceMessage)
+            self.snapshot_published(action.message, now)
+        elif action.kind == "status":
+            self.status_sent(now)
+        elif action.kind != "model":
+            self.release.published(action, now)
+
+    def checkpoint_written(self, action: WriteCheckpoint, now: float) -> None:
+        """The caller wrote ``action``'s state at ``now``."""
+        self.release.checkpoint_written(action, now)
+
+    def checkpoint_failed(self, action: WriteCheckpoint, now: float, error: str) -> int:
+        """Writing ``action``'s state failed at ``now`` (``error``, one line); returns the
+        failures of that state so far (the caller logs 1, 2, 4, ...)."""
+        return self.release.checkpoint_failed(action, now, error)
+
+    def take_events(self) -> list[tuple[str, dict[str, object]]]:
+        """What the last steps saw that the log should say, oldest first: ``child_stale``
+        (``child``, ``policy``) and ``secagg_snapshot_refused`` (``reason``, ``seq``)."""
+        events, self._events = self._events, []
+        return events
+
     # ------------------------------------------------------------------ inbound
+    child_ids = property(lambda self: self.membership.child_ids, doc="`Membership.child_ids`.")
+    declared = property(lambda self: self.membership.declared, doc="The declared children.")
+    admit = property(lambda self: self.membership.admit, doc="An admitted child's bounds.")
+    joins = property(lambda self: self.membership.joins, doc="Children admitted.")
+    forgets = property(lambda self: self.membership.forgets, doc="Children forgotten.")
+    forgotten = property(lambda self: self.membership.forgotten, doc="The last forgotten.")
+    quarantined = property(
+        lambda self: self.plausibility.quarantined, doc="The children quarantined now."
+    )
+    releases = property(lambda self: self.plausibility.releases, doc="Quarantines ended.")
+    quarantine_policy = property(
+        lambda self: self.plausibility.quarantine_policy, doc="``keep`` or ``drop``."
+    )
+
     @property
     def open(self) -> bool:
         """Whether this aggregator admits children the topology does not declare."""
-        return self.admit is not None
+        return self.membership.open
 
     def knows(self, child: str) -> bool:
         """Whether ``child`` is in `child_ids` (declared, or admitted and not forgotten)."""
-        return child in self._members
+        return self.membership.knows(child)
 
     def admits(self, child: str) -> bool:
         """Whether a snapshot of ``child`` may be offered to `receive` (a known child, or
         any child of an open aggregator)."""
-        return self.admit is not None or child in self._members
+        return self.membership.admits(child)
 
     def receive(self, child: str, msg: SubspaceMessage, now: float) -> str | None:
         """Take a child's snapshot; returns a rejection reason, ``"duplicate"`` or None.
@@ -257,25 +323,20 @@ class AggregatorCore(NodeCore):
         if record is not None and not is_newer(msg, record.snapshot, retired):
             self.duplicates += 1
             return "duplicate"
-        bounds = self.bounds.get(child)
-        if bounds is None:
-            bounds = ChildBounds((), DEFAULT_MAX_READING_RATE)
-            if child not in self.declared and self.admit is not None:
-                bounds = self.admit
-        resets = self._resets.setdefault(child, ResetLimiter())
+        membership, plausibility = self.membership, self.plausibility
         last, arrived = (None, now) if record is None else (record.snapshot, record.arrived)
-        failed = check_snapshot(msg, last, arrived, bounds, resets, now)
+        was_quarantined = child in plausibility.quarantined
+        undeclared = None if child in membership.declared else membership.admit
+        failed = plausibility.check(child, msg, last, arrived, now, undeclared=undeclared)
         if failed is not None:
-            self._quarantine(child, failed, now)
+            if not was_quarantined and plausibility.excludes(child) and record is not None:
+                self._dirty.add(child)  # its last good snapshot leaves the merge
+                if math.isinf(self.unpublished_since):
+                    self.unpublished_since = now
             return failed
-        if self.quarantined.pop(child, None) is not None:
-            self.releases += 1
         if record is not None and record.snapshot.epoch != msg.epoch:
             retired.append(record.snapshot.epoch)  # that lineage never comes back
-        if child not in self._members:  # an open aggregator admits it
-            self._members.add(child)
-            self.child_ids.append(child)
-            self.joins += 1
+        membership.join(child)  # an open aggregator admits it
         self.children[child] = ChildRecord(msg, now)
         self.n_features = msg.n_features
         self._stale.discard(child)
@@ -302,19 +363,13 @@ class AggregatorCore(NodeCore):
             None when nothing of ``child`` was held (nothing changes).
         """
         record = self.children.pop(child, None)
-        quarantine = self.quarantined.pop(child, None)
-        if record is None and quarantine is None:
+        quarantined = self.plausibility.forget(child)
+        if record is None and not quarantined:
             return None
         self._retired.pop(child, None)
-        self._resets.pop(child, None)
         self._stale.discard(child)
-        if child not in self.declared and child in self._members:
-            self._members.discard(child)
-            self.child_ids.remove(child)
-            self._gone.append(child)
         n_samples = 0 if record is None else record.snapshot.n_samples
-        self.forgets += 1
-        self.forgotten.append((child, n_samples, now))
+        self.membership.forget(child, n_samples, now)
         if not self.children:
             self.n_features = None
         if record is not None:
@@ -324,25 +379,13 @@ class AggregatorCore(NodeCore):
                 self.unpublished_since = now
         return n_samples
 
-    def _quarantine(self, child: str, reason: str, now: float) -> None:
-        entry = self.quarantined.get(child)
-        if entry is not None:
-            entry.failures += 1
-            entry.reason = reason
-            return
-        self.quarantined[child] = Quarantine(reason, now)
-        if self.quarantine_policy == "drop" and child in self.children:
-            self._dirty.add(child)
-            if math.isinf(self.unpublished_since):
-                self.unpublished_since = now
-
     def _excluded(self, child: str) -> bool:
         """Whether the merge leaves ``child`` out (stale and dropped, or quarantined and
         dropped)."""
         record = self.children[child]
         if record.stale and self.config.stale_policy == "drop":
             return True
-        return self.quarantine_policy == "drop" and child in self.quarantined
+        return self.plausibility.excludes(child)
 
     def check_staleness(self, now: float) -> list[str]:
         """Apply the staleness policy to children silent for ``stale_after_s``; returns
@@ -384,11 +427,7 @@ class AggregatorCore(NodeCore):
         (`influence_scales`, all 1 without a cap), and the children whose factor differs
         from the one they were merged with."""
         included = {c: r.snapshot for c, r in self.children.items() if not self._excluded(c)}
-        scales = (
-            dict.fromkeys(included, 1.0)
-            if self.influence_cap is None
-            else influence_scales(included, self.influence_cap)
-        )
+        scales = self.plausibility.scales(included)
         rescaled = {c for c, f in scales.items() if f != self._scales.get(c, 1.0)}
         return included, scales, rescaled
 
@@ -401,9 +440,9 @@ class AggregatorCore(NodeCore):
         """
         included, scales, rescaled = self._plan()
         dirty, self._dirty = self._dirty | rescaled, set()
-        gone, self._gone = self._gone, []
+        gone = self.membership.take_gone()
         for child in gone:  # forgotten admitted children give their slot back
-            if child not in self._members:
+            if not self.membership.knows(child):
                 self.tree.discard(child)
                 self._scales.pop(child, None)
                 self.merges += self.tree.merges_last_update
@@ -433,7 +472,7 @@ class AggregatorCore(NodeCore):
             self._merged_version += 1
             self._merged = self.tree.result
             if self._merged is None and self.snapshot is not None:  # every child forgotten
-                self._merged = _empty_like(self.snapshot.subspace)
+                self._merged = empty_like(self.snapshot.subspace)
             self._covered = covered
         return self._merged, covered
 
@@ -505,10 +544,11 @@ class AggregatorCore(NodeCore):
 
     def _other_wakeups(self, now: float) -> list[float]:
         cfg = self.config
+        release = self.release.next_wakeup(now)
         if cfg.stale_policy == "keep":
-            return []
+            return [release]
         waiting = [r.arrived for r in self.children.values() if not r.stale]
-        return [min(waiting) + cfg.stale_after_s] if waiting else []
+        return [release, min(waiting) + cfg.stale_after_s] if waiting else [release]
 
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
@@ -540,20 +580,10 @@ class AggregatorCore(NodeCore):
                 for c, r in self.children.items()
             },
             "coverage": self.coverage(),
-            "open": self.open,
-            "joins": self.joins,
-            "joined": [c for c in self.child_ids if c not in self.declared],
-            "forgets": self.forgets,
-            "forgotten": {
-                c: {"n_samples": n, "since_s": round(now - t, 3)} for c, n, t in self.forgotten
-            },
+            **self.membership.status(now),
             "merges": self.merges,
             "stale_children": sorted(self._stale),
-            "quarantined": {
-                c: {"reason": q.reason, "since_s": round(now - q.since, 3), "failures": q.failures}
-                for c, q in sorted(self.quarantined.items())
-            },
-            "released": self.releases,
+            **self.plausibility.status(now),
             "influence_capped": {
                 c: round(f, 6) for c, f in sorted(self._scales.items()) if f < 1.0
             },
@@ -562,13 +592,6 @@ class AggregatorCore(NodeCore):
             "reconnects": max(0, self.connections - 1),
             "undelivered": self.undelivered,
             "publish": dict(self.decisions),
+            **self.release.status_extra(),
         }
 
-
-def _empty_like(subspace: Subspace) -> Subspace:
-    """The summary of no data of ``subspace``'s width: rank 0, ``n_samples`` 0 (centred
-    with a zero mean if it is), published once every child is forgotten so the forget
-    reaches the levels above."""
-    d = subspace.n_features
-    mean = None if subspace.mean is None else np.zeros(d)
-    return Subspace(np.zeros((d, 0)), np.zeros(0), 0, mean)

@@ -1,8 +1,8 @@
 """Plausibility of a child's snapshot, and bounded influence in the merge. No I/O, no clock.
 
 An aggregator cannot see its children's readings, only their summaries ``(U, Sigma, n)``;
-what it can check is that a summary is one the declared sensors could have produced
-(issue 14, item 2), and it can bound how much any one child moves the merge (item 3):
+what it can check is that a summary is one the declared sensors could have produced,
+and it can bound how much any one child moves the merge:
 
 - **energy**: the data behind a snapshot have ``sum(Sigma^2) <= n * M^2``, where ``M^2``
   is the largest squared norm of one reading the leaves below the child can report
@@ -59,9 +59,11 @@ __all__ = [
     "MAX_RESETS",
     "MIN_SIBLINGS",
     "PLAUSIBILITY_REASONS",
+    "QUARANTINE_POLICIES",
     "RATE_SLACK_S",
     "RESET_WINDOW_S",
     "ChildBounds",
+    "Plausibility",
     "Quarantine",
     "ResetLimiter",
     "admit_bounds",
@@ -221,7 +223,7 @@ def check_snapshot(
 
 def departed_samples(last: SubspaceMessage, new: SubspaceMessage) -> int:
     """Samples of the leaves ``last``'s provenance names and ``new``'s does not: what a
-    child that forgot leaves below it (issue 23) may drop within one epoch.
+    child that forgot leaves below it (membership) may drop within one epoch.
 
     ``O(len(last.provenance))``; `check_snapshot` computes it only for a decrease.
     """
@@ -238,8 +240,8 @@ def influence_scales(
     factor). A child gets 1 without a reference: fewer than `MIN_SIBLINGS` siblings holding
     samples and energy, siblings holding fewer samples than it, or no samples or energy of
     its own. Energies are `energy` (sensor units squared); scaling the singular values by
-    ``f`` scales a child's energy by ``f**2``. The cap is a policy of this runtime (issue
-    14, item 3; `DEFAULT_INFLUENCE_CAP` from the measurement in the module docstring), not
+    ``f`` scales a child's energy by ``f**2``. The cap is a policy of this runtime
+    (`DEFAULT_INFLUENCE_CAP` from the measurement in the module docstring), not
     from the FPCA paper.
 
     Parameters
@@ -284,3 +286,112 @@ class Quarantine:
     reason: str
     since: float
     failures: int = 1
+
+
+#: What happens to a quarantined child's last good snapshot: kept in the merge, or dropped.
+QUARANTINE_POLICIES: tuple[str, ...] = ("keep", "drop")
+
+
+class Plausibility:
+    """The checks, quarantines and influence factors of one aggregator's children: a part
+    of `AggregatorCore`.
+
+    Parameters
+    ----------
+    bounds : mapping of str to ChildBounds
+        What the topology declares below each child; a child missing here is held to the
+        bounds its caller gives (`check`), else none but `DEFAULT_MAX_READING_RATE`.
+    influence_cap : float or None
+        Bounded influence (`influence_scales`); None merges children as they are.
+    quarantine_policy : {"keep", "drop"}
+        A quarantined child's last good snapshot stays in the merge, or leaves it until the
+        child sends a plausible snapshot again.
+
+    Attributes
+    ----------
+    quarantined : dict of str to Quarantine
+        The children quarantined now.
+    releases : int
+        Quarantines ended by a plausible snapshot.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``quarantine_policy``.
+    """
+
+    def __init__(
+        self,
+        bounds: Mapping[str, ChildBounds],
+        influence_cap: float | None,
+        quarantine_policy: str,
+    ) -> None:
+        if quarantine_policy not in QUARANTINE_POLICIES:
+            raise ValueError(
+                f"quarantine_policy must be one of {QUARANTINE_POLICIES}, got {quarantine_policy!r}"
+            )
+        self.bounds = dict(bounds)
+        self.influence_cap = influence_cap
+        self.quarantine_policy = quarantine_policy
+        self.quarantined: dict[str, Quarantine] = {}
+        self.releases = 0
+        self._resets: dict[str, ResetLimiter] = {}
+
+    def check(
+        self,
+        child: str,
+        msg: SubspaceMessage,
+        last_good: SubspaceMessage | None,
+        last_good_arrived: float,
+        now: float,
+        *,
+        undeclared: ChildBounds | None = None,
+    ) -> str | None:
+        """`check_snapshot` of ``child``'s new snapshot against its bounds (``undeclared``
+        for a child without declared ones, e.g. an admitted child); a failure quarantines
+        the child (or counts one more failure), a pass ends its quarantine. Returns the
+        reason of a failure, else None."""
+        bounds = self.bounds.get(child)
+        if bounds is None:
+            bounds = undeclared or ChildBounds((), DEFAULT_MAX_READING_RATE)
+        resets = self._resets.setdefault(child, ResetLimiter())
+        failed = check_snapshot(msg, last_good, last_good_arrived, bounds, resets, now)
+        if failed is not None:
+            entry = self.quarantined.get(child)
+            if entry is None:
+                self.quarantined[child] = Quarantine(failed, now)
+            else:
+                entry.failures += 1
+                entry.reason = failed
+            return failed
+        if self.quarantined.pop(child, None) is not None:
+            self.releases += 1
+        return None
+
+    def excludes(self, child: str) -> bool:
+        """Whether the merge leaves ``child`` out for its quarantine (policy ``drop``)."""
+        return self.quarantine_policy == "drop" and child in self.quarantined
+
+    def scales(self, included: Mapping[str, SubspaceMessage]) -> dict[str, float]:
+        """Each included child's influence factor (`influence_scales`; all 1 without a
+        cap)."""
+        if self.influence_cap is None:
+            return dict.fromkeys(included, 1.0)
+        return influence_scales(included, self.influence_cap)
+
+    def forget(self, child: str) -> bool:
+        """Drop what is held of ``child`` (quarantine, reset window); whether it was
+        quarantined."""
+        self._resets.pop(child, None)
+        return self.quarantined.pop(child, None) is not None
+
+    def status(self, now: float) -> dict[str, object]:
+        """The status document's ``quarantined`` (id -> reason, seconds since, failures)
+        and ``released``."""
+        return {
+            "quarantined": {
+                c: {"reason": q.reason, "since_s": round(now - q.since, 3), "failures": q.failures}
+                for c, q in sorted(self.quarantined.items())
+            },
+            "released": self.releases,
+        }

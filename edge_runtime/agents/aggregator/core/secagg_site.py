@@ -1,4 +1,4 @@
-"""An aggregator's side of secure aggregation for its private leaves (issue 26). No I/O, no clock.
+"""An aggregator's side of secure aggregation for its private leaves. No I/O, no clock.
 
 `SecAggSite` runs the site's release slots on a time grid (one every ``slot_period_s``
 seconds, slot numbers strictly increasing), each an `edge_runtime.secagg.aggregator_round.
@@ -19,34 +19,17 @@ kept (the latest per leaf) and given to that slot's round when it starts, so its
 phase closes at once when every leaf has advertised.
 
 A released `SlotOutcome` holds the exact sum mod ``2**bits`` of the survivors' noisy
-encodings: decoded (`masking.decode`, ``scale``), unweighted
-(`accounting.unweight_off_diagonal`), it is ``Y_k = (R G)_k + Z_k``, the slot's entry of
-the continual release of the site's Gram increments ``G`` plus the Skellam noise of at least
-``t`` shares. The site applies the factorisation's ``L = R`` (``R R = M``, the prefix-sum
-matrix: `edge_runtime.fpca.continual`) within each segment of ``H`` slots (slot ``s`` is
-position ``s % H`` of segment ``s // H``, for the leaves too): with every position of the
-segment released, ``S_T = closed + sum_{k <= T} c_{T-k} Y_k``, the running Gram plus
-``R Z``. A position where no leaf revealed anything (no slot ran, or the slot was skipped
-before its unmask request) has ``G = 0`` for the whole site (the leaves carried their
-increments over), and the released positions ``K`` determine ``sum G`` exactly:
-``S_T = closed + w^T Y_K`` with ``R_KK^T w = 1`` (``R_KK`` is unit lower-triangular; ``w_k =
-c_{T-k}`` when ``K`` is every position). A slot skipped *after* its unmask request may have
-revealed some survivors' increments, which no later release can separate: the segment
-closes at its last output and its remaining slots are not used (counted as
-``slots_discarded``; their readings are spent for the leaves, lost for the estimate; no
-weaker guarantee, only less data). H = 1: every slot is its own segment and the running
-Gram is the sum of the released ``Y``.
+encodings: decoded (`masking.decode`, ``scale``) and unweighted
+(`accounting.unweight_off_diagonal`), it goes into the site's running noisy Gram matrix, a
+part the site holds: `edge_runtime.agents.aggregator.core.secagg_site_sum.SiteSum` (the
+continual release's segments, the ledger, and their state across restarts).
 
 Restarts: `export_state` gives the site's running sum and ledger between slots as plain
 msgpack-able values, `restore_state` takes them back into a site built with the same
 configuration (validated; a one-line ValueError otherwise), so a restarted aggregator
-continues its estimate and the continual release's segment where it stopped. Both, with the
-state's format, live in `edge_runtime.agents.aggregator.core.secagg_site_state`
-(`SecAggSiteState`, a mixin `SecAggSite` inherits).
+continues its estimate and the continual release's segment where it stopped.
 
-Memory: ``(H + 3) d**2`` float64 (the released ``Y`` of the open segment, the closed sum,
-the output, a temporary) plus the round's ``O(n m)`` masked inputs; ``O(|K|**3 + |K| d**2)``
-time per release (``|K| <= H``).
+Memory: the running sum's (`SiteSum`) plus the round's ``O(n m)`` masked inputs.
 
 References: the leaves' (`edge_runtime.agents.leaf.core.secagg_release`): Bonawitz et al.,
 CCS 2017; Agarwal, Kairouz & Liu, NeurIPS 2021 (Skellam); Henzinger, Upadhyay & Upadhyay,
@@ -55,20 +38,14 @@ SODA 2023 (the square-root factorisation).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from edge_runtime.agents.aggregator.core.secagg_site_state import (
-    COUNT_KEYS,
-    MAX_SLOTS_SHOWN,
-    STATE_FORMAT,
-    STATE_VERSION,
-    SecAggSiteState,
-)
+from edge_runtime.agents.aggregator.core.secagg_site_sum import MAX_SLOTS_SHOWN, SiteSum
 from edge_runtime.fpca import Subspace
 from edge_runtime.fpca.continual import MAX_HORIZON, sqrt_factorisation_coefficients
 from edge_runtime.fpca.private_gram import eigen_to_singular
@@ -106,8 +83,18 @@ __all__ = [
     "SecAggSite",
 ]
 
+#: ``"format"`` of `SecAggSite.export_state`'s mapping; anything else is refused.
+STATE_FORMAT = "edge_runtime.secagg_site"
+#: ``"version"`` written by `SecAggSite.export_state`; `restore_state` reads this one only.
+STATE_VERSION = 1
+#: Relative tolerance on the calibration's derived floats (sensitivities, Skellam
+#: parameters) between a state and this site: the same settings give the same numbers up
+#: to the last bits of another numpy/scipy; different settings differ by far more.
+CALIBRATION_RTOL = 1e-9
 
-class SecAggSite(SecAggSiteState):
+
+
+class SecAggSite:
     """One aggregator's secure sum over its private leaves, slot after slot.
 
     Parameters
@@ -150,6 +137,8 @@ class SecAggSite(SecAggSiteState):
         The running slot, None between slots.
     round : AggregatorRound or None
         The running slot's state machine.
+    sum : SiteSum
+        The running noisy Gram of the released slots and the site's ledger.
 
     Raises
     ------
@@ -198,12 +187,7 @@ class SecAggSite(SecAggSiteState):
             if not (isinstance(value, int | float) and 0 < value < math.inf):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         self.timeouts = timeouts if timeouts is not None else RoundTimeouts()
-        t_all = (
-            self.timeouts.advertise
-            + self.timeouts.share
-            + self.timeouts.masked_input
-            + self.timeouts.unmask
-        )
+        t_all = self.timeouts.total
         if not (isinstance(slot_period_s, int | float) and t_all <= slot_period_s < math.inf):
             raise ValueError(
                 f"slot_period_s must be finite and at least the timeouts' sum {t_all} s, "
@@ -243,19 +227,7 @@ class SecAggSite(SecAggSiteState):
         self._early: dict[str, KeyAdvertisement] = {}  # leaf -> its ad for a future slot
         self._outbox: list[Outgoing] = []
         self._requested = False  # the running round sent its unmask request
-        d = self.n_features
-        self._segment: int | None = None  # slot // H of the open segment
-        self._broken = False  # the open segment lost a position to a skip after unmasking
-        self._positions: list[int] = []  # released positions K of the open segment
-        self._released: list[np.ndarray] = []  # their Y_k, (d, d) each
-        self._mus: list[float] = []  # their Skellam parameter per entry (survivors * share)
-        self._closed = np.zeros((d, d))  # output of the closed segments
-        self._closed_var = 0.0  # its noise variance per diagonal entry (Gram units**2)
-        self._gram = np.zeros((d, d))  # the running noisy Gram, S_T
-        self._gram_var = 0.0
-        self._counts = dict.fromkeys(COUNT_KEYS, 0)
-        self._epsilon = 0.0
-        self._recent: deque[dict[str, Any]] = deque(maxlen=MAX_SLOTS_SHOWN)
+        self.sum = SiteSum(self.n_features, horizon, self.coefficients, self.scale)
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -297,7 +269,7 @@ class SecAggSite(SecAggSiteState):
                 try:
                     self._take(self.round.receive(ad, now))
                 except SecAggError:  # e.g. a key repeated: the leaf sits this slot out
-                    self._counts["advertisements_refused"] += 1
+                    self.sum.count("advertisements_refused")
             elif ad.slot < slot:
                 del self._early[leaf]
         return slot
@@ -368,82 +340,35 @@ class SecAggSite(SecAggSiteState):
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def _close_segment(self) -> None:
-        self._closed = self._gram
-        self._closed_var = self._gram_var
-        self._positions, self._released, self._mus = [], [], []
-
-    def _enter(self, slot: int) -> int:
-        """Open the segment of ``slot`` if it is a new one; returns the slot's position."""
-        segment, position = divmod(slot, self.horizon)
-        if segment != self._segment:
-            self._close_segment()
-            self._segment = segment
-            self._broken = False
-        return position
-
-    def _weights(self) -> np.ndarray:
-        """``w`` with ``R_KK^T w = 1`` over the released positions ``K`` of the segment."""
-        k = np.asarray(self._positions)
-        lags = k[:, None] - k[None, :]
-        r_kk = np.where(lags >= 0, self.coefficients[np.maximum(lags, 0)], 0.0)
-        return np.linalg.solve(r_kk.T, np.ones(len(k)))
-
     def _finish(self, outcome: SlotOutcome) -> None:
         assert self.round is not None and self.round.phase is AggregatorPhase.DONE
         self.round = None
-        record: dict[str, Any] = {"slot": outcome.slot, "released": outcome.released}
         if outcome.released:
             assert outcome.total is not None
             survivors = len(outcome.survivors)
-            position = self._enter(outcome.slot)
-            record["survivors"] = survivors
-            if self._broken:
-                self._counts["discarded"] += 1
-                record["used"] = False
-            else:
-                decoded = masking.decode(outcome.total, self.n_features, self.scale, self.bits)
-                self._positions.append(position)
-                self._released.append(unweight_off_diagonal(decoded))
-                self._mus.append(self.calibration.sum_mu(survivors))
-                w = self._weights()
-                self._gram = self._closed + np.einsum("k,kij->ij", w, np.stack(self._released))
-                var = float(np.sum(w**2 * 2.0 * np.asarray(self._mus))) / self.scale**2
-                self._gram_var = self._closed_var + var
-                record["used"] = True
-            self._counts["released"] += 1
-            epsilon = site_epsilon(self.calibration, survivors)
-            self._epsilon = max(self._epsilon, epsilon)
-            record["epsilon"] = epsilon
+            decoded = masking.decode(outcome.total, self.n_features, self.scale, self.bits)
+            self.sum.add_release(
+                outcome.slot,
+                unweight_off_diagonal(decoded),
+                self.calibration.sum_mu(survivors),
+                site_epsilon(self.calibration, survivors),
+                survivors,
+            )
         else:
-            self._counts["skipped"] += 1
-            record["reason"] = outcome.reason
-            record["after_unmask_request"] = self._requested
-            if self._requested:  # some survivors may have revealed: the segment ends here
-                self._break_segment(outcome.slot)
-        self._recent.append(record)
-
-    def _break_segment(self, slot: int) -> None:
-        """``slot`` may have revealed increments no release separates: its segment closes
-        at its last output (the rest of it is not used)."""
-        self._enter(slot)
-        if not self._broken:
-            self._close_segment()
-            self._broken = self.horizon > 1
-            self._counts["segments_closed_early"] += int(self.horizon > 1)
+            self.sum.add_skip(outcome.slot, outcome.reason, self._requested)
 
     # -- the estimate -------------------------------------------------------------------------
 
     @property
     def gram(self) -> np.ndarray:
         """The site's running noisy Gram matrix, ``(d, d)`` float64, unit-ball units (a copy)."""
-        return self._gram.copy()
+        return self.sum.gram.copy()
 
     @property
     def noise_std(self) -> float:
         """Std of a diagonal entry of `gram`'s noise (unit-ball Gram units; off-diagonal
         entries have half the variance): from the calibration and the survivors per slot."""
-        return math.sqrt(self._gram_var)
+        return self.sum.noise_std()
 
     def subspace(self, rank: int, n_samples: int = 0) -> Subspace:
         """The site's estimate: the top ``rank`` eigenpairs of `gram`, in the data's units.
@@ -473,7 +398,7 @@ class SecAggSite(SecAggSiteState):
         d = self.n_features
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= d:
             raise ValueError(f"rank must be an int in [1, {d}], got {rank!r}")
-        values, vectors = np.linalg.eigh(self._gram)
+        values, vectors = np.linalg.eigh(self.sum.gram)
         basis = flip_signs(np.ascontiguousarray(vectors[:, d - rank :][:, ::-1]), copy=False)
         singular = eigen_to_singular(values[d - rank :][::-1], self.clip_norm)
         return Subspace(basis, singular, int(n_samples))
@@ -494,6 +419,7 @@ class SecAggSite(SecAggSiteState):
         `MAX_SLOTS_SHOWN` slots (slot, released, survivors, epsilon, used; or reason and
         after_unmask_request).
         """
+        counts = self.sum.counts
         return {
             "mechanism": "gaussian-secagg",
             "leaves": len(self.leaf_ids),
@@ -501,15 +427,173 @@ class SecAggSite(SecAggSiteState):
             "horizon": self.horizon,
             "epsilon_target": self.calibration.epsilon,
             "delta": self.calibration.delta,
-            "slots_released": self._counts["released"],
-            "slots_skipped": self._counts["skipped"],
-            "slots_discarded": self._counts["discarded"],
-            "segments_closed_early": self._counts["segments_closed_early"],
-            "slots_unrecorded": self._counts["unrecorded"],
-            "advertisements_refused": self._counts["advertisements_refused"],
-            "epsilon": self._epsilon,
+            "slots_released": counts["released"],
+            "slots_skipped": counts["skipped"],
+            "slots_discarded": counts["discarded"],
+            "segments_closed_early": counts["segments_closed_early"],
+            "slots_unrecorded": counts["unrecorded"],
+            "advertisements_refused": counts["advertisements_refused"],
+            "epsilon": self.sum.epsilon,
             "noise_std": self.noise_std,
             "slot": self.slot,
             "next_slot": self._next_slot,
-            "recent": [dict(r) for r in self._recent],
+            "recent": [dict(r) for r in self.sum.recent],
         }
+
+    # -- restarts -----------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        """What a state must have been computed under (compared by `restore_state`)."""
+        return {
+            "leaves": list(self.leaf_ids),
+            "threshold": self.threshold,
+            "n_features": self.n_features,
+            "horizon": self.horizon,
+            "scale": self.scale,
+            "bits": self.bits,
+            "clip_norm": self.clip_norm,
+            "calibration": dataclasses.asdict(self.calibration),
+        }
+
+    def export_state(self, identity: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The site's running sum and ledger, for `restore_state` after a restart.
+
+        Plain msgpack-able values only (str, int, float, bool, None, lists, str-keyed dicts;
+        each ``(d, d)`` array as the bytes of its little-endian float64 entries, row-major).
+        Storing it is safe: the running Gram, its segment's released ``Y_k`` and the closed
+        segments' output are all computed from released (noisy, differentially private)
+        sums only, so the file is post-processing of what the site already published, under
+        the leaves' guarantee; it holds no keys, shares, masked inputs or unmasked seeds (the
+        running slot's round is not exported: a restart loses it, `restore_state`).
+
+        Parameters
+        ----------
+        identity : mapping of str to str, optional
+            Who the site is beyond its settings (e.g. ``{"node": ..., "deployment": ...}``),
+            stored as given; `restore_state` requires the same.
+
+        Returns
+        -------
+        dict
+            ``format`` (`STATE_FORMAT`), ``version`` (`STATE_VERSION`), ``identity``,
+            ``config`` (leaves, threshold, n_features, horizon, scale, bits, clip_norm,
+            calibration), ``next_slot``, ``running`` (the running slot or None) and the
+            running sum's fields (`SiteSum.export`).
+        """
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "identity": dict(identity or {}),
+            "config": self._config(),
+            "next_slot": self._next_slot,
+            "running": self.slot,
+            **self.sum.export(),
+        }
+
+    def restore_state(
+        self, state: Mapping[str, Any], identity: Mapping[str, str] | None = None
+    ) -> int:
+        """Continue from an `export_state` of an earlier incarnation of this site.
+
+        Only on a site that has run no slot yet. Everything is checked before anything is
+        taken: the format and version, ``identity`` and the configuration (leaves,
+        threshold, width, horizon, scale, bits, clip norm and the calibration: a state of
+        other settings is never restored, its sum was computed under another guarantee or
+        another meaning), the slot numbers and the running sum's fields (`SiteSum.restore`).
+        On any failure a one-line ValueError names what differs and the site is unchanged.
+
+        Slot numbers: the next slot is the later of the state's and this site's
+        ``first_slot`` (the shell's retained outcome + 1), so a number is never reused.
+        Slots the state does not record as ended -- the one running when it was exported,
+        and those between its ``next_slot`` and ``first_slot`` (they ended after the last
+        export) -- may have released or revealed increments that are not in the sum: they
+        are counted (``slots_unrecorded``) and treated as a skip after the unmask request
+        (their segment closes at its last output), so the continual release never weighs
+        a release it does not hold.
+
+        Parameters
+        ----------
+        state : mapping
+            `export_state`'s dict (e.g. after a msgpack round trip).
+        identity : mapping of str to str, optional
+            Must equal the state's (`export_state`).
+
+        Returns
+        -------
+        int
+            How many slots were unrecorded (0 normally).
+
+        Raises
+        ------
+        ValueError
+            A state this site cannot take (one line).
+        """
+        if self.round is not None or not self.sum.fresh:
+            raise ValueError("secagg site state: restore only before the site's first slot")
+
+        def fail(what: str) -> ValueError:
+            return ValueError(f"secagg site state: {what}")
+
+        if not isinstance(state, Mapping):
+            raise fail(f"must be a map, got {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
+            raise fail(
+                f"format {state.get('format')!r} version {state.get('version')!r}, "
+                f"expected {STATE_FORMAT!r} version {STATE_VERSION}"
+            )
+        mine = dict(identity or {})
+        if state.get("identity") != mine:
+            raise fail(f"identity {state.get('identity')!r} differs from {mine!r}")
+        self._check_config(state.get("config"), fail)
+
+        def integer(key: str, high: int) -> int:
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < high:
+                raise fail(f"{key} must be an int in [0, {high}), got {value!r}")
+            return value
+
+        next_slot = integer("next_slot", 2**64)
+        running = state.get("running")
+        if running is not None:
+            running = integer("running", next_slot)
+            if running != next_slot - 1:
+                raise fail(f"running slot {running} is not the last started ({next_slot - 1})")
+        self.sum.restore(state, next_slot, fail)
+        first_slot = self._next_slot
+        recorded = running if running is not None else next_slot
+        self._next_slot = max(next_slot, first_slot)
+        unrecorded = self._next_slot - recorded
+        if unrecorded > 0:  # only the first and the last one's segments matter
+            self.sum.break_segment(recorded)
+            self.sum.break_segment(self._next_slot - 1)
+            self.sum.count("unrecorded", unrecorded)
+        return max(unrecorded, 0)
+
+    def _check_config(self, config: object, fail: Any) -> None:
+        """The state's settings must be this site's (the calibration's derived floats up to
+        `CALIBRATION_RTOL`); else `fail` names the first that differs."""
+        mine = self._config()
+        if not isinstance(config, Mapping) or set(config) != set(mine):
+            raise fail(f"config must have the keys {sorted(mine)}")
+        for key, want in mine.items():
+            got = config[key]
+            if key == "calibration":
+                if not isinstance(got, Mapping) or set(got) != set(want):
+                    raise fail(f"calibration must have the keys {sorted(want)}")
+                for name, value in want.items():
+                    other = got[name]
+                    same = (
+                        not isinstance(other, bool)
+                        and isinstance(other, int | float)
+                        and (
+                            other == value
+                            if name in ("epsilon", "delta", "threshold")
+                            else math.isclose(other, value, rel_tol=CALIBRATION_RTOL)
+                        )
+                    )
+                    if not same:
+                        raise fail(
+                            f"calibration {name} differs: state {other!r}, this site {value!r}"
+                        )
+            elif got != want or type(got) is bool:
+                raise fail(f"{key} differs: state {got!r}, this site {want!r}")

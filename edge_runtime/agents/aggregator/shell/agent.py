@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ from edge_runtime.agents.aggregator.core.plausibility import (
     child_bounds,
     energy,
 )
+from edge_runtime.agents.aggregator.shell.release import DirectShell, ReleaseShell
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.agents.common.shell.core_shell import (
@@ -35,7 +38,6 @@ from edge_runtime.agents.common.shell.core_shell import (
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, TopologyError
 from edge_runtime.topology.checks import check_node_id
-from edge_runtime.topology.topics import SECAGG as SECAGG_CHILD
 from edge_runtime.topology.topics import child_level, topic_depth
 from edge_runtime.wire import (
     PrivacyStatus,
@@ -80,7 +82,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     until it is plausible again (``child_released``); a snapshot of a node that is not a child, of
     another deployment or of another width is a reject.
 
-    Membership (issue 23): an open aggregator (``open = true`` in the topology) admits a
+    Membership: an open aggregator (``open = true`` in the topology) admits a
     child it does not declare when the child's first plausible snapshot arrives on a child
     topic under its path (logged ``child_admitted``; the broker's ACL decides who may
     publish there), held to the bounds of `Topology.admitted_leaf`; a closed one rejects it
@@ -97,11 +99,18 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
     children published. Provenance and privacy describe exactly the snapshots in the
     merge (taken at the instant the merge's inputs are taken).
 
-    Secure aggregation (issue 26): an aggregator whose children include leaves of mechanism
-    ``"gaussian-secagg"`` runs their release slots
-    (`edge_runtime.agents.aggregator.shell.secagg.SecAggAggregator`, ``secagg``) and merges
-    the site's estimate as the pseudo-child ``secagg`` in place of those leaves; its status
-    document's ``extra.secagg`` reports the slots.
+    Release: how the children release what is merged is a strategy the core holds
+    (`edge_runtime.agents.aggregator.core.release`) with its shell beside it
+    (`edge_runtime.agents.aggregator.shell.release.ReleaseShell`, ``release_shell``).
+    Children that publish their own snapshots need nothing (`DirectShell`). An aggregator
+    whose children include leaves of mechanism ``"gaussian-secagg"`` runs their release
+    slots (`edge_runtime.agents.aggregator.shell.secagg.SecAggAggregator`, also ``secagg``)
+    and merges the site's estimate as the pseudo-child ``secagg`` in place of those leaves;
+    its status document's ``extra.secagg`` reports the slots.
+
+    One step: the core decides what happens at ``now`` and in which order
+    (`AggregatorCore.step` returns actions); `step` runs it (in a worker thread when the
+    merge is large) and `carry_out` carries the actions out against MQTT and the disk.
 
     Parameters
     ----------
@@ -143,25 +152,26 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         if self.is_root:
             self.role = "root"
             self.log = self.log.bind(role="root")
-        site = topology.secagg_leaves(node_id)  # their sum comes as one pseudo-child
-        children = [c for c in topology.children(node_id) if c not in site]
-        children += [SECAGG_CHILD] if site else []
         self.secagg: SecAggAggregator | None = None
-        if site:  # only a secure-aggregation site loads its part
+        self.release_shell: ReleaseShell = DirectShell()
+        if topology.secagg_leaves(node_id):  # only a secure-aggregation site loads its part
             from edge_runtime.agents.aggregator.shell.secagg import SecAggAggregator
 
             self.secagg = SecAggAggregator(self, n_features, state_dir=state_dir)
+            self.release_shell = self.secagg
+        declared = topology.children(node_id)
         self._core = AggregatorCore(
             self.config,
-            children,
+            declared,
             policy=publish_policy_for(self.config, leaf=False),
             status_policy=status_policy_of(self.settings),
             now=time.monotonic(),
             echo_timeout_s=self.settings.echo_timeout_s,
             deployment=topology.name,
-            bounds={c: child_bounds(topology, c) for c in children if c != SECAGG_CHILD},
+            bounds={c: child_bounds(topology, c) for c in declared},
             rng=random.Random(),  # ids from the OS's entropy
             admit=admit_bounds(topology, node_id),
+            release=self.release_shell.release,  # its children: the strategy's
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
         self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
@@ -178,8 +188,7 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
 
     def subscriptions(self) -> list[str]:
         """The children's ``subspace`` topics (one filter, ``<prefix>/<path>/+/subspace``)."""
-        secagg = [] if self.secagg is None else self.secagg.subscriptions()
-        return [self.topology.children_filter(self.node_id), *secagg]
+        return [self.topology.children_filter(self.node_id), *self.release_shell.subscriptions()]
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, message: aiomqtt.Message) -> None:
@@ -188,8 +197,11 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
         payload (the child's retained snapshot deleted) forgets the child."""
         topic = str(message.topic)
         payload = message.payload
-        if self.secagg is not None and self.secagg.owns(topic):
-            self.secagg.handle(topic, payload)
+        if self.release_shell.owns(topic):
+            async with self._lock:  # the strategy is the core's: never while a step runs
+                due = self.release_shell.handle(topic, payload)
+            if due:
+                self.wake()
             return
         child = child_level(topic, self._prefix_depth)
         if not payload:
@@ -275,32 +287,83 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
-        """One pass of the work loop at ``now`` (monotonic seconds): stale children
-        (``child_stale``), then the merge when the core decides (``subspace``, retained;
-        the root also ``model``, retained), in a worker thread when large."""
+        """One pass of the work loop at ``now`` (monotonic seconds): the core's step
+        (`AggregatorCore.step`, in a worker thread when the merge is large), its log lines
+        (``child_stale``, ``secagg_snapshot_refused``), then its actions (`carry_out`)."""
         core = self._core
-        site = None if self.secagg is None else await self.secagg.step(client, now)
-        if site is not None:  # a released slot: the site's estimate, merged as a child's
-            async with self._lock:
-                refused = core.receive(SECAGG_CHILD, site, now)
-            if refused is not None:
-                self.log.error("secagg_snapshot_refused", reason=refused, seq=site.seq)
-        if self.secagg is not None and self.secagg.take_status_due():
-            await self.publish_status(client, force=True)  # the slot's outcome, at once
-        async with self._lock:
-            stale = core.check_staleness(now)
-        for child in stale:
-            self.log.warning("child_stale", child=child, policy=self.config.stale_policy)
-        reason = await self._numerics(lambda: core.snapshot_due(now))
-        if reason is not None:
-            await self._publish(client, reason)
+        actions = await self._numerics(lambda: core.step(now, time.time()))
+        self._log_events()
+        await self.carry_out(client, actions)
 
-    async def _publish(self, client: aiomqtt.Client, reason: str) -> None:
-        msg = self._core.make_snapshot(time.time(), reason)
-        if msg is None:
-            return
-        await self._publish_snapshot(client, msg)
-        self._core.snapshot_published(msg, time.monotonic())
+    def _log_events(self) -> None:
+        for event, fields in self._core.take_events():
+            log = self.log.error if event == "secagg_snapshot_refused" else self.log.warning
+            log(event, **fields)
+
+    async def carry_out(
+        self,
+        client: aiomqtt.Client,
+        actions: list[Action],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Carry out the core's ``actions`` in order and report each back to the core
+        (`AggregatorCore.published` after the broker's acknowledgement,
+        `AggregatorCore.checkpoint_written` / `checkpoint_failed`) at ``clock()``.
+
+        ``subspace`` is the node's snapshot (retained, echo-checked: `publish_snapshot`),
+        ``model`` the root's model topic (retained), ``status`` the status document as it is
+        now (`publish_status`); any other kind, and every `WriteCheckpoint`, is the release
+        strategy's (`ReleaseShell.publish`, `ReleaseShell.write`). A `Wake` needs nothing:
+        the work loop sleeps until the core's `next_wakeup`.
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            As `Agent.publish`: the actions not yet carried out are decided again at the
+            next step after the reconnection.
+        """
+        core = self._core
+        for action in actions:
+            if isinstance(action, Wake):
+                continue
+            if isinstance(action, WriteCheckpoint):
+                error = await self.release_shell.write(action)
+                if error is None:
+                    core.checkpoint_written(action, clock())
+                    continue
+                failures = core.checkpoint_failed(action, clock(), error)
+                self.release_shell.write_failed(action, error, failures)
+                continue
+            publish = self._publishers().get(action.kind)
+            if publish is None:
+                await self.release_shell.publish(client, action)
+            else:
+                await publish(client, action)
+            core.published(action, clock())
+
+    def _publishers(
+        self,
+    ) -> dict[str, Callable[[aiomqtt.Client, Publish], Awaitable[None]]]:
+        return {
+            "subspace": self._publish_own,
+            "model": self._publish_model,
+            "status": self._publish_status,
+        }
+
+    async def _publish_own(self, client: aiomqtt.Client, action: Publish) -> None:
+        snapshot = action.message
+        assert isinstance(snapshot, SubspaceMessage)
+        payload = encode_subspace(snapshot, dtype=self.settings.wire_dtype)
+        await self.publish_snapshot(client, payload, snapshot.epoch, snapshot.seq)
+
+    async def _publish_model(self, client: aiomqtt.Client, action: Publish) -> None:
+        model = action.message
+        assert isinstance(model, SubspaceMessage)
+        payload = encode_subspace(model, dtype=self.settings.wire_dtype)
+        await self.publish(client, self.topology.model_topic(), payload, retain=action.retain)
+
+    async def _publish_status(self, client: aiomqtt.Client, action: Publish) -> None:
+        await self.publish_status(client, force=True)
 
     async def _publish_snapshot(self, client: aiomqtt.Client, snapshot: SubspaceMessage) -> None:
         dtype = self.settings.wire_dtype
@@ -322,25 +385,19 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             await self._publish_snapshot(client, self._core.snapshot)
 
     async def prepare(self) -> None:
-        """A secure-aggregation site resumes after its retained outcome (`SecAggAggregator`)."""
-        if self.secagg is not None:
-            await self.secagg.prepare()
+        """What the release strategy resumes from (a secure-aggregation site: its retained
+        outcome and state file, `SecAggAggregator.prepare`)."""
+        await self.release_shell.prepare()
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
         """Before disconnecting: the merge of every snapshot received, if unpublished
-        (reason ``shutdown``)."""
+        (reason ``shutdown``, `AggregatorCore.final`)."""
         core = self._core
-        if self.secagg is not None:
-            self.secagg.close()
-        merged, _ = await self._numerics(core.merge)
-        if merged is not None and core.unpublished:
-            await self._publish(client, "shutdown")
+        actions = await self._numerics(lambda: core.final(time.time()))
+        await self.carry_out(client, actions)
 
     def _status_extra(self) -> dict[str, object]:
-        extra = self._core.status_extra(time.monotonic())
-        if self.secagg is not None:
-            extra["secagg"] = self.secagg.status()
-        return extra
+        return self._core.status_extra(time.monotonic())
 
     def coverage(self) -> dict[str, int]:
         """Samples covered per leaf in the latest published snapshot."""

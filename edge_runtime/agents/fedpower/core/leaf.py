@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edge_runtime.agents.fedpower.core.estimator import GramEstimator
+from edge_runtime.agents.fedpower.core.rounds import RoundReplies
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.wire import SubspaceMessage
 from edge_runtime.wire.fedpower import ReplyMessage, RoundMessage
@@ -28,23 +29,24 @@ class FedPowerLeafCore(LeafCore):
 
     Attributes
     ----------
-    round : RoundMessage or None
-        The latest round received.
-    replied_round : int
-        The last round this process replied to (0: none).
-    replies : int
-        Replies made.
-    budget_refusals : int
-        Rounds not answered because a private leaf's budget was spent.
+    rounds : RoundReplies
+        The rounds seen and answered (a part; `round`, `replied_round`, `replies` and
+        `budget_refusals` read it).
     """
 
     def __init__(self, *args: Any, iterations: int | None = None, **kwargs: Any) -> None:
         self.iterations = iterations
-        self.round: RoundMessage | None = None
-        self.replied_round = 0
-        self.replies = 0
-        self.budget_refusals = 0  # rounds not answered because the budget was spent
+        self.rounds = RoundReplies()
         super().__init__(*args, **kwargs)
+
+    round = property(lambda self: self.rounds.round, doc="The latest round received.")
+    replied_round = property(
+        lambda self: self.rounds.replied_round, doc="The last round answered (0: none)."
+    )
+    replies = property(lambda self: self.rounds.replies, doc="Replies made.")
+    budget_refusals = property(
+        lambda self: self.rounds.budget_refusals, doc="Rounds the budget did not cover."
+    )
 
     @property
     def private(self) -> bool:
@@ -120,20 +122,12 @@ class FedPowerLeafCore(LeafCore):
 
     # ------------------------------------------------------------------ rounds
     def on_round(self, msg: RoundMessage, deployment: str | None) -> str | None:
-        """Take a round message; a reject reason, or None."""
-        if msg.deployment is not None and deployment is not None and msg.deployment != deployment:
-            return "foreign_deployment"
-        if msg.rank > (self.n_features or msg.rank):
-            return "rank"
-        if self.round is not None and msg.epoch != self.round.epoch:
-            self.replied_round = 0  # a root that started over: its rounds count from 1 again
-        self.round = msg
-        return None
+        """Take a round message; a reject reason, or None (`RoundReplies.offer`)."""
+        return self.rounds.offer(msg, deployment, self.n_features)
 
     def reply_due(self) -> bool:
         """A round is waiting for this leaf's reply, and the leaf has readings."""
-        r = self.round
-        return r is not None and r.round > self.replied_round and self.n_samples > 0
+        return self.rounds.due(self.n_samples)
 
     @property
     def budget_exhausted(self) -> bool:
@@ -156,14 +150,9 @@ class FedPowerLeafCore(LeafCore):
         r = self.round
         est = self.estimator
         assert r is not None and est is not None
-        self.replied_round = r.round
-        left = est.budget_left  # type: ignore[attr-defined]
-        if left is not None and r.local_steps > left:
-            self.budget_refusals += 1
+        y = self.rounds.answer(est)
+        if y is None:
             return None
-        z = r.start_basis(est.n_features_)
-        y = est.iterate(z, r.local_steps)  # type: ignore[attr-defined]
-        self.replies += 1
         self._input_version += 1  # a private leaf spent budget: news for its checkpoint
         if self.private and not self.checkpointing:
             # Without a checkpoint nothing restores a private leaf's readings; once a reply
@@ -190,11 +179,7 @@ class FedPowerLeafCore(LeafCore):
 
     def status_extra(self, now: float) -> dict[str, object]:
         extra = super().status_extra(now)
-        extra["fedpower"] = {
-            "round": None if self.round is None else self.round.round,
-            "replied_round": self.replied_round,
-            "replies": self.replies,
-        }
+        extra["fedpower"] = self.rounds.status()
         if self.private:
             est = self.estimator
             extra["fedpower"].update(  # type: ignore[attr-defined]

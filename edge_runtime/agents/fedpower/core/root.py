@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from edge_runtime.agents.aggregator.core.aggregator import weakest_guarantee
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH, StatusPolicy, largest_angle
 from edge_runtime.fedpower import FedPowerServer, Schedule
@@ -149,6 +150,50 @@ class FedPowerRootCore(NodeCore):
             self.server = self._new_server(msg.basis, msg.round)
         self.restored_from = "retained round"
         return True
+
+    # -------------------------------------------------------------------- step
+    def step(self, now: float, wall: float) -> list[Action]:
+        """What the root does at ``now``, in order; the caller carries it out.
+
+        1. close the open round when it is due (`close_due`: ``K`` replies or its
+           deadline) and publish its model on ``model`` (retained; none when nobody
+           replied);
+        2. start the next round when it is due (`round_due`) and publish it on ``round``
+           (retained);
+        3. the status document when the status policy says so (``status``: the executor
+           publishes the document as it is then);
+        4. `Wake` at `next_wakeup`.
+
+        The caller reports each `Publish` carried out with `published`.
+
+        Parameters
+        ----------
+        now : float
+            Monotonic seconds.
+        wall : float
+            Seconds since the Unix epoch, stamped on the model and the round message.
+
+        Returns
+        -------
+        list of Action
+        """
+        actions: list[Action] = []
+        if self.close_due(now):
+            model = self.close(now, wall)
+            if model is not None:
+                actions.append(Publish("model", model, reason="round_closed"))
+        msg = self.round_due(now, wall)
+        if msg is not None:
+            actions.append(Publish("round", msg, reason="round"))
+        if self.status_due(now):
+            actions.append(Publish("status", None, reason="due"))
+        actions.append(Wake(self.next_wakeup(now)))
+        return actions
+
+    def published(self, action: Publish, now: float) -> None:
+        """The caller carried out ``action`` at ``now`` (the broker acknowledged it)."""
+        if action.kind == "status":
+            self.status_sent(now)
 
     # ------------------------------------------------------------------ rounds
     def round_due(self, now: float, timestamp: float) -> RoundMessage | None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import aiomqtt
 
+from edge_runtime.agents.common.core.actions import Publish
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH
 from edge_runtime.agents.common.shell.agent import Agent
@@ -256,17 +257,25 @@ class FedPowerRootAgent(CoreShell, Agent):
         self.wake()
 
     async def step(self, client: aiomqtt.Client, now: float) -> None:
+        """One pass of the work loop: the core's step (`FedPowerRootCore.step`: a round
+        closed and its model, the next round, the status document), carried out in order."""
         core = self._core
-        if core.close_due(now):
-            model = await self._numerics(lambda: core.close(now, time.time()))
-            if model is not None:
-                payload = encode_subspace(model, dtype=self.settings.wire_dtype)
-                await self.publish(client, self.topology.model_topic(), payload)
+        closed = core.rounds_closed
+        actions = await self._numerics(lambda: core.step(now, time.time()))
+        if core.rounds_closed > closed:
             self.log.debug("round_closed", round=core.round, participants=core.last_participants)
-        msg = core.round_due(time.monotonic(), time.time())
-        if msg is not None:
-            payload = encode_round(msg, dtype=self.settings.wire_dtype)
-            await self.publish(client, self.topology.round_topic(), payload)
+        topics = {"model": self.topology.model_topic(), "round": self.topology.round_topic()}
+        encoders: dict[str, Any] = {"model": encode_subspace, "round": encode_round}
+        dtype = self.settings.wire_dtype
+        for action in actions:
+            if not isinstance(action, Publish):
+                continue  # a Wake: the work loop sleeps until the core's next_wakeup
+            if action.kind == "status":
+                await self.publish_status(client, force=True)
+            else:
+                payload = encoders[action.kind](action.message, dtype=dtype)
+                await self.publish(client, topics[action.kind], payload)
+            core.published(action, time.monotonic())
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
         msg = self._core.round_message
