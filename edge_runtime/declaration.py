@@ -403,6 +403,8 @@ def describe_default(key: Key) -> str:
         return "required"
     if key.default is None:
         return "none"
+    if isinstance(key.default, str):
+        return f'`"{key.default}"`'
     return f"`{value_text(key.default)}`"
 
 
