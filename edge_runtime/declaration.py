@@ -408,11 +408,20 @@ def describe_default(key: Key) -> str:
     return f"`{value_text(key.default)}`"
 
 
+_ROLE_NAMES = {"leaf": "leaves", "aggregator": "aggregators", "any": "all"}
+
+
 def markdown_table(keys: Iterable[Key]) -> str:
-    """The keys as a Markdown table: Key, Type, Default, Meaning (one row each, in order)."""
-    rows = ["| Key | Type | Default | Meaning |", "|---|---|---|---|"]
+    """The keys as a Markdown table, one row each in order: Key, Type, Default, Meaning, and
+    Nodes (the roles it applies to) unless every key is the document's own."""
+    keys = tuple(keys)
+    roles = any(key.roles in _ROLE_NAMES for key in keys)
+    head = ["Key", "Type", "Default", *(["Nodes"] if roles else []), "Meaning"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in keys:
-        cells = (f"`{key.name}`", key.type_text, describe_default(key), " ".join(key.doc.split()))
+        role = [_ROLE_NAMES.get(key.roles, key.roles)] if roles else []
+        doc = " ".join(key.doc.split())
+        cells = (f"`{key.name}`", key.type_text, describe_default(key), *role, doc)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
 

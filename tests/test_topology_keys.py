@@ -136,4 +136,4 @@ def test_a_key_renders_its_requirement_type_and_row() -> None:
     with pytest.raises(ValueError, match=r"^x: gap_s must be a number, got boolean true$"):
         key.check("x", True)
     row = markdown_table([key]).splitlines()[2]
-    assert row == "| `gap_s` | number > 0 (seconds) | `1.5` | the gap |"
+    assert row == "| `gap_s` | number > 0 (seconds) | `1.5` | all | the gap |"

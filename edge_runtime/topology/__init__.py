@@ -27,21 +27,21 @@ block Gram matrices with continual release over ``release_horizon`` blocks; or
 ``"fpca-eq8"``: streaming MOD-SuLQ, eq. (5)-(8) and Lemma 2, with its ``chunk_size``) and
 ``noise_seed``. The mechanisms are described in `edge_runtime.fpca.privacy`.
 
-A leaf may declare what its sensors can produce, from their datasheet (issue 14):
+A leaf may declare what its sensors can produce, from their datasheet:
 ``valid_range = [lo, hi]`` (or per feature ``[[lo1, ...], [hi1, ...]]``), with
 ``out_of_range = "reject"`` (the default: a reading with a value outside is dropped) or
 ``"clip"``, and ``max_reading_rate`` (readings per second). Leaves only, like the privacy
 keys; `Topology.reading_norm_sq_bound` and `Topology.max_reading_rate` bound the readings
 under any node.
 
-A leaf may read its readings from a local source instead of its sensor topic (issue 11):
+A leaf may read its readings from a local source instead of its sensor topic:
 ``source = { kind = "command", command = ["sh", "motes.sh"], format = "csv" }`` (kinds
 ``command``, ``file``, ``serial``; ``mqtt`` is the default and may name the ``topic``), see
 `edge_runtime.sources.SourceSpec`. Leaves only, and not in ``[defaults]`` (two leaves reading
 one file or port would count its readings twice); a relative ``path`` is relative to the
 TOML file's folder.
 
-An aggregator may be declared open (issue 23): ``open = true`` on its ``[[nodes]]`` table,
+An aggregator may be declared open: ``open = true`` on its ``[[nodes]]`` table,
 and optionally a ``[nodes.admit]`` table right after it with the settings of the leaves it
 admits at run time (the keys of ``[defaults]``, which they override; most usefully
 ``valid_range`` and ``max_reading_rate``, the bounds the aggregator holds every admitted leaf
@@ -62,13 +62,15 @@ file (when there is one) and the offending node or key.
 The package, each module one concept, imports pointing down the list:
 
 - ``topics``: the topic layout ``<prefix>/<path>/<kind>``, built and parsed;
-- ``keys``: the keys of the file, their kinds, defaults and allowed values;
+- ``keys``: every key of the file declared once (`edge_runtime.topology.keys.TOPOLOGY_KEYS`:
+  kind, default, bounds, unit, roles, doc), and the key groups derived from it;
 - ``checks``: `TopologyError` and the field checks shared by parsing and construction;
 - ``node_checks`` and ``node``: one node's settings, `NodeConfig`, and their checks;
 - ``fedpower_config``: `FedPowerConfig`, the settings of a FedPower deployment;
 - ``parents``: the parent links as a tree, cycle detection, paths from the root;
 - ``tree``: `Topology`, the validated tree with its walks and topic names;
 - ``loading``: `load_topology` and `parse_topology`, TOML to `Topology`.
+- ``reference``: the key tables of ``topologies/README.md``, generated from ``keys``.
 
 The split of a dataset's rows over the leaves is `edge_runtime.datasets.split`.
 """

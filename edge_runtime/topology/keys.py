@@ -160,6 +160,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "int",
         None,
         scope="defaults",
+        roles="leaf",
         type_doc="integer >= `rank`",
         default_doc='`50`; a private `"gaussian"` leaf: see '
         "[Differential privacy](#differential-privacy)",
@@ -174,6 +175,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "bool",
         False,
         scope="defaults",
+        roles="leaf",
         doc="adapt the rank after each block, eq. (4)",
     ),
     Key(
@@ -181,6 +183,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "bounds",
         (0.01, 0.10),
         scope="defaults",
+        roles="leaf",
         type_doc="array of 2 numbers, 0 < lower < upper < 1",
         doc="energy-ratio bounds of eq. (4): above `upper` the rank grows by one, below "
         "`lower` it shrinks by one",
@@ -190,6 +193,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "int",
         1,
         scope="defaults",
+        roles="leaf",
         bound=Bound(1),
         unit="blocks",
         doc="blocks between two rank changes",
@@ -291,6 +295,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "int",
         None,
         scope="defaults",
+        roles="leaf",
         bound=_NON_NEGATIVE,
         default_doc="FPCAEdge's default",
         doc="extra directions `p` tracked beyond `rank`; snapshots carry `rank + p` "
@@ -312,6 +317,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "bool",
         False,
         scope="defaults",
+        roles="leaf",
         doc="summarise mean-centred data (streaming mean, merged with the mean correction); "
         "the paper's default is uncentred. Not with privacy (the mean would be published "
         "without noise)",

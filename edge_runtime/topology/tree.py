@@ -486,7 +486,7 @@ class Topology:
         """
         return topics.children_filter(self.prefix, self.path(node_id))
 
-    # -- secure aggregation (issue 26; `edge_runtime.topology.secagg`) ----------------------
+    # -- secure aggregation (`edge_runtime.topology.secagg`) --------------------------------
 
     def secagg_leaves(self, node_id: str) -> list[str]:
         """The children of ``node_id`` of mechanism ``"gaussian-secagg"``, in file order:
@@ -553,7 +553,7 @@ class Topology:
         """
         if self.dataset is None:
             return None
-        # here: an agent needs no data (issue 24: a leaf's import time and RSS)
+        # here: an agent needs no data (a leaf's import time and RSS)
         from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
 
         if self.dataset in BUILTIN_DATASETS:
