@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -30,7 +30,6 @@ __all__ = [
     "Bound",
     "Key",
     "declared",
-    "defaults_of",
     "describe_default",
     "markdown_table",
     "unknown_key_message",
@@ -508,8 +507,3 @@ def declared(
         return validated(validate)(dataclass(frozen=True)(cls))
 
     return decorate
-
-
-def defaults_of(keys: Iterable[Key]) -> Mapping[str, Any]:
-    """``{name: default}`` of the keys that have one."""
-    return {key.name: key.default for key in keys if not key.required}

@@ -23,7 +23,6 @@ __all__ = [
     "aggregator_sensor_message",
     "aggregator_sensor_topic_message",
     "aggregator_source_message",
-    "check_key",
     "check_keys",
     "check_kind",
     "check_n_features",
@@ -112,20 +111,6 @@ def check_kind(where: str, key: str, value: object) -> Any:
         ``"<where>: <key> must be <kind>, got <TOML type> <value>"``.
     """
     return KEYS[key].check_kind(where, value, TopologyError)
-
-
-def check_key(where: str, key: str, value: object) -> Any:
-    """`check_kind`, then the bounds or choices `TOPOLOGY_KEYS` declares for ``key``
-    (None passes for a key whose default is None).
-
-    Raises
-    ------
-    TopologyError
-        ``"<where>: <key> must be <kind>, got ..."`` or ``"<where>: <key> must be
-        <requirement>, got <value>"``, e.g. ``"node 'a': stale_weight must be in (0, 1),
-        got 1.5"``.
-    """
-    return KEYS[key].check(where, value, TopologyError)
 
 
 def check_n_features(n_features: object) -> None:
