@@ -472,6 +472,9 @@ def validated(validate: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[
                     construct(self, **values)  # raises the usual TypeError
             construct(self, **validate(values))
 
+        import inspect
+
+        init.__signature__ = inspect.signature(construct)  # type: ignore[attr-defined]
         init.__doc__ = construct.__doc__
         init.__name__ = "__init__"
         init.__qualname__ = f"{cls.__qualname__}.__init__"
