@@ -34,7 +34,7 @@ from edge_runtime.topology.keys import (
 
 __all__ = ["MIN_SECAGG_SLOT_S", "check_node"]
 
-MIN_SECAGG_SLOT_S = KEYS["secagg_slot_s"].bound.low  # type: ignore[union-attr]
+MIN_SECAGG_SLOT_S = float(KEYS["secagg_slot_s"].bound.low)  # type: ignore[union-attr, arg-type]
 """Shortest ``secagg_slot_s``: a slot's phases get at most half of it
 (`edge_runtime.topology.secagg.slot_timeouts`), and a phase needs a round trip through the
 broker and a few milliseconds of X25519 and Shamir work on each leaf."""
