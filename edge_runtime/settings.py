@@ -2,129 +2,259 @@
 
 The agents, the replay, the model watcher, the runner, the dashboard and the simulation
 all talk to the broker with one `AgentSettings` (address, credentials, TLS, every timeout,
-bound and cadence, named); `credentials_from_env` reads the MQTT credentials from the
-environment. Stdlib only: the bottom of the runtime's layers, below `edge_runtime.agents`.
+bound and cadence, named), declared once in `AGENT_SETTINGS_KEYS`; `credentials_from_env`
+reads the MQTT credentials from the environment. Stdlib only (and
+`edge_runtime.declaration`): the bottom of the runtime's layers, below
+`edge_runtime.agents`.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal  # noqa: F401 (Literal: a field's type hint)
 
 from edge_runtime.backoff import Backoff
+from edge_runtime.declaration import Bound, Key, declared
 
-__all__ = ["AgentSettings", "credentials_from_env"]
+__all__ = ["AGENT_SETTINGS_KEYS", "AgentSettings", "credentials_from_env"]
 
 ENV_USERNAME = "EDGE_MQTT_USERNAME"
 ENV_PASSWORD = "EDGE_MQTT_PASSWORD"
 ENV_PASSWORD_FILE = "EDGE_MQTT_PASSWORD_FILE"
 
 
-@dataclass(frozen=True)
+_SECONDS = "seconds"
+_POSITIVE = Bound(0, low_open=True)
+_NON_NEGATIVE = Bound(0)
+_QOS = Bound(0, 2)
+
+AGENT_SETTINGS_KEYS: tuple[Key, ...] = (
+    Key("host", "str", "127.0.0.1", "The MQTT broker's host name or address."),
+    Key("port", "int", 1883, "The MQTT broker's TCP port.", bound=Bound(0, 65535)),
+    Key(
+        "keepalive_s",
+        "int",
+        5,
+        "MQTT keepalive; the broker publishes the Last Will after 1.5x this without traffic, "
+        "and a client notices a silent broker within about 2x.",
+        bound=_NON_NEGATIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "timeout_s",
+        "float",
+        10.0,
+        "Default time limit for connect, subscribe and publish. A publish that times out has "
+        "an unknown outcome; snapshots are idempotent (ordered by ``(epoch, seq)``), so the "
+        "agent simply publishes its latest one again.",
+        bound=_POSITIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "reconnect_min_s",
+        "float",
+        0.2,
+        "Lower bound of the full-jitter exponential backoff between connection attempts.",
+        bound=_POSITIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "reconnect_max_s",
+        "float",
+        5.0,
+        "Upper bound of that backoff (below ``reconnect_min_s`` it counts as equal).",
+        bound=_POSITIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "status_heartbeat_s",
+        "float",
+        30.0,
+        "A node publishes its JSON status document at least this often (progress counters "
+        "are refreshed then).",
+        bound=_POSITIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "status_min_interval_s",
+        "float",
+        2.0,
+        "Least time between two status documents triggered by a change of health (rejects, "
+        "undelivered snapshots, reconnects, gaps, stale children).",
+        bound=_NON_NEGATIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "confirm_interval_s",
+        "float",
+        0.5,
+        "Least time between two reading confirmations of a leaf "
+        "(``<prefix>/<path>/confirm``); a change inside it is confirmed when it ends.",
+        bound=_NON_NEGATIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "wire_dtype",
+        "str",
+        "float32",
+        "Precision of the basis and singular values in published snapshots. float32 halves "
+        "the bytes at no measurable cost in accuracy (benchmarks/fleet/dtype.py).",
+        choices=("float32", "float64"),
+        type_hint='Literal["float32", "float64"]',
+    ),
+    Key(
+        "offload_min_cells",
+        "int",
+        200_000,
+        "Merges and block updates touching at least this many matrix cells "
+        "(``n_features * (rank + block_size)``) run in a worker thread so the event loop "
+        "keeps draining the broker's queue.",
+        bound=_NON_NEGATIVE,
+        unit="cells",
+    ),
+    Key(
+        "max_payload_bytes",
+        "int",
+        4 * 1024 * 1024,
+        "Largest payload accepted on a subscribed topic.",
+        bound=Bound(1),
+        unit="bytes",
+    ),
+    Key(
+        "max_queued_messages",
+        "int",
+        10_000,
+        "Bound of the client's inbound queue. When it is full, further inbound messages are "
+        "dropped by the client; they are re-sent by their sources (snapshots are "
+        "re-published, readings re-sent by the replay), so the bound trades memory for a "
+        "later catch-up.",
+        bound=_NON_NEGATIVE,
+        unit="messages",
+    ),
+    Key("qos", "int", 1, "MQTT QoS of every subscription and publish.", bound=_QOS),
+    Key(
+        "echo_timeout_s",
+        "float",
+        30.0,
+        "Least time an agent waits for its own snapshot to come back from the broker, "
+        "counted from the broker's PUBACK (and again from a reconnection), before counting it "
+        "undelivered (denied or dropped); the bound grows to 4x the slowest recent echo, "
+        "PUBACK round trip or event-loop lag under load, a publish that failed is never "
+        "reported, and nothing expires while received messages wait to be handled "
+        "(`edge_runtime.agents.common.core.policy.EchoTracker`). 0 turns the check off. The "
+        "default reports a misconfiguration (ACL, size limit) within half a minute.",
+        bound=_NON_NEGATIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "restore_wait_s",
+        "float",
+        1.0,
+        "How long a leaf without a checkpoint waits for its own retained snapshot to resume "
+        "from at start.",
+        bound=_NON_NEGATIVE,
+        unit=_SECONDS,
+    ),
+    Key(
+        "persistent_session",
+        "bool",
+        True,
+        "Connect with ``clean_session=False`` (MQTT 3.1.1) under a fixed client id, so the "
+        "broker keeps the subscriptions and queues QoS 1 messages while the agent is away.",
+    ),
+    Key(
+        "username",
+        "str",
+        None,
+        "MQTT user name (see `credentials_from_env`).",
+        flag="--username",
+        flag_help=f"MQTT user name (default: ${ENV_USERNAME})",
+    ),
+    Key("password", "str", None, "MQTT password (see `credentials_from_env`)."),
+    Key(
+        "ca_file",
+        "path",
+        None,
+        "CA certificate(s) to verify the broker's TLS certificate; setting it turns TLS on.",
+        flag="--ca-file",
+        flag_help="CA certificate to verify the broker (TLS)",
+    ),
+    Key(
+        "cert_file",
+        "path",
+        None,
+        "Client certificate for brokers that require one.",
+        flag="--cert-file",
+        flag_help="client certificate (TLS)",
+    ),
+    Key(
+        "key_file",
+        "path",
+        None,
+        "The client certificate's private key.",
+        flag="--key-file",
+        flag_help="client private key (TLS)",
+    ),
+    Key(
+        "tls_insecure",
+        "bool",
+        False,
+        "Skip the broker host name check (only for test set-ups).",
+    ),
+    Key(
+        "scores_qos",
+        "int",
+        0,
+        "MQTT QoS of a scoring leaf's documents on ``<prefix>/<path>/scores`` (not retained): "
+        "0 by default, since they are a live telemetry stream whose counts are also in the "
+        "retained status document, and a lost one needs no re-send.",
+        bound=_QOS,
+    ),
+    Key(
+        "discovery_prefix",
+        "str",
+        None,
+        "Home Assistant's discovery prefix (e.g. ``\"homeassistant\"``): the agent then "
+        "publishes its node's discovery config messages (`edge_runtime.homeassistant`) "
+        "retained after every connection, and again whenever ``<prefix>/status`` says "
+        "``online`` (Home Assistant's birth message). None: no discovery.",
+    ),
+)
+"""Every setting of `AgentSettings`, declared once: its fields, defaults, checks, docstring
+and the command-line flags that mirror them (`edge_runtime.cli.parser`)."""
+
+
+def _check_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """Each value checked against its declaration (`AGENT_SETTINGS_KEYS`), normalised.
+
+    Raises
+    ------
+    ValueError
+        ``"AgentSettings: <key> must be <requirement>, got <value>"``.
+    """
+    return {key.name: key.check("AgentSettings", values[key.name]) for key in AGENT_SETTINGS_KEYS}
+
+
+@declared(AGENT_SETTINGS_KEYS, _check_settings)
 class AgentSettings:
     """How an agent (and every other client of ours) talks to its broker.
 
+    Every field is declared in `AGENT_SETTINGS_KEYS` (type, default, bounds, unit, meaning)
+    and checked when the settings are built: a value of the wrong type or out of its bounds
+    raises `ValueError` in one line naming it.
+
     Parameters
     ----------
-    host, port : str, int
-        The MQTT broker (default ``127.0.0.1:1883``).
-    keepalive_s : int
-        MQTT keepalive in seconds; the broker publishes the Last Will after 1.5x this
-        without traffic, and a client notices a silent broker within about 2x. Default 5.
-    timeout_s : float
-        Default time limit, in seconds, for connect, subscribe and publish. A publish
-        that times out has an unknown outcome; snapshots are idempotent (ordered by
-        ``(epoch, seq)``), so the agent simply publishes its latest one again. Default 10.
-    reconnect_min_s, reconnect_max_s : float
-        Bounds of the full-jitter exponential backoff between connection attempts,
-        seconds. Defaults 0.2 and 5.
-    status_heartbeat_s : float
-        A node publishes its JSON status document at least this often, seconds (progress
-        counters are refreshed then). Default 30.
-    status_min_interval_s : float
-        Least time between two status documents triggered by a change of health (rejects,
-        undelivered snapshots, reconnects, gaps, stale children), seconds. Default 2.
-    confirm_interval_s : float
-        Least time between two reading confirmations of a leaf (``<prefix>/<path>/confirm``),
-        seconds; a change inside it is confirmed when it ends. Default 0.5.
-    wire_dtype : {"float32", "float64"}
-        Precision of the basis and singular values in published snapshots. float32 halves
-        the bytes at no measurable cost in accuracy (benchmarks/fleet/dtype.py). Default "float32".
-    offload_min_cells : int
-        Merges and block updates touching at least this many matrix cells
-        (``n_features * (rank + block_size)``) run in a worker thread so the event loop
-        keeps draining the broker's queue. Default 200_000.
-    max_payload_bytes : int
-        Largest payload accepted on a subscribed topic, bytes. Default 4 MiB.
-    max_queued_messages : int
-        Bound of the client's inbound queue (messages). When it is full, further
-        inbound messages are dropped by the client; they are re-sent by their sources
-        (snapshots are re-published, readings re-sent by the replay), so the bound trades
-        memory for a later catch-up. Default 10_000.
-    qos : int
-        MQTT QoS of every subscription and publish. Default 1.
-    echo_timeout_s : float
-        Least time, seconds, an agent waits for its own snapshot to come back from the
-        broker, counted from the broker's PUBACK (and again from a reconnection), before
-        counting it undelivered (denied or dropped); the bound grows to 4x the slowest
-        recent echo, PUBACK round trip or event-loop lag under load, a publish that failed is
-        never reported, and nothing expires while received messages wait to be handled
-        (`edge_runtime.agents.common.core.policy.EchoTracker`). 0 turns the check off.
-        Default 30: a misconfiguration (ACL, size limit) is reported within half a minute.
-    restore_wait_s : float
-        Seconds a leaf without a checkpoint waits for its own retained snapshot to resume
-        from at start. Default 1.
-    persistent_session : bool
-        Connect with ``clean_session=False`` (MQTT 3.1.1) under a fixed client id, so the
-        broker keeps the subscriptions and queues QoS 1 messages while the agent is away.
-        Default True.
-    username, password : str, optional
-        MQTT credentials (see `credentials_from_env`).
-    ca_file : Path, optional
-        CA certificate(s) to verify the broker's TLS certificate; setting it turns TLS on.
-    cert_file, key_file : Path, optional
-        Client certificate and key for brokers that require them.
-    tls_insecure : bool
-        Skip the broker host name check (only for test set-ups). Default False.
-    scores_qos : int
-        MQTT QoS of a scoring leaf's documents on ``<prefix>/<path>/scores`` (not retained):
-        0 by default, since they are a live telemetry stream whose counts are also in the
-        retained status document, and a lost one needs no re-send.
-    discovery_prefix : str, optional
-        Home Assistant's discovery prefix (e.g. ``"homeassistant"``): the agent then
-        publishes its node's discovery config messages (`edge_runtime.homeassistant`)
-        retained after every connection, and again whenever ``<prefix>/status`` says
-        ``online`` (Home Assistant's birth message). None (the default): no discovery.
-    """
+    {parameters}
 
-    host: str = "127.0.0.1"
-    port: int = 1883
-    keepalive_s: int = 5
-    timeout_s: float = 10.0
-    reconnect_min_s: float = 0.2
-    reconnect_max_s: float = 5.0
-    status_heartbeat_s: float = 30.0
-    status_min_interval_s: float = 2.0
-    confirm_interval_s: float = 0.5
-    wire_dtype: Literal["float32", "float64"] = "float32"
-    offload_min_cells: int = 200_000
-    max_payload_bytes: int = 4 * 1024 * 1024
-    max_queued_messages: int = 10_000
-    qos: int = 1
-    echo_timeout_s: float = 30.0
-    restore_wait_s: float = 1.0
-    persistent_session: bool = True
-    username: str | None = None
-    password: str | None = None
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    tls_insecure: bool = False
-    scores_qos: int = 0
-    discovery_prefix: str | None = None
+    Raises
+    ------
+    ValueError
+        If a value is of the wrong type or out of its bounds.
+    """
 
     @property
     def tls(self) -> bool:

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-__all__ = ["broker_url", "port", "positive_float", "positive_int"]
+from edge_runtime.declaration import KIND_NAMES, Key
+
+__all__ = ["broker_url", "declared_value", "port", "positive_float", "positive_int"]
 
 
 def broker_url(text: str) -> str:
@@ -79,3 +84,40 @@ def _int(text: str, what: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def declared_value(key: Key) -> Callable[[str], Any]:
+    """The ``type=`` of the flag that mirrors ``key`` (`Key.flag`): the option's text parsed
+    as the key's kind ("int", "float", "path" or "str"; a "bool" key is a ``store_true``
+    flag, not this) and checked against its bounds and choices, as the settings check it.
+
+    Raises
+    ------
+    ValueError
+        If the key's kind has no text form here.
+    """
+    parse: Callable[[str], Any] = {"int": int, "float": float, "path": Path, "str": str}.get(
+        key.kind, _no_text_form
+    )
+    if parse is _no_text_form:
+        raise ValueError(f"key {key.name!r} of kind {key.kind!r} has no flag value type")
+
+    def value(text: str) -> Any:
+        try:
+            parsed = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {KIND_NAMES[key.kind]}, got {text!r}"
+            ) from None
+        try:
+            key.check_value("", parsed)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {key.must_be}, got {text!r}") from None
+        return parsed
+
+    value.__name__ = key.name  # argparse names the type in some messages
+    return value
+
+
+def _no_text_form(text: str) -> Any:
+    raise ValueError(text)

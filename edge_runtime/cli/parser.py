@@ -14,15 +14,22 @@ from typing import Any, NoReturn
 
 from edge_runtime import __version__
 from edge_runtime.cli import EXIT_USAGE
-from edge_runtime.cli.argtypes import broker_url, port, positive_float, positive_int
-from edge_runtime.settings import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USERNAME
-from edge_runtime.topology import DEFAULT_PREFIX
+from edge_runtime.cli.argtypes import (
+    broker_url,
+    declared_value,
+    port,
+    positive_float,
+    positive_int,
+)
+from edge_runtime.declaration import Key
+from edge_runtime.settings import AGENT_SETTINGS_KEYS, ENV_PASSWORD, ENV_PASSWORD_FILE
+from edge_runtime.topology.keys import KEYS as TOPOLOGY_KEYS
 
-__all__ = ["build_parser"]
+__all__ = ["add_key_flag", "build_parser"]
 
 # Copies, not imports, so that ``edge-runtime agent`` does not load the replay, the monitor
-# and Home Assistant's discovery to build its parser (issue 24); tests/test_pi_budget.py pins
-# them to the originals.
+# and Home Assistant's discovery to build its parser; tests/test_pi_budget.py pins them to the
+# originals.
 DEFAULT_BATCH_SIZE = 64
 """`edge_runtime.replay.DEFAULT_BATCH_SIZE`: ``replay --batch-size``."""
 STALE_AFTER_S = 75.0
@@ -61,15 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     connection = argparse.ArgumentParser(add_help=False)
     group = connection.add_argument_group("broker security")
-    group.add_argument("--username", help=f"MQTT user name (default: ${ENV_USERNAME})")
+    flagged = {key.name: key for key in AGENT_SETTINGS_KEYS if key.flag is not None}
+    add_key_flag(group, flagged.pop("username"))
     group.add_argument(
         "--password-file",
         type=Path,
         help=f"file holding the MQTT password (default: ${ENV_PASSWORD} or ${ENV_PASSWORD_FILE})",
     )
-    group.add_argument("--ca-file", type=Path, help="CA certificate to verify the broker (TLS)")
-    group.add_argument("--cert-file", type=Path, help="client certificate (TLS)")
-    group.add_argument("--key-file", type=Path, help="client private key (TLS)")
+    for key in flagged.values():  # --ca-file, --cert-file, --key-file
+        add_key_flag(group, key)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
@@ -121,12 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(edge-runtime deploy), read from <prefix>/config",
     )
     agent.add_argument("--node", required=True, help="node id in the topology")
-    agent.add_argument(
-        "--prefix",
-        default=DEFAULT_PREFIX,
-        help="without --topology: the topic prefix of the deployed topology "
-        f"(default {DEFAULT_PREFIX!r})",
-    )
+    add_key_flag(agent, TOPOLOGY_KEYS["prefix"])
     agent.add_argument("--broker", type=broker_url, default="mqtt://127.0.0.1:1883")
     agent.add_argument(
         "--n-features",
@@ -312,6 +314,35 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dashboard_parser(sub, parents=[common, connection])
     _add_fleet_parsers(sub, parents=[common, connection])
     return parser
+
+
+def add_key_flag(parser: argparse.ArgumentParser | Any, key: Key) -> None:
+    """Add the flag that mirrors a declared setting (`Key.flag`): its value parsed and
+    checked as the declaration says (`edge_runtime.cli.argtypes.declared_value`), its
+    default the key's, its help `Key.flag_help`.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser or argument group
+        Where the flag goes.
+    key : Key
+        A key of `edge_runtime.settings.AGENT_SETTINGS_KEYS` or
+        `edge_runtime.topology.keys.TOPOLOGY_KEYS` with a ``flag``.
+
+    Raises
+    ------
+    ValueError
+        If the key declares no flag.
+    """
+    if key.flag is None:
+        raise ValueError(f"key {key.name!r} declares no command-line flag")
+    parser.add_argument(
+        key.flag,
+        dest=key.attribute,
+        type=declared_value(key),
+        default=key.default,
+        help=key.flag_help,
+    )
 
 
 def _add_homeassistant_flags(

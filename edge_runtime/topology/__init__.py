@@ -62,13 +62,15 @@ file (when there is one) and the offending node or key.
 The package, each module one concept, imports pointing down the list:
 
 - ``topics``: the topic layout ``<prefix>/<path>/<kind>``, built and parsed;
-- ``keys``: the keys of the file, their kinds, defaults and allowed values;
+- ``keys``: every key of the file declared once (`edge_runtime.topology.keys.TOPOLOGY_KEYS`:
+  kind, default, bounds, unit, roles, doc), and the key groups derived from it;
 - ``checks``: `TopologyError` and the field checks shared by parsing and construction;
 - ``node_checks`` and ``node``: one node's settings, `NodeConfig`, and their checks;
 - ``fedpower_config``: `FedPowerConfig`, the settings of a FedPower deployment;
 - ``parents``: the parent links as a tree, cycle detection, paths from the root;
 - ``tree``: `Topology`, the validated tree with its walks and topic names;
 - ``loading``: `load_topology` and `parse_topology`, TOML to `Topology`.
+- ``reference``: the key tables of ``topologies/README.md``, generated from ``keys``.
 
 A user imports `load_topology`, `parse_topology`, `Topology`, `NodeConfig` and
 `TopologyError` (``__all__``); the constants re-exported below serve the runtime's modules.

@@ -9,9 +9,11 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from edge_runtime.declaration import unknown_key_message
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.topology.keys import KIND_NAMES, KINDS
+from edge_runtime.topology.keys import KEYS
 from edge_runtime.topology.topics import RESERVED_IDS
 
 __all__ = [
@@ -84,28 +86,16 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _is_range(value: object) -> bool:
-    """Two numbers, or two non-empty arrays of numbers of one length (``valid_range``)."""
-    if not isinstance(value, list | tuple) or len(value) != 2:
-        return False
-    if all(is_number(v) for v in value):
-        return True
-    return (
-        all(isinstance(v, list | tuple) and v for v in value)
-        and len(value[0]) == len(value[1])
-        and all(is_number(x) for v in value for x in v)
-    )
-
-
-def check_kind(where: str, key: str, value: object) -> object:
-    """Check a value's TOML type against ``KINDS[key]`` and return it normalised.
+def check_kind(where: str, key: str, value: object) -> Any:
+    """Check a value's TOML type against the kind `TOPOLOGY_KEYS` declares for ``key`` and
+    return it normalised (`edge_runtime.declaration.Key.check_kind`).
 
     Parameters
     ----------
     where : str
         The place, for the message, e.g. ``"node 'pi-01'"`` or ``"[defaults]"``.
     key : str
-        A key of `edge_runtime.topology.keys.KINDS`.
+        A key of `edge_runtime.topology.keys.KEYS`.
     value : object
         The value as parsed from TOML or given to a constructor.
 
@@ -120,50 +110,13 @@ def check_kind(where: str, key: str, value: object) -> object:
     TopologyError
         ``"<where>: <key> must be <kind>, got <TOML type> <value>"``.
     """
-    kind = KINDS[key]
-    ok = (
-        (kind == "int" and isinstance(value, int) and not isinstance(value, bool))
-        or (kind == "float" and is_number(value))
-        or (kind == "bool" and isinstance(value, bool))
-        or (kind == "str" and isinstance(value, str))
-        or (
-            kind == "bounds"
-            and isinstance(value, list | tuple)
-            and len(value) == 2
-            and all(is_number(v) for v in value)
-        )
-        or (kind == "range" and _is_range(value))
-    )
-    if not ok:
-        raise TopologyError(
-            f"{where}: {key} must be {KIND_NAMES[kind]}, got {toml_type(value)} {toml_repr(value)}"
-        )
-    if kind == "float":
-        return float(value)  # type: ignore[arg-type]
-    if kind == "bounds":
-        return (float(value[0]), float(value[1]))  # type: ignore[index]
-    if kind == "range":
-        lo, hi = value  # type: ignore[misc]
-        if is_number(lo):
-            return (float(lo), float(hi))
-        return (tuple(float(x) for x in lo), tuple(float(x) for x in hi))
-    return value
+    return KEYS[key].check_kind(where, value, TopologyError)
 
 
 def check_n_features(n_features: object) -> None:
     """Raise `ValueError` unless ``n_features`` is an integer >= 1 (a reading's width)."""
     if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
         raise ValueError(f"n_features must be an integer >= 1, got {n_features!r}")
-
-
-def unknown_key_message(where: str, key: str, allowed: Iterable[str]) -> str:
-    """``"<where>: unknown key ..."`` listing ``allowed`` sorted, with the closest as a hint."""
-    import difflib  # here, on the error path: a valid topology does not load it (issue 24)
-
-    allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{where}: unknown key {key!r} (expected one of: {', '.join(allowed)}){hint}"
 
 
 def check_keys(where: str, table: Mapping[str, object], allowed: Iterable[str]) -> None:

@@ -1,4 +1,4 @@
-"""A topology deployed through the broker: devices that do not carry the tree (issue 23).
+"""A topology deployed through the broker: devices that do not carry the tree.
 
 ``edge-runtime deploy TOPOLOGY`` publishes the topology file's text, retained, on
 ``<prefix>/config`` (`edge_runtime.topology.topics.config_topic`); ``edge-runtime enroll``

@@ -8,11 +8,14 @@ leaf of such a topology runs FedPower's mechanism instead of FPCA's (`fedpower_p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Any
 
+from edge_runtime.declaration import declared
 from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fpca.privacy import MECHANISMS
-from edge_runtime.topology.checks import TopologyError, check_kind, is_number, toml_repr, toml_type
+from edge_runtime.topology.checks import TopologyError
+from edge_runtime.topology.keys import keys_where
 from edge_runtime.topology.node import NodeConfig
 
 __all__ = ["FedPowerConfig", "fedpower_private_leaf"]
@@ -45,94 +48,43 @@ def fedpower_private_leaf(node_id: str, node: NodeConfig, config: FedPowerConfig
     return replace(node, mechanism=FEDPOWER_MECHANISM, release_horizon=None)
 
 
-@dataclass(frozen=True)
+def _check_fedpower(values: dict[str, Any]) -> dict[str, Any]:
+    """The round settings checked against `FEDPOWER_KEYS`' declarations, normalised."""
+    where = "topology"
+    checked = {}
+    for key in _FIELDS:
+        checked[key.attribute] = key.check(where, values[key.attribute], TopologyError)
+    q = checked["quorum"]
+    if isinstance(q, float) and not (0.0 < q < 1.0):
+        raise TopologyError(
+            f"{where}: fedpower_quorum must be an integer >= 0 or a fraction in (0, 1), got {q}"
+        )
+    if isinstance(q, int) and q < 0:
+        raise TopologyError(f"{where}: fedpower_quorum must be >= 0, got {q}")
+    return checked
+
+
+_FIELDS = keys_where(group="fedpower")
+
+
+@declared(_FIELDS, _check_fedpower)
 class FedPowerConfig:
     """The round settings of a FedPower deployment (top-level ``fedpower_*`` keys).
 
-    Defaults are chosen for a streaming deployment of a few to a few hundred leaves and
-    measured on Motes light (topologies/README.md gives the reasons).
+    The fields are the keys of `edge_runtime.topology.keys.FEDPOWER_KEYS` without their
+    ``fedpower_`` prefix, declared there with their defaults, chosen for a streaming
+    deployment of a few to a few hundred leaves and measured on Motes light
+    (topologies/README.md gives the reasons).
 
     Parameters
     ----------
-    local_steps : int, default 4
-        ``p``: local power iterations of the first round (`edge_runtime.fedpower.Schedule`).
-    decay : {"exponential", "linear", "none"}, default "exponential"
-        How ``p`` shrinks after each round; ``"exponential"`` halves it down to 1, so the
-        estimate ends in the exact (centralised) power method, with no heterogeneity floor.
-    rounds : int, default 0
-        Rounds after which the root stops starting new ones; 0: open-ended (streaming).
-        Private leaves need it > 0: their budget covers `total_iterations` local iterations.
-    quorum : int or float, default 0
-        ``K``: replies that close a round early. An integer ``K >= 1`` (at most the number
-        of leaves), a fraction in (0, 1) of the leaves (rounded up), or 0: all leaves.
-    round_timeout_s : float, default 5
-        A round closes at the latest this long after it started, with the replies it has.
-    round_interval_s : float, default 0.1
-        Least time between the close of a round and the start of the next.
-    idle_interval_s : float, default 5
-        Time between rounds once the estimate settled (the last round moved the basis by
-        less than ``tolerance_rad`` and no participant saw new readings).
-    opt : bool, default True
-        Align the replies by Orthogonal Procrustes (OPT) before averaging.
-    tolerance_rad : float, default 1e-3
-        Largest principal angle between two consecutive global bases below which the
-        estimate counts as settled (the idle cadence above; ``edge-runtime run`` stops).
-    seed : int, default 0
-        Seed of the initial basis ``Z_0`` (a QR of a Gaussian ``(d, r)`` matrix), which
-        every leaf derives identically before the root knows ``d``.
+    {parameters}
 
     Raises
     ------
     TopologyError
-        One line naming a bad value.
+        One line naming a bad value (``"topology: fedpower_<key> must be ..."``).
     """
-
-    local_steps: int = 4
-    decay: str = "exponential"
-    rounds: int = 0
-    quorum: int | float = 0
-    round_timeout_s: float = 5.0
-    round_interval_s: float = 0.1
-    idle_interval_s: float = 5.0
-    opt: bool = True
-    tolerance_rad: float = 1e-3
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        where = "topology"
-        for key in ("local_steps", "rounds", "seed"):
-            value = check_kind(where, f"fedpower_{key}", getattr(self, key))
-            low = 1 if key == "local_steps" else 0
-            if value < low:  # type: ignore[operator]
-                raise TopologyError(f"{where}: fedpower_{key} must be >= {low}, got {value}")
-        for key in ("round_timeout_s", "round_interval_s", "idle_interval_s", "tolerance_rad"):
-            value = check_kind(where, f"fedpower_{key}", getattr(self, key))
-            positive = key == "round_timeout_s"
-            if not math.isfinite(value) or value < 0 or (positive and value == 0):  # type: ignore[arg-type]
-                bound = "> 0" if positive else ">= 0"
-                raise TopologyError(
-                    f"{where}: fedpower_{key} must be a finite number {bound}, got {value}"
-                )
-            object.__setattr__(self, key, value)
-        check_kind(where, "fedpower_opt", self.opt)
-        check_kind(where, "fedpower_decay", self.decay)
-        if self.decay not in ("exponential", "linear", "none"):
-            raise TopologyError(
-                f"{where}: fedpower_decay must be 'exponential', 'linear' or 'none', "
-                f"got {self.decay!r}"
-            )
-        q = self.quorum
-        if isinstance(q, bool) or not is_number(q):
-            raise TopologyError(
-                f"{where}: fedpower_quorum must be an integer >= 0 or a fraction in (0, 1), "
-                f"got {toml_type(q)} {toml_repr(q)}"
-            )
-        if isinstance(q, float) and not (0.0 < q < 1.0):
-            raise TopologyError(
-                f"{where}: fedpower_quorum must be an integer >= 0 or a fraction in (0, 1), got {q}"
-            )
-        if isinstance(q, int) and q < 0:
-            raise TopologyError(f"{where}: fedpower_quorum must be >= 0, got {q}")
 
     @property
     def total_iterations(self) -> int | None:
@@ -140,7 +92,7 @@ class FedPowerConfig:
         covers), or None when the schedule is open-ended (``rounds = 0``)."""
         if self.rounds == 0:
             return None
-        # here: an FPCA topology (no FedPower section) does not load the schedule (issue 24)
+        # here: an FPCA topology (no FedPower section) does not load the schedule
         from edge_runtime.fedpower.schedule import Schedule
 
         decay = None if self.decay == "none" else self.decay

@@ -43,6 +43,7 @@ from edge_runtime.topology.keys import (
     SENSOR_KEYS,
     SPLITS,
     TOP_LEVEL_KEYS,
+    keys_where,
 )
 from edge_runtime.topology.node import NodeConfig
 from edge_runtime.topology.parents import check_tree
@@ -50,6 +51,9 @@ from edge_runtime.topology.topics import default_sensor_topic
 from edge_runtime.topology.tree import Topology
 
 __all__ = ["load_topology", "parse_topology"]
+
+_NODE_ONLY: frozenset[str] = frozenset(k.name for k in keys_where(scope="node"))
+"""Keys of one ``[[nodes]]`` table only: never in ``[defaults]`` nor ``[nodes.admit]``."""
 
 _TOML_POSITION = re.compile(r"^(?P<msg>.*) \(at line (?P<line>\d+), column (?P<col>\d+)\)$")
 _TOML_AT_END = re.compile(r"^(?P<msg>.*) \(at end of document\)$")
@@ -263,7 +267,7 @@ def _admit_table(node_id: str, table: object) -> dict[str, Any]:
             f"node {node_id!r}: admit must be a table ([nodes.admit]), got {toml_type(table)}"
         )
     for key in table:
-        if key in ("id", "parent", "sensor_topic", "source", "noise_seed", "open"):
+        if key in _NODE_ONLY:
             raise TopologyError(
                 f"{where}: {key} cannot be set for the leaves an aggregator admits (each "
                 "device has its own)"
@@ -314,7 +318,7 @@ def _table(document: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 def _check_defaults_keys(defaults: Mapping[str, Any]) -> None:
     for key in defaults:
-        if key in ("id", "parent", "sensor_topic", "open", "admit"):
+        if key in _NODE_ONLY and key not in ("source", "noise_seed"):
             raise TopologyError(f"[defaults]: {key} cannot have a default; set it on each node")
         if key == "source":
             raise TopologyError(

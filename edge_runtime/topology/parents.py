@@ -41,7 +41,7 @@ def check_tree(parents: Mapping[str, str | None], open_nodes: Collection[str] = 
         raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
     for node_id, parent in parents.items():
         if parent is not None and parent not in parents:
-            import difflib  # here, on the error path: a valid tree does not load it (issue 24)
+            import difflib  # here, on the error path: a valid tree does not load it
 
             close = difflib.get_close_matches(parent, list(parents), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -1,4 +1,4 @@
-"""Secure-aggregation sites of a topology (issue 26): their rules, and their defaults filled in.
+"""Secure-aggregation sites of a topology: their rules, and their defaults filled in.
 
 A *site* is an aggregator whose children include leaves of mechanism ``"gaussian-secagg"``
 (`SECAGG_MECHANISM`): those ``n`` leaves send their releases masked to it, and it learns only

@@ -18,7 +18,7 @@ kind                payload                                                     
 ``round``           FedPower's round message, under the root's path              yes
 ==================  ==========================================================  ===========
 
-Secure aggregation (issue 26, `edge_runtime.wire.secagg`): a leaf of mechanism
+Secure aggregation (`edge_runtime.wire.secagg`): a leaf of mechanism
 ``"gaussian-secagg"`` and its parent, the aggregator that sums the site, exchange one slot's
 messages under their own paths, all QoS 1, the slot in the payload only (one topic per kind
 and node keeps subscriptions and ACLs static):
@@ -39,7 +39,7 @@ kind                      payload              publisher    retained / readers
 The aggregator subscribes to ``<prefix>/<path>/+/secagg/+`` (`secagg_children_filter`); a
 leaf to its parent's ``roster``, ``unmask``, ``outcome`` and ``delivery/<its id>``.
 
-Besides the nodes' topics, the operator's configuration (issue 23): the deployed topology
+Besides the nodes' topics, the operator's configuration: the deployed topology
 file's text on ``<prefix>/config`` (`config_topic`, retained, QoS 1, written by ``edge-runtime
 deploy``) and one JSON entry per enrolled device on ``<prefix>/config/nodes/<id>``
 (`config_node_topic`, retained, written by ``edge-runtime enroll``). Only the operator writes

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
+from edge_runtime.declaration import validated
 from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.topology import topics
 from edge_runtime.topology.checks import (
@@ -45,6 +48,115 @@ from edge_runtime.topology.topics import default_sensor_topic
 __all__ = ["Topology"]
 
 
+def _check_topology(values: dict[str, Any]) -> dict[str, Any]:
+    """Check a topology's fields (`Topology`'s Raises) and return them normalised: the nodes
+    (FedPower's private leaves and the secure-aggregation sites' defaults filled in) and the
+    admit settings as read-only mappings, ``source_path`` a `Path`."""
+    name, prefix, root = values["name"], values["prefix"], values["root"]
+    dataset, split = values["dataset"], values["split"]
+    algorithm, fedpower = values["algorithm"], values["fedpower"]
+    if not isinstance(name, str) or name == "":
+        raise TopologyError(f"name must be a non-empty string, got {name!r}")
+    check_kind("topology", "prefix", prefix)
+    problem = prefix_problem(prefix)
+    if problem is not None:
+        raise TopologyError(f"prefix {prefix!r} is not a valid topic prefix: it {problem}")
+    if split not in SPLITS:
+        raise TopologyError(
+            f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}"
+        )
+    if algorithm not in ALGORITHMS:
+        raise TopologyError(
+            f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+            f"got {algorithm!r}"
+        )
+    if not isinstance(fedpower, FedPowerConfig):
+        raise TopologyError(f"fedpower must be a FedPowerConfig, got {fedpower!r}")
+    if dataset is not None and (not isinstance(dataset, str) or not dataset):
+        raise TopologyError(f"dataset must be a non-empty string, got {dataset!r}")
+    nodes = dict(values["nodes"])
+    for key, node in nodes.items():
+        if not isinstance(node, NodeConfig) or node.id != key:
+            raise TopologyError(f"nodes[{key!r}] must be a NodeConfig with id {key!r}")
+    parents = {node_id: node.parent for node_id, node in nodes.items()}
+    open_nodes = {node_id for node_id, node in nodes.items() if node.open}
+    found = check_tree(parents, open_nodes)
+    if found != root:
+        raise TopologyError(f"root is {root!r}, but the node without a parent is {found!r}")
+    children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+    for node_id, parent in parents.items():
+        if parent is not None:
+            children[parent].append(node_id)
+    aggregators = frozenset(n for n in nodes if children[n] or n in open_nodes)
+    for node_id, node in nodes.items():
+        if node_id in aggregators and node.sensor_topic is not None:
+            raise TopologyError(aggregator_sensor_topic_message(node_id, node.sensor_topic))
+        if node_id not in aggregators and node.sensor_topic is None:
+            raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
+        if node_id in aggregators and node.source is not None:
+            raise TopologyError(aggregator_source_message(node_id))
+        if node_id in aggregators:
+            for key in PRIVACY_KEYS:
+                if getattr(node, key) is not None:
+                    raise TopologyError(aggregator_privacy_message(node_id, key))
+            for key in SENSOR_KEYS:
+                if getattr(node, key) != BUILTIN_DEFAULTS[key]:
+                    raise TopologyError(aggregator_sensor_message(node_id, key))
+    n_leaves = sum(1 for node_id in nodes if node_id not in aggregators)
+    for node_id, node in nodes.items():
+        if node.score != "off" and (node_id in aggregators or algorithm != "fpca"):
+            what = "an aggregator" if node_id in aggregators else f"a {algorithm} leaf"
+            raise TopologyError(
+                f"node {node_id!r}: score = {node.score!r} is not supported on {what} "
+                "(FPCA leaves only)"
+            )
+    if algorithm != "fedpower":
+        for node_id, node in nodes.items():
+            if node.mechanism == FEDPOWER_MECHANISM:
+                raise TopologyError(
+                    f"leaf {node_id!r}: mechanism {FEDPOWER_MECHANISM!r} needs "
+                    'algorithm = "fedpower"'
+                )
+    if algorithm == "fedpower" and open_nodes:
+        raise TopologyError(
+            f'node {sorted(open_nodes)[0]!r}: open = true needs algorithm = "fpca" '
+            "(FedPower's rounds run over the leaves the topology declares)"
+        )
+    if algorithm == "fedpower":
+        for node_id, node in nodes.items():
+            if node.epsilon is not None:
+                nodes[node_id] = fedpower_private_leaf(node_id, node, fedpower)
+        q = fedpower.quorum
+        if isinstance(q, int) and q > n_leaves:
+            raise TopologyError(
+                f"topology: fedpower_quorum {q} exceeds the number of leaves {n_leaves}"
+            )
+    seeds: dict[int, str] = {}
+    for node_id, node in nodes.items():
+        if node.noise_seed is None:
+            continue
+        if node.noise_seed in seeds:
+            raise TopologyError(
+                f"nodes {seeds[node.noise_seed]!r} and {node_id!r} share noise_seed "
+                f"{node.noise_seed}: their noise would cancel in the difference of their "
+                "snapshots; give each leaf its own seed"
+            )
+        seeds[node.noise_seed] = node_id
+    check_secagg(nodes, children, aggregators)
+    admit = {
+        node_id: MappingProxyType(_check_admit(nodes, node_id, settings))
+        for node_id, settings in dict(values["admit"]).items()
+    }
+    source_path = values["source_path"]
+    return {
+        **values,
+        "nodes": MappingProxyType(nodes),
+        "admit": MappingProxyType(admit),
+        "source_path": None if source_path is None else Path(source_path),
+    }
+
+
+@validated(_check_topology)
 @dataclass(frozen=True)
 class Topology:
     """A validated aggregation tree with its topic names and dataset split.
@@ -105,113 +217,25 @@ class Topology:
     algorithm: str = "fpca"
     fedpower: FedPowerConfig = field(default_factory=FedPowerConfig)
     admit: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    _children: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
-    _aggregators: frozenset[str] = field(init=False, repr=False, compare=False)
-    _paths: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or self.name == "":
-            raise TopologyError(f"name must be a non-empty string, got {self.name!r}")
-        check_kind("topology", "prefix", self.prefix)
-        problem = prefix_problem(self.prefix)
-        if problem is not None:
-            raise TopologyError(f"prefix {self.prefix!r} is not a valid topic prefix: it {problem}")
-        if self.split not in SPLITS:
-            raise TopologyError(
-                f"split must be one of {', '.join(map(repr, SPLITS))}, got {self.split!r}"
-            )
-        if self.algorithm not in ALGORITHMS:
-            raise TopologyError(
-                f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
-                f"got {self.algorithm!r}"
-            )
-        if not isinstance(self.fedpower, FedPowerConfig):
-            raise TopologyError(f"fedpower must be a FedPowerConfig, got {self.fedpower!r}")
-        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
-            raise TopologyError(f"dataset must be a non-empty string, got {self.dataset!r}")
-        nodes = dict(self.nodes)
-        for key, node in nodes.items():
-            if not isinstance(node, NodeConfig) or node.id != key:
-                raise TopologyError(f"nodes[{key!r}] must be a NodeConfig with id {key!r}")
-        parents = {node_id: node.parent for node_id, node in nodes.items()}
-        open_nodes = {node_id for node_id, node in nodes.items() if node.open}
-        root = check_tree(parents, open_nodes)
-        if root != self.root:
-            raise TopologyError(f"root is {self.root!r}, but the node without a parent is {root!r}")
-        children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
-        for node_id, parent in parents.items():
-            if parent is not None:
-                children[parent].append(node_id)
-        aggregators = frozenset(n for n in nodes if children[n] or n in open_nodes)
-        for node_id, node in nodes.items():
-            if node_id in aggregators and node.sensor_topic is not None:
-                raise TopologyError(aggregator_sensor_topic_message(node_id, node.sensor_topic))
-            if node_id not in aggregators and node.sensor_topic is None:
-                raise TopologyError(f"leaf {node_id!r} has no sensor_topic")
-            if node_id in aggregators and node.source is not None:
-                raise TopologyError(aggregator_source_message(node_id))
-            if node_id in aggregators:
-                for key in PRIVACY_KEYS:
-                    if getattr(node, key) is not None:
-                        raise TopologyError(aggregator_privacy_message(node_id, key))
-                for key in SENSOR_KEYS:
-                    if getattr(node, key) != BUILTIN_DEFAULTS[key]:
-                        raise TopologyError(aggregator_sensor_message(node_id, key))
-        n_leaves = sum(1 for node_id in nodes if node_id not in aggregators)
-        for node_id, node in nodes.items():
-            if node.score != "off" and (node_id in aggregators or self.algorithm != "fpca"):
-                what = "an aggregator" if node_id in aggregators else f"a {self.algorithm} leaf"
-                raise TopologyError(
-                    f"node {node_id!r}: score = {node.score!r} is not supported on {what} "
-                    "(FPCA leaves only)"
-                )
-        if self.algorithm != "fedpower":
-            for node_id, node in nodes.items():
-                if node.mechanism == FEDPOWER_MECHANISM:
-                    raise TopologyError(
-                        f"leaf {node_id!r}: mechanism {FEDPOWER_MECHANISM!r} needs "
-                        'algorithm = "fedpower"'
-                    )
-        if self.algorithm == "fedpower" and open_nodes:
-            raise TopologyError(
-                f'node {sorted(open_nodes)[0]!r}: open = true needs algorithm = "fpca" '
-                "(FedPower's rounds run over the leaves the topology declares)"
-            )
-        if self.algorithm == "fedpower":
-            for node_id, node in nodes.items():
-                if node.epsilon is not None:
-                    nodes[node_id] = fedpower_private_leaf(node_id, node, self.fedpower)
-            q = self.fedpower.quorum
-            if isinstance(q, int) and q > n_leaves:
-                raise TopologyError(
-                    f"topology: fedpower_quorum {q} exceeds the number of leaves {n_leaves}"
-                )
-        seeds: dict[int, str] = {}
-        for node_id, node in nodes.items():
-            if node.noise_seed is None:
-                continue
-            if node.noise_seed in seeds:
-                raise TopologyError(
-                    f"nodes {seeds[node.noise_seed]!r} and {node_id!r} share noise_seed "
-                    f"{node.noise_seed}: their noise would cancel in the difference of their "
-                    "snapshots; give each leaf its own seed"
-                )
-            seeds[node.noise_seed] = node_id
-        check_secagg(nodes, children, aggregators)
-        paths = root_paths(parents)
-        admit = {
-            node_id: MappingProxyType(self._check_admit(nodes, node_id, settings))
-            for node_id, settings in dict(self.admit).items()
-        }
-        object.__setattr__(self, "admit", MappingProxyType(admit))
-        object.__setattr__(self, "_aggregators", aggregators)
-        object.__setattr__(self, "nodes", MappingProxyType(nodes))
-        object.__setattr__(
-            self, "_children", MappingProxyType({k: tuple(v) for k, v in children.items()})
-        )
-        object.__setattr__(self, "_paths", MappingProxyType(paths))
-        if self.source_path is not None:
-            object.__setattr__(self, "source_path", Path(self.source_path))
+    @cached_property
+    def _children(self) -> Mapping[str, tuple[str, ...]]:
+        """Each node's children, in file order (derived from the nodes once)."""
+        children: dict[str, list[str]] = {node_id: [] for node_id in self.nodes}
+        for node_id, node in self.nodes.items():
+            if node.parent is not None:
+                children[node.parent].append(node_id)
+        return MappingProxyType({k: tuple(v) for k, v in children.items()})
+
+    @cached_property
+    def _aggregators(self) -> frozenset[str]:
+        """The nodes with children or open."""
+        return frozenset(n for n, kids in self._children.items() if kids or self.nodes[n].open)
+
+    @cached_property
+    def _paths(self) -> Mapping[str, str]:
+        """Each node's chain of ids from the root (`root_paths`)."""
+        return MappingProxyType(root_paths({n: node.parent for n, node in self.nodes.items()}))
 
     def __hash__(self) -> int:
         return hash(
@@ -228,27 +252,6 @@ class Topology:
                 tuple((k, tuple(v.items())) for k, v in self.admit.items()),
             )
         )
-
-    @staticmethod
-    def _check_admit(
-        nodes: Mapping[str, NodeConfig], node_id: str, settings: Mapping[str, object]
-    ) -> dict[str, object]:
-        """``settings`` of the leaves open aggregator ``node_id`` admits, checked as a
-        leaf's and normalised (`NodeConfig`), in their given order."""
-        where = f"[nodes.admit] of node {node_id!r}"
-        if node_id not in nodes or not nodes[node_id].open:
-            raise TopologyError(
-                f"{where}: admit settings need an open aggregator (open = true on node {node_id!r})"
-            )
-        for key in settings:
-            if key not in ADMIT_KEYS:
-                raise TopologyError(unknown_key_message(where, key, ADMIT_KEYS))
-        try:
-            leaf = _admitted(nodes[node_id], node_id, settings)
-        except TopologyError as exc:
-            problem = str(exc).removeprefix(f"node {node_id!r}: ")
-            raise TopologyError(f"{where}: {problem}") from None
-        return {key: getattr(leaf, key) for key in settings}
 
     # -- tree -------------------------------------------------------------------------------
 
@@ -483,7 +486,7 @@ class Topology:
         """
         return topics.children_filter(self.prefix, self.path(node_id))
 
-    # -- secure aggregation (issue 26; `edge_runtime.topology.secagg`) ----------------------
+    # -- secure aggregation (`edge_runtime.topology.secagg`) --------------------------------
 
     def secagg_leaves(self, node_id: str) -> list[str]:
         """The children of ``node_id`` of mechanism ``"gaussian-secagg"``, in file order:
@@ -550,7 +553,7 @@ class Topology:
         """
         if self.dataset is None:
             return None
-        # here: an agent needs no data (issue 24: a leaf's import time and RSS)
+        # here: an agent needs no data (a leaf's import time and RSS)
         from edge_runtime.datasets import BUILTIN_DATASETS, builtin_dataset_path
 
         if self.dataset in BUILTIN_DATASETS:
@@ -573,3 +576,24 @@ def _admitted(parent: NodeConfig, node_id: str, settings: Mapping[str, object]) 
         sensor_topic=default_sensor_topic(node_id),
         **given,  # type: ignore[arg-type]
     )
+
+
+def _check_admit(
+    nodes: Mapping[str, NodeConfig], node_id: str, settings: Mapping[str, object]
+) -> dict[str, object]:
+    """``settings`` of the leaves open aggregator ``node_id`` admits, checked as a
+    leaf's and normalised (`NodeConfig`), in their given order."""
+    where = f"[nodes.admit] of node {node_id!r}"
+    if node_id not in nodes or not nodes[node_id].open:
+        raise TopologyError(
+            f"{where}: admit settings need an open aggregator (open = true on node {node_id!r})"
+        )
+    for key in settings:
+        if key not in ADMIT_KEYS:
+            raise TopologyError(unknown_key_message(where, key, ADMIT_KEYS))
+    try:
+        leaf = _admitted(nodes[node_id], node_id, settings)
+    except TopologyError as exc:
+        problem = str(exc).removeprefix(f"node {node_id!r}: ")
+        raise TopologyError(f"{where}: {problem}") from None
+    return {key: getattr(leaf, key) for key in settings}
