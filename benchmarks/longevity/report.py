@@ -13,7 +13,6 @@ import numpy as np
 from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
 from benchmarks.longevity.stats import DayStats
 from benchmarks.reporting import Check, checks_table, figure, save_figure
-from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
 
 
 def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
@@ -77,9 +76,33 @@ def _flat(days: list[DayStats], attr: str) -> str:
     return f"{lo / 1e6:.3f}-{hi / 1e6:.3f} MB"
 
 
+def render(out: Path) -> None:
+    """Rewrite ``out/longevity/LONGEVITY.md``, ``longevity.png`` and ``LONGEVITY-DAYS.md`` from
+    the ``longevity.json`` and ``longevity-days.json`` stored there, measuring nothing."""
+    folder = out / "longevity"
+    fields = set(DayStats.__dataclass_fields__)
+
+    def revive(days: list[dict]) -> list[DayStats]:
+        return [
+            DayStats(**{k: (math.nan if v is None else v) for k, v in d.items() if k in fields})
+            for d in days
+        ]
+
+    results = json.loads((folder / "longevity.json").read_text())
+    results["_days"] = {name: revive(days) for name, days in results["days"].items()}
+    _write_markdown(results, folder)
+    days = json.loads((folder / "longevity-days.json").read_text())
+    text = "\n".join(_day_table(days["run"], revive(days["days"])))
+    (folder / "LONGEVITY-DAYS.md").write_text(text)
+
+
 def write_report(results: dict[str, object], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "longevity.json").write_text(json.dumps(results, indent=1, default=str))
+    return _write_markdown(results, out)
+
+
+def _write_markdown(results: dict[str, object], out: Path) -> Path:
     runs: dict[str, list[DayStats]] = results["_days"]  # type: ignore[assignment]
     sweep: list[dict[str, float]] = results["sweep"]  # type: ignore[assignment]
     meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
@@ -133,8 +156,8 @@ def write_report(results: dict[str, object], out: Path) -> Path:
                 "### A sensor that pauses between messages (default settings)",
                 "",
                 "One message of 64 readings every *gap* seconds, default "
-                f"`checkpoint_interval_s` {CHECKPOINT_INTERVAL_S:g} s and "
-                f"`IDLE_CHECKPOINT_GAP_S` {IDLE_CHECKPOINT_GAP_S:g} s: every pause longer "
+                f"`checkpoint_interval_s` {meta['checkpoint_interval_s_default']:g} s and "
+                f"`IDLE_CHECKPOINT_GAP_S` {meta['idle_checkpoint_gap_s']:g} s: every pause longer "
                 "than the leaf's idle time is a checkpoint, at most one per "
                 "`IDLE_CHECKPOINT_GAP_S`.",
                 "",

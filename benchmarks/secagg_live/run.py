@@ -366,6 +366,11 @@ def _write(out: Path, results: Sequence[RunResult], meta: dict[str, object]) -> 
     )
 
 
+def render(out: Path) -> str:
+    """Rewrite ``out/secagg_live.md`` and ``.png`` from ``out/secagg_live.json``; the Markdown."""
+    return _render(out, *_load(out / "secagg_live.json"))
+
+
 def _render(out: Path, results: Sequence[RunResult], meta: dict[str, object]) -> str:
     text = markdown(
         results,
@@ -472,8 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("error")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
-        results, meta = _load(args.out / "secagg_live.json")
-        sys.stdout.write(_render(args.out, results, meta))
+        sys.stdout.write(render(args.out))
         return 0
     seeds = 2 if args.quick else args.seeds
     if seeds < 1 or args.slot_s <= 0:

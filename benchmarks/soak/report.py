@@ -6,9 +6,20 @@ import json
 from pathlib import Path
 
 
+def render(out: Path) -> None:
+    """Rewrite ``out/longevity/SOAK.md`` from the ``soak.json`` stored there (its ``argv``:
+    the command's arguments), measuring nothing."""
+    result = json.loads((out / "longevity" / "soak.json").read_text())
+    _write_markdown(result, out / "longevity", result["argv"])
+
+
 def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(result, indent=1))
+    (out / "soak.json").write_text(json.dumps({**result, "argv": argv}, indent=1))
+    return _write_markdown(result, out, argv)
+
+
+def _write_markdown(result: dict[str, object], out: Path, argv: list[str]) -> Path:
     procs: list[dict] = result["processes"]  # type: ignore[assignment]
     md = [
         "# Soak: processes under faults, RSS and open files (issue 21, item 6)",
