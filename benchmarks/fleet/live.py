@@ -38,13 +38,13 @@ import aiomqtt
 import numpy as np
 
 from benchmarks.fleet.inputs import write_fleet_inputs
-from benchmarks.fleet.processes import (
+from benchmarks.fleet.scaling import MOTES_TOPOLOGY, FleetSizes
+from benchmarks.processes import (
     ProcessSample,
     edge_runtime_command,
     sample_process,
     stop_processes,
 )
-from benchmarks.fleet.scaling import MOTES_TOPOLOGY, FleetSizes
 from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset

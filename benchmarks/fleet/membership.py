@@ -41,7 +41,7 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 
-from benchmarks.fleet.processes import edge_runtime_command, stop_processes
+from benchmarks.processes import edge_runtime_command, stop_processes
 from benchmarks.reporting import Check, checks_table
 from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
 from edge_runtime.broker import LocalMosquitto

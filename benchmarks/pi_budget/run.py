@@ -22,6 +22,7 @@ from pathlib import Path
 
 import aiomqtt
 import numpy as np
+import psutil
 
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.wire import encode_readings
@@ -54,7 +55,6 @@ short (100 s), slow enough that the leaf keeps up. At 2000 single readings/s it 
 behind, and the backlog in aiomqtt's queue (up to ``max_queued_messages``) left 3-9 MB of
 Python's memory pools behind once drained: a high-water mark, not growth per reading."""
 N_LONG = 100_000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 ARCHES = ("aarch64", "armhf")
 """The emulated columns, in order (`benchmarks.pi_budget.emulated`)."""
@@ -68,16 +68,14 @@ BUDGETS = {
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    """Resident set of ``pid`` now, MB (2^20 bytes)."""
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 def cpu_s(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+    """User plus system CPU seconds of ``pid`` so far."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 @dataclass(frozen=True)
@@ -385,10 +383,7 @@ def rss_start_plain(broker: LocalMosquitto, python: Python) -> float:
 
 
 def threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    raise RuntimeError("no Threads")
+    return psutil.Process(pid).num_threads()
 
 
 def measure(quick: bool = False, lean: bool = True, start_only: bool = False) -> dict:

@@ -22,11 +22,11 @@ pytest.importorskip("matplotlib")
 
 from benchmarks.fleet import live, report_section, scaling
 from benchmarks.fleet.dtype import measure_dtypes
-from benchmarks.fleet.processes import _descendants, run_command
+from benchmarks.processes import descendants, run_command
 from benchmarks.run import QUICK, expand_names, main, run_suite
 
 TINY = dataclasses.replace(QUICK, name="tiny", fleet=scaling.TINY)
-MINIMAL = Path(__file__).resolve().parents[1] / "topologies" / "minimal.toml"
+MINIMAL = Path(__file__).resolve().parents[2] / "topologies" / "minimal.toml"
 
 
 _CHILDREN_BEFORE: set[tuple[int, str]] = set()
@@ -37,11 +37,11 @@ def _children_before() -> None:
     """Processes the test session already runs (e.g. a session-wide Mosquitto) are not
     the benchmark's: only processes started during the test count as left behind."""
     _CHILDREN_BEFORE.clear()
-    _CHILDREN_BEFORE.update(_descendants(os.getpid()))
+    _CHILDREN_BEFORE.update(descendants(os.getpid()))
 
 
 def _no_children_left() -> bool:
-    return not set(_descendants(os.getpid())) - _CHILDREN_BEFORE
+    return not set(descendants(os.getpid())) - _CHILDREN_BEFORE
 
 
 @pytest.mark.mqtt

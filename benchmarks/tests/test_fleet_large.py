@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks.fleet import report_section, scaling
-from benchmarks.fleet.processes import CommandResult, log_events_of
+from benchmarks.processes import CommandResult, log_events_of
 from benchmarks.results import _revive
 from benchmarks.run import _jsonable
 
