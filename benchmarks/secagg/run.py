@@ -25,6 +25,7 @@ from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
 from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.reporting import figure, plain_log_axis, save_figure
+from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st
 from edge_runtime.fpca.continual import continual_multiplier
 from edge_runtime.fpca.gaussian_mechanism import analytic_gaussian_sigma
@@ -34,6 +35,8 @@ from edge_runtime.secagg.accounting import site_epsilon
 __all__ = ["METHODS", "PRECISION", "SCALES", "Precision", "Row", "main", "precision", "run"]
 
 EPSILON, DELTA, RANK = 1.0, 1e-5, 10
+#: The stored results (`benchmarks.schema`) next to ``secagg.md``.
+RESULT_FILE = "secagg.json"
 #: The scale of the main table: integer units per unit-ball Gram unit.
 SCALE = 2.0**16
 #: The scales of the scale table (one release, t = 4).
@@ -369,10 +372,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     main_rows, today, scales = run(args.seeds)
     checks = precision(args.precision_seeds, args.seeds) if args.precision_seeds else []
-    seconds = time.perf_counter() - start
-    text = markdown(main_rows, today, scales, args.seeds, seconds, checks)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "secagg.md").write_text(text, encoding="utf-8")
-    plot(main_rows, today, scales, args.out / "secagg.png")
-    sys.stdout.write(text)
+    write_result(
+        args.out / RESULT_FILE,
+        "secagg",
+        {"seeds": args.seeds, "precision_seeds": args.precision_seeds},
+        {"main": main_rows, "today": today, "scales": scales, "precision": checks},
+        {r.label: r.error.median for r in [*main_rows, *today]},
+        {**environment(), "wall_s": time.perf_counter() - start},
+    )
+    sys.stdout.write(render(args.out))
     return 0
+
+
+def render(out: Path) -> str:
+    """Rewrite ``out/secagg.md`` and ``out/secagg.png`` from ``out/secagg.json``, measuring
+    nothing; returns the Markdown."""
+    doc = read_result(out / RESULT_FILE, "secagg")
+    kinds = {"main": Row, "today": Row, "scales": Row, "precision": Precision}
+    rows = {k: revive(list[kinds[k]], v) for k, v in doc["rows"].items()}
+    main_rows, today, scales = rows["main"], rows["today"], rows["scales"]
+    seeds, seconds = doc["parameters"]["seeds"], doc["environment"]["wall_s"]
+    text = markdown(main_rows, today, scales, seeds, seconds, rows["precision"])
+    (out / "secagg.md").write_text(text, encoding="utf-8")
+    plot(main_rows, today, scales, out / "secagg.png")
+    return text

@@ -1,0 +1,150 @@
+"""The one result schema of the harness: what a benchmark stores so that its report can be
+rendered again without measuring.
+
+A result file is JSON with five keys::
+
+    {"name": "secagg",                         # the benchmark's name in `registry.BENCHMARKS`
+     "parameters": {"seeds": 20, ...},         # what the command was asked to do
+     "rows": {"main": [{...}, ...], ...},      # every measured row, by table
+     "medians": {"<row label>": 2.38, ...},    # the headline numbers, for scripts
+     "environment": {"python": "3.11.2", ...}} # where and when it ran (`environment`)
+
+Rows are dataclasses when measured and plain JSON objects when stored (`to_json`); `revive`
+turns an object back into the dataclass it came from, so a renderer reads stored rows exactly
+as it reads fresh ones. NaN and infinities are stored as null (JSON has neither) and revived as
+NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import os
+import platform
+import subprocess
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["KEYS", "environment", "read_result", "revive", "to_json", "write_result"]
+
+#: The keys of every result file, in order.
+KEYS = ("name", "parameters", "rows", "medians", "environment")
+
+T = TypeVar("T")
+
+
+def to_json(obj: Any) -> Any:
+    """``obj`` as JSON values: dataclasses as objects of their fields, tuples as lists, numpy
+    scalars as numbers, non-finite floats as None."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_json(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, str):  # numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def revive(kind: Any, value: Any) -> Any:
+    """``value`` (as `to_json` stored it) as an instance of the type ``kind``: dataclasses
+    field by field from their annotations, lists and tuples item by item, None in a float
+    field as NaN.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` lacks a field of the dataclass or has one it does not declare.
+    """
+    origin = typing.get_origin(kind)
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{k: revive(hints[k], v) for k, v in value.items()})
+    if origin in (list, tuple) and value is not None:
+        args = typing.get_args(kind)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return tuple(revive(a, v) for a, v in zip(args, value, strict=True))
+        return origin(revive(args[0] if args else Any, v) for v in value)
+    if origin is dict and value is not None:
+        _, item = typing.get_args(kind) or (str, Any)
+        return {k: revive(item, v) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(kind)
+        if value is None:
+            return None if type(None) in args else math.nan
+        options = [a for a in args if a is not type(None)]
+        return revive(options[0], value) if len(options) == 1 else value
+    if kind is float:
+        return math.nan if value is None else float(value)
+    return value
+
+
+def environment() -> dict[str, str]:
+    """Where and when a benchmark ran: UTC time, Python, machine, CPUs, load and the
+    repository's commit (with ``+`` when ``edge_runtime/`` has uncommitted changes)."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--", "edge_runtime"):
+        commit += "+"
+    return {
+        "time": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": str(os.cpu_count()),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "commit": commit,
+    }
+
+
+def write_result(
+    path: Path,
+    name: str,
+    parameters: Mapping[str, Any],
+    rows: Mapping[str, Any],
+    medians: Mapping[str, float],
+    env: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write one result file (`KEYS`) to ``path`` (folders created) and return its content;
+    ``env`` defaults to `environment` now (a benchmark adds e.g. its wall time ``wall_s``)."""
+    doc = {
+        "name": name,
+        "parameters": to_json(parameters),
+        "rows": to_json(rows),
+        "medians": to_json(medians),
+        "environment": to_json(environment() if env is None else env),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return doc
+
+
+def read_result(path: Path, name: str | None = None) -> dict[str, Any]:
+    """The result file at ``path``.
+
+    Raises
+    ------
+    ValueError
+        If it lacks a key of `KEYS`, or is the result of another benchmark than ``name``.
+    """
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    missing = [k for k in KEYS if k not in doc]
+    if missing:
+        raise ValueError(f"{path} is not a result file: no {', '.join(missing)}")
+    if name is not None and doc["name"] != name:
+        raise ValueError(f"{path} holds the results of {doc['name']!r}, not of {name!r}")
+    return doc
