@@ -8,15 +8,11 @@ back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--re
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from benchmarks.accuracy import Trajectory
 from benchmarks.anomaly.section import AnomalyBenchResults
@@ -26,6 +22,7 @@ from benchmarks.fleet.live import AgentCostResult, LatencyResult
 from benchmarks.fleet.scaling import MotesResult, SweepResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import section as privacy_section
+from benchmarks.schema import revive
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
@@ -108,36 +105,6 @@ def clear_results(res: Results, names: Sequence[str]) -> None:
         res.seconds.pop(name, None)
 
 
-def _revive(tp: Any, value: Any) -> Any:
-    """``value`` parsed from JSON, converted to the annotated type ``tp``."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in args if a is not type(None)]
-        return _revive(kinds[0], value) if len(kinds) == 1 else value
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = typing.get_type_hints(tp)
-        kwargs = {
-            f.name: _revive(hints[f.name], value[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in value
-        }
-        return tp(**kwargs)
-    if origin is list:
-        return [_revive(args[0], v) for v in value]
-    if origin is tuple:
-        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
-        return tuple(_revive(a, v) for a, v in zip(items, value, strict=True))
-    if origin is dict:
-        return {_revive(args[0], k): _revive(args[1], v) for k, v in value.items()}
-    if tp is float:
-        return float(value)  # also "nan", "inf" written by benchmarks.run
-    if tp is int:
-        return int(value)
-    return value
-
-
 def load_results(path: Path) -> Results:
     """Read a ``results.json`` written by ``benchmarks.run`` back into `Results`.
 
@@ -152,4 +119,4 @@ def load_results(path: Path) -> Results:
         raise ValueError(f"cannot read benchmark results {path}: {exc}") from None
     if not isinstance(data, dict) or "mode" not in data:
         raise ValueError(f"{path} is not a benchmarks.run results file")
-    return _revive(Results, data)
+    return revive(Results, data)

@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -44,6 +43,7 @@ from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
+from benchmarks.schema import to_json
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -375,7 +375,8 @@ def run_suite(
     res.seconds["total"] = sum(res.seconds.values()) if update else elapsed
     plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
-    (out_dir / "results.json").write_text(json.dumps(_jsonable(res), indent=1, allow_nan=True))
+    stored = to_json(res, results.DERIVED_PROPERTIES)
+    (out_dir / "results.json").write_text(json.dumps(stored, indent=1))
     log(f"wrote {out_dir / 'REPORT.md'} in {elapsed:.1f} s")
     return res
 
@@ -394,24 +395,6 @@ def render(out_dir: Path, *, log: Callable[[str], None] = print) -> results.Resu
     report.write_report(res, out_dir)
     log(f"rendered {out_dir / 'REPORT.md'} from {out_dir / 'results.json'}")
     return res
-
-
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        for prop in results.DERIVED_PROPERTIES:
-            if hasattr(type(obj), prop):
-                out[prop] = _jsonable(getattr(obj, prop))
-        return out
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def _at_least_one(text: str) -> int:

@@ -11,8 +11,9 @@ A result file is JSON with five keys::
 
 Rows are dataclasses when measured and plain JSON objects when stored (`to_json`); `revive`
 turns an object back into the dataclass it came from, so a renderer reads stored rows exactly
-as it reads fresh ones. NaN and infinities are stored as null (JSON has neither) and revived as
-NaN.
+as it reads fresh ones. NaN and infinities are stored as the strings ``"nan"``, ``"inf"`` and
+``"-inf"`` (JSON has no such numbers). ``results.json`` of the numerics suite (`benchmarks.run`)
+is written and read with the same two functions.
 """
 
 from __future__ import annotations
@@ -26,64 +27,64 @@ import platform
 import subprocess
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 __all__ = ["KEYS", "environment", "read_result", "revive", "to_json", "write_result"]
 
 #: The keys of every result file, in order.
 KEYS = ("name", "parameters", "rows", "medians", "environment")
 
-T = TypeVar("T")
 
-
-def to_json(obj: Any) -> Any:
-    """``obj`` as JSON values: dataclasses as objects of their fields, tuples as lists, numpy
-    scalars as numbers, non-finite floats as None."""
+def to_json(obj: Any, derived: Sequence[str] = ()) -> Any:
+    """``obj`` as JSON values: dataclasses as objects of their fields (plus those of the
+    properties named in ``derived`` a class has, for scripts; `revive` skips them), tuples as
+    lists, numpy scalars as numbers, non-finite floats as the strings ``"nan"``, ``"inf"``,
+    ``"-inf"`` (JSON has no such numbers)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: to_json(getattr(obj, f.name), derived) for f in dataclasses.fields(obj)}
+        for prop in derived:
+            if hasattr(type(obj), prop):
+                out[prop] = to_json(getattr(obj, prop), derived)
+        return out
     if isinstance(obj, Mapping):
-        return {str(k): to_json(v) for k, v in obj.items()}
+        return {str(k): to_json(v, derived) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [to_json(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, str):  # numpy scalar
-        obj = obj.item()
+        return [to_json(v, derived) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
-        return None
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, str):  # numpy scalar
+        return obj.item()
     return obj
 
 
-def revive(kind: Any, value: Any) -> Any:
-    """``value`` (as `to_json` stored it) as an instance of the type ``kind``: dataclasses
-    field by field from their annotations, lists and tuples item by item, None in a float
-    field as NaN.
-
-    Raises
-    ------
-    TypeError
-        If ``value`` lacks a field of the dataclass or has one it does not declare.
-    """
-    origin = typing.get_origin(kind)
-    if dataclasses.is_dataclass(kind):
-        hints = typing.get_type_hints(kind)
-        return kind(**{k: revive(hints[k], v) for k, v in value.items()})
-    if origin in (list, tuple) and value is not None:
-        args = typing.get_args(kind)
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            return tuple(revive(a, v) for a, v in zip(args, value, strict=True))
-        return origin(revive(args[0] if args else Any, v) for v in value)
-    if origin is dict and value is not None:
-        _, item = typing.get_args(kind) or (str, Any)
-        return {k: revive(item, v) for k, v in value.items()}
+def revive(tp: Any, value: Any) -> Any:
+    """``value`` (as `to_json` stored it) as the annotated type ``tp``: dataclasses field by
+    field from their annotations (keys that are not fields are skipped, missing fields take
+    their defaults), lists, tuples and dicts (keys too) item by item, floats from numbers or
+    the strings of `to_json` (None in a float field: NaN)."""
+    if value is None:
+        return math.nan if tp is float else None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(kind)
-        if value is None:
-            return None if type(None) in args else math.nan
-        options = [a for a in args if a is not type(None)]
-        return revive(options[0], value) if len(options) == 1 else value
-    if kind is float:
-        return math.nan if value is None else float(value)
+        kinds = [a for a in args if a is not type(None)]
+        return revive(kinds[0], value) if len(kinds) == 1 else value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        fields = [f.name for f in dataclasses.fields(tp) if f.name in value]
+        return tp(**{name: revive(hints[name], value[name]) for name in fields})
+    if origin is list:
+        return [revive(args[0], v) for v in value]
+    if origin is tuple:
+        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        return tuple(revive(a, v) for a, v in zip(items, value, strict=True))
+    if origin is dict:
+        return {revive(args[0], k): revive(args[1], v) for k, v in value.items()}
+    if tp is float:
+        return float(value)
+    if tp is int:
+        return int(value)
     return value
 
 

@@ -95,9 +95,10 @@ def test_update_keeps_the_sweep_from_results_json_when_only_dtype_is_rerun(tmp_p
 
 
 def _jsonable(obj):
-    from benchmarks.run import _jsonable as convert
+    from benchmarks.results import DERIVED_PROPERTIES
+    from benchmarks.schema import to_json
 
-    return convert(obj)
+    return to_json(obj, DERIVED_PROPERTIES)
 
 
 def test_missing_summary_keys_are_none_and_ratios_are_derived_from_the_json():
