@@ -1,0 +1,104 @@
+"""The harness itself: the one entry point and its table, the result schema, process sampling."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.processes import io_counters, sample_process
+from benchmarks.registry import BENCHMARKS
+from benchmarks.schema import KEYS, read_result, revive, to_json, write_result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_python_m_benchmarks_lists_every_benchmark_without_importing_one() -> None:
+    code = (
+        "import sys; from benchmarks.__main__ import main; main([]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('benchmarks.', 'numpy', "
+        "'edge_runtime'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    listing, imported = out.stdout.rstrip("\n").rsplit("\n", 1)
+    for name in BENCHMARKS:
+        assert f"  {name} " in listing
+    assert imported == "['benchmarks.__main__', 'benchmarks.registry']"
+
+
+def test_every_entry_and_render_names_a_function() -> None:
+    for bench in BENCHMARKS.values():
+        for target in filter(None, (bench.entry, bench.render)):
+            module, _, function = target.partition(":")
+            assert callable(getattr(importlib.import_module(module), function)), target
+
+
+def test_an_unknown_name_exits_2_and_lists_the_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["no-such-benchmark"]) == 2
+    assert "acceptance" in capsys.readouterr().err
+
+
+@dataclass
+class _Inner:
+    value: float
+    count: int = 0
+
+
+@dataclass
+class _Row:
+    label: str
+    inner: _Inner
+    spread: tuple[float, float]
+    by_key: dict[float, list[_Inner]] = field(default_factory=dict)
+    maybe: _Inner | None = None
+
+
+def test_a_result_file_reads_back_into_the_rows_it_was_written_from(tmp_path: Path) -> None:
+    rows = [
+        _Row("a", _Inner(math.nan, 3), (1.5, math.inf), {0.5: [_Inner(2.0)]}),
+        _Row("b", _Inner(1.25), (0.0, -1.0), maybe=_Inner(-math.inf, 1)),
+    ]
+    path = tmp_path / "x.json"
+    write_result(path, "x", {"seeds": 2}, {"main": rows}, {"a": 1.0}, {"wall_s": 0.5})
+
+    doc = read_result(path, "x")
+
+    assert tuple(doc) == KEYS
+    back = revive(list[_Row], doc["rows"]["main"])
+    assert to_json(back) == to_json(rows)
+    assert math.isnan(back[0].inner.value) and back[0].spread[1] == math.inf
+    assert back[0].by_key == {0.5: [_Inner(2.0)]} and back[0].maybe is None
+    assert doc["environment"] == {"wall_s": 0.5}
+    with pytest.raises(ValueError, match="not of 'y'"):
+        read_result(path, "y")
+
+
+def test_process_samples_count_cpu_memory_files_and_written_bytes(tmp_path: Path) -> None:
+    before = sample_process()
+    assert before is not None
+    (tmp_path / "f").write_bytes(os.urandom(1 << 16))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        other = sample_process(child.pid)
+        assert other is not None and other.rss_bytes > 0 and other.fds >= 3
+    finally:
+        child.kill()
+        child.wait()
+    assert sample_process(child.pid) is None
+    after = sample_process()
+    assert after is not None
+    assert after.cpu_s >= before.cpu_s > 0
+    assert after.peak_rss_bytes >= after.rss_bytes > 0
+    counters = io_counters()
+    assert set(counters) == {"rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes"}
+    assert counters["wchar"] >= 1 << 16
