@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -250,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint_interval_s_default": CHECKPOINT_INTERVAL_S,
             "idle_checkpoint_gap_s": IDLE_CHECKPOINT_GAP_S,
             "wall_s": time.perf_counter() - started,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
         },
         "days": {k: [d.as_dict() for d in v] for k, v in runs.items()},
         "sweep": sweep,

@@ -12,7 +12,7 @@ import numpy as np
 
 from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
 from benchmarks.longevity.stats import DayStats
-from benchmarks.reporting import Check, checks_table, figure, save_figure
+from benchmarks.reporting import Check, checks_table, figure, save_figure, table
 
 
 def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
@@ -40,16 +40,14 @@ def _mb(x: float) -> str:
 
 
 def _day_table(title: str, days: list[DayStats]) -> list[str]:
-    lines = [
-        f"#### {title}",
-        "",
-        "| day | case | readings | rejected | checkpoints | fsync | MB written | /proc write MB "
-        "| state on disk (bytes) | leaf snapshots | aggregator snapshots | confirmations "
-        "| status docs | log lines (by kind) | tracemalloc current / peak (MB) "
-        "| edge_runtime live (MB) | VmRSS (MB) | gc objects "
-        "| durable latency p50 / p95 / max (s) | not durable at day end |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|---:|",
-    ]
+    header = [
+        "day", "case", "readings", "rejected", "checkpoints", "fsync", "MB written",
+        "/proc write MB", "state on disk (bytes)", "leaf snapshots", "aggregator snapshots",
+        "confirmations", "status docs", "log lines (by kind)", "tracemalloc current / peak (MB)",
+        "edge_runtime live (MB)", "VmRSS (MB)", "gc objects",
+        "durable latency p50 / p95 / max (s)", "not durable at day end",
+    ]  # fmt: skip
+    rows = []
     for d in days:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(d.log_lines.items())) or "0"
         proc = "n/a" if d.proc_write_bytes is None else _mb(d.proc_write_bytes)
@@ -58,14 +56,15 @@ def _day_table(title: str, days: list[DayStats]) -> list[str]:
             if math.isnan(d.latency_p50)
             else f"{d.latency_p50:.1f} / {d.latency_p95:.1f} / {d.latency_max:.1f}"
         )
-        lines.append(
-            f"| {d.day} | {d.case} | {d.readings:,} | {d.rejected:,} | {d.checkpoints:,} "
-            f"| {d.fsyncs:,} | {_mb(d.bytes_written)} | {proc} | {d.state_bytes:,} "
-            f"| {d.leaf_snapshots:,} | {d.aggregator_snapshots:,} | {d.confirmations:,} "
-            f"| {d.status_documents:,} | {sum(d.log_lines.values())} ({kinds}) "
-            f"| {_mb(d.mem_current)} / {_mb(d.mem_peak)} | {_mb(d.mem_runtime)} "
-            f"| {_mb(d.rss)} | {d.objects:,} | {lat} | {d.durable_lag_end:,} |"
-        )
+        rows.append([
+            d.day, d.case, f"{d.readings:,}", f"{d.rejected:,}", f"{d.checkpoints:,}",
+            f"{d.fsyncs:,}", _mb(d.bytes_written), proc, f"{d.state_bytes:,}",
+            f"{d.leaf_snapshots:,}", f"{d.aggregator_snapshots:,}", f"{d.confirmations:,}",
+            f"{d.status_documents:,}", f"{sum(d.log_lines.values())} ({kinds})",
+            f"{_mb(d.mem_current)} / {_mb(d.mem_peak)}", _mb(d.mem_runtime), _mb(d.rss),
+            f"{d.objects:,}", lat, f"{d.durable_lag_end:,}",
+        ])  # fmt: skip
+    lines = [f"#### {title}", "", table(header, rows, "rlrrrrrrrrrrrllllrlr")]
     lines.append("")
     return lines
 
@@ -135,20 +134,26 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
             "reading's arrival at the leaf to the first confirmation that reports it durable "
             "(what a publisher such as `replay` waits for, and keeps in its window).",
             "",
-            "| checkpoint_interval_s | checkpoints/day | fsync/day | MB written/day "
-            "| /proc write_bytes MB/day | checkpoint file (bytes) | latency p50 (s) | p95 (s) "
-            "| max (s) | readings a publisher holds at p95 (per leaf) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for row in sweep:
-            md.append(
-                f"| {row['interval']:g} | {row['checkpoints_per_day']:,.0f} "
-                f"| {row['fsyncs_per_day']:,.0f} | {_mb(row['bytes_per_day'])} "
-                f"| {_mb(row['proc_bytes_per_day'])} "
-                f"| {row['state_bytes']:,.0f} | {row['latency_p50']:.1f} "
-                f"| {row['latency_p95']:.1f} | {row['latency_max']:.1f} "
-                f"| {row['latency_p95'] * meta['sweep_rate']:,.0f} |"  # type: ignore[operator]
-            )
+            table(
+                [
+                    "checkpoint_interval_s", "checkpoints/day", "fsync/day", "MB written/day",
+                    "/proc write_bytes MB/day", "checkpoint file (bytes)", "latency p50 (s)",
+                    "p95 (s)", "max (s)", "readings a publisher holds at p95 (per leaf)",
+                ],
+                [
+                    [
+                        f"{row['interval']:g}", f"{row['checkpoints_per_day']:,.0f}",
+                        f"{row['fsyncs_per_day']:,.0f}", _mb(row["bytes_per_day"]),
+                        _mb(row["proc_bytes_per_day"]), f"{row['state_bytes']:,.0f}",
+                        f"{row['latency_p50']:.1f}", f"{row['latency_p95']:.1f}",
+                        f"{row['latency_max']:.1f}",
+                        f"{row['latency_p95'] * meta['sweep_rate']:,.0f}",  # type: ignore[operator]
+                    ]
+                    for row in sweep
+                ],
+                "r" * 10,
+            ),
+        ]  # fmt: skip
         md.append("")
         gaps: list[dict[str, float]] = results.get("gaps", [])  # type: ignore[assignment]
         if gaps:
@@ -161,18 +166,25 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
                 "than the leaf's idle time is a checkpoint, at most one per "
                 "`IDLE_CHECKPOINT_GAP_S`.",
                 "",
-                "| gap (s) | readings/s | checkpoints/day | fsync/day | MB written/day "
-                "| latency p50 / p95 / max (s) | within 3,000 fsync |",
-                "|---:|---:|---:|---:|---:|---|---|",
-            ]
-            for row in gaps:
-                md.append(
-                    f"| {row['gap']:g} | {64 / row['gap']:.2f} "
-                    f"| {row['checkpoints_per_day']:,.0f} | {row['fsyncs_per_day']:,.0f} "
-                    f"| {_mb(row['bytes_per_day'])} | {row['latency_p50']:.1f} / "
-                    f"{row['latency_p95']:.1f} / {row['latency_max']:.1f} "
-                    f"| {'yes' if row['fsyncs_per_day'] <= MAX_FSYNCS_PER_DAY else '**no**'} |"
-                )
+                table(
+                    [
+                        "gap (s)", "readings/s", "checkpoints/day", "fsync/day", "MB written/day",
+                        "latency p50 / p95 / max (s)", "within 3,000 fsync",
+                    ],
+                    [
+                        [
+                            f"{row['gap']:g}", f"{64 / row['gap']:.2f}",
+                            f"{row['checkpoints_per_day']:,.0f}", f"{row['fsyncs_per_day']:,.0f}",
+                            _mb(row["bytes_per_day"]),
+                            f"{row['latency_p50']:.1f} / {row['latency_p95']:.1f} / "
+                            f"{row['latency_max']:.1f}",
+                            "yes" if row["fsyncs_per_day"] <= MAX_FSYNCS_PER_DAY else "**no**",
+                        ]
+                        for row in gaps
+                    ],
+                    "rrrrrll",
+                ),
+            ]  # fmt: skip
             md.append("")
         rec = results.get("recommendation")
         if rec:
@@ -191,8 +203,9 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
     md += [
         "## Environment",
         "",
-        f"Python {platform.python_version()}, numpy {np.__version__}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs; run took {meta['wall_s']:.0f} s.",
+        f"Python {meta.get('python', platform.python_version())}, numpy "
+        f"{meta.get('numpy', np.__version__)}, {meta.get('machine', platform.machine())}, "
+        f"{meta.get('cpus', os.cpu_count())} CPUs; run took {meta['wall_s']:.0f} s.",
         "",
     ]
     path = out / "LONGEVITY.md"

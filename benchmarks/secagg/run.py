@@ -24,7 +24,7 @@ from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, plain_log_axis, save_figure
+from benchmarks.reporting import figure, plain_log_axis, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st
 from edge_runtime.fpca.continual import continual_multiplier
@@ -227,18 +227,21 @@ def markdown(
         " `error_ratio` on all rows (1 = offline SVD). Median and IQR over seeds 0-"
         f"{seeds - 1}. `benchmarks/secagg/`.",
         "",
-        "| method | median | IQR | noise std of the final sum (Gram units)"
-        " | epsilon (all leaves in)"
-        " | bits |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in main_rows:
-        bits = str(r.bits) if r.bits else "-"
-        lines.append(
-            f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | {r.epsilon_all:.3f} | {bits} |"
-        )
-    for r in today:
-        lines.append(f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | 1.000 | - |")
+        table(
+            [
+                "method", "median", "IQR", "noise std of the final sum (Gram units)",
+                "epsilon (all leaves in)", "bits",
+            ],
+            [
+                *(
+                    [r.label, _fmt(r.error), f"{r.noise_std:.2f}", f"{r.epsilon_all:.3f}",
+                     str(r.bits) if r.bits else "-"]
+                    for r in main_rows
+                ),
+                *([r.label, _fmt(r.error), f"{r.noise_std:.2f}", "1.000", "-"] for r in today),
+            ],
+        ),
+    ]  # fmt: skip
     lines += [
         "",
         f"Reported in `REPORT.md` (f), 20 seeds: one release per leaf {REPORTED['one']}, "
@@ -261,14 +264,17 @@ def markdown(
         " so a small scale inflates the noise; bits: the modulus a site's sum of 4 leaves"
         " needs without wrapping (data plus 20 standard deviations of noise).",
         "",
-        "| scale | noise std (Gram units) | / analytic Gaussian sigma | bits | median | IQR |",
-        "|---|---|---|---|---|---|",
+        table(
+            [
+                "scale", "noise std (Gram units)", "/ analytic Gaussian sigma", "bits", "median",
+                "IQR",
+            ],
+            [
+                [r.label, f"{r.noise_std:.3f}", f"{r.noise_std / sigma:.3f}", r.bits, _fmt(r.error)]
+                for r in scales
+            ],
+        ),
     ]
-    for r in scales:
-        lines.append(
-            f"| {r.label} | {r.noise_std:.3f} | {r.noise_std / sigma:.3f} | {r.bits} |"
-            f" {_fmt(r.error)} |"
-        )
     if checks:
         n = checks[0].error.n
         lines += [
@@ -278,15 +284,17 @@ def markdown(
             f"Median over seeds 0-{n - 1}, and the range of the medians of its disjoint groups"
             f" of {seeds} seeds.",
             "",
-            f"| method | median over {n} seeds | IQR | {seeds}-seed medians |",
-            "|---|---|---|---|",
         ]
+        rows = []
         for c in checks:
             span = f"{c.group_medians[0]:.3f}-{c.group_medians[-1]:.3f}" if c.group_medians else "-"
-            lines.append(
-                f"| {c.label} | **{c.error.median:.3f}** | {c.error.p25:.3f}-{c.error.p75:.3f}"
-                f" | {span} ({len(c.group_medians)} groups) |"
-            )
+            rows.append([
+                c.label, f"**{c.error.median:.3f}**", f"{c.error.p25:.3f}-{c.error.p75:.3f}",
+                f"{span} ({len(c.group_medians)} groups)",
+            ])  # fmt: skip
+        lines.append(
+            table(["method", f"median over {n} seeds", "IQR", f"{seeds}-seed medians"], rows)
+        )
     lines += ["", "![Secure sum per site](secagg.png)", ""]
     return "\n".join(lines)
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, save_figure
+from benchmarks.reporting import figure, save_figure, table
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
 from benchmarks.secagg_live.live import SECAGG_KINDS, RunResult, Scenario, live_run
 
@@ -167,11 +167,8 @@ def markdown(
         f" model was taken; an invalid run is run again (same seed, at most {ATTEMPTS}"
         " attempts), and every attempt is listed per seed below.",
         "",
-        "| row | n | median | IQR | offline median | target"
-        " | slots per site | time per slot, s (median, IQR) | secagg bytes / leaf / slot"
-        " | federation bytes / leaf / slot | last reading -> root model, s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for s in shown:
         runs = by[s.key]
         ok = [r for r in runs if r.valid]
@@ -184,12 +181,18 @@ def markdown(
         slots = (
             f"{ok[0].slots_released}" if ok and s.secagg else f"({TODAY_RELEASES[s.key]} rel./leaf)"
         )
-        lines.append(
-            f"| {s.label} | {len(ok)}/{len(runs)} | {_fmt(err)} | {OFFLINE[s.key]:.3f}"
-            f" | {'<= ' + format(target, 'g') if target else '-'} | {slots}"
-            f" | {_mid(slot_t, 2) if s.secagg else '-'}"
-            f" | {_mid(sec) if s.secagg else '-'} | {_mid(fed)} | {_mid(lat, 2)} |"
-        )
+        rows.append([
+            s.label, f"{len(ok)}/{len(runs)}", _fmt(err), f"{OFFLINE[s.key]:.3f}",
+            "<= " + format(target, "g") if target else "-", slots,
+            _mid(slot_t, 2) if s.secagg else "-", _mid(sec) if s.secagg else "-", _mid(fed),
+            _mid(lat, 2),
+        ])  # fmt: skip
+    header = [
+        "row", "n", "median", "IQR", "offline median", "target", "slots per site",
+        "time per slot, s (median, IQR)", "secagg bytes / leaf / slot",
+        "federation bytes / leaf / slot", "last reading -> root model, s",
+    ]  # fmt: skip
+    lines.append(table(header, rows))
     lines += [
         "",
         "Issue 26's Done-when, live: "
@@ -225,16 +228,16 @@ def markdown(
         "",
     ]
     kinds = sorted({k for r in results for k in r.bytes}, key=_kind_order)
-    lines.append("| row | " + " | ".join(kinds) + " |")
-    lines.append("|---|" + "---|" * len(kinds))
+    per_kind = []
     for s in shown:
         ok = [r for r in by[s.key] if r.valid]
-        cells = []
+        cells = [s.key]
         for k in kinds:
             b = [r.bytes.get(k, 0) for r in ok]
             m = [r.messages.get(k, 0) for r in ok]
             cells.append(f"{np.median(b):,.0f} ({np.median(m):.0f})" if ok and any(b) else "-")
-        lines.append(f"| {s.key} | " + " | ".join(cells) + " |")
+        per_kind.append(cells)
+    lines.append(table(["row", *kinds], per_kind))
     lines += [
         "",
         "Bytes (messages) per run, all nodes: readings are the 7712 rows as msgpack float64"
@@ -243,27 +246,28 @@ def markdown(
         "",
         "## Error ratio per seed, rows side by side",
         "",
-        "| seed | " + " | ".join(s.key for s in shown) + " |",
-        "|---|" + "---|" * len(shown),
     ]
+    per_seed = []
     for seed in sorted({r.seed for r in results}):
-        cells = []
+        cells = [seed]
         for s in shown:
             tries = [x for x in by[s.key] if x.seed == seed]
             ok = [f"{x.error:.3f}" for x in tries if x.valid]
             bad = [f"invalid ({x.note})" for x in tries if not x.valid]
             cells.append("; ".join(bad + ok))
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+        per_seed.append(cells)
+    lines.append(table(["seed", *(s.key for s in shown)], per_seed))
     if previous:
+        earlier = previous.get("rows", {}).items()  # type: ignore[attr-defined]
         lines += [
             "",
             f"## An earlier full run: {previous.get('what', '')}",
             "",
-            "| row | n | median | IQR |",
-            "|---|---|---|---|",
+            table(
+                ["row", "n", "median", "IQR"],
+                [[k, n, f"**{m:.3f}**", f"{p25:.3f}-{p75:.3f}"] for k, (n, m, p25, p75) in earlier],
+            ),
         ]
-        for key, (n, median, p25, p75) in previous.get("rows", {}).items():  # type: ignore[attr-defined]
-            lines.append(f"| {key} | {n} | **{median:.3f}** | {p25:.3f}-{p75:.3f} |")
     walls = summarise([r.wall_s for r in results])
     lines += [
         "",
