@@ -34,13 +34,16 @@ class Benchmark:
         ``"module:function"`` rewriting this benchmark's reports in a folder from the JSON
         results stored there, measuring nothing; None when its report keeps no results.
     reports : tuple of str
-        The files it writes, relative to the report folder.
+        The reports it writes, relative to the report folder.
+    results : tuple of str
+        The result files ``render`` reads, relative to the report folder.
     """
 
     entry: str
     summary: str
     render: str | None = None
     reports: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -48,13 +51,15 @@ BENCHMARKS: dict[str, Benchmark] = {
         "benchmarks.run:main",
         "numerics (a)-(f), (i) and on request fleet (g), FedPower (h): REPORT.md, minutes",
         "benchmarks.run:render",
-        ("REPORT.md", "results.json"),
+        ("REPORT.md",),
+        ("results.json",),
     ),
     "acceptance": Benchmark(
         "benchmarks.acceptance:main",
         "the deployment as documented under seeded faults at three rates, about an hour",
         "benchmarks.acceptance:render",
-        ("acceptance.md", "acceptance.json"),
+        ("acceptance.md",),
+        ("acceptance.json",),
     ),
     "anomaly-events": Benchmark(
         "benchmarks.anomaly.event_bench:main",
@@ -86,29 +91,37 @@ BENCHMARKS: dict[str, Benchmark] = {
     "churn": Benchmark(
         "benchmarks.fleet.churn:main",
         "1024 leaves with joins and retirements against the run without churn",
-        reports=("churn.md",),
+        "benchmarks.fleet.churn:render_stored",
+        ("churn.md",),
+        ("churn.json",),
     ),
     "membership": Benchmark(
         "benchmarks.fleet.membership:main",
         "enrol, retire and forget leaves as deployed against a dynsec Mosquitto",
-        reports=("membership.md",),
+        "benchmarks.fleet.membership:render_stored",
+        ("membership.md",),
+        ("membership.json",),
     ),
     "longevity": Benchmark(
         "benchmarks.longevity.cli:main",
         "a leaf and its aggregator over simulated days: fsync, bytes, memory",
         "benchmarks.longevity.report:render",
         ("longevity/LONGEVITY.md", "longevity/LONGEVITY-DAYS.md", "longevity/longevity.png"),
+        ("longevity/longevity.json", "longevity/longevity-days.json"),
     ),
     "soak": Benchmark(
         "benchmarks.soak.cli:main",
         "processes under faults for minutes: RSS and open files (--io: /proc/PID/io)",
         "benchmarks.soak.report:render",
-        ("longevity/SOAK.md", "longevity/soak.json"),
+        ("longevity/SOAK.md",),
+        ("longevity/soak.json",),
     ),
     "pi-budget": Benchmark(
         "benchmarks.pi_budget.run:main",
         "what a Pi pays: one leaf as deployed, CPU per reading, RSS, import time",
-        reports=("pi_budget.md",),
+        "benchmarks.pi_budget.run:render",
+        ("pi_budget.md",),
+        ("pi_budget.json", "pi_budget_emulated.json"),
     ),
     "pi-budget-emulated": Benchmark(
         "benchmarks.pi_budget.emulated:main",
@@ -119,13 +132,15 @@ BENCHMARKS: dict[str, Benchmark] = {
         "benchmarks.secagg.run:main",
         "secure sum per site on Motes light, offline, a few minutes",
         "benchmarks.secagg.run:render",
-        ("secagg.md", "secagg.png", "secagg.json"),
+        ("secagg.md", "secagg.png"),
+        ("secagg.json",),
     ),
     "secagg-live": Benchmark(
         "benchmarks.secagg_live.run:main",
         "secure sum per site on Motes light, live against Mosquitto, about 20 minutes",
         "benchmarks.secagg_live.run:render",
-        ("secagg_live.md", "secagg_live.png", "secagg_live.json"),
+        ("secagg_live.md", "secagg_live.png"),
+        ("secagg_live.json",),
     ),
     "secagg-race": Benchmark(
         "benchmarks.secagg_live.provenance_race:cli",
@@ -145,8 +160,15 @@ def _function(name: str) -> Callable[..., Any]:
 
 def render_all(argv: Sequence[str] = ()) -> int:
     """``python -m benchmarks render [--out DIR] [NAME ...]``: rewrite the reports of the
-    named benchmarks (default: every one with a ``render``) in ``DIR`` (default
-    `REPORT_DIR`) from the results stored there. Returns 0."""
+    named benchmarks (default: every one with a ``render`` whose results are stored, the
+    others listed as not rendered) in ``DIR`` (default `REPORT_DIR`) from the results stored
+    there. Returns 0.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a benchmark named keeps no results in ``DIR``.
+    """
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks render")
@@ -157,6 +179,13 @@ def render_all(argv: Sequence[str] = ()) -> int:
     if set(args.names) - set(known):
         parser.error(f"NAME must be one of {', '.join(known)}")
     for name in args.names or known:
-        _function(BENCHMARKS[name].render)(args.out)  # type: ignore[arg-type]
+        bench = BENCHMARKS[name]
+        missing = [f for f in bench.results if not (args.out / f).exists()]
+        if missing and not args.names:  # a report made before its benchmark kept results
+            print(f"not rendered {name}: no stored {', '.join(missing)}")
+            continue
+        if missing:
+            raise FileNotFoundError(f"{name}: no stored {', '.join(missing)} in {args.out}")
+        _function(bench.render)(args.out)  # type: ignore[arg-type]
         print(f"rendered {name} in {args.out}")
     return 0

@@ -52,6 +52,8 @@ def to_json(obj: Any, derived: Sequence[str] = ()) -> Any:
         return {str(k): to_json(v, derived) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [to_json(v, derived) for v in obj]
+    if isinstance(obj, set | frozenset):
+        return sorted(to_json(v, derived) for v in obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     if hasattr(obj, "item") and not isinstance(obj, str):  # numpy scalar
@@ -62,7 +64,7 @@ def to_json(obj: Any, derived: Sequence[str] = ()) -> Any:
 def revive(tp: Any, value: Any) -> Any:
     """``value`` (as `to_json` stored it) as the annotated type ``tp``: dataclasses field by
     field from their annotations (keys that are not fields are skipped, missing fields take
-    their defaults), lists, tuples and dicts (keys too) item by item, floats from numbers or
+    their defaults), lists, sets, tuples and dicts (keys too) item by item, floats from numbers or
     the strings of `to_json` (None in a float field: NaN)."""
     if value is None:
         return math.nan if tp is float else None
@@ -74,8 +76,8 @@ def revive(tp: Any, value: Any) -> Any:
         hints = typing.get_type_hints(tp)
         fields = [f.name for f in dataclasses.fields(tp) if f.name in value]
         return tp(**{name: revive(hints[name], value[name]) for name in fields})
-    if origin is list:
-        return [revive(args[0], v) for v in value]
+    if origin in (list, set, frozenset):
+        return origin(revive(args[0], v) for v in value)
     if origin is tuple:
         items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
         return tuple(revive(a, v) for a, v in zip(items, value, strict=True))

@@ -102,3 +102,43 @@ def test_process_samples_count_cpu_memory_files_and_written_bytes(tmp_path: Path
     counters = io_counters()
     assert set(counters) == {"rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes"}
     assert counters["wchar"] >= 1 << 16
+
+
+def test_churn_and_membership_reports_render_again_from_their_stored_results(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.fleet import churn, membership
+    from benchmarks.fleet.churn_run import ChurnPlan, RunResult
+    from benchmarks.reporting import Check
+
+    plan = ChurnPlan(leaves=8, join=2, retire=1, readings_per_leaf=20, workers=1, waves=1)
+    quiet = RunResult(False, 1.5, 3.0, 2.0, 160, 12, 8, 9000, {"a": 20}, {"a": 20}, 20, 1.0001)
+    moving = RunResult(True, None, 4.0, retired=["b"], retired_seen={"b"}, events=["join c"])
+    made = churn.render(plan, [(quiet, moving)], "python -m benchmarks churn")
+    write_result(
+        tmp_path / "churn.json", "churn", {"plan": plan, "command": "python -m benchmarks churn"},
+        {"pairs": [(quiet, moving)]}, {}, {},
+    )  # fmt: skip
+    assert churn.render_stored(tmp_path) == made == (tmp_path / "churn.md").read_text()
+
+    checks = [Check("enrol", "8 of 8", "8", True), Check("forget", "n/a", "0", None)]
+    steps = [["enrolled", "8 leaves | ok"]]
+    made = membership.render(checks, steps, ["edge-runtime enroll"], "")
+    write_result(
+        tmp_path / "membership.json", "membership", {"commands": ["edge-runtime enroll"]},
+        {"checks": checks, "steps": steps}, {}, {"error": ""},
+    )  # fmt: skip
+    assert membership.render_stored(tmp_path) == made
+
+
+def test_render_skips_a_report_that_keeps_no_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.registry import render_all
+
+    assert render_all(["--out", str(tmp_path / "empty")]) == 0
+    assert capsys.readouterr().out.count("not rendered") == sum(
+        1 for b in BENCHMARKS.values() if b.render
+    )
+    with pytest.raises(FileNotFoundError):
+        render_all(["--out", str(tmp_path / "empty"), "churn"])
