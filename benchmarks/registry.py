@@ -64,7 +64,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "anomaly-events": Benchmark(
         "benchmarks.anomaly.event_bench:main",
         "fault events: recall, delay, identification, NAB, about 4 minutes",
-        reports=("anomaly_events.md", "anomaly_events.png"),
+        "benchmarks.anomaly.event_bench:render_stored",
+        ("anomaly_events.md", "anomaly_events.png"),
+        ("anomaly_events.json",),
     ),
     "anomaly-oracle": Benchmark(
         "benchmarks.anomaly.event_oracle:main",
