@@ -78,7 +78,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "anomaly-live": Benchmark(
         "benchmarks.anomaly.live_events:main",
         "the fault detector on a leaf through a real broker against offline",
-        reports=("anomaly_live.md",),
+        "benchmarks.anomaly.live_events:render_stored",
+        ("anomaly_live.md",),
+        ("anomaly_live.json",),
     ),
     "anomaly-demo": Benchmark(
         "benchmarks.anomaly.demo:main",

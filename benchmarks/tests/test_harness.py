@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.__main__ import main
@@ -142,3 +143,37 @@ def test_render_skips_a_report_that_keeps_no_results(
     )
     with pytest.raises(FileNotFoundError):
         render_all(["--out", str(tmp_path / "empty"), "churn"])
+
+
+def test_anomaly_reports_render_again_from_their_stored_results(tmp_path: Path) -> None:
+    from benchmarks.anomaly import event_bench, live_events
+
+    rows = [
+        event_bench.DetectorResult(
+            "static", visible={"short": 4}, injected={"short": 5}, detected={"short": 3},
+            delays={"short": [0, 1, 0]}, identified=3, n_detected=3, true_events=3,
+            false_events=1, neutral_events=2, clean_events=2, clean_readings=900,
+            clean_days=1.5, clean_share=0.9, nab=12.5, nab_seeds=[10.0, 15.0], seconds=2.0,
+        ),
+        event_bench.DetectorResult("silent"),
+    ]  # fmt: skip
+    coverage = [["clean", "100", "100", "0", "3", "0"]]
+    agreement = [["clean", "1.00"]]
+    made = live_events.render(0, 500.0, rows, agreement, coverage, 50, 150, "Run now.")
+    write_result(
+        tmp_path / live_events.RESULT_FILE, "anomaly-live",
+        {"seed": 0, "rate": 500.0, "warmup": 50, "readings": 150, "provenance": "Run now."},
+        {"detectors": rows, "agreement": agreement, "coverage": coverage}, {}, {},
+    )  # fmt: skip
+    assert live_events.render_stored(tmp_path) == made
+
+    ds = event_bench.Dataset("tiny", np.zeros((150, 3)), 50, 31.0)
+    made = event_bench.render([(ds, rows, 2)], "Run now.")
+    stored = [{"dataset": {"name": "tiny", "shape": (150, 3), "warmup": 50, "epoch": 31.0},
+               "seeds": 2, "detectors": rows}]  # fmt: skip
+    write_result(
+        tmp_path / event_bench.RESULT_FILE, "anomaly-events", {"note": "Run now."},
+        {"sections": stored}, {}, {},
+    )  # fmt: skip
+    assert event_bench.render_stored(tmp_path) == made
+    assert (tmp_path / "anomaly_events.png").exists()
