@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +27,7 @@ import numpy as np
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.reporting import figure, save_figure, table
+from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
 from benchmarks.secagg_live.live import SECAGG_KINDS, RunResult, Scenario, live_run
 
@@ -353,21 +351,19 @@ def plot(results: Sequence[RunResult], path: Path) -> Path:
 
 
 def _load(path: Path) -> tuple[list[RunResult], dict[str, object]]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    runs = [
-        RunResult(**{k: (math.nan if v is None else v) for k, v in r.items()}) for r in doc["runs"]
-    ]
-    return runs, doc["meta"]
+    """The runs and the run's description (``parameters``) of a result file."""
+    doc = read_result(path, "secagg-live")
+    return revive(list[RunResult], doc["rows"]["runs"]), doc["parameters"]
 
 
 def _write(out: Path, results: Sequence[RunResult], meta: dict[str, object]) -> None:
-    runs = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-        for r in results
-    ]
-    (out / "secagg_live.json").write_text(
-        json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n", encoding="utf-8"
-    )
+    medians = {
+        s.key: float(np.median([r.error for r in results if r.scenario == s.key and r.valid]))
+        for s in SCENARIOS
+        if any(r.scenario == s.key and r.valid for r in results)
+    }
+    env = {**environment(), "time": meta["stamp"], "commit": meta["tree"]}
+    write_result(out / "secagg_live.json", "secagg-live", meta, {"runs": results}, medians, env)
 
 
 def render(out: Path) -> str:

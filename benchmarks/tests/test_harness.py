@@ -177,3 +177,22 @@ def test_anomaly_reports_render_again_from_their_stored_results(tmp_path: Path) 
     )  # fmt: skip
     assert event_bench.render_stored(tmp_path) == made
     assert (tmp_path / "anomaly_events.png").exists()
+
+
+def test_the_live_secure_sum_keeps_its_runs_in_the_schema(tmp_path: Path) -> None:
+    from benchmarks.secagg_live import run
+    from benchmarks.secagg_live.live import RunResult
+
+    runs = [
+        RunResult("one-t4", 0, True, error=2.4, bytes={"masked": 9500}, slot_seconds=[0.3]),
+        RunResult("one-t4", 1, False, note="slot skipped"),
+    ]
+    meta = {"seeds": 2, "slot_s": 5.0, "stamp": "2026-11-28 12:00 UTC", "seconds": 60.0,
+            "tree": "abc1234"}  # fmt: skip
+    run._write(tmp_path, runs, meta)
+
+    back, got = run._load(tmp_path / "secagg_live.json")
+
+    assert got == meta and to_json(back) == to_json(runs) and math.isnan(back[1].error)
+    doc = read_result(tmp_path / "secagg_live.json", "secagg-live")
+    assert doc["medians"] == {"one-t4": 2.4} and doc["environment"]["commit"] == "abc1234"
