@@ -127,7 +127,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         "what a Pi pays: one leaf as deployed, CPU per reading, RSS, import time",
         "benchmarks.pi_budget.run:render",
         ("pi_budget.md",),
-        ("pi_budget.json", "pi_budget_emulated.json"),
+        ("pi_budget.json",),
     ),
     "pi-budget-emulated": Benchmark(
         "benchmarks.pi_budget.emulated:main",
