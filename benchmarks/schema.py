@@ -137,7 +137,8 @@ def write_result(
 
 
 def read_result(path: Path, name: str | None = None) -> dict[str, Any]:
-    """The result file at ``path``.
+    """The result file at ``path``, non-finite floats restored (`to_json` stores them as
+    strings).
 
     Raises
     ------
@@ -150,4 +151,19 @@ def read_result(path: Path, name: str | None = None) -> dict[str, Any]:
         raise ValueError(f"{path} is not a result file: no {', '.join(missing)}")
     if name is not None and doc["name"] != name:
         raise ValueError(f"{path} holds the results of {doc['name']!r}, not of {name!r}")
-    return doc
+    return _floats(doc)
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _floats(value: Any) -> Any:
+    """``value`` with the strings `to_json` writes for non-finite floats turned back into
+    floats, so rows read without `revive` (plain objects) hold numbers too."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    return value
