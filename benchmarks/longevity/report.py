@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -13,6 +12,7 @@ import numpy as np
 from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
 from benchmarks.longevity.stats import DayStats
 from benchmarks.reporting import Check, checks_table, figure, save_figure, table
+from benchmarks.schema import environment, read_result, revive, write_result
 
 
 def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
@@ -79,25 +79,34 @@ def render(out: Path) -> None:
     """Rewrite ``out/longevity/LONGEVITY.md``, ``longevity.png`` and ``LONGEVITY-DAYS.md`` from
     the ``longevity.json`` and ``longevity-days.json`` stored there, measuring nothing."""
     folder = out / "longevity"
-    fields = set(DayStats.__dataclass_fields__)
-
-    def revive(days: list[dict]) -> list[DayStats]:
-        return [
-            DayStats(**{k: (math.nan if v is None else v) for k, v in d.items() if k in fields})
-            for d in days
-        ]
-
-    results = json.loads((folder / "longevity.json").read_text())
-    results["_days"] = {name: revive(days) for name, days in results["days"].items()}
+    doc = read_result(folder / "longevity.json", "longevity")
+    rows = dict(doc["rows"])
+    judgement = rows.pop("judgement")
+    results = {"meta": doc["parameters"], **rows, **judgement}
+    results["_days"] = {name: revive(list[DayStats], days) for name, days in rows["days"].items()}
     _write_markdown(results, folder)
-    days = json.loads((folder / "longevity-days.json").read_text())
-    text = "\n".join(_day_table(days["run"], revive(days["days"])))
+    days = read_result(folder / "longevity-days.json", "longevity")
+    run, stats = days["parameters"]["run"], revive(list[DayStats], days["rows"]["days"])
+    text = "\n".join(_day_table(run, stats))
     (folder / "LONGEVITY-DAYS.md").write_text(text)
 
 
+def store_days(out: Path, run: str, days: list[DayStats], wall_s: float) -> None:
+    """Write ``out/longevity-days.json`` (the result schema) of a ``--only-days`` run."""
+    write_result(
+        out / "longevity-days.json", "longevity", {"run": run, "only_days": True},
+        {"days": [d.as_dict() for d in days]}, {}, {**environment(), "wall_s": wall_s},
+    )  # fmt: skip
+
+
 def write_report(results: dict[str, object], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "longevity.json").write_text(json.dumps(results, indent=1, default=str))
+    """Store ``results`` as ``out/longevity.json`` (the result schema: ``meta`` as parameters,
+    days, sweep, gaps and checks as rows) and write ``LONGEVITY.md`` and ``longevity.png``."""
+    meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
+    rows = {k: results.get(k, []) for k in ("days", "sweep", "gaps", "checks")}
+    rows["judgement"] = {k: results.get(k) for k in ("recommendation", "notes")}
+    env = {**environment(), "wall_s": meta["wall_s"]}
+    write_result(out / "longevity.json", "longevity", meta, rows, {}, env)
     return _write_markdown(results, out)
 
 

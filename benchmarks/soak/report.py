@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from benchmarks.reporting import table
+from benchmarks.schema import read_result, write_result
+
+#: What a soak was asked to do (the rest of its result are the measured rows).
+PARAMETERS = ("argv", "minutes", "leaves", "rate", "batch", "port", "workdir")
 
 
 def render(out: Path) -> None:
-    """Rewrite ``out/longevity/SOAK.md`` from the ``soak.json`` stored there (its ``argv``:
-    the command's arguments), measuring nothing."""
-    result = json.loads((out / "longevity" / "soak.json").read_text())
+    """Rewrite ``out/longevity/SOAK.md`` from the ``soak.json`` stored there, measuring
+    nothing."""
+    doc = read_result(out / "longevity" / "soak.json", "soak")
+    result = {**doc["parameters"], **doc["rows"]}
     _write_markdown(result, out / "longevity", result["argv"])
 
 
 def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps({**result, "argv": argv}, indent=1))
+    """Store ``result`` as ``out/soak.json`` (the result schema) and write ``SOAK.md``."""
+    result = {**result, "argv": argv}
+    parameters = {k: result[k] for k in PARAMETERS}
+    rows = {k: v for k, v in result.items() if k not in PARAMETERS}
+    write_result(out / "soak.json", "soak", parameters, rows, {})
     return _write_markdown(result, out, argv)
 
 

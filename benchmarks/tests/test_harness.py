@@ -196,3 +196,33 @@ def test_the_live_secure_sum_keeps_its_runs_in_the_schema(tmp_path: Path) -> Non
     assert got == meta and to_json(back) == to_json(runs) and math.isnan(back[1].error)
     doc = read_result(tmp_path / "secagg_live.json", "secagg-live")
     assert doc["medians"] == {"one-t4": 2.4} and doc["environment"]["commit"] == "abc1234"
+
+
+def test_longevity_and_soak_store_what_renders_their_committed_reports(tmp_path: Path) -> None:
+    """Stored by the functions a run calls, from the committed results; rendered again, the
+    committed LONGEVITY.md, LONGEVITY-DAYS.md and SOAK.md come out byte for byte."""
+    from benchmarks.longevity import report as longevity
+    from benchmarks.longevity.stats import DayStats
+    from benchmarks.soak import report as soak
+
+    committed = ROOT / "benchmarks" / "report" / "longevity"
+    folder = tmp_path / "longevity"
+    doc = read_result(committed / "longevity.json", "longevity")
+    judgement = doc["rows"]["judgement"]
+    results = {"meta": doc["parameters"], **doc["rows"], **judgement}
+    results["_days"] = {k: revive(list[DayStats], v) for k, v in doc["rows"]["days"].items()}
+    longevity.write_report(results, folder)
+    days = read_result(committed / "longevity-days.json", "longevity")
+    run = days["parameters"]["run"]
+    longevity.store_days(folder, run, revive(list[DayStats], days["rows"]["days"]), 1.0)
+    stored = read_result(committed / "soak.json", "soak")
+    result = {**stored["parameters"], **stored["rows"]}
+    soak.write_report(result, folder, result.pop("argv"))
+    for name in ("LONGEVITY.md", "LONGEVITY-DAYS.md", "SOAK.md"):
+        (folder / name).unlink(missing_ok=True)
+
+    longevity.render(tmp_path)
+    soak.render(tmp_path)
+
+    for name in ("LONGEVITY.md", "LONGEVITY-DAYS.md", "SOAK.md"):
+        assert (folder / name).read_text() == (committed / name).read_text(), name
