@@ -2,12 +2,14 @@
 
 `Results` holds every benchmark's rows (a field per benchmark, `BENCHMARK_FIELDS`);
 `benchmarks.run` fills it and writes it as ``results.json``. `load_results` reads that file
-back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``),
+back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``;
+`save_results` writes it in the result schema of `benchmarks.schema`),
 `clear_results` resets the fields of benchmarks about to be re-run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -22,15 +24,17 @@ from benchmarks.fleet.live import AgentCostResult, LatencyResult
 from benchmarks.fleet.scaling import MotesResult, SweepResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import section as privacy_section
-from benchmarks.schema import revive
+from benchmarks.schema import revive, write_result
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
     "BENCHMARK_FIELDS",
     "DERIVED_PROPERTIES",
+    "PARAMETERS",
     "Results",
     "clear_results",
     "load_results",
+    "save_results",
 ]
 
 #: Properties of the result rows that ``results.json`` also records (not read back).
@@ -105,8 +109,26 @@ def clear_results(res: Results, names: Sequence[str]) -> None:
         res.seconds.pop(name, None)
 
 
+#: The `Results` fields stored as the result file's parameters (the rest are rows, but for
+#: ``environment`` and ``seconds``, stored as its environment).
+PARAMETERS = ("mode", "rank", "block_size", "oversample")
+
+
+def save_results(res: Results, path: Path) -> None:
+    """Write ``res`` to ``path`` in the result schema (`benchmarks.schema`): sizes as
+    parameters, every benchmark's field as rows (with `DERIVED_PROPERTIES`, for scripts),
+    the run's environment and seconds per benchmark as its environment."""
+    fields = [f.name for f in dataclasses.fields(res)]
+    parameters = {k: getattr(res, k) for k in PARAMETERS}
+    kept = (*PARAMETERS, "environment", "seconds")
+    rows = {k: getattr(res, k) for k in fields if k not in kept}
+    env = {**res.environment, "seconds": res.seconds}
+    write_result(path, "suite", parameters, rows, {}, env, DERIVED_PROPERTIES)
+
+
 def load_results(path: Path) -> Results:
-    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results`.
+    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results` (the result
+    schema of `save_results`, or the flat layout written before it).
 
     Raises
     ------
@@ -117,6 +139,10 @@ def load_results(path: Path) -> Results:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read benchmark results {path}: {exc}") from None
+    if isinstance(data, dict) and data.get("name") == "suite":
+        env = dict(data["environment"])
+        seconds = env.pop("seconds", {})
+        data = {**data["parameters"], **data["rows"], "environment": env, "seconds": seconds}
     if not isinstance(data, dict) or "mode" not in data:
         raise ValueError(f"{path} is not a benchmarks.run results file")
     return revive(Results, data)

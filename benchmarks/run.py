@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -43,7 +42,6 @@ from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
-from benchmarks.schema import to_json
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -375,8 +373,7 @@ def run_suite(
     res.seconds["total"] = sum(res.seconds.values()) if update else elapsed
     plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
-    stored = to_json(res, results.DERIVED_PROPERTIES)
-    (out_dir / "results.json").write_text(json.dumps(stored, indent=1))
+    results.save_results(res, out_dir / "results.json")
     log(f"wrote {out_dir / 'REPORT.md'} in {elapsed:.1f} s")
     return res
 

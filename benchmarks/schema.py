@@ -121,13 +121,15 @@ def write_result(
     rows: Mapping[str, Any],
     medians: Mapping[str, float],
     env: Mapping[str, Any] | None = None,
+    derived: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write one result file (`KEYS`) to ``path`` (folders created) and return its content;
-    ``env`` defaults to `environment` now (a benchmark adds e.g. its wall time ``wall_s``)."""
+    ``env`` defaults to `environment` now (a benchmark adds e.g. its wall time ``wall_s``);
+    ``derived``: properties of the rows' dataclasses stored beside their fields (`to_json`)."""
     doc = {
         "name": name,
         "parameters": to_json(parameters),
-        "rows": to_json(rows),
+        "rows": to_json(rows, derived),
         "medians": to_json(medians),
         "environment": to_json(environment() if env is None else env),
     }

@@ -62,7 +62,7 @@ def test_the_sweep_and_dtype_parts_write_section_g_with_its_plot_and_raw_results
     assert "**Default dtype: float" in text
     assert "Done-when check (issue 9" in text
     assert (tmp_path / "fleet.png").stat().st_size > 1000
-    saved = json.loads((tmp_path / "results.json").read_text())
+    saved = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert saved["fleet_sweep"]["rows"][0]["runs"][0]["summary"]["covered"] is True
     assert _no_children_left()
 
