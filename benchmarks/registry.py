@@ -136,7 +136,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "secagg": Benchmark(
         "benchmarks.secagg.run:main",
-        "secure sum per site on Motes light, offline, a few minutes",
+        "secure sum per site on Motes light, offline, about a minute",
         "benchmarks.secagg.run:render",
         ("secagg.md", "secagg.png"),
         ("secagg.json",),
