@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import platform
 import shutil
@@ -32,6 +31,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from benchmarks.schema import read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # tests/acceptance.py and tests/faults.py
@@ -103,10 +104,15 @@ def kinds_of(run: dict) -> list[str]:
 
 
 def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "acceptance.json").write_text(
-        json.dumps({"environment": env, "planned_runs": planned, "runs": runs}, indent=1)
-    )
+    medians = {
+        f"passed at {rate}": sum(r["passed"] for r in runs if r["rate_label"] == rate)
+        / sum(r["rate_label"] == rate for r in runs)
+        for rate in dict.fromkeys(r["rate_label"] for r in runs)
+    }
+    write_result(
+        out / "acceptance.json", "acceptance", {"planned_runs": planned}, {"runs": runs},
+        medians, env,
+    )  # fmt: skip
     rates = list(dict.fromkeys(r["rate_label"] for r in runs))
     faulted = [r for r in runs if r["faults"]]
     baseline = [r for r in runs if not r["faults"]]
@@ -241,9 +247,9 @@ async def main_async(args: argparse.Namespace) -> int:
     planned = len(plan)
     previous = out / "acceptance.json"
     if args.append and previous.exists():  # continue an earlier report (other seeds)
-        earlier = json.loads(previous.read_text())
-        runs = list(earlier["runs"])
-        planned += int(earlier.get("planned_runs", len(runs)))
+        earlier = read_result(previous, "acceptance")
+        runs = list(earlier["rows"]["runs"])
+        planned += int(earlier["parameters"]["planned_runs"])
         env = {**earlier["environment"], f"appended ({env['started']})": env["command"]}
     t_start = time.monotonic()
     try:
@@ -347,15 +353,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
     args.out = str(Path(args.out).resolve())
-    if args.report_only:  # render acceptance.md again from acceptance.json
-        data = json.loads((Path(args.out) / "acceptance.json").read_text())
-        write_report(Path(args.out), data["environment"], data["runs"], data["planned_runs"])
+    if args.report_only:
+        render(Path(args.out))
         return 0
     if not args.in_place:
         argv = [a for a in argv if a != "--in-place"]
         return in_snapshot(args, [*argv, "--out", args.out])
     signal.signal(signal.SIGTERM, _interrupt)
     return asyncio.run(main_async(args))
+
+
+def render(out: Path) -> None:
+    """Rewrite ``out/acceptance.md`` from ``out/acceptance.json``, measuring nothing."""
+    doc = read_result(out / "acceptance.json", "acceptance")
+    write_report(out, doc["environment"], doc["rows"]["runs"], doc["parameters"]["planned_runs"])
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -2,7 +2,8 @@
 
 `Results` holds every benchmark's rows (a field per benchmark, `BENCHMARK_FIELDS`);
 `benchmarks.run` fills it and writes it as ``results.json``. `load_results` reads that file
-back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``),
+back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``;
+`save_results` writes it in the result schema of `benchmarks.schema`),
 `clear_results` resets the fields of benchmarks about to be re-run.
 """
 
@@ -11,12 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from benchmarks.accuracy import Trajectory
 from benchmarks.anomaly.section import AnomalyBenchResults
@@ -26,14 +24,17 @@ from benchmarks.fleet.live import AgentCostResult, LatencyResult
 from benchmarks.fleet.scaling import MotesResult, SweepResult
 from benchmarks.memory import MemoryRow
 from benchmarks.privacy import section as privacy_section
+from benchmarks.schema import revive, write_result
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
     "BENCHMARK_FIELDS",
     "DERIVED_PROPERTIES",
+    "PARAMETERS",
     "Results",
     "clear_results",
     "load_results",
+    "save_results",
 ]
 
 #: Properties of the result rows that ``results.json`` also records (not read back).
@@ -108,38 +109,26 @@ def clear_results(res: Results, names: Sequence[str]) -> None:
         res.seconds.pop(name, None)
 
 
-def _revive(tp: Any, value: Any) -> Any:
-    """``value`` parsed from JSON, converted to the annotated type ``tp``."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in args if a is not type(None)]
-        return _revive(kinds[0], value) if len(kinds) == 1 else value
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = typing.get_type_hints(tp)
-        kwargs = {
-            f.name: _revive(hints[f.name], value[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in value
-        }
-        return tp(**kwargs)
-    if origin is list:
-        return [_revive(args[0], v) for v in value]
-    if origin is tuple:
-        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
-        return tuple(_revive(a, v) for a, v in zip(items, value, strict=True))
-    if origin is dict:
-        return {_revive(args[0], k): _revive(args[1], v) for k, v in value.items()}
-    if tp is float:
-        return float(value)  # also "nan", "inf" written by benchmarks.run
-    if tp is int:
-        return int(value)
-    return value
+#: The `Results` fields stored as the result file's parameters (the rest are rows, but for
+#: ``environment`` and ``seconds``, stored as its environment).
+PARAMETERS = ("mode", "rank", "block_size", "oversample")
+
+
+def save_results(res: Results, path: Path) -> None:
+    """Write ``res`` to ``path`` in the result schema (`benchmarks.schema`): sizes as
+    parameters, every benchmark's field as rows (with `DERIVED_PROPERTIES`, for scripts),
+    the run's environment and seconds per benchmark as its environment."""
+    fields = [f.name for f in dataclasses.fields(res)]
+    parameters = {k: getattr(res, k) for k in PARAMETERS}
+    kept = (*PARAMETERS, "environment", "seconds")
+    rows = {k: getattr(res, k) for k in fields if k not in kept}
+    env = {**res.environment, "seconds": res.seconds}
+    write_result(path, "suite", parameters, rows, {}, env, DERIVED_PROPERTIES)
 
 
 def load_results(path: Path) -> Results:
-    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results`.
+    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results` (the result
+    schema of `save_results`, or the flat layout written before it).
 
     Raises
     ------
@@ -150,6 +139,10 @@ def load_results(path: Path) -> Results:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read benchmark results {path}: {exc}") from None
+    if isinstance(data, dict) and data.get("name") == "suite":
+        env = dict(data["environment"])
+        seconds = env.pop("seconds", {})
+        data = {**data["parameters"], **data["rows"], "environment": env, "seconds": seconds}
     if not isinstance(data, dict) or "mode" not in data:
         raise ValueError(f"{path} is not a benchmarks.run results file")
-    return _revive(Results, data)
+    return revive(Results, data)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -34,7 +33,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -375,7 +373,7 @@ def run_suite(
     res.seconds["total"] = sum(res.seconds.values()) if update else elapsed
     plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
-    (out_dir / "results.json").write_text(json.dumps(_jsonable(res), indent=1, allow_nan=True))
+    results.save_results(res, out_dir / "results.json")
     log(f"wrote {out_dir / 'REPORT.md'} in {elapsed:.1f} s")
     return res
 
@@ -394,24 +392,6 @@ def render(out_dir: Path, *, log: Callable[[str], None] = print) -> results.Resu
     report.write_report(res, out_dir)
     log(f"rendered {out_dir / 'REPORT.md'} from {out_dir / 'results.json'}")
     return res
-
-
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        for prop in results.DERIVED_PROPERTIES:
-            if hasattr(type(obj), prop):
-                out[prop] = _jsonable(getattr(obj, prop))
-        return out
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def _at_least_one(text: str) -> int:

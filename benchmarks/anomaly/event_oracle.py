@@ -42,6 +42,7 @@ from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
 from benchmarks.reporting import table
+from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_int
 
 __all__ = [
@@ -302,6 +303,10 @@ def hindsight_threshold(score: np.ndarray, max_events: float) -> float:
     return float(cand[min(bad[-1] + 1, cand.size - 1)])
 
 
+#: The stored results (`benchmarks.schema`) next to ``anomaly_oracle.md``.
+RESULT_FILE = "anomaly_oracle.json"
+
+
 @dataclass
 class OracleResult:
     """Per statistic and budget: the hindsight limit and detected / visible per kind.
@@ -475,8 +480,8 @@ def _clean_glitches(ds: Dataset, res: OracleResult, k: int = 10) -> tuple[str, s
     )
 
 
-def render(ds: Dataset, res: OracleResult, note: str = "") -> str:
-    """The Markdown report."""
+def render(ds: Dataset, res: OracleResult, note: str = "", stamp: str | None = None) -> str:
+    """The Markdown report; ``stamp``: when the run was made (default: now, UTC)."""
     n, d = ds.data.shape
     cfg = FaultConfig()
     head = [
@@ -612,7 +617,7 @@ def render(ds: Dataset, res: OracleResult, note: str = "") -> str:
         "",
         glitch_table,
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds, "
+        f"Run {stamp or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds, "
         f"{res.seconds:.0f} s. {note}".rstrip(),
     ]
     return "\n".join(parts) + "\n"
@@ -626,12 +631,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ds = motes()
     res = evaluate(ds, args.seeds)
-    text = render(ds, res)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "anomaly_oracle.md"
-    path.write_text(text)
-    print(text)
-    print(f"wrote {path}")
+    write_result(
+        args.out / RESULT_FILE,
+        "anomaly-oracle",
+        {"seeds": args.seeds, "dataset": ds.name},
+        {"result": res},
+        {},
+    )
+    print(render_stored(args.out))
+    print(f"wrote {args.out / 'anomaly_oracle.md'}")
+
+
+def render_stored(out: Path) -> str:
+    """Rewrite ``out/anomaly_oracle.md`` from ``out/anomaly_oracle.json`` and the Motes light
+    matrix (the clean stream the glitch table is drawn from), measuring nothing."""
+    doc = read_result(out / RESULT_FILE, "anomaly-oracle")
+    ds = motes()
+    if doc["parameters"]["dataset"] != ds.name:
+        raise ValueError(f"{out / RESULT_FILE} is of {doc['parameters']['dataset']}, not {ds.name}")
+    text = render(ds, revive(OracleResult, doc["rows"]["result"]), stamp=doc["environment"]["time"])
+    (out / "anomaly_oracle.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from benchmarks.anomaly.events import classify_events, match_faults, merge_alarm
 from benchmarks.anomaly.inject import Fault, inject, noise_sigma
 from benchmarks.anomaly.nab import nab_score
 from benchmarks.reporting import table
+from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli.argtypes import positive_float
 from edge_runtime.datasets import load_dataset
@@ -69,6 +70,8 @@ REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = Path(__file__).with_name("live_faults.toml")
 SOURCE = re.compile(r"^replay:[^:]+:(?P<leaf>.+)$")
 LEAF = "leaf"
+#: The stored results (`benchmarks.schema`) next to ``anomaly_live.md``.
+RESULT_FILE = "anomaly_live.json"
 SETTLE_S = 2.0  # a quiet listener this long after the run ends: every document is in
 MAX_SETTLE_S = 30.0
 
@@ -372,13 +375,29 @@ def main(argv: list[str] | None = None) -> int:
     provenance = _provenance(args.pool_seeds).replace(
         f", {args.pool_seeds} seeds,", f", fault seed {args.seed}, {args.pool_seeds} pooled seeds,"
     )
-    text = render(args.seed, args.rate, results, agreement, coverage, warmup, n, provenance)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "anomaly_live.md"
-    path.write_text(text)
-    print(text)
-    print(f"wrote {path}")
+    write_result(
+        args.out / RESULT_FILE,
+        "anomaly-live",
+        {"seed": args.seed, "rate": args.rate, "warmup": warmup, "readings": n,
+         "provenance": provenance},
+        {"detectors": results, "agreement": agreement, "coverage": coverage},
+        {r.name: r.nab for r in results},
+    )  # fmt: skip
+    print(render_stored(args.out))
+    print(f"wrote {args.out / 'anomaly_live.md'}")
     return 0 if all(row[-1] == "0" for row in coverage) else 1
+
+
+def render_stored(out: Path) -> str:
+    """Rewrite ``out/anomaly_live.md`` from ``out/anomaly_live.json``, measuring nothing."""
+    doc = read_result(out / RESULT_FILE, "anomaly-live")
+    p, rows = doc["parameters"], doc["rows"]
+    text = render(
+        p["seed"], p["rate"], revive(list[DetectorResult], rows["detectors"]), rows["agreement"],
+        rows["coverage"], p["warmup"], p["readings"], p["provenance"],
+    )  # fmt: skip
+    (out / "anomaly_live.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -197,8 +197,9 @@ def markdown_table(rows: list[Row]) -> str:
     )
 
 
-def main() -> None:
-    """Print the Motes table for both dropout handlings (alpha = 0.01, seed 0)."""
+def main(argv: list[str] | None = None) -> None:
+    """Print the Motes table for both dropout handlings (alpha = 0.01, seed 0); ``argv`` is
+    ignored (no options)."""
     rows = run("filled") + run("raw")
     print(
         f"Motes light, FPCAEdge(rank={RANK}, oversample={OVERSAMPLE}, center=True) on the "

@@ -11,11 +11,12 @@
 `live`              Every node its own ``edge-runtime agent`` process: latency from a
                     reading to the root, and what one agent process costs.
 `dtype`             float32 against float64 snapshots on the wire, offline.
-`processes`         Subprocesses: run a command with a time limit, sample CPU and memory
-                    from ``/proc``, stop a process group.
 `report_section`    The Markdown of section (g) and issue 9's Done-when checks.
 `plot`              ``fleet.png``: traffic per reading and wall time against k.
 ==================  ====================================================================
+
+Subprocesses (a command with a time limit, CPU and memory samples, stopping a process
+group) are `benchmarks.processes`, shared by every benchmark.
 
 The package imports none of its modules, so ``python -m benchmarks.fleet.inputs`` runs
 its module once.

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks.fleet.churn_run import ChurnPlan, RunResult, build_fleet, run_once
 from benchmarks.reporting import Check, checks_table, table
+from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.logs import configure_logging
 
 __all__ = ["MAX_ERROR_RATIO", "MAX_MESSAGES_PER_READING", "MAX_WALL_RATIO", "evaluate", "render"]
@@ -270,11 +271,25 @@ def main(argv: list[str] | None = None) -> int:
             )
         pairs.append((done[False], done[True]))
     argv_text = " ".join(sys.argv[1:] if argv is None else argv)
-    text = render(plan, pairs, f"python -m benchmarks.fleet.churn {argv_text}".strip())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "churn.md").write_text(text, encoding="utf-8")
-    print(text)
+    write_result(
+        args.out / "churn.json",
+        "churn",
+        {"plan": plan, "command": f"python -m benchmarks.fleet.churn {argv_text}".strip()},
+        {"pairs": pairs},
+        {"wall_s_churn": statistics.median([c.wall_s or math.nan for _, c in pairs])},
+    )
+    print(render_stored(args.out))
     return 0 if all(c.passed for c in evaluate(plan, pairs)) else 1
+
+
+def render_stored(out: Path) -> str:
+    """Rewrite ``out/churn.md`` from ``out/churn.json``, measuring nothing; the Markdown."""
+    doc = read_result(out / "churn.json", "churn")
+    plan = revive(ChurnPlan, doc["parameters"]["plan"])
+    pairs = revive(list[tuple[RunResult, RunResult]], doc["rows"]["pairs"])
+    text = render(plan, pairs, doc["parameters"]["command"])
+    (out / "churn.md").write_text(text, encoding="utf-8")
+    return text
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ import aiomqtt
 import numpy as np
 
 from benchmarks.fleet.inputs import fleet_topology_text
-from benchmarks.fleet.processes import sample_process
+from benchmarks.processes import sample_process
 from benchmarks.synth import low_rank
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli.fleet import clear_device_topics, device_topics

@@ -100,7 +100,7 @@ def write_fleet_inputs(
     return topology, path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """``python -m benchmarks.fleet.inputs K FOLDER [--readings N] [--features D]``."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.fleet.inputs", description=__doc__.splitlines()[0]
@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--readings", type=int, default=200, help="readings per leaf")
     parser.add_argument("--features", type=int, default=48, help="reading width d")
     parser.add_argument("--fan-out", type=int, help="leaves per aggregator (default sqrt(k))")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for path in write_fleet_inputs(
         args.k,
         args.folder,

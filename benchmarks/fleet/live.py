@@ -19,8 +19,8 @@ the leaves' sensor topics and to the root's model topic:
 
 `measure_latency` reports p50 / p95 of both latencies and compares p95 with the leaves'
 maximum publish interval + 1 s; `measure_agent_cost` feeds ``n`` leaves under one
-aggregator at a fixed rate each and reads every agent's CPU seconds and memory from /proc
-between the first reading and the moment the root covers all of them.
+aggregator at a fixed rate each and reads every agent's CPU seconds and memory
+(`benchmarks.processes`) between the first reading and the moment the root covers all of them.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ import aiomqtt
 import numpy as np
 
 from benchmarks.fleet.inputs import write_fleet_inputs
-from benchmarks.fleet.processes import (
+from benchmarks.fleet.scaling import MOTES_TOPOLOGY, FleetSizes
+from benchmarks.processes import (
     ProcessSample,
     edge_runtime_command,
     sample_process,
     stop_processes,
 )
-from benchmarks.fleet.scaling import MOTES_TOPOLOGY, FleetSizes
 from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset
@@ -79,7 +79,7 @@ class ProcessCost:
     window_s : float
         Length of the measured window, seconds.
     cpu_s : float
-        User + system CPU seconds in the window (``/proc/PID/stat``).
+        User + system CPU seconds in the window (psutil; ``/proc/PID/stat`` on Linux).
     rss_bytes, peak_rss_bytes : int
         Resident set at the end (``VmRSS``) and the largest since start (``VmHWM``).
     """

@@ -41,8 +41,9 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 
-from benchmarks.fleet.processes import edge_runtime_command, stop_processes
+from benchmarks.processes import edge_runtime_command, stop_processes
 from benchmarks.reporting import Check, checks_table
+from benchmarks.schema import environment, read_result, revive, write_result
 from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.broker.dynsec import Acl, DynsecClient
@@ -445,10 +446,25 @@ def main(argv: list[str] | None = None) -> int:
             bench.close()
             if error:
                 shutil.copytree(bench.logs, args.out / "membership-logs", dirs_exist_ok=True)
-    text = render(checks, rows, bench.commands, error)
-    (args.out / "membership.md").write_text(text, encoding="utf-8")
-    print(text)
+    write_result(
+        args.out / "membership.json",
+        "membership",
+        {"commands": bench.commands},
+        {"checks": checks, "steps": rows},
+        {},
+        {**environment(), "error": error},
+    )
+    print(render_stored(args.out))
     return 0 if not error and all(c.passed for c in checks) else 1
+
+
+def render_stored(out: Path) -> str:
+    """Rewrite ``out/membership.md`` from ``out/membership.json``, measuring nothing."""
+    doc = read_result(out / "membership.json", "membership")
+    checks, steps = revive(list[Check], doc["rows"]["checks"]), doc["rows"]["steps"]
+    text = render(checks, steps, doc["parameters"]["commands"], doc["environment"]["error"])
+    (out / "membership.md").write_text(text, encoding="utf-8")
+    return text
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.fleet.inputs import write_fleet_inputs
-from benchmarks.fleet.processes import CommandResult, edge_runtime_command, run_command
+from benchmarks.processes import CommandResult, edge_runtime_command, run_command
 
 __all__ = [
     "FULL",

@@ -29,8 +29,9 @@ drive them (`edge_runtime.agents.leaf.shell.agent.LeafAgent`,
 
 Nothing sleeps. ``os.fsync`` is replaced by a counting test double for the run (every
 ``fsync`` the checkpoint code makes is counted; with ``--real-fsync`` it also syncs), and the
-bytes each ``save_checkpoint`` writes are summed; ``/proc/self/io`` ``write_bytes`` is read
-per day as a cross-check. Log lines are what the shells would log at level info and above,
+bytes each ``save_checkpoint`` writes are summed; the bytes the process caused to be written
+to storage (``write_bytes``, `benchmarks.processes.sample_process`) are read per day as a
+cross-check. Log lines are what the shells would log at level info and above,
 through the real limiters: rejects through `RejectLog` (the leaf's burst
 `REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`), checkpoint failures through the shell's
 1, 2, 4, ... rule, reconnect attempts through `OutageLog` with the agents' real

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from benchmarks import longevity as package
 from benchmarks.longevity.constants import DEFAULT_OUT, TOPOLOGY
 from benchmarks.longevity.judge import _judge
-from benchmarks.longevity.report import _day_table, _summary, write_report
+from benchmarks.longevity.report import _day_table, _summary, store_days, write_report
 from benchmarks.longevity.simulation import run_days
 from benchmarks.longevity.stats import DayStats, LongevityRun
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
@@ -152,12 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only_days:
         args.out.mkdir(parents=True, exist_ok=True)
         name = next(iter(runs))
-        doc = {
-            "run": name,
-            "days": [d.as_dict() for d in runs[name]],
-            "wall_s": time.perf_counter() - started,
-        }
-        (args.out / "longevity-days.json").write_text(json.dumps(doc, indent=1, default=str))
+        store_days(args.out, name, runs[name], time.perf_counter() - started)
         (args.out / "LONGEVITY-DAYS.md").write_text("\n".join(_day_table(name, runs[name])))
         print(f"report: {args.out / 'LONGEVITY-DAYS.md'}")
         return 0
@@ -250,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint_interval_s_default": CHECKPOINT_INTERVAL_S,
             "idle_checkpoint_gap_s": IDLE_CHECKPOINT_GAP_S,
             "wall_s": time.perf_counter() - started,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
         },
         "days": {k: [d.as_dict() for d in v] for k, v in runs.items()},
         "sweep": sweep,
@@ -257,8 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     results["checks"], results["recommendation"], results["notes"] = _judge(runs, sweep)
     path = write_report(results, args.out)
-    del results["_days"]
-    (args.out / "longevity.json").write_text(json.dumps(results, indent=1, default=str))
     print(f"report: {path}")
     for c in results["checks"]:  # type: ignore[union-attr]
         print(f"  {'pass' if c['ok'] else 'FAIL'}: {c['check']}: {c['measured']}")

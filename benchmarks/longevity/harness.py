@@ -23,8 +23,8 @@ from benchmarks.longevity.constants import (
     WAKE_LEAF,
     WALL_ORIGIN,
 )
-from benchmarks.longevity.probes import proc_write_bytes, rss_bytes
 from benchmarks.longevity.stats import DayStats, LongevityRun
+from benchmarks.processes import sample_process
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
 from edge_runtime.agents.aggregator.core.plausibility import child_bounds
 from edge_runtime.agents.common.core.node import publish_policy_for
@@ -268,7 +268,7 @@ class Harness:
         reject = case == "reject"
         outage = case == "outage"
         fsync0 = self.fsync.calls
-        io0 = proc_write_bytes()
+        io0 = _written()
         wall0 = time.perf_counter()
         if run.trace_memory:
             tracemalloc.reset_peak()
@@ -308,10 +308,10 @@ class Harness:
             self._reconnect()
         scale = 24.0 / hours
         day.hours = hours
-        day.rss = rss_bytes()
+        day.rss = _own().rss_bytes
         day.objects = len(gc.get_objects())
         day.fsyncs = self.fsync.calls - fsync0
-        io1 = proc_write_bytes()
+        io1 = _written()
         day.proc_write_bytes = None if io0 is None or io1 is None else io1 - io0
         if run.trace_memory:
             day.mem_current, day.mem_peak = tracemalloc.get_traced_memory()
@@ -387,3 +387,14 @@ class Harness:
         self.leaf_wake = self.now
         self.push(self.now, WAKE_AGG, self.now)
         self.agg_wake = self.now
+
+
+def _own():
+    sample = sample_process()
+    assert sample is not None  # this process is alive
+    return sample
+
+
+def _written() -> int | None:
+    """Bytes this process caused to be written to storage so far; None where not counted."""
+    return _own().write_bytes

@@ -1,12 +1,10 @@
-"""What the run measures outside the cores: ``os.fsync`` calls (a counting test double),
-``/proc/self/io`` ``write_bytes`` and ``VmRSS``."""
+"""``os.fsync`` calls counted by a test double (what `edge_runtime.atomicfile` calls)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 
 class FsyncCounter:
@@ -34,26 +32,3 @@ def counting_fsync(real: bool = False) -> Iterator[FsyncCounter]:
     finally:
         os.fsync = saved  # type: ignore[assignment]
 
-
-def proc_write_bytes() -> int | None:
-    """``write_bytes`` of ``/proc/self/io`` (bytes this process caused to be written to
-    storage), or None where there is no such file."""
-    try:
-        text = Path("/proc/self/io").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("write_bytes:"):
-            return int(line.split()[1])
-    return None
-
-
-def rss_bytes() -> int:
-    """VmRSS of this process, bytes (0 where /proc is missing)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -12,8 +11,8 @@ import numpy as np
 
 from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
 from benchmarks.longevity.stats import DayStats
-from benchmarks.reporting import Check, checks_table, figure, save_figure
-from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+from benchmarks.reporting import Check, checks_table, figure, save_figure, table
+from benchmarks.schema import environment, read_result, revive, write_result
 
 
 def _summary(days: list[DayStats], skip_first: bool = True) -> dict[str, float]:
@@ -41,16 +40,14 @@ def _mb(x: float) -> str:
 
 
 def _day_table(title: str, days: list[DayStats]) -> list[str]:
-    lines = [
-        f"#### {title}",
-        "",
-        "| day | case | readings | rejected | checkpoints | fsync | MB written | /proc write MB "
-        "| state on disk (bytes) | leaf snapshots | aggregator snapshots | confirmations "
-        "| status docs | log lines (by kind) | tracemalloc current / peak (MB) "
-        "| edge_runtime live (MB) | VmRSS (MB) | gc objects "
-        "| durable latency p50 / p95 / max (s) | not durable at day end |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---|---:|",
-    ]
+    header = [
+        "day", "case", "readings", "rejected", "checkpoints", "fsync", "MB written",
+        "/proc write MB", "state on disk (bytes)", "leaf snapshots", "aggregator snapshots",
+        "confirmations", "status docs", "log lines (by kind)", "tracemalloc current / peak (MB)",
+        "edge_runtime live (MB)", "VmRSS (MB)", "gc objects",
+        "durable latency p50 / p95 / max (s)", "not durable at day end",
+    ]  # fmt: skip
+    rows = []
     for d in days:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(d.log_lines.items())) or "0"
         proc = "n/a" if d.proc_write_bytes is None else _mb(d.proc_write_bytes)
@@ -59,14 +56,15 @@ def _day_table(title: str, days: list[DayStats]) -> list[str]:
             if math.isnan(d.latency_p50)
             else f"{d.latency_p50:.1f} / {d.latency_p95:.1f} / {d.latency_max:.1f}"
         )
-        lines.append(
-            f"| {d.day} | {d.case} | {d.readings:,} | {d.rejected:,} | {d.checkpoints:,} "
-            f"| {d.fsyncs:,} | {_mb(d.bytes_written)} | {proc} | {d.state_bytes:,} "
-            f"| {d.leaf_snapshots:,} | {d.aggregator_snapshots:,} | {d.confirmations:,} "
-            f"| {d.status_documents:,} | {sum(d.log_lines.values())} ({kinds}) "
-            f"| {_mb(d.mem_current)} / {_mb(d.mem_peak)} | {_mb(d.mem_runtime)} "
-            f"| {_mb(d.rss)} | {d.objects:,} | {lat} | {d.durable_lag_end:,} |"
-        )
+        rows.append([
+            d.day, d.case, f"{d.readings:,}", f"{d.rejected:,}", f"{d.checkpoints:,}",
+            f"{d.fsyncs:,}", _mb(d.bytes_written), proc, f"{d.state_bytes:,}",
+            f"{d.leaf_snapshots:,}", f"{d.aggregator_snapshots:,}", f"{d.confirmations:,}",
+            f"{d.status_documents:,}", f"{sum(d.log_lines.values())} ({kinds})",
+            f"{_mb(d.mem_current)} / {_mb(d.mem_peak)}", _mb(d.mem_runtime), _mb(d.rss),
+            f"{d.objects:,}", lat, f"{d.durable_lag_end:,}",
+        ])  # fmt: skip
+    lines = [f"#### {title}", "", table(header, rows, "rlrrrrrrrrrrrllllrlr")]
     lines.append("")
     return lines
 
@@ -77,9 +75,42 @@ def _flat(days: list[DayStats], attr: str) -> str:
     return f"{lo / 1e6:.3f}-{hi / 1e6:.3f} MB"
 
 
+def render(out: Path) -> None:
+    """Rewrite ``out/longevity/LONGEVITY.md``, ``longevity.png`` and ``LONGEVITY-DAYS.md`` from
+    the ``longevity.json`` and ``longevity-days.json`` stored there, measuring nothing."""
+    folder = out / "longevity"
+    doc = read_result(folder / "longevity.json", "longevity")
+    rows = dict(doc["rows"])
+    judgement = rows.pop("judgement")
+    results = {"meta": doc["parameters"], **rows, **judgement}
+    results["_days"] = {name: revive(list[DayStats], days) for name, days in rows["days"].items()}
+    _write_markdown(results, folder)
+    days = read_result(folder / "longevity-days.json", "longevity")
+    run, stats = days["parameters"]["run"], revive(list[DayStats], days["rows"]["days"])
+    text = "\n".join(_day_table(run, stats))
+    (folder / "LONGEVITY-DAYS.md").write_text(text)
+
+
+def store_days(out: Path, run: str, days: list[DayStats], wall_s: float) -> None:
+    """Write ``out/longevity-days.json`` (the result schema) of a ``--only-days`` run."""
+    write_result(
+        out / "longevity-days.json", "longevity", {"run": run, "only_days": True},
+        {"days": [d.as_dict() for d in days]}, {}, {**environment(), "wall_s": wall_s},
+    )  # fmt: skip
+
+
 def write_report(results: dict[str, object], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "longevity.json").write_text(json.dumps(results, indent=1, default=str))
+    """Store ``results`` as ``out/longevity.json`` (the result schema: ``meta`` as parameters,
+    days, sweep, gaps and checks as rows) and write ``LONGEVITY.md`` and ``longevity.png``."""
+    meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
+    rows = {k: results.get(k, []) for k in ("days", "sweep", "gaps", "checks")}
+    rows["judgement"] = {k: results.get(k) for k in ("recommendation", "notes")}
+    env = {**environment(), "wall_s": meta["wall_s"]}
+    write_result(out / "longevity.json", "longevity", meta, rows, {}, env)
+    return _write_markdown(results, out)
+
+
+def _write_markdown(results: dict[str, object], out: Path) -> Path:
     runs: dict[str, list[DayStats]] = results["_days"]  # type: ignore[assignment]
     sweep: list[dict[str, float]] = results["sweep"]  # type: ignore[assignment]
     meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
@@ -112,20 +143,26 @@ def write_report(results: dict[str, object], out: Path) -> Path:
             "reading's arrival at the leaf to the first confirmation that reports it durable "
             "(what a publisher such as `replay` waits for, and keeps in its window).",
             "",
-            "| checkpoint_interval_s | checkpoints/day | fsync/day | MB written/day "
-            "| /proc write_bytes MB/day | checkpoint file (bytes) | latency p50 (s) | p95 (s) "
-            "| max (s) | readings a publisher holds at p95 (per leaf) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for row in sweep:
-            md.append(
-                f"| {row['interval']:g} | {row['checkpoints_per_day']:,.0f} "
-                f"| {row['fsyncs_per_day']:,.0f} | {_mb(row['bytes_per_day'])} "
-                f"| {_mb(row['proc_bytes_per_day'])} "
-                f"| {row['state_bytes']:,.0f} | {row['latency_p50']:.1f} "
-                f"| {row['latency_p95']:.1f} | {row['latency_max']:.1f} "
-                f"| {row['latency_p95'] * meta['sweep_rate']:,.0f} |"  # type: ignore[operator]
-            )
+            table(
+                [
+                    "checkpoint_interval_s", "checkpoints/day", "fsync/day", "MB written/day",
+                    "/proc write_bytes MB/day", "checkpoint file (bytes)", "latency p50 (s)",
+                    "p95 (s)", "max (s)", "readings a publisher holds at p95 (per leaf)",
+                ],
+                [
+                    [
+                        f"{row['interval']:g}", f"{row['checkpoints_per_day']:,.0f}",
+                        f"{row['fsyncs_per_day']:,.0f}", _mb(row["bytes_per_day"]),
+                        _mb(row["proc_bytes_per_day"]), f"{row['state_bytes']:,.0f}",
+                        f"{row['latency_p50']:.1f}", f"{row['latency_p95']:.1f}",
+                        f"{row['latency_max']:.1f}",
+                        f"{row['latency_p95'] * meta['sweep_rate']:,.0f}",  # type: ignore[operator]
+                    ]
+                    for row in sweep
+                ],
+                "r" * 10,
+            ),
+        ]  # fmt: skip
         md.append("")
         gaps: list[dict[str, float]] = results.get("gaps", [])  # type: ignore[assignment]
         if gaps:
@@ -133,23 +170,30 @@ def write_report(results: dict[str, object], out: Path) -> Path:
                 "### A sensor that pauses between messages (default settings)",
                 "",
                 "One message of 64 readings every *gap* seconds, default "
-                f"`checkpoint_interval_s` {CHECKPOINT_INTERVAL_S:g} s and "
-                f"`IDLE_CHECKPOINT_GAP_S` {IDLE_CHECKPOINT_GAP_S:g} s: every pause longer "
+                f"`checkpoint_interval_s` {meta['checkpoint_interval_s_default']:g} s and "
+                f"`IDLE_CHECKPOINT_GAP_S` {meta['idle_checkpoint_gap_s']:g} s: every pause longer "
                 "than the leaf's idle time is a checkpoint, at most one per "
                 "`IDLE_CHECKPOINT_GAP_S`.",
                 "",
-                "| gap (s) | readings/s | checkpoints/day | fsync/day | MB written/day "
-                "| latency p50 / p95 / max (s) | within 3,000 fsync |",
-                "|---:|---:|---:|---:|---:|---|---|",
-            ]
-            for row in gaps:
-                md.append(
-                    f"| {row['gap']:g} | {64 / row['gap']:.2f} "
-                    f"| {row['checkpoints_per_day']:,.0f} | {row['fsyncs_per_day']:,.0f} "
-                    f"| {_mb(row['bytes_per_day'])} | {row['latency_p50']:.1f} / "
-                    f"{row['latency_p95']:.1f} / {row['latency_max']:.1f} "
-                    f"| {'yes' if row['fsyncs_per_day'] <= MAX_FSYNCS_PER_DAY else '**no**'} |"
-                )
+                table(
+                    [
+                        "gap (s)", "readings/s", "checkpoints/day", "fsync/day", "MB written/day",
+                        "latency p50 / p95 / max (s)", "within 3,000 fsync",
+                    ],
+                    [
+                        [
+                            f"{row['gap']:g}", f"{64 / row['gap']:.2f}",
+                            f"{row['checkpoints_per_day']:,.0f}", f"{row['fsyncs_per_day']:,.0f}",
+                            _mb(row["bytes_per_day"]),
+                            f"{row['latency_p50']:.1f} / {row['latency_p95']:.1f} / "
+                            f"{row['latency_max']:.1f}",
+                            "yes" if row["fsyncs_per_day"] <= MAX_FSYNCS_PER_DAY else "**no**",
+                        ]
+                        for row in gaps
+                    ],
+                    "rrrrrll",
+                ),
+            ]  # fmt: skip
             md.append("")
         rec = results.get("recommendation")
         if rec:
@@ -168,8 +212,9 @@ def write_report(results: dict[str, object], out: Path) -> Path:
     md += [
         "## Environment",
         "",
-        f"Python {platform.python_version()}, numpy {np.__version__}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs; run took {meta['wall_s']:.0f} s.",
+        f"Python {meta.get('python', platform.python_version())}, numpy "
+        f"{meta.get('numpy', np.__version__)}, {meta.get('machine', platform.machine())}, "
+        f"{meta.get('cpus', os.cpu_count())} CPUs; run took {meta['wall_s']:.0f} s.",
         "",
     ]
     path = out / "LONGEVITY.md"

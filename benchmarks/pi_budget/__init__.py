@@ -5,7 +5,7 @@ private Mosquitto (`edge_runtime.broker.LocalMosquitto`, 127.0.0.1) and one
 ``edge-runtime agent`` process (``python -m edge_runtime.cli agent``, leaf ``leaf-1`` of
 ``topologies/minimal.toml``, 48 features), feeds readings on its sensor topic
 ``sensors/leaf-1`` (msgpack, as `edge_runtime.wire.encode_readings` encodes them, QoS 1) and
-reads the agent's ``/proc/PID/status`` (VmRSS) and ``/proc/PID/stat`` (utime + stime).
+reads the agent's resident set and CPU time (user + system) with psutil.
 
 The imports and the agent run as on a device: in a lean venv built in a temporary folder
 (``pip install`` of the project without extras, with this venv's versions of its

@@ -24,7 +24,8 @@ from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, plain_log_axis, save_figure
+from benchmarks.reporting import figure, plain_log_axis, save_figure, table
+from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st
 from edge_runtime.fpca.continual import continual_multiplier
 from edge_runtime.fpca.gaussian_mechanism import analytic_gaussian_sigma
@@ -34,6 +35,8 @@ from edge_runtime.secagg.accounting import site_epsilon
 __all__ = ["METHODS", "PRECISION", "SCALES", "Precision", "Row", "main", "precision", "run"]
 
 EPSILON, DELTA, RANK = 1.0, 1e-5, 10
+#: The stored results (`benchmarks.schema`) next to ``secagg.md``.
+RESULT_FILE = "secagg.json"
 #: The scale of the main table: integer units per unit-ball Gram unit.
 SCALE = 2.0**16
 #: The scales of the scale table (one release, t = 4).
@@ -224,18 +227,21 @@ def markdown(
         " `error_ratio` on all rows (1 = offline SVD). Median and IQR over seeds 0-"
         f"{seeds - 1}. `benchmarks/secagg/`.",
         "",
-        "| method | median | IQR | noise std of the final sum (Gram units)"
-        " | epsilon (all leaves in)"
-        " | bits |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in main_rows:
-        bits = str(r.bits) if r.bits else "-"
-        lines.append(
-            f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | {r.epsilon_all:.3f} | {bits} |"
-        )
-    for r in today:
-        lines.append(f"| {r.label} | {_fmt(r.error)} | {r.noise_std:.2f} | 1.000 | - |")
+        table(
+            [
+                "method", "median", "IQR", "noise std of the final sum (Gram units)",
+                "epsilon (all leaves in)", "bits",
+            ],
+            [
+                *(
+                    [r.label, _fmt(r.error), f"{r.noise_std:.2f}", f"{r.epsilon_all:.3f}",
+                     str(r.bits) if r.bits else "-"]
+                    for r in main_rows
+                ),
+                *([r.label, _fmt(r.error), f"{r.noise_std:.2f}", "1.000", "-"] for r in today),
+            ],
+        ),
+    ]  # fmt: skip
     lines += [
         "",
         f"Reported in `REPORT.md` (f), 20 seeds: one release per leaf {REPORTED['one']}, "
@@ -258,14 +264,17 @@ def markdown(
         " so a small scale inflates the noise; bits: the modulus a site's sum of 4 leaves"
         " needs without wrapping (data plus 20 standard deviations of noise).",
         "",
-        "| scale | noise std (Gram units) | / analytic Gaussian sigma | bits | median | IQR |",
-        "|---|---|---|---|---|---|",
+        table(
+            [
+                "scale", "noise std (Gram units)", "/ analytic Gaussian sigma", "bits", "median",
+                "IQR",
+            ],
+            [
+                [r.label, f"{r.noise_std:.3f}", f"{r.noise_std / sigma:.3f}", r.bits, _fmt(r.error)]
+                for r in scales
+            ],
+        ),
     ]
-    for r in scales:
-        lines.append(
-            f"| {r.label} | {r.noise_std:.3f} | {r.noise_std / sigma:.3f} | {r.bits} |"
-            f" {_fmt(r.error)} |"
-        )
     if checks:
         n = checks[0].error.n
         lines += [
@@ -275,15 +284,17 @@ def markdown(
             f"Median over seeds 0-{n - 1}, and the range of the medians of its disjoint groups"
             f" of {seeds} seeds.",
             "",
-            f"| method | median over {n} seeds | IQR | {seeds}-seed medians |",
-            "|---|---|---|---|",
         ]
+        rows = []
         for c in checks:
             span = f"{c.group_medians[0]:.3f}-{c.group_medians[-1]:.3f}" if c.group_medians else "-"
-            lines.append(
-                f"| {c.label} | **{c.error.median:.3f}** | {c.error.p25:.3f}-{c.error.p75:.3f}"
-                f" | {span} ({len(c.group_medians)} groups) |"
-            )
+            rows.append([
+                c.label, f"**{c.error.median:.3f}**", f"{c.error.p25:.3f}-{c.error.p75:.3f}",
+                f"{span} ({len(c.group_medians)} groups)",
+            ])  # fmt: skip
+        lines.append(
+            table(["method", f"median over {n} seeds", "IQR", f"{seeds}-seed medians"], rows)
+        )
     lines += ["", "![Secure sum per site](secagg.png)", ""]
     return "\n".join(lines)
 
@@ -369,10 +380,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     main_rows, today, scales = run(args.seeds)
     checks = precision(args.precision_seeds, args.seeds) if args.precision_seeds else []
-    seconds = time.perf_counter() - start
-    text = markdown(main_rows, today, scales, args.seeds, seconds, checks)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "secagg.md").write_text(text, encoding="utf-8")
-    plot(main_rows, today, scales, args.out / "secagg.png")
-    sys.stdout.write(text)
+    write_result(
+        args.out / RESULT_FILE,
+        "secagg",
+        {"seeds": args.seeds, "precision_seeds": args.precision_seeds},
+        {"main": main_rows, "today": today, "scales": scales, "precision": checks},
+        {r.label: r.error.median for r in [*main_rows, *today]},
+        {**environment(), "wall_s": time.perf_counter() - start},
+    )
+    sys.stdout.write(render(args.out))
     return 0
+
+
+def render(out: Path) -> str:
+    """Rewrite ``out/secagg.md`` and ``out/secagg.png`` from ``out/secagg.json``, measuring
+    nothing; returns the Markdown."""
+    doc = read_result(out / RESULT_FILE, "secagg")
+    kinds = {"main": Row, "today": Row, "scales": Row, "precision": Precision}
+    rows = {k: revive(list[kinds[k]], v) for k, v in doc["rows"].items()}
+    main_rows, today, scales = rows["main"], rows["today"], rows["scales"]
+    seeds, seconds = doc["parameters"]["seeds"], doc["environment"]["wall_s"]
+    text = markdown(main_rows, today, scales, seeds, seconds, rows["precision"])
+    (out / "secagg.md").write_text(text, encoding="utf-8")
+    plot(main_rows, today, scales, out / "secagg.png")
+    return text

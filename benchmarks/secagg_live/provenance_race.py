@@ -94,5 +94,11 @@ async def main(seed: int) -> int:
     return premature
 
 
+def cli(argv: list[str]) -> int:
+    """``python -m benchmarks secagg-race [SEED]``: print the snapshots; exit status 0."""
+    asyncio.run(main(int(argv[0]) if argv else 0))
+    return 0
+
+
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
+    cli(sys.argv[1:])

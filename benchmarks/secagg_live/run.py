@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, save_figure
+from benchmarks.reporting import figure, save_figure, table
+from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
 from benchmarks.secagg_live.live import SECAGG_KINDS, RunResult, Scenario, live_run
 
@@ -167,11 +165,8 @@ def markdown(
         f" model was taken; an invalid run is run again (same seed, at most {ATTEMPTS}"
         " attempts), and every attempt is listed per seed below.",
         "",
-        "| row | n | median | IQR | offline median | target"
-        " | slots per site | time per slot, s (median, IQR) | secagg bytes / leaf / slot"
-        " | federation bytes / leaf / slot | last reading -> root model, s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for s in shown:
         runs = by[s.key]
         ok = [r for r in runs if r.valid]
@@ -184,12 +179,18 @@ def markdown(
         slots = (
             f"{ok[0].slots_released}" if ok and s.secagg else f"({TODAY_RELEASES[s.key]} rel./leaf)"
         )
-        lines.append(
-            f"| {s.label} | {len(ok)}/{len(runs)} | {_fmt(err)} | {OFFLINE[s.key]:.3f}"
-            f" | {'<= ' + format(target, 'g') if target else '-'} | {slots}"
-            f" | {_mid(slot_t, 2) if s.secagg else '-'}"
-            f" | {_mid(sec) if s.secagg else '-'} | {_mid(fed)} | {_mid(lat, 2)} |"
-        )
+        rows.append([
+            s.label, f"{len(ok)}/{len(runs)}", _fmt(err), f"{OFFLINE[s.key]:.3f}",
+            "<= " + format(target, "g") if target else "-", slots,
+            _mid(slot_t, 2) if s.secagg else "-", _mid(sec) if s.secagg else "-", _mid(fed),
+            _mid(lat, 2),
+        ])  # fmt: skip
+    header = [
+        "row", "n", "median", "IQR", "offline median", "target", "slots per site",
+        "time per slot, s (median, IQR)", "secagg bytes / leaf / slot",
+        "federation bytes / leaf / slot", "last reading -> root model, s",
+    ]  # fmt: skip
+    lines.append(table(header, rows))
     lines += [
         "",
         "Issue 26's Done-when, live: "
@@ -225,16 +226,16 @@ def markdown(
         "",
     ]
     kinds = sorted({k for r in results for k in r.bytes}, key=_kind_order)
-    lines.append("| row | " + " | ".join(kinds) + " |")
-    lines.append("|---|" + "---|" * len(kinds))
+    per_kind = []
     for s in shown:
         ok = [r for r in by[s.key] if r.valid]
-        cells = []
+        cells = [s.key]
         for k in kinds:
             b = [r.bytes.get(k, 0) for r in ok]
             m = [r.messages.get(k, 0) for r in ok]
             cells.append(f"{np.median(b):,.0f} ({np.median(m):.0f})" if ok and any(b) else "-")
-        lines.append(f"| {s.key} | " + " | ".join(cells) + " |")
+        per_kind.append(cells)
+    lines.append(table(["row", *kinds], per_kind))
     lines += [
         "",
         "Bytes (messages) per run, all nodes: readings are the 7712 rows as msgpack float64"
@@ -243,27 +244,28 @@ def markdown(
         "",
         "## Error ratio per seed, rows side by side",
         "",
-        "| seed | " + " | ".join(s.key for s in shown) + " |",
-        "|---|" + "---|" * len(shown),
     ]
+    per_seed = []
     for seed in sorted({r.seed for r in results}):
-        cells = []
+        cells = [seed]
         for s in shown:
             tries = [x for x in by[s.key] if x.seed == seed]
             ok = [f"{x.error:.3f}" for x in tries if x.valid]
             bad = [f"invalid ({x.note})" for x in tries if not x.valid]
             cells.append("; ".join(bad + ok))
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+        per_seed.append(cells)
+    lines.append(table(["seed", *(s.key for s in shown)], per_seed))
     if previous:
+        earlier = previous.get("rows", {}).items()  # type: ignore[attr-defined]
         lines += [
             "",
             f"## An earlier full run: {previous.get('what', '')}",
             "",
-            "| row | n | median | IQR |",
-            "|---|---|---|---|",
+            table(
+                ["row", "n", "median", "IQR"],
+                [[k, n, f"**{m:.3f}**", f"{p25:.3f}-{p75:.3f}"] for k, (n, m, p25, p75) in earlier],
+            ),
         ]
-        for key, (n, median, p25, p75) in previous.get("rows", {}).items():  # type: ignore[attr-defined]
-            lines.append(f"| {key} | {n} | **{median:.3f}** | {p25:.3f}-{p75:.3f} |")
     walls = summarise([r.wall_s for r in results])
     lines += [
         "",
@@ -349,21 +351,24 @@ def plot(results: Sequence[RunResult], path: Path) -> Path:
 
 
 def _load(path: Path) -> tuple[list[RunResult], dict[str, object]]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    runs = [
-        RunResult(**{k: (math.nan if v is None else v) for k, v in r.items()}) for r in doc["runs"]
-    ]
-    return runs, doc["meta"]
+    """The runs and the run's description (``parameters``) of a result file."""
+    doc = read_result(path, "secagg-live")
+    return revive(list[RunResult], doc["rows"]["runs"]), doc["parameters"]
 
 
 def _write(out: Path, results: Sequence[RunResult], meta: dict[str, object]) -> None:
-    runs = [
-        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-        for r in results
-    ]
-    (out / "secagg_live.json").write_text(
-        json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n", encoding="utf-8"
-    )
+    medians = {
+        s.key: float(np.median([r.error for r in results if r.scenario == s.key and r.valid]))
+        for s in SCENARIOS
+        if any(r.scenario == s.key and r.valid for r in results)
+    }
+    env = {**environment(), "time": meta["stamp"], "commit": meta["tree"]}
+    write_result(out / "secagg_live.json", "secagg-live", meta, {"runs": results}, medians, env)
+
+
+def render(out: Path) -> str:
+    """Rewrite ``out/secagg_live.md`` and ``.png`` from ``out/secagg_live.json``; the Markdown."""
+    return _render(out, *_load(out / "secagg_live.json"))
 
 
 def _render(out: Path, results: Sequence[RunResult], meta: dict[str, object]) -> str:
@@ -472,8 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("error")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
-        results, meta = _load(args.out / "secagg_live.json")
-        sys.stdout.write(_render(args.out, results, meta))
+        sys.stdout.write(render(args.out))
         return 0
     seeds = 2 if args.quick else args.seeds
     if seeds < 1 or args.slot_s <= 0:

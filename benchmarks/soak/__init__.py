@@ -19,8 +19,8 @@ command and state directory), restart the broker (SIGTERM, start on the same por
 persistence keeps the retained messages and sessions), SIGKILL the aggregator and start it
 again. One leaf (the last) is never killed: the control.
 
-Every ``--sample-every`` seconds: ``VmRSS`` (``/proc/PID/status``) and the number of open
-file descriptors (``/proc/PID/fd``) of every agent and of the broker; per agent process
+Every ``--sample-every`` seconds: the resident set and the number of open file descriptors
+of every agent and of the broker (`benchmarks.processes.sample_process`); per agent process
 (incarnation) the first, last and largest sample, and whether it is flat: the last sample
 within 10 % (RSS) and within 2 descriptors (files) of the first sample taken 2 minutes or
 more into its life (start-up imports and the first blocks settle first). Also each

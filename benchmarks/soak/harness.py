@@ -11,18 +11,30 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiomqtt
 import numpy as np
 
-from benchmarks.soak.processes import Incarnation, free_port, proc_sample
-from edge_runtime.broker import LocalMosquitto
+from benchmarks.processes import sample_process
+from edge_runtime.broker import LocalMosquitto, free_port
 from edge_runtime.datasets import load_dataset
 from edge_runtime.wire import decode_confirm, encode_readings
 
 WARMUP_S = 120.0  # samples before this age of a process are not its baseline
 
+
+
+@dataclass
+class Incarnation:
+    """One process of a node (a restart makes a new one) and its samples."""
+
+    node: str
+    pid: int
+    started: float
+    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (age s, rss, fds)
+    ended: str = "running"
 
 def topology_text(prefix: str, leaves: int) -> str:
     lines = [
@@ -58,7 +70,7 @@ class Soak:
         self.nodes = ["root", "site-a", *self.leaves]
         self.topology = workdir / "soak.toml"
         self.topology.write_text(topology_text(self.prefix, args.leaves))
-        self.port = free_port()
+        self.port = free_port(low=20001)
         self.broker = LocalMosquitto(port=self.port, keep_dir=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.incarnations: list[Incarnation] = []
@@ -128,9 +140,9 @@ class Soak:
         for inc in list(self.current.values()):
             if inc.ended != "running":
                 continue
-            got = proc_sample(inc.pid)
+            got = sample_process(inc.pid)
             if got is not None:
-                inc.samples.append((now - inc.started, *got))
+                inc.samples.append((now - inc.started, got.rss_bytes, got.fds))
 
     # ------------------------------------------------------------ publisher
     async def publish(self, stop: asyncio.Event) -> None:

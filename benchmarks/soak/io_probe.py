@@ -14,8 +14,8 @@ from pathlib import Path
 
 import aiomqtt
 
+from benchmarks.processes import io_counters
 from benchmarks.soak.harness import Soak
-from benchmarks.soak.processes import proc_io
 
 
 async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
@@ -32,7 +32,7 @@ async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]
     publisher = asyncio.create_task(soak.publish(stop))
     await asyncio.sleep(args.warmup)
     pid = soak.procs[leaf].pid
-    first = proc_io(pid)
+    first = io_counters(pid)
     ckpt0 = await _checkpoints(soak, leaf)
     t1 = time.monotonic()
     strace = None
@@ -54,7 +54,7 @@ async def io_probe(args: argparse.Namespace, workdir: Path) -> dict[str, object]
             stderr=subprocess.DEVNULL,
         )
     await asyncio.sleep(args.minutes * 60.0)
-    last = proc_io(pid)
+    last = io_counters(pid)
     t2 = time.monotonic()
     ckpt1 = await _checkpoints(soak, leaf)
     if strace is not None:

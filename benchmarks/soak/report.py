@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from benchmarks.reporting import table
+from benchmarks.schema import read_result, write_result
+
+#: What a soak was asked to do (the rest of its result are the measured rows).
+PARAMETERS = ("argv", "minutes", "leaves", "rate", "batch", "port", "workdir")
+
+
+def render(out: Path) -> None:
+    """Rewrite ``out/longevity/SOAK.md`` from the ``soak.json`` stored there, measuring
+    nothing."""
+    doc = read_result(out / "longevity" / "soak.json", "soak")
+    result = {**doc["parameters"], **doc["rows"]}
+    _write_markdown(result, out / "longevity", result["argv"])
 
 
 def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.json").write_text(json.dumps(result, indent=1))
+    """Store ``result`` as ``out/soak.json`` (the result schema) and write ``SOAK.md``."""
+    result = {**result, "argv": argv}
+    parameters = {k: result[k] for k in PARAMETERS}
+    rows = {k: v for k, v in result.items() if k not in PARAMETERS}
+    write_result(out / "soak.json", "soak", parameters, rows, {})
+    return _write_markdown(result, out, argv)
+
+
+def _write_markdown(result: dict[str, object], out: Path, argv: list[str]) -> Path:
     procs: list[dict] = result["processes"]  # type: ignore[assignment]
     md = [
         "# Soak: processes under faults, RSS and open files (issue 21, item 6)",
@@ -23,42 +43,48 @@ def write_report(result: dict[str, object], out: Path, argv: list[str]) -> Path:
         + "; ".join(f"{t:.0f} s {what}" for t, what in result["faults"])  # type: ignore[union-attr]
         + ".",
         "",
-        "| process | pid | ended | life (s) | samples | RSS first / at 2 min / last / max (MB) "
-        "| open fds first / at 2 min / last / max | flat (RSS, fds) |",
-        "|---|---:|---|---:|---:|---|---|---|",
     ]
 
     def mb(x: int | None) -> str:
         return "-" if x is None else f"{x / 1e6:.1f}"
 
-    for p in procs:
-        flat = (
-            "n/a (< 5 min after warm-up)"
-            if p["flat_rss"] is None
-            else f"{'yes' if p['flat_rss'] else 'NO'}, {'yes' if p['flat_fd'] else 'NO'}"
-        )
-        md.append(
-            f"| {p['node']} | {p['pid']} | {p['ended']} | {p['life_s']:.0f} | {p['samples']} "
-            f"| {mb(p['rss_first'])} / {mb(p['rss_base'])} / {mb(p['rss_last'])} / "
-            f"{mb(p['rss_max'])} | {p['fd_first']} / "
-            f"{'-' if p['fd_base'] is None else p['fd_base']} / {p['fd_last']} / {p['fd_max']} "
-            f"| {flat} |"
-        )
+    def flat(p: dict) -> str:
+        if p["flat_rss"] is None:
+            return "n/a (< 5 min after warm-up)"
+        return f"{'yes' if p['flat_rss'] else 'NO'}, {'yes' if p['flat_fd'] else 'NO'}"
+
+    header = [
+        "process", "pid", "ended", "life (s)", "samples",
+        "RSS first / at 2 min / last / max (MB)", "open fds first / at 2 min / last / max",
+        "flat (RSS, fds)",
+    ]  # fmt: skip
+    rows = [
+        [
+            p["node"], p["pid"], p["ended"], f"{p['life_s']:.0f}", p["samples"],
+            f"{mb(p['rss_first'])} / {mb(p['rss_base'])} / {mb(p['rss_last'])} / "
+            f"{mb(p['rss_max'])}",
+            f"{p['fd_first']} / {'-' if p['fd_base'] is None else p['fd_base']} / "
+            f"{p['fd_last']} / {p['fd_max']}",
+            flat(p),
+        ]
+        for p in procs
+    ]  # fmt: skip
+    md.append(table(header, rows, "lrlrrlll"))
     md += [
         "",
         "Readings sent per leaf and its last confirmation (source `soak:<leaf>`):",
         "",
-        "| leaf | sent | ingested | durable |",
-        "|---|---:|---:|---:|",
     ]
+    sent = []
     for leaf in result["leaves"]:  # type: ignore[union-attr]
         c = result["confirms"].get(leaf, {})  # type: ignore[union-attr]
         src = f"soak:{leaf}"
-        md.append(
-            f"| {leaf} | {result['sent'][leaf]:,} | "  # type: ignore[index]
-            f"{c.get('ingested', {}).get(src, -1) + 1:,} | "
-            f"{c.get('durable', {}).get(src, -1) + 1:,} |"
-        )
+        sent.append([
+            leaf, f"{result['sent'][leaf]:,}",  # type: ignore[index]
+            f"{c.get('ingested', {}).get(src, -1) + 1:,}",
+            f"{c.get('durable', {}).get(src, -1) + 1:,}",
+        ])  # fmt: skip
+    md.append(table(["leaf", "sent", "ingested", "durable"], sent, "lrrr"))
     md += [
         "",
         "Log lines per node over the whole soak (all incarnations): "

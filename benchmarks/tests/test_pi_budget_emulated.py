@@ -5,10 +5,13 @@ built the aarch64 sysroot, that its emulated Python reports its versions and num
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from benchmarks.pi_budget import emulated
+from benchmarks.pi_budget.run import DEPLOYED_ENV, device_env
 
 
 def _cpu(rate: float, batch: int = 1, ms: float = 2.0, kept_up: bool = True) -> dict:
@@ -84,3 +87,12 @@ def test_the_emulated_python_reports_its_versions_and_route() -> None:
     info = emulated.probe(emulated.emulated_python("aarch64", root))
     assert info["machine"] == "aarch64" and info["python"].startswith("3.11")
     assert info["route"] == "PyPI wheels"
+
+
+def test_the_budget_benchmark_runs_the_agent_as_the_unit_does() -> None:
+    """The systemd unit's ``Environment=PYTHON...`` assignments are the benchmark's."""
+    unit = Path(__file__).resolve().parents[2] / "devices" / "edge-runtime-agent@.service"
+    assigned = re.findall(r"^Environment=(PYTHON\S*)=(\S*)$", unit.read_text(), re.MULTILINE)
+    assert dict(assigned) == DEPLOYED_ENV == {"PYTHONOPTIMIZE": "2"}
+    assert device_env()["PYTHONOPTIMIZE"] == "2"
+    assert "PYTHONOPTIMIZE" not in device_env(deployed=False)

@@ -1,14 +1,16 @@
-"""Processes for the fleet benchmark: run ``edge-runtime`` commands, read their cost in /proc.
+"""Process sampling for every benchmark, done once, with psutil: run a command, read a process's
+CPU time, memory, open files and I/O, stop what a benchmark started.
 
-`run_command` runs one command to completion or to a time limit and returns its exit
-status, wall time, CPU seconds (from ``wait4``: the process and the children it reaped,
-e.g. the Mosquitto that ``edge-runtime run`` starts) and peak memory (``VmHWM`` of the
-process and of each descendant, polled; ``wait4``'s ``ru_maxrss`` would count the parent's
-pages the child held between fork and exec). A run that
-exceeds the limit is interrupted (SIGINT, as Ctrl-C: ``run`` then stops its broker), then
-killed with its process group; its other descendants (the broker runs in a session of its
-own) are killed by pid. `ProcessSample` reads one live process's CPU time and memory from
-``/proc/PID/stat`` and ``/proc/PID/status`` (Linux only).
+`sample_process` reads one live process (psutil's ``cpu_times``, ``memory_info``,
+``num_fds`` and ``io_counters``; the peak resident set ``VmHWM``, which psutil does not
+expose, from ``/proc/PID/status``). `run_command` runs one command to completion or to a time
+limit and returns its exit status, wall time, CPU seconds (from ``wait4``: the process and
+the children it reaped, e.g. the Mosquitto that ``edge-runtime run`` starts) and peak memory
+(``VmHWM`` of the process and of each descendant, polled; ``wait4``'s ``ru_maxrss`` would
+count the parent's pages the child held between fork and exec). A run that exceeds the limit
+is interrupted (SIGINT, as Ctrl-C: ``run`` then stops its broker), then killed with its
+process group; its other descendants (the broker runs in a session of its own) are killed by
+pid, each only if it is still the process that was found (same creation time).
 """
 
 from __future__ import annotations
@@ -27,17 +29,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 __all__ = [
     "CommandResult",
     "ProcessSample",
+    "descendants",
     "edge_runtime_command",
+    "io_counters",
     "log_events_of",
     "run_command",
     "sample_process",
     "stop_processes",
 ]
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _POLL_S = 0.05
 #: Seconds between two polls of the memory of a running command's processes.
 MEMORY_POLL_S = 0.5
@@ -46,13 +51,102 @@ GRACE_S = 15.0
 
 
 def edge_runtime_command() -> list[str]:
-    """``edge-runtime`` as this interpreter runs it: ``python -m edge_runtime.cli``.
-
-    The same entry point as the installed ``edge-runtime`` script, importing
-    ``edge_runtime`` the way this process does (the repository's tree when run from its
-    root).
-    """
+    """``edge-runtime`` as this interpreter runs it: ``python -m edge_runtime.cli`` (the
+    installed script's entry point, importing ``edge_runtime`` as this process does)."""
     return [sys.executable, "-m", "edge_runtime.cli"]
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One reading of a live process's counters.
+
+    Attributes
+    ----------
+    cpu_s : float
+        User plus system CPU seconds so far.
+    rss_bytes : int
+        Resident set now (``VmRSS``).
+    peak_rss_bytes : int
+        Largest resident set so far (``VmHWM``; 0 where the kernel does not say).
+    fds : int
+        Open file descriptors now.
+    write_bytes : int or None
+        Bytes this process caused to be written to storage so far (``/proc/PID/io``);
+        None where the kernel does not count them.
+    """
+
+    cpu_s: float
+    rss_bytes: int
+    peak_rss_bytes: int
+    fds: int
+    write_bytes: int | None
+
+
+def _peak_rss(pid: int) -> int:
+    """``VmHWM`` of ``pid`` in bytes; 0 if the kernel does not report it."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def sample_process(pid: int | None = None) -> ProcessSample | None:
+    """CPU time, memory, open files and written bytes of ``pid`` (default: this process) now;
+    None if it is gone or a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            cpu = proc.cpu_times()
+            rss = proc.memory_info().rss
+            fds = proc.num_fds()
+            try:
+                written: int | None = proc.io_counters().write_bytes
+            except (psutil.AccessDenied, AttributeError):
+                written = None
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    return ProcessSample(cpu.user + cpu.system, rss, _peak_rss(proc.pid), fds, written)
+
+
+def io_counters(pid: int | None = None) -> dict[str, int]:
+    """I/O counters of ``pid`` (default: this process) under their ``/proc/PID/io`` names:
+    ``rchar`` / ``wchar`` (bytes read / written through system calls), ``syscr`` / ``syscw``
+    (those calls), ``read_bytes`` / ``write_bytes`` (bytes fetched from / sent to storage).
+
+    Raises psutil.NoSuchProcess if it is gone."""
+    io = psutil.Process(pid).io_counters()
+    return {
+        "rchar": io.read_chars,
+        "wchar": io.write_chars,
+        "syscr": io.read_count,
+        "syscw": io.write_count,
+        "read_bytes": io.read_bytes,
+        "write_bytes": io.write_bytes,
+    }
+
+
+def descendants(pid: int) -> list[tuple[int, float]]:
+    """``(pid, creation time)`` of every live descendant of ``pid``."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found.append((child.pid, child.create_time()))
+    return found
+
+
+def _kill_if_same(pid: int, created: float) -> None:
+    """SIGKILL ``pid`` if it is still the process created at ``created``."""
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+        proc = psutil.Process(pid)
+        if proc.create_time() == created:
+            proc.kill()
 
 
 @dataclass(frozen=True)
@@ -95,55 +189,6 @@ class CommandResult:
         return self.returncode is None
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of ``/proc/PID/stat`` after the command name (field 3 on), or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def _descendants(pid: int) -> list[tuple[int, str]]:
-    """``(pid, start time)`` of every live descendant of ``pid`` (scan of /proc)."""
-    parents: dict[int, tuple[int, str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields is not None:
-            parents[int(entry.name)] = (int(fields[1]), fields[19])
-    found: list[tuple[int, str]] = []
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, (ppid, started) in parents.items():
-            if ppid == parent:
-                found.append((child, started))
-                frontier.append(child)
-    return found
-
-
-def _kill_if_same(pid: int, started: str) -> None:
-    """SIGKILL ``pid`` if it is still the process that started at ``started``."""
-    fields = _stat_fields(pid)
-    if fields is not None and fields[19] == started:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _peak_rss(pid: int) -> int | None:
-    """``VmHWM`` of ``pid`` in bytes; None if it is gone (or a zombie)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def _reap(
     pid: int, deadline: float, peaks: dict[int, int] | None = None
 ) -> tuple[int, os.struct_rusage] | None:
@@ -162,28 +207,24 @@ def _reap(
             return None
         if peaks is not None and now - polled >= MEMORY_POLL_S:
             polled = now
-            for member in [pid, *(p for p, _ in _descendants(pid))]:
+            for member in [pid, *(p for p, _ in descendants(pid))]:
                 peak = _peak_rss(member)
-                if peak is not None:
+                if peak:
                     peaks[member] = max(peaks.get(member, 0), peak)
         time.sleep(_POLL_S)
 
 
+def _kill_tree(pid: int, family: list[tuple[int, float]]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for member, created in family:
+        _kill_if_same(member, created)
+
+
 def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = None) -> CommandResult:
-    """Run ``args`` until it exits or ``timeout_s`` seconds pass (then stop it).
+    """Run ``args`` until it exits or ``timeout_s`` seconds (> 0) pass, then stop it.
 
     stdout and stderr go to temporary files (no pipe can fill up and block the child).
-
-    Parameters
-    ----------
-    args : sequence of str
-    timeout_s : float
-        Time limit in seconds, > 0.
-    cwd : Path, optional
-
-    Returns
-    -------
-    CommandResult
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.monotonic()
@@ -191,8 +232,9 @@ def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = Non
         peaks: dict[int, int] = {}
         try:
             reaped = _reap(proc.pid, start + timeout_s, peaks)
+            code = None if reaped is None else reaped[0]
             if reaped is None:
-                family = _descendants(proc.pid)
+                family = descendants(proc.pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGINT)
                 reaped = _reap(proc.pid, time.monotonic() + GRACE_S)
@@ -200,17 +242,10 @@ def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = Non
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGKILL)
                     reaped = _reap(proc.pid, time.monotonic() + GRACE_S)
-                for pid, started in family:
-                    _kill_if_same(pid, started)
-                code = None
-            else:
-                code = reaped[0]
+                for member, created in family:
+                    _kill_if_same(member, created)
         except BaseException:  # e.g. Ctrl-C in the benchmark: leave nothing running
-            family = _descendants(proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            for pid, started in family:
-                _kill_if_same(pid, started)
+            _kill_tree(proc.pid, descendants(proc.pid))
             raise
         wall = time.monotonic() - start
         proc.returncode = -9 if reaped is None else reaped[0]  # reaped here, not by Popen
@@ -247,46 +282,6 @@ def log_events_of(text: str) -> dict[str, int]:
         if isinstance(event, str):
             counts[event] += 1
     return dict(sorted(counts.items()))
-
-
-@dataclass(frozen=True)
-class ProcessSample:
-    """One reading of a live process's counters.
-
-    Attributes
-    ----------
-    cpu_s : float
-        User plus system CPU seconds so far (``/proc/PID/stat`` utime + stime).
-    rss_bytes : int
-        Resident set now (``VmRSS``).
-    peak_rss_bytes : int
-        Largest resident set so far (``VmHWM``).
-    """
-
-    cpu_s: float
-    rss_bytes: int
-    peak_rss_bytes: int
-
-
-def sample_process(pid: int) -> ProcessSample | None:
-    """CPU time and memory of ``pid`` now; None if it is gone."""
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    memory = {
-        line.split(":")[0]: int(line.split()[1]) * 1024
-        for line in status.splitlines()
-        if line.startswith(("VmRSS:", "VmHWM:"))
-    }
-    return ProcessSample(
-        cpu_s=(int(fields[11]) + int(fields[12])) / _TICKS,
-        rss_bytes=memory.get("VmRSS", 0),
-        peak_rss_bytes=memory.get("VmHWM", 0),
-    )
 
 
 def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:

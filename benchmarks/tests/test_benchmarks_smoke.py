@@ -64,7 +64,8 @@ def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
     pngs = ("accuracy_motes", "accuracy_synth", "throughput", "merge", "aggregator", "memory")
     for png in (*pngs, "privacy_utility"):
         assert (tmp_path / f"{png}.png").stat().st_size > 1000
-    assert json.loads((tmp_path / "results.json").read_text())["mode"] == "tiny"
+    stored = json.loads((tmp_path / "results.json").read_text())
+    assert stored["name"] == "suite" and stored["parameters"]["mode"] == "tiny"
     assert lines[-1].startswith("wrote ")
     # every method of (a) has a finite final ratio >= 1 on the Motes prefix
     assert len(res.motes) >= 6
@@ -73,10 +74,10 @@ def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
 
 def test_update_reruns_one_benchmark_and_keeps_the_others_from_results_json(tmp_path):
     run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
-    before = json.loads((tmp_path / "results.json").read_text())
+    before = json.loads((tmp_path / "results.json").read_text())["rows"]
     res = run_suite(TINY, tmp_path, only=["privacy"], update=True, log=lambda _: None)
 
-    after = json.loads((tmp_path / "results.json").read_text())
+    after = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert after["merge"] == before["merge"]  # kept, not re-timed
     for key in ("motes", "curves", "synth"):  # seeded: the same numbers
         assert after["private_mode"][key] == before["private_mode"][key]

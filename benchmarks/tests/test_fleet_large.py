@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks.fleet import report_section, scaling
-from benchmarks.fleet.processes import CommandResult, log_events_of
-from benchmarks.results import _revive
-from benchmarks.run import _jsonable
+from benchmarks.processes import CommandResult, log_events_of
+from benchmarks.results import DERIVED_PROPERTIES
+from benchmarks.schema import revive, to_json
 
 STDERR = "\n".join(
     [
@@ -72,14 +72,14 @@ def test_a_reported_delivered_snapshot_fails_the_check() -> None:
 
 def test_results_of_an_older_harness_read_back_as_not_measured() -> None:
     sweep = _sweep(_large(None))
-    data = json.loads(json.dumps(_jsonable(sweep)))
-    revived = _revive(scaling.SweepResult, data)
+    data = json.loads(json.dumps(to_json(sweep, DERIVED_PROPERTIES)))
+    revived = revive(scaling.SweepResult, data)
     assert revived.large.runs[0].logged is None
     assert revived.large.medians["not_delivered_logged"] is None
     (check,) = [c for c in report_section.checks(revived, None, None) if "10,240" in c.item]
     assert check.passed is None
     del data["large"]  # before issue 21: no large run at all
-    assert _revive(scaling.SweepResult, data).large is None
+    assert revive(scaling.SweepResult, data).large is None
 
 
 def test_a_command_result_carries_its_log_counts_into_the_run_outcome() -> None:

@@ -22,11 +22,11 @@ pytest.importorskip("matplotlib")
 
 from benchmarks.fleet import live, report_section, scaling
 from benchmarks.fleet.dtype import measure_dtypes
-from benchmarks.fleet.processes import _descendants, run_command
+from benchmarks.processes import descendants, run_command
 from benchmarks.run import QUICK, expand_names, main, run_suite
 
 TINY = dataclasses.replace(QUICK, name="tiny", fleet=scaling.TINY)
-MINIMAL = Path(__file__).resolve().parents[1] / "topologies" / "minimal.toml"
+MINIMAL = Path(__file__).resolve().parents[2] / "topologies" / "minimal.toml"
 
 
 _CHILDREN_BEFORE: set[tuple[int, str]] = set()
@@ -37,11 +37,11 @@ def _children_before() -> None:
     """Processes the test session already runs (e.g. a session-wide Mosquitto) are not
     the benchmark's: only processes started during the test count as left behind."""
     _CHILDREN_BEFORE.clear()
-    _CHILDREN_BEFORE.update(_descendants(os.getpid()))
+    _CHILDREN_BEFORE.update(descendants(os.getpid()))
 
 
 def _no_children_left() -> bool:
-    return not set(_descendants(os.getpid())) - _CHILDREN_BEFORE
+    return not set(descendants(os.getpid())) - _CHILDREN_BEFORE
 
 
 @pytest.mark.mqtt
@@ -62,7 +62,7 @@ def test_the_sweep_and_dtype_parts_write_section_g_with_its_plot_and_raw_results
     assert "**Default dtype: float" in text
     assert "Done-when check (issue 9" in text
     assert (tmp_path / "fleet.png").stat().st_size > 1000
-    saved = json.loads((tmp_path / "results.json").read_text())
+    saved = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert saved["fleet_sweep"]["rows"][0]["runs"][0]["summary"]["covered"] is True
     assert _no_children_left()
 
@@ -95,9 +95,10 @@ def test_update_keeps_the_sweep_from_results_json_when_only_dtype_is_rerun(tmp_p
 
 
 def _jsonable(obj):
-    from benchmarks.run import _jsonable as convert
+    from benchmarks.results import DERIVED_PROPERTIES
+    from benchmarks.schema import to_json
 
-    return convert(obj)
+    return to_json(obj, DERIVED_PROPERTIES)
 
 
 def test_missing_summary_keys_are_none_and_ratios_are_derived_from_the_json():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.anomaly import faults, oracle, report_section, section
+from benchmarks.anomaly import faults, oracle, precision_recall, report_section, section
 
 
 def test_stuck_value_holds_the_constant_over_the_whole_stretch() -> None:
@@ -89,3 +89,50 @@ def test_demo_maps_score_documents_back_to_rows(tmp_path) -> None:
     assert out["spike"]["recall"] == 1.0 and out["spike"]["precision"] == 1.0
     assert out["clean"]["flagged"] == 0
     assert out["spike"]["scored"] + out["spike"]["unscored"] == 100
+
+
+def test_fault_generator_is_seeded_and_labels_what_it_changed() -> None:
+    rng = np.random.default_rng(0)
+    clean = (
+        100.0
+        + 400.0 * np.sin(np.arange(3000)[:, None] / 40.0 + np.arange(6))
+        + rng.random((3000, 6))
+    )
+    cfg = faults.FaultConfig(n_spikes=20, n_stuck=3, n_drift=1, drift_length=200)
+
+    a = faults.inject_faults(clean, start=1000, seed=11, config=cfg)
+    b = faults.inject_faults(clean, start=1000, seed=11, config=cfg)
+    c = faults.inject_faults(clean, start=1000, seed=12, config=cfg)
+
+    np.testing.assert_array_equal(a.data, b.data)
+    assert not np.array_equal(a.data, c.data)
+    assert not a.labels[:1000].any()
+    counts = np.bincount(a.labels, minlength=4)
+    assert counts.tolist() == [3000 - 20 - 150 - 200, 20, 150, 200]
+    changed = np.any(a.data != clean, axis=1)
+    assert not changed[a.labels == 0].any()
+    spikes = np.flatnonzero(a.labels == 1)
+    np.testing.assert_allclose(
+        a.data[spikes, a.motes[spikes]] - clean[spikes, a.motes[spikes]], 3000.0
+    )
+    stuck = np.flatnonzero(a.labels == 2)
+    for begin in stuck[np.diff(stuck, prepend=-2) > 1]:
+        held = a.data[begin : begin + 50, a.motes[begin]]
+        assert np.all(held == clean[begin - 1, a.motes[begin]])
+
+
+def test_fill_dropouts_carries_the_last_non_zero_reading_forward() -> None:
+    x = np.array([[0.0, 5.0], [2.0, 0.0], [0.0, 0.0], [3.0, 1.0]])
+
+    np.testing.assert_array_equal(
+        faults.fill_dropouts(x), [[2.0, 5.0], [2.0, 5.0], [2.0, 5.0], [3.0, 1.0]]
+    )
+
+
+def test_precision_recall_benchmark_prints_a_row_per_kind() -> None:
+    rows = precision_recall.run("filled")
+
+    assert [r.kind for r in rows] == ["clean", "spike", "stuck", "drift"]
+    assert rows[1].recall == 1.0  # +3000 lux spikes: all found
+    table = precision_recall.markdown_table(rows)
+    assert table.count("\n") == 5
