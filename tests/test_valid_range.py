@@ -544,12 +544,12 @@ async def test_a_scoring_leaf_never_scores_a_rejected_reading() -> None:
         await agent.handle(aiomqtt.Message(topic, payload, 1, False, 1, None))
 
     await send(rng.standard_normal((10, 4)), 0)  # the first readings start the energy
-    agent._scores.clear()
+    agent.core.score_outbox.clear()
     x = rng.standard_normal((6, 4))
     x[2, 1] = 1e4
     with structlog.testing.capture_logs():
         await send(x, 10)
-    assert [json.loads(doc)["seq"] for doc in agent._scores] == [10, 11, 13, 14, 15]
+    assert [json.loads(doc)["seq"] for doc in agent.core.score_outbox.items] == [10, 11, 13, 14, 15]
     assert agent.core.rejected_by_source == {SRC: 1}
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
@@ -50,6 +51,7 @@ __all__ = [
     "CHECKPOINT_INTERVAL_S",
     "IDLE_CHECKPOINT_BURST",
     "IDLE_CHECKPOINT_GAP_S",
+    "CheckpointImage",
     "LeafDurability",
 ]
 
@@ -62,6 +64,30 @@ IDLE_CHECKPOINT_BURST = 10
 
 IDLE_CHECKPOINT_GAP_S = 10.0
 """Least seconds between the last checkpoint and one written because the stream paused."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointImage:
+    """A leaf's checkpoint captured at one instant (`LeafDurability.checkpoint_image`):
+    what a `WriteCheckpoint` action carries.
+
+    Attributes
+    ----------
+    state : dict
+        What the file holds (`edge_runtime.checkpoint.save_checkpoint` writes it).
+    ingested : dict of str to int
+        Per source, the last sequence number it covers.
+    n_samples, blocks : int
+        Samples and completed blocks it covers.
+    version : int
+        The core's input version at the capture (what the next checkpoint compares).
+    """
+
+    state: dict[str, object]
+    ingested: dict[str, int]
+    n_samples: int
+    blocks: int
+    version: int
 
 
 class LeafDurability:
@@ -196,6 +222,17 @@ class LeafDurability:
         blocks = 0 if est is None else est.n_blocks_
         self._captured_version = self._input_version
         return state, ingested, self.n_samples, blocks
+
+    def checkpoint_image(self) -> CheckpointImage:
+        """`checkpoint_state` as one object (numerics), for a `WriteCheckpoint` action."""
+        state, ingested, n_samples, blocks = self.checkpoint_state()
+        return CheckpointImage(state, ingested, n_samples, blocks, self._input_version)
+
+    def checkpoint_written(self, image: CheckpointImage, now: float) -> None:
+        """``image`` (from `checkpoint_image`) was written at ``now`` (seconds): as
+        `checkpointed`, with the input version of that capture."""
+        self._captured_version = image.version
+        self.checkpointed(image.ingested, image.n_samples, image.blocks, now=now)
 
     def checkpointed(
         self,

@@ -24,23 +24,28 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edge_runtime.agents.common.core.actions import Action, Publish, WriteCheckpoint
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
 from edge_runtime.agents.common.core.reconfigure import LIVE_KEYS
 from edge_runtime.agents.leaf.core.durability import (
     CHECKPOINT_INTERVAL_S,
     IDLE_CHECKPOINT_BURST,
+    CheckpointImage,
     LeafDurability,
 )
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
     MAX_RANGE_EVENTS,
+    Applied,
     LeafIntake,
     RangeEvent,
 )
+from edge_runtime.agents.leaf.core.outbox import ScoreOutbox
 from edge_runtime.agents.leaf.core.resume import LeafRestore
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
+from edge_runtime.agents.leaf.core.tick import TICKS, LeafTick
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
@@ -52,6 +57,7 @@ if TYPE_CHECKING:  # imported by `LeafCore.__init__` for a scoring leaf (issue 2
 __all__ = [
     "GAP_WEIGHT",
     "IDLE_GAPS",
+    "TICKS",
     "LeafCore",
     "RangeEvent",
     "snapshot_privacy",
@@ -60,6 +66,8 @@ __all__ = [
 
 IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
+
+
 
 
 class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore):
@@ -90,6 +98,9 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         Seconds a sequence gap may stay open (`SourceSequencer`).
     rng : random.Random
         Source of the leaf's ids (epoch, session; `NodeCore.new_id`).
+    local_only : bool, default False
+        The estimate never leaves the device: no snapshot is ever published (a
+        secure-aggregation leaf, whose readings its site's slots release).
     root_id : str, optional
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
         with ``score_detector = "static"`` accepts (`ScoringCore`, attribute ``scoring``);
@@ -136,6 +147,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         echo_timeout_s: float = 5.0,
         gap_timeout_s: float = 10.0,
         root_id: str | None = None,
+        local_only: bool = False,
         rng: random.Random,
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
@@ -182,6 +194,11 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self.clipped = 0
         self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.local_only = local_only
+        self.score_outbox = ScoreOutbox()
+        self.withheld = 0  # snapshots not made: the estimator's privacy is not the configured
+        self._released: list[Applied] = []  # blocks a tick released, for `take_released`
+        self.ticker = LeafTick()  # where this leaf is in its tick (`step`)
         self.scoring: ScoringCore | FaultScoringCore | None = None
         # the scoring cores (and fpca.faults / fpca.scoring) load only for a scoring leaf
         if config.score != "off" and config.score_detector == "faults":
@@ -349,6 +366,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             return None
         privacy = snapshot_privacy(est)
         if privacy != self.privacy:  # unreachable by construction; never publish then
+            self.withheld += 1
             return None
         subspace = self._tracked()
         self.seq += 1
@@ -402,7 +420,83 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         times.append(self.checkpoint_deadline())
         return times
 
-    # --------------------------------------------------------------- checkpoint
+    # --------------------------------------------------------------------- step
+    def step(self, now: float, *, timestamp: float, tick: str = "work") -> list[Action]:
+        """The next actions of ``tick`` at ``now`` (monotonic seconds; ``timestamp``:
+        wall-clock seconds for the messages made now), in the order `TICKS` says; see
+        `LeafTick.step`, which this leaf holds."""
+        return self.ticker.step(self, now, timestamp=timestamp, tick=tick)
+
+    def release_expired(self, now: float) -> bool:
+        """Apply the readings of every sequence gap that timed out at ``now`` (seconds);
+        whether any were released (the caller takes them: `take_released`)."""
+        if not self.sequencer.held_rows:
+            return False
+        released = self.ingest(self.expire_labelled(now), now)
+        self._released += released
+        return bool(released)
+
+    def take_released(self) -> list[Applied]:
+        """The blocks `release_expired` released, each with the estimator's refusal or None
+        (`LeafIntake.ingest`), oldest first; forgotten here."""
+        released, self._released = self._released, []
+        return released
+
+    def score_actions(self, now: float, timestamp: float) -> list[Publish]:
+        """The queued scores documents (`score_outbox`), after the scoring's interval
+        document when one is due at ``now`` (``timestamp``: wall-clock seconds)."""
+        if self.scoring is not None:
+            doc = self.scoring.interval_document(now, timestamp)
+            if doc is not None:
+                from edge_runtime.agents.leaf.core.scoring import encode_document
+
+                self.score_outbox.add([encode_document(doc)])
+        return [
+            Publish("scores", payload, retain=False, reason="scored")
+            for payload in self.score_outbox.items
+        ]
+
+    def snapshot_now(
+        self, now: float, timestamp: float, *, final: bool = False
+    ) -> tuple[SubspaceMessage, str] | None:
+        """The snapshot to publish at ``now`` and why (`snapshot_due`; ``final``: anything
+        unpublished, reason ``"shutdown"``), or None. A local-only leaf publishes none."""
+        if self.local_only:
+            self.unpublished_since = math.inf  # its site's slots release its readings
+            return None
+        if final:
+            reason = "shutdown" if self.snapshot_n() != self.published_n else None
+        else:
+            reason = self.snapshot_due(now)
+        if reason is None:
+            return None
+        msg = self.make_snapshot(timestamp, reason)
+        return None if msg is None else (msg, reason)
+
+    def published(self, action: Publish, now: float) -> None:
+        """The caller handed ``action`` (from `step`) to the broker at ``now`` (seconds)."""
+        kind = action.kind
+        if kind == "subspace" and action.reason != "reconnect":
+            assert isinstance(action.message, SubspaceMessage)
+            self.snapshot_published(action.message, now)
+        elif kind == "confirm":
+            self.confirm_sent(now)
+        elif kind == "scores":
+            assert isinstance(action.message, bytes)
+            self.score_outbox.sent(action.message)
+        elif kind == "status/detail":
+            self.status_sent(now)
+
+    def checkpoint_done(self, action: WriteCheckpoint, now: float) -> None:
+        """The caller wrote ``action``'s checkpoint (from `step`) at ``now`` (seconds)."""
+        assert isinstance(action.state, CheckpointImage)
+        self.checkpoint_written(action.state, now)
+
+    def mark_durable(self, durable: dict[str, int]) -> None:
+        """Readings released elsewhere (a secure-aggregation leaf's revealed slots) are
+        durable: per source, up to the sequence number ``durable`` names."""
+        self.durable = {**self.durable, **durable}
+
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
         """As `NodeCore.health`, plus what is durable: a status document follows each
@@ -451,4 +545,5 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             "rejected_by_source": dict(self.rejected_by_source),
             **self._range_extra(),
             **({} if self.scoring is None else self.scoring.status_extra()),
+            **({} if self.scoring is None else {"scores_dropped": self.score_outbox.dropped}),
         }

@@ -11,7 +11,6 @@ core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent sha
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from collections.abc import Callable
@@ -19,15 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
-import numpy as np
 
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.agents.common.shell.core_shell import CoreShell, SnapshotViews, status_policy_of
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
-from edge_runtime.agents.leaf.core.intake import Labelled, RangeEvent
+from edge_runtime.agents.leaf.core.intake import Applied, Labelled, RangeEvent
 from edge_runtime.agents.leaf.core.leaf import LeafCore, snapshot_privacy
+from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.agents.leaf.shell.rejections import (
     REJECT_LOG_BURST,
     REJECT_LOG_INTERVAL_S,
@@ -46,12 +46,15 @@ from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
 from edge_runtime.topology.keys import SECAGG_MECHANISM
 from edge_runtime.wire import (
+    ConfirmMessage,
     PrivacyParams,
     PrivacyStatus,
     StatusDetail,
+    SubspaceMessage,
     WireError,
     decode_readings,
     encode_confirm,
+    encode_status,
     encode_subspace,
 )
 
@@ -61,9 +64,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 
-_Applied = tuple[np.ndarray, str | None, int | None, ValueError | None]
-"""A block offered to the estimator: its rows, source, first sequence number, and the
-estimator's refusal (or None)."""
 
 
 class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews, CoreShell, Agent):
@@ -161,6 +161,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     restore_from_broker : bool, default True
         Without a checkpoint, resume from this leaf's own retained snapshot (read within
         ``settings.restore_wait_s`` seconds before connecting).
+    clock : callable, default time.monotonic
+        The monotonic clock (seconds) the core's times and the outcomes of its actions are
+        read from (a test drives the leaf on a virtual one).
 
     Raises
     ------
@@ -184,8 +187,10 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         checkpoint_every: int | None = None,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         restore_from_broker: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
+        self.clock = clock
         if not topology.is_leaf(node_id):
             raise ValueError(f"node {node_id!r} is not a leaf of topology {topology.name!r}")
         if n_features is not None and n_features < 1:
@@ -212,24 +217,24 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
             confirm_policy=ConfirmPolicy(s.confirm_interval_s),
-            now=time.monotonic(),
+            now=clock(),
             n_features=None,
             checkpointing=self.checkpoint_path is not None,
             checkpoint_every=checkpoint_every,
             checkpoint_interval_s=checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
+            local_only=secagg,  # its site's slots release its readings, never a snapshot
             rng=random.Random(),  # ids from the OS's entropy
         )
         if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
             self.secagg.resume(self._core)
-        self._scores: list[bytes] = []  # documents waiting for the work loop
-        self._scores_dropped = 0
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
         self._lock = asyncio.Lock()
         self._checkpoint_lock = asyncio.Lock()
         self._restore_from_broker = restore_from_broker
         self._model_topic = topology.model_topic()
+        self._withheld = 0  # snapshots the core withheld, logged
         self.privacy = self._core.privacy
         if not self._restore_checkpoint() and n_features is not None:
             self._core.n_features = n_features
@@ -344,7 +349,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
 
     def _input_decisive(self) -> bool:
         """`LeafCore.input_decisive`, or scores documents wait for the work loop."""
-        return bool(self._scores) or self._core.input_decisive()
+        return bool(self._core.score_outbox) or self._core.input_decisive()
 
     async def _ingest(
         self, release: Callable[[float], list[Labelled]], source: str | None = None
@@ -355,19 +360,19 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         the ones the estimator refused (reason ``estimator``)."""
         core = self._core
 
-        def ingest_now() -> tuple[list[_Applied], list[RangeEvent]]:
-            now = time.monotonic()
-            out: list[_Applied] = []
-            for block, src, seq in release(now):
-                try:
-                    core.apply(block, now)
-                except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
-                    out.append((block, src, seq, exc))
-                else:
-                    out.append((block, src, seq, None))
-            return out, core.take_range_events()
+        def ingest_now() -> tuple[list[Applied], list[RangeEvent]]:
+            now = self.clock()
+            return core.ingest(release(now), now), core.take_range_events()
 
         results, events = await self._numerics(ingest_now)
+        await self._after_ingest(results, events, source)
+
+    async def _after_ingest(
+        self, results: list[Applied], events: list[RangeEvent], source: str | None = None
+    ) -> None:
+        """Log the range events, score the applied blocks (and give them to a secagg leaf's
+        slots), in the order applied, and count the ones the estimator refused (reason
+        ``estimator``)."""
         for reason, range_source, detail in events:
             self._log_range(reason, range_source, detail)
         async with self._scoring_lock:  # scored in the order applied (`_score` may await)
@@ -384,91 +389,104 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
-        """One pass of the work loop at ``now`` (monotonic seconds): readings released by
-        a timed-out gap, queued scores documents (``scores``, not retained, QoS
-        ``settings.scores_qos``), a private leaf's pending rows released when idle, a
-        checkpoint when due, the snapshot when the core decides (``subspace``, retained, QoS
-        ``settings.qos``), a checkpoint when that made one due, and the confirmation when due
-        (``confirm``, retained, QoS ``settings.qos``). A due checkpoint goes before the
-        snapshot: the snapshot's publish waits for its PUBACK, and readings acknowledged
-        meanwhile would widen what a crash loses beyond ``checkpoint_every`` blocks."""
-        core = self._core
+        """One pass of the work loop at ``now`` (monotonic seconds): a secagg leaf's slot
+        messages first (`SecAggLeaf.flush`: its readings are durable once revealed), then
+        the core's ``work`` tick (`LeafCore.step`, in the order of `TICKS`), carried out
+        (`carry_out`)."""
         self._log_suppressed(self._reject_log.due(now))
-        if core.sequencer.held_rows:
-            await self._ingest(core.expire_labelled)
-        await self._publish_scores(client, now)
-        if core.flush_due(now):
-            rows = await self._numerics(core.flush)
-            self.log.debug("pending_flushed", rows=rows)
-        if core.checkpoint_due(now):  # first: a publish waits for its PUBACK, and readings
-            await self.checkpoint()  # acknowledged meanwhile would not be in the checkpoint
-        if self.secagg is not None:  # publishes no snapshot: its slots release its readings
-            core.unpublished_since = math.inf
+        if self.secagg is not None:
             await self.secagg.flush(client)
-            core.durable = {**core.durable, **self.secagg.revealed}  # once revealed in a slot
+            self._core.mark_durable(self.secagg.revealed)  # once revealed in a slot
             if self.secagg.take_status_due():  # its site reads readings_released from it
                 await self.publish_status(client, force=True)
-        reason = None if self.secagg else await self._numerics(lambda: core.snapshot_due(now))
-        if reason is not None:
-            await self._publish_snapshot(client, reason)
-        if core.checkpoint_due(now):  # e.g. the first checkpoint goes with the first snapshot
-            await self.checkpoint()
-        await self._publish_confirm(client, now)
+        await self.carry_out(client, now)
 
-    async def _publish_snapshot(self, client: aiomqtt.Client, reason: str) -> None:
+    async def carry_out(
+        self, client: aiomqtt.Client, now: float, tick: str = "work"
+    ) -> list[Action]:
+        """Run the core's ``tick`` at ``now`` (`LeafCore.step`, numerics under the core's
+        lock, in a worker thread when large) and carry out each action in order against
+        MQTT and the disk, reporting every outcome back to the core, until the tick's
+        `Wake`. Returns the actions carried out (the last a `Wake`).
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            When a publish fails (the connection is lost); the tick is abandoned and the
+            next one starts afresh.
+        """
         core = self._core
-        msg = await self._numerics(lambda: core.make_snapshot(time.time(), reason))
-        if msg is None:
-            if core.estimator is not None:
-                self.log.error(
-                    "snapshot_withheld",
-                    estimator=str(snapshot_privacy(core.estimator)),
-                    configured=str(self.privacy),
-                )
-            return
-        payload = encode_subspace(msg, dtype=self.settings.wire_dtype)
-        await self.publish_snapshot(client, payload, msg.epoch, msg.seq)
-        core.snapshot_published(msg, time.monotonic())
-        self.log.debug("snapshot_published", seq=msg.seq, n_samples=msg.n_samples, reason=reason)
+        done: list[Action] = []
+        for _ in range(MAX_TICK_CALLS):  # each call ends at an outcome; a tick has few
+            actions = await self._numerics(
+                lambda: core.step(now, timestamp=time.time(), tick=tick)
+            )
+            released = core.take_released()
+            if released:
+                await self._after_ingest(released, core.take_range_events())
+            for action in actions:
+                await self._carry_out(client, action)
+            done += actions
+            if actions and isinstance(actions[-1], Wake):
+                break
+        if core.withheld > self._withheld:
+            self._withheld = core.withheld
+            est = core.estimator
+            self.log.error(
+                "snapshot_withheld",
+                estimator=str(None if est is None else snapshot_privacy(est)),
+                configured=str(self.privacy),
+            )
+        return done
 
-    async def _publish_confirm(
-        self, client: aiomqtt.Client, now: float, *, force: bool = False
-    ) -> None:
-        confirm = self._core.confirm_due(now, force=force)
-        if confirm is None:
+    async def _carry_out(self, client: aiomqtt.Client, action: Action) -> None:
+        """One action of the core's step, against MQTT or the disk; its outcome to the core."""
+        core = self._core
+        if isinstance(action, WriteCheckpoint):
+            await self.write_checkpoint(action)
             return
-        await self.publish(
-            client, self.topology.confirm_topic(self.node_id), encode_confirm(confirm)
-        )
-        self._core.confirm_sent(now)
+        if not isinstance(action, Publish):
+            return  # a `Wake`: the work loop sleeps until `next_wakeup`
+        kind, msg = action.kind, action.message
+        if kind == "subspace":
+            assert isinstance(msg, SubspaceMessage)
+            payload = encode_subspace(msg, dtype=self.settings.wire_dtype)
+            await self.publish_snapshot(client, payload, msg.epoch, msg.seq)
+            if action.reason != "reconnect":
+                self.log.debug(
+                    "snapshot_published", seq=msg.seq, n_samples=msg.n_samples, reason=action.reason
+                )
+        elif kind == "confirm":
+            assert isinstance(msg, ConfirmMessage)
+            topic = self.topology.confirm_topic(self.node_id)
+            await self.publish(client, topic, encode_confirm(msg))
+        elif kind == "scores":
+            assert isinstance(msg, bytes)
+            topic = self.topology.scores_topic(self.node_id)
+            await self.publish(client, topic, msg, retain=False, qos=self.settings.scores_qos)
+        elif kind == "status/detail":
+            topic = self.topology.status_detail_topic(self.node_id)
+            await self.publish(client, topic, encode_status(self.status_detail()))
+        else:
+            raise ValueError(f"a leaf publishes no {kind!r}")
+        core.published(action, self.clock())
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
-        """After every (re)connection: the latest snapshot again (``subspace``, retained)
-        and the confirmation, so publishers re-send what this leaf has not ingested."""
-        snap = self._core.snapshot
+        """After every (re)connection: a secagg leaf's current advertisement, then the
+        core's ``connect`` tick: the latest snapshot again (``subspace``, retained) and the
+        confirmation, so publishers re-send what this leaf has not ingested."""
         if self.secagg is not None:
             await self.secagg.on_connected(client)
-        if snap is not None:
-            payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
-            await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
-        # after a reconnection or a restore: publishers re-send what this leaf has not
-        # ingested (a fresh leaf's first connection changes nothing, and sends nothing)
-        await self._publish_confirm(client, time.monotonic(), force=True)
+        await self.carry_out(client, self.clock(), "connect")
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
-        """Before disconnecting: close the local source, release a private leaf's pending
-        rows, publish the queued scores, checkpoint, publish a final snapshot if anything
-        is unpublished (reason ``shutdown``) and the final confirmation."""
-        core = self._core
+        """Before disconnecting: close the local source, then the core's ``final`` tick:
+        a private leaf's pending rows released, the queued scores, a checkpoint, a final
+        snapshot if anything is unpublished (reason ``shutdown``) and the final
+        confirmation."""
         await self._close_source()  # no reading after the final checkpoint
         self._log_suppressed(self._reject_log.flush())
-        await self._numerics(core.flush)  # a private leaf's final snapshot covers every reading
-        await self._publish_scores(client, time.monotonic())  # the queued scores documents
-        if core.checkpoint_due(time.monotonic(), force=True):
-            await self.checkpoint()  # local and durable first
-        if core.snapshot_n() != core.published_n and self.secagg is None:
-            await self._publish_snapshot(client, "shutdown")
-        await self._publish_confirm(client, time.monotonic(), force=True)
+        await self.carry_out(client, self.clock(), "final")
 
     def privacy_status(self) -> PrivacyStatus | None:
         """This leaf's privacy ledger for the status document, or None without privacy.
@@ -535,9 +553,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         )
 
     def _status_extra(self) -> dict[str, object]:
-        extra = self._core.status_extra(time.monotonic())
-        if self._core.scoring is not None:
-            extra["scores_dropped"] = self._scores_dropped
+        extra = self._core.status_extra(self.clock())
         if self.secagg is not None:
             extra["secagg"] = self.secagg.status()
         if self._source_spec is not None:

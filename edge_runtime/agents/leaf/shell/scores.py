@@ -17,17 +17,13 @@ import asyncio
 import time
 from typing import Any
 
-import aiomqtt
 import numpy as np
 
+from edge_runtime.agents.leaf.core.outbox import MAX_QUEUED_SCORES
 from edge_runtime.topology import Topology
 from edge_runtime.wire import WireError, decode_subspace
 
 __all__ = ["MAX_QUEUED_SCORES", "LeafScores"]
-
-MAX_QUEUED_SCORES = 10_000
-"""Scores documents waiting to be published at most; beyond, the oldest are dropped
-(counted in ``extra["scores_dropped"]``)."""
 
 
 class LeafScores:
@@ -39,13 +35,14 @@ class LeafScores:
     `MAX_QUEUED_SCORES`). With ``score = "off"`` (the default) nothing of this exists: no
     subscription, no documents, the same status document as before.
 
-    The agent provides ``_core`` (its ``scoring``), ``_scores``, ``_scores_dropped``,
-    ``settings``, ``topology``, ``node_id``, ``log``, ``publish``, ``reject`` and ``wake``.
+    The documents wait in the core's `ScoreOutbox` (``score_outbox``) until its step hands
+    them out as ``scores`` publishes (`LeafCore.step`).
+
+    The agent provides ``_core`` (its ``scoring`` and ``score_outbox``), ``settings``,
+    ``topology``, ``node_id``, ``log``, ``reject`` and ``wake``.
     """
 
     _core: Any
-    _scores: list[bytes]
-    _scores_dropped: int
     settings: Any
     topology: Topology
     node_id: str
@@ -94,23 +91,4 @@ class LeafScores:
         self._queue_scores([encode_document(doc) for doc in docs])
 
     def _queue_scores(self, payloads: list[bytes]) -> None:
-        self._scores.extend(payloads)
-        excess = len(self._scores) - MAX_QUEUED_SCORES
-        if excess > 0:
-            del self._scores[:excess]
-            self._scores_dropped += excess
-
-    async def _publish_scores(self, client: aiomqtt.Client, now: float) -> None:
-        scoring = self._core.scoring
-        if scoring is None:
-            return
-        doc = scoring.interval_document(now, time.time())
-        if doc is not None:
-            from edge_runtime.agents.leaf.core.scoring import encode_document
-
-            self._queue_scores([encode_document(doc)])
-        topic = self.topology.scores_topic(self.node_id)
-        while self._scores:
-            payload = self._scores[0]
-            await self.publish(client, topic, payload, retain=False, qos=self.settings.scores_qos)
-            self._scores.pop(0)
+        self._core.score_outbox.add(payloads)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.agents.common.core.actions import WriteCheckpoint
+from edge_runtime.agents.leaf.core.durability import CheckpointImage
 from edge_runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from edge_runtime.topology import NodeConfig, Topology
 from edge_runtime.wire import PrivacyParams, WireError, decode_subspace
@@ -60,6 +62,7 @@ class LeafRecovery:
     log: Any
     _restore_from_broker: bool
     _checkpoint_lock: asyncio.Lock
+    clock: Any
     connected: asyncio.Event
     offline: asyncio.Event
 
@@ -184,21 +187,31 @@ class LeafRecovery:
         return np.random.default_rng(np.random.SeedSequence([seed, restarts]))
 
     async def checkpoint(self) -> bool:
-        """Write the state atomically (temp file, fsync, rename), off the event loop;
-        False if the write failed (disk full, permissions: the previous checkpoint stays,
-        `LeafCore.checkpoint_failed` retries later; logged on failures 1, 2, 4, 8, ...)."""
+        """Capture the state (`LeafCore.checkpoint_image`) and write it atomically (temp
+        file, fsync, rename), off the event loop; False if the write failed (disk full,
+        permissions: the previous checkpoint stays, `LeafCore.checkpoint_failed` retries
+        later; logged on failures 1, 2, 4, 8, ...)."""
         if self.checkpoint_path is None:
             return False
         async with self._checkpoint_lock:  # the work loop's and the offline task's, one at a time
-            return await self._write_checkpoint(self.checkpoint_path)
+            # captured at one instant: readings may be applied while the file is written
+            image = await self._numerics(self._core.checkpoint_image)
+            return await self._save_image(self.checkpoint_path, image)
 
-    async def _write_checkpoint(self, path: Path) -> bool:
-        # captured at one instant: readings may be applied while the file is written
-        state, ingested, n_samples, blocks = await self._numerics(self._core.checkpoint_state)
+    async def write_checkpoint(self, action: WriteCheckpoint) -> bool:
+        """Carry out a `WriteCheckpoint` of the core's step (its `CheckpointImage`), as
+        `checkpoint` writes one; the outcome goes back to the core."""
+        if self.checkpoint_path is None:  # (the core checkpoints only with a path)
+            return False
+        assert isinstance(action.state, CheckpointImage)
+        async with self._checkpoint_lock:
+            return await self._save_image(self.checkpoint_path, action.state)
+
+    async def _save_image(self, path: Path, image: CheckpointImage) -> bool:
         try:
-            await asyncio.to_thread(save_checkpoint, path, state)
+            await asyncio.to_thread(save_checkpoint, path, image.state)
         except (OSError, CheckpointError) as exc:
-            failures = self._core.checkpoint_failed(time.monotonic())
+            failures = self._core.checkpoint_failed(self.clock())
             if failures & (failures - 1) == 0:  # 1, 2, 4, 8, ...: bounded log lines
                 self.log.error(
                     "checkpoint_failed",
@@ -207,7 +220,7 @@ class LeafRecovery:
                     failures=failures,
                 )
             return False
-        self._core.checkpointed(ingested, n_samples, blocks, now=time.monotonic())
+        self._core.checkpoint_written(image, self.clock())
         return True
 
     async def checkpoint_while_offline(self) -> None:
