@@ -79,7 +79,7 @@ def leaf_step(core: LeafCore, now: float, ev: Events) -> float:
         for action in actions:
             if isinstance(action, WriteCheckpoint):
                 assert isinstance(action.state, CheckpointImage)
-                core.checkpoint_done(action, now)
+                core.checkpoint_written(action, now)
                 ev.checkpoints.append((now, dict(action.state.ingested)))
             elif isinstance(action, Publish):
                 msg = action.message
@@ -441,10 +441,10 @@ def test_a_reason_that_keeps_firing_backs_off_to_a_few_lines_an_hour() -> None:
 
 def test_blocks_due_asks_for_a_checkpoint_once_the_cadence_of_blocks_is_complete() -> None:
     """With ``checkpoint_every`` the shell checkpoints before it acknowledges the message
-    that completed the cadence (`LeafDurability.blocks_due`): acknowledged readings not in
+    that completed the cadence (`LeafCore.blocks_due`): acknowledged readings not in
     a checkpoint never exceed ``checkpoint_every`` blocks."""
     core = leaf(checkpoint_interval_s=1e9)
-    core.checkpoint_every = 2
+    core.durability.checkpoint_every = 2
     x = np.random.default_rng(0).normal(size=(10 * BLOCK, D))
     acked_beyond, now = [], 0.0
     for seq in range(0, len(x), 3):  # messages of 3 readings, blocks of BLOCK
@@ -454,9 +454,9 @@ def test_blocks_due_asks_for_a_checkpoint_once_the_cadence_of_blocks_is_complete
         if core.blocks_due():  # LeafAgent.handle: checkpoint, then acknowledge
             _, ingested, n, blocks = core.checkpoint_state()
             core.checkpointed(ingested, n, blocks, now=now)
-        acked_beyond.append(core.n_samples - core.checkpointed_n)
+        acked_beyond.append(core.n_samples - core.durability.checkpointed_n)
     assert max(acked_beyond) < 2 * BLOCK, acked_beyond  # never a whole cadence unsaved
-    assert core.checkpoints == 5  # one per 2 blocks of the 10
+    assert core.durability.checkpoints == 5  # one per 2 blocks of the 10
     assert not core.blocks_due()
 
 

@@ -126,7 +126,7 @@ def tick(core: LeafCore, now: float, name: str = "work") -> list[tuple[object, .
         core.take_released()
         for action in actions:
             if isinstance(action, WriteCheckpoint):
-                core.checkpoint_done(action, now)
+                core.checkpoint_written(action, now)
             elif isinstance(action, Publish):
                 core.published(action, now)
         out += [describe(a) for a in actions]

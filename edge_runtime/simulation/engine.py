@@ -373,7 +373,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if isinstance(action, WriteCheckpoint):  # LeafRecovery.write_checkpoint
             assert isinstance(action.state, CheckpointImage)
             self.checkpoints[node.index] = action.state.state
-            core.checkpoint_done(action, self.now)
+            core.checkpoint_written(action, self.now)
             self.counters["checkpoints"] += 1
         elif isinstance(action, Publish):  # (a `Wake`: `_schedule` asks `next_wakeup`)
             msg = action.message

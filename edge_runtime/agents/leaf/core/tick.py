@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
+from edge_runtime.agents.leaf.core.intake import Applied
 
 if TYPE_CHECKING:
     from edge_runtime.agents.leaf.core.leaf import LeafCore
@@ -56,12 +57,20 @@ confirmation, forced. A ``!`` marks a phase that does not wait for its deadline.
 class LeafTick:
     """Where a leaf is in its current tick: which tick, at which ``now``, the next phase.
 
-    State: one tuple (or None between ticks). A tick that is left unfinished (its caller lost
+    State: one tuple (or None between ticks), and the blocks ``expire`` released until the
+    caller takes them. A tick that is left unfinished (its caller lost
     its connection mid-way) is abandoned by the next call with another tick or ``now``.
     """
 
     def __init__(self) -> None:
         self._at: tuple[str, float, int] | None = None  # (tick, now, next phase)
+        self._released: list[Applied] = []  # what ``expire`` released, for the caller
+
+    def take_released(self) -> list[Applied]:
+        """The blocks ``expire`` released (applied, or refused by the estimator), oldest
+        first; forgotten here."""
+        released, self._released = self._released, []
+        return released
 
     @property
     def in_tick(self) -> bool:
@@ -74,7 +83,7 @@ class LeafTick:
         Returns the actions up to the first one whose outcome the rest of the tick depends
         on (a `WriteCheckpoint`, a snapshot, the confirmation, the status document): the
         caller carries them out in order, reports each outcome to the core
-        (`LeafCore.published`, `LeafCore.checkpoint_done`, `LeafCore.checkpoint_failed`)
+        (`LeafCore.published`, `LeafCore.checkpoint_written`, `LeafCore.checkpoint_failed`)
         and calls again with the same ``now`` until the list ends with a `Wake`, which ends
         the tick. Readings a sequence gap released (``expire``) are applied here; the
         caller takes them (`LeafCore.take_released`: to score them, or count a refused
@@ -117,16 +126,19 @@ class LeafTick:
                 break
         return actions
 
-    @staticmethod
     def _phase(
-        core: LeafCore, phase: str, now: float, timestamp: float
+        self, core: LeafCore, phase: str, now: float, timestamp: float
     ) -> tuple[list[Action], bool]:
         """One phase: its actions, and whether the tick waits for their outcome (for
         ``expire``: for the caller to take what it released)."""
         if phase == "expire":
-            return [], core.release_expired(now)
+            if not core.sequencer.held_rows:
+                return [], False
+            released = core.ingest(core.expire_labelled(now), now)
+            self._released += released
+            return [], bool(released)
         if phase == "scores":
-            return list(core.score_actions(now, timestamp)), False
+            return self._scores(core, now, timestamp), False
         if phase in ("flush", "flush!"):
             if phase == "flush!" or core.flush_due(now):
                 core.flush()
@@ -159,3 +171,19 @@ class LeafTick:
         if phase == "wake":
             return [Wake(core.next_wakeup(now))], True
         raise ValueError(f"unknown phase {phase!r}")
+
+    @staticmethod
+    def _scores(core: LeafCore, now: float, timestamp: float) -> list[Action]:
+        """The queued scores documents (`ScoreOutbox`), after the scoring's interval document
+        when one is due at ``now`` (``timestamp``: wall-clock seconds)."""
+        scoring = core.scoring
+        if scoring is not None:
+            doc = scoring.interval_document(now, timestamp)
+            if doc is not None:
+                from edge_runtime.agents.leaf.core.scoring import encode_document
+
+                core.score_outbox.add([encode_document(doc)])
+        return [
+            Publish("scores", payload, retain=False, reason="scored")
+            for payload in core.score_outbox.items
+        ]

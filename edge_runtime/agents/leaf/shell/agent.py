@@ -259,7 +259,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     estimator = property(lambda self: self._core.estimator, doc="The FPCA-Edge estimator.")
     durable = property(lambda self: self._core.durable, doc="Durable sequence per source.")
     sequencer = property(lambda self: self._core.sequencer, doc="The per-source sequencer.")
-    checkpoints = property(lambda self: self._core.checkpoints, doc="Checkpoints written.")
+    checkpoints = property(
+        lambda self: self._core.durability.checkpoints, doc="Checkpoints written."
+    )
     restored_from = property(lambda self: self._core.restored_from, doc="Where state came from.")
     noise_restarts = property(lambda self: self._core.noise_restarts, doc="Restores counted.")
     n_features = property(lambda self: self._core.n_features, doc="Width of a reading.")

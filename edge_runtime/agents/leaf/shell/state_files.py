@@ -187,27 +187,29 @@ class LeafRecovery:
         return np.random.default_rng(np.random.SeedSequence([seed, restarts]))
 
     async def checkpoint(self) -> bool:
-        """Capture the state (`LeafCore.checkpoint_image`) and write it atomically (temp
-        file, fsync, rename), off the event loop; False if the write failed (disk full,
-        permissions: the previous checkpoint stays, `LeafCore.checkpoint_failed` retries
-        later; logged on failures 1, 2, 4, 8, ...)."""
+        """Capture the state (`LeafCore.checkpoint_image`) and write it as `write_checkpoint`
+        does; False if the write failed."""
         if self.checkpoint_path is None:
             return False
         async with self._checkpoint_lock:  # the work loop's and the offline task's, one at a time
             # captured at one instant: readings may be applied while the file is written
             image = await self._numerics(self._core.checkpoint_image)
-            return await self._save_image(self.checkpoint_path, image)
+            return await self._save(WriteCheckpoint("checkpoint", image, "requested"))
 
     async def write_checkpoint(self, action: WriteCheckpoint) -> bool:
-        """Carry out a `WriteCheckpoint` of the core's step (its `CheckpointImage`), as
-        `checkpoint` writes one; the outcome goes back to the core."""
+        """Carry out a `WriteCheckpoint` of the core's step: its `CheckpointImage` written
+        atomically (temp file, fsync, rename), off the event loop, and the outcome reported
+        to the core (`LeafCore.checkpoint_written`, `LeafCore.checkpoint_failed`). False if
+        the write failed (disk full, permissions: the previous checkpoint stays, the core
+        retries by its rules; logged on failures 1, 2, 4, 8, ...)."""
         if self.checkpoint_path is None:  # (the core checkpoints only with a path)
             return False
-        assert isinstance(action.state, CheckpointImage)
         async with self._checkpoint_lock:
-            return await self._save_image(self.checkpoint_path, action.state)
+            return await self._save(action)
 
-    async def _save_image(self, path: Path, image: CheckpointImage) -> bool:
+    async def _save(self, action: WriteCheckpoint) -> bool:
+        path, image = self.checkpoint_path, action.state
+        assert path is not None and isinstance(image, CheckpointImage)
         try:
             await asyncio.to_thread(save_checkpoint, path, image.state)
         except (OSError, CheckpointError) as exc:
@@ -220,7 +222,7 @@ class LeafRecovery:
                     failures=failures,
                 )
             return False
-        self._core.checkpoint_written(image, self.clock())
+        self._core.checkpoint_written(action, self.clock())
         return True
 
     async def checkpoint_while_offline(self) -> None:
