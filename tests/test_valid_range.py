@@ -495,7 +495,7 @@ def test_the_leaf_agent_logs_range_rejections_rate_limited_and_reports_them() ->
         for i in range(10):
             agent.core.accept_labelled(SensorReadings(x[i : i + 1], SRC, i), 1.0)
             for event in agent.core.take_range_events():  # what the shell does with them
-                agent._log_range(*event)
+                agent.rejections.log_range(*event)
     lines = [entry for entry in logs if entry["event"] == "message_rejected"]
     assert len(lines) == 3  # REJECT_LOG_BURST, then suppressed
     assert lines[0]["reason"] == "out_of_range" and lines[0]["source"] == SRC
@@ -505,7 +505,7 @@ def test_the_leaf_agent_logs_range_rejections_rate_limited_and_reports_them() ->
     assert detail.rejects == {"out_of_range": 10}
     assert detail.extra["out_of_range"] == 10 and detail.extra["clipped"] == 0
     with structlog.testing.capture_logs() as logs:
-        agent._log_suppressed(agent._reject_log.flush())
+        agent.rejections.log_suppressed(agent._reject_log.flush())
     assert [(e["event"], e["suppressed"], e["count"]) for e in logs] == [
         ("messages_rejected_suppressed", 7, 10)
     ]
@@ -516,7 +516,7 @@ def test_the_leaf_agent_logs_clipping_as_its_own_event() -> None:
     with structlog.testing.capture_logs() as logs:
         agent.core.accept_labelled(SensorReadings(np.full((2, 3), 150.0), SRC, 0), 1.0)
         for event in agent.core.take_range_events():  # what the shell does with them
-            agent._log_range(*event)
+            agent.rejections.log_range(*event)
     assert [(e["event"], e["reason"], e["count"]) for e in logs] == [
         ("readings_clipped", "clipped", 2)
     ]

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiomqtt
 
@@ -23,7 +23,11 @@ from edge_runtime.agents.common.core.actions import Action, Publish, Wake, Write
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.shell.agent import Agent
-from edge_runtime.agents.common.shell.core_shell import CoreShell, SnapshotViews, status_policy_of
+from edge_runtime.agents.common.shell.core_shell import (
+    run_numerics,
+    status_document,
+    status_policy_of,
+)
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
 from edge_runtime.agents.leaf.core.intake import Applied, Labelled, RangeEvent
 from edge_runtime.agents.leaf.core.leaf import LeafCore, snapshot_privacy
@@ -31,10 +35,10 @@ from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.agents.leaf.shell.rejections import (
     REJECT_LOG_BURST,
     REJECT_LOG_INTERVAL_S,
-    LeafRejects,
+    Rejections,
     peek_source,
 )
-from edge_runtime.agents.leaf.shell.scores import LeafScores
+from edge_runtime.agents.leaf.shell.scores import Scores
 from edge_runtime.agents.leaf.shell.source import LeafSource
 from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
 from edge_runtime.aio import cancel_and_wait
@@ -64,9 +68,11 @@ if TYPE_CHECKING:
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 
+T = TypeVar("T")
 
 
-class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews, CoreShell, Agent):
+
+class LeafAgent(LeafSource, LeafRecovery, Agent):
     """Runs FPCA-Edge on one device's sensor stream and publishes its subspace.
 
     Subscribes to the leaf's sensor topic (the node's ``sensor_topic``, QoS
@@ -88,16 +94,16 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     - ``confirm``: the readings ingested and durable per source and the open gaps
       (`ConfirmMessage`, for publishers that replay), retained, QoS ``settings.qos``,
       after a change (`ConfirmPolicy`), on every (re)connection and on shutdown;
-    - ``scores``: anomaly-score documents (`LeafScores`), not retained, QoS
+    - ``scores``: anomaly-score documents (`Scores`), not retained, QoS
       ``settings.scores_qos``, only with ``score`` not ``"off"``;
     - ``status`` / ``status/detail`` as every agent (`Agent`).
 
     Local sensor source (the node's ``source``): read in its own task instead of the
     sensor topic, see `LeafSource`. Rejections are counted by reason and source and logged
-    rate-limited, see `LeafRejects` (`REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
+    rate-limited, see `Rejections` (`REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
     Restarts (checkpoint, retained snapshot, the noise generator a restarted private leaf
     draws from, a stored guarantee that differs from the configured one): see
-    `LeafRecovery`. Anomaly scores against the root's model: see `LeafScores`.
+    `LeafRecovery`. Anomaly scores against the root's model: see `Scores`.
 
     Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core
     checks every sequenced block before the estimator and the scoring see it
@@ -229,6 +235,17 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         )
         if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
             self.secagg.resume(self._core)
+        local = self._source_spec is not None
+        self.rejections = Rejections(
+            self._core, self._reject_log, self.log, "" if local else self.config.sensor_topic or ""
+        )
+        self.scores = Scores(
+            self._core,
+            max_payload_bytes=s.max_payload_bytes,
+            log=self.log,
+            reject=self.reject,
+            wake=self.wake,
+        )
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
         self._lock = asyncio.Lock()
         self._checkpoint_lock = asyncio.Lock()
@@ -255,7 +272,21 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         """The leaf's synchronous core (`LeafCore`)."""
         return self._core
 
+    def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
+        """Count and log one rejected reading or message (`Rejections.reject`: by reason and
+        by ``source``, else ``topic``)."""
+        self.rejections.reject(reason, topic, detail, source=source)
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """``fn()`` under the core's lock, in a worker thread when large (`run_numerics`)."""
+        return await run_numerics(
+            self._lock, self._core.cells, self.settings.offload_min_cells, fn
+        )
+
     # Read-only views of the core's state, for callers and tests.
+    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
+    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
+    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")
     estimator = property(lambda self: self._core.estimator, doc="The FPCA-Edge estimator.")
     durable = property(lambda self: self._core.durable, doc="Durable sequence per source.")
     sequencer = property(lambda self: self._core.sequencer, doc="The per-source sequencer.")
@@ -328,7 +359,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if topic == self._model_topic:
             # (without scoring: a persistent session's subscription from an earlier run)
             if self._core.scoring is not None and self._core.scoring.needs_model:
-                self._on_model(topic, bytes(payload))
+                self.scores.on_model(topic, bytes(payload))
             return
         try:
             readings = decode_readings(
@@ -376,13 +407,13 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         slots), in the order applied, and count the ones the estimator refused (reason
         ``estimator``)."""
         for reason, range_source, detail in events:
-            self._log_range(reason, range_source, detail)
+            self.rejections.log_range(reason, range_source, detail)
         async with self._scoring_lock:  # scored in the order applied (`_score` may await)
             for block, src, seq, error in results:
                 if error is None and self.secagg is not None:
                     self.secagg.add_rows(block, src, seq)  # on the event loop, as its messages
                 if error is None:
-                    await self._score(block, src, seq)
+                    await self.scores.score(block, src, seq)
                     continue
                 topic = self.config.sensor_topic or ""
                 if self._source is not None and source == self._source.source_id:
@@ -395,7 +426,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         messages first (`SecAggLeaf.flush`: its readings are durable once revealed), then
         the core's ``work`` tick (`LeafCore.step`, in the order of `TICKS`), carried out
         (`carry_out`)."""
-        self._log_suppressed(self._reject_log.due(now))
+        self.rejections.log_suppressed(self._reject_log.due(now))
         if self.secagg is not None:
             await self.secagg.flush(client)
             self._core.mark_durable(self.secagg.revealed)  # once revealed in a slot
@@ -487,7 +518,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         snapshot if anything is unpublished (reason ``shutdown``) and the final
         confirmation."""
         await self._close_source()  # no reading after the final checkpoint
-        self._log_suppressed(self._reject_log.flush())
+        self.rejections.log_suppressed(self._reject_log.flush())
         await self.carry_out(client, self.clock(), "final")
 
     def privacy_status(self) -> PrivacyStatus | None:
@@ -545,7 +576,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         ``scores_dropped``, ``source_state`` and ``source`` where they apply) and the
         privacy ledger (`privacy_status`)."""
         core = self._core
-        return self.status_document(
+        return status_document(
+            core,
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            uptime_s=self.uptime_s(),
             rank=0 if core.estimator is None else core.estimator.rank_,
             n_samples=core.n_samples,
             seq=core.seq,
