@@ -11,6 +11,7 @@ core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent sha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from edge_runtime.agents.common.shell.core_shell import (
     status_policy_of,
 )
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
+from edge_runtime.agents.leaf.core.estimator import privacy_status
 from edge_runtime.agents.leaf.core.intake import Applied, Labelled, RangeEvent
 from edge_runtime.agents.leaf.core.leaf import LeafCore, snapshot_privacy
 from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
@@ -39,12 +41,10 @@ from edge_runtime.agents.leaf.shell.rejections import (
     peek_source,
 )
 from edge_runtime.agents.leaf.shell.scores import Scores
-from edge_runtime.agents.leaf.shell.source import LeafSource
+from edge_runtime.agents.leaf.shell.source import LocalSource
 from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
 from edge_runtime.aio import cancel_and_wait
 from edge_runtime.fpca import FPCAEdge
-from edge_runtime.fpca.privacy import noise_std
-from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
@@ -72,7 +72,7 @@ T = TypeVar("T")
 
 
 
-class LeafAgent(LeafSource, LeafRecovery, Agent):
+class LeafAgent(LeafRecovery, Agent):
     """Runs FPCA-Edge on one device's sensor stream and publishes its subspace.
 
     Subscribes to the leaf's sensor topic (the node's ``sensor_topic``, QoS
@@ -99,8 +99,9 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
     - ``status`` / ``status/detail`` as every agent (`Agent`).
 
     Local sensor source (the node's ``source``): read in its own task instead of the
-    sensor topic, see `LeafSource`. Rejections are counted by reason and source and logged
-    rate-limited, see `Rejections` (`REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
+    sensor topic, see `LocalSource` (attribute ``local_source``). Rejections are counted by
+    reason and source and logged rate-limited, see `Rejections` (attribute ``rejections``,
+    `REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
     Restarts (checkpoint, retained snapshot, the noise generator a restarted private leaf
     draws from, a stored guarantee that differs from the configured one): see
     `LeafRecovery`. Anomaly scores against the root's model: see `Scores`.
@@ -209,11 +210,6 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
             None if state_dir is None or secagg else Path(state_dir) / f"{node_id}.ckpt"
         )
         self._state_dir = None if state_dir is None else Path(state_dir)
-        self._source_spec = self.config.source
-        self._source: Source | None = None
-        self._source_task: asyncio.Task[None] | None = None
-        self._source_state = "none" if self._source_spec is None else "unopened"
-        self.source_error: SourceError | None = None
         self.secagg: SecAggLeaf | None = None
         if secagg:  # only a secagg leaf loads its part
             from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
@@ -235,7 +231,18 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
         )
         if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
             self.secagg.resume(self._core)
-        local = self._source_spec is not None
+        self.local_source = LocalSource(
+            self.config.source,
+            node_id=node_id,
+            state_dir=self._state_dir,
+            core=self._core,
+            log=self.log,
+            ingest=self._ingest,
+            wake=self.wake,
+            stop=self.stop,
+            stopping=self._stop.is_set,
+        )
+        local = self.config.source is not None
         self.rejections = Rejections(
             self._core, self._reject_log, self.log, "" if local else self.config.sensor_topic or ""
         )
@@ -304,19 +311,52 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
         """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
         return snapshot_privacy(est)
 
+    @property
+    def source(self) -> Source | None:
+        """The local sensor source once opened (None for an MQTT leaf or before `run`)."""
+        return self.local_source.source
+
+    @property
+    def source_error(self) -> SourceError | None:
+        """Why the local source could not run (it stopped the agent), or None."""
+        return self.local_source.error
+
     async def run(self) -> None:
-        """`Agent.run` (and the local source's), with checkpoints while disconnected
-        (`LeafRecovery.checkpoint_while_offline`) when the leaf has a state directory."""
+        """`Agent.run`, with checkpoints while disconnected
+        (`LeafRecovery.checkpoint_while_offline`) when the leaf has a state directory; then
+        the local source is closed, and a `SourceError` that ended the agent re-raised."""
         offline = None
         if self.checkpoint_path is not None:
             offline = asyncio.create_task(
                 self.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
             )
         try:
-            await super().run()
+            try:
+                await super().run()
+            finally:
+                await self.local_source.close()
+            if self.source_error is not None:
+                raise self.source_error
         finally:
             if offline is not None:
                 await cancel_and_wait(offline)
+
+    async def aclose(self) -> None:
+        """`Agent.aclose`; then raise the `SourceError` that stopped the agent, if one did
+        (also when the agent's task had already ended with it).
+
+        Raises
+        ------
+        SourceError
+            If the local source could not run.
+        """
+        with contextlib.suppress(SourceError):  # raised below, once the agent is closed
+            await super().aclose()
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()  # retrieved: reported here, not as "never retrieved"
+        if self.source_error is not None:
+            raise self.source_error
 
     async def prepare(self) -> None:
         """Restore from the retained snapshot (`_restore_retained`), then open and start
@@ -329,7 +369,7 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
             If the local source cannot run (logged as ``source_failed``).
         """
         await self._restore_retained()
-        self._open_source()
+        self.local_source.open()
 
     def subscriptions(self) -> list[str]:
         """The sensor topic (none with a local source) and, when scoring against the
@@ -338,7 +378,7 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
         scoring = self._core.scoring
         model = [self.topology.model_topic()] if scoring is not None and scoring.needs_model else []
         model += [] if self.secagg is None else self.secagg.subscriptions()
-        if self._source_spec is not None:
+        if self.config.source is not None:
             return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
         return [self.config.sensor_topic, *model]
@@ -416,7 +456,7 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
                     await self.scores.score(block, src, seq)
                     continue
                 topic = self.config.sensor_topic or ""
-                if self._source is not None and source == self._source.source_id:
+                if self.local_source.is_from(source):
                     topic = ""
                 self.reject("estimator", topic, str(error), source=source)
 
@@ -517,58 +557,15 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
         a private leaf's pending rows released, the queued scores, a checkpoint, a final
         snapshot if anything is unpublished (reason ``shutdown``) and the final
         confirmation."""
-        await self._close_source()  # no reading after the final checkpoint
+        await self.local_source.close()  # no reading after the final checkpoint
         self.rejections.log_suppressed(self._reject_log.flush())
         await self.carry_out(client, self.clock(), "final")
 
     def privacy_status(self) -> PrivacyStatus | None:
-        """This leaf's privacy ledger for the status document, or None without privacy.
-
-        The guarantee (`PrivacyParams`) and, from the estimator: ``noise_std`` — for
-        ``"gaussian"`` sigma, the std of the entries of each release's noise ``W``
-        (`release_noise_std`, known before the first reading); for ``"fpca-eq8"`` omega
-        of eq. (8) of the last masked block, or of one full block before the first (None
-        before the width of a reading is known) — ``block_size`` (None for a
-        ``"gaussian"`` leaf without one before the width is known), ``chunk_size``
-        (``"fpca-eq8"``), ``horizon`` (``"gaussian"``), ``releases`` (blocks released,
-        `FPCAEdge.n_releases_`) and ``clipped`` (readings scaled down to ``clip_norm``,
-        `FPCAEdge.n_clipped_`).
-        """
-        privacy = self.privacy
-        if privacy is None:
-            return None
-        est = self._core.estimator
-        gaussian = privacy.mechanism == "gaussian"
-        horizon = self._core.horizon if gaussian else None
-        block_size = self.config.block_size
-        if block_size is not None:
-            block_size = max(block_size, self.config.rank)
-        chunk_size = self.config.chunk_size
-        releases = clipped = 0
-        sigma = release_noise_std(privacy.epsilon, privacy.delta, horizon) if gaussian else None
-        if est is not None:
-            block_size, chunk_size = est.block_size, est.chunk_size
-            releases, clipped = est.n_releases_, est.n_clipped_
-            if est.last_noise_std_ is not None:
-                sigma = est.last_noise_std_
-            elif not gaussian:
-                try:
-                    sigma = noise_std(privacy.epsilon, privacy.delta, est.n_features_, block_size)
-                except ValueError:
-                    sigma = None
-        return PrivacyStatus(
-            privacy.epsilon,
-            privacy.delta,
-            privacy.clip_norm,
-            noise_std=sigma,
-            block_size=block_size,
-            chunk_size=chunk_size,
-            mechanism=privacy.mechanism,
-            neighbours=privacy.neighbours,
-            horizon=horizon,
-            releases=releases,
-            clipped=clipped,
-        )
+        """This leaf's privacy ledger for the status document, or None without privacy
+        (`edge_runtime.agents.leaf.core.estimator.privacy_status`)."""
+        core = self._core
+        return privacy_status(self.privacy, core.estimator, self.config, core.horizon)
 
     def status_detail(self) -> StatusDetail:
         """The status document (``status/detail``): rank, samples, last snapshot's
@@ -594,7 +591,5 @@ class LeafAgent(LeafSource, LeafRecovery, Agent):
         extra = self._core.status_extra(self.clock())
         if self.secagg is not None:
             extra["secagg"] = self.secagg.status()
-        if self._source_spec is not None:
-            extra["source_state"] = self._source_state
-            extra["source"] = None if self._source is None else self._source.status()
+        extra.update(self.local_source.status())
         return extra
