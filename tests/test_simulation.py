@@ -236,7 +236,7 @@ def test_a_leaf_without_a_state_directory_is_durable_once_published() -> None:
 
 
 def test_a_crashed_leaf_with_a_state_directory_restarts_from_its_checkpoint() -> None:
-    """As `LeafRecovery`, with the first checkpoint written with the first snapshot: the
+    """As `Recovery`, with the first checkpoint written with the first snapshot: the
     leaves crash while their readings arrive, and resume from their checkpoint (exact),
     never from their retained float32 snapshot; nothing is lost."""
     _, result = run(64, 8, faulty(seed=4))

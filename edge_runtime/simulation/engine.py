@@ -236,7 +236,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         return core
 
     def _restore_leaf(self, node: SimNode, core: LeafCore) -> None:
-        """What ``LeafAgent`` does before connecting (`LeafRecovery`): its checkpoint
+        """What ``LeafAgent`` does before connecting (`Recovery`): its checkpoint
         (`LeafCore.restore_checkpoint`, then `LeafCore.continue_after` its retained
         snapshot), else -- no state directory, or no checkpoint written yet -- its retained
         snapshot (`LeafCore.restore_snapshot`). Of the privacy
@@ -370,7 +370,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
 
     def _carry_out_one(self, node: SimNode, action: Action) -> None:
         core: LeafCore = node.core
-        if isinstance(action, WriteCheckpoint):  # LeafRecovery.write_checkpoint
+        if isinstance(action, WriteCheckpoint):  # Recovery.write_checkpoint
             assert isinstance(action.state, CheckpointImage)
             self.checkpoints[node.index] = action.state.state
             core.checkpoint_written(action, self.now)

@@ -3,7 +3,7 @@
 Pure decisions, no I/O and no clock: every method takes the current time ``now`` (seconds,
 any monotonic origin) as an argument, so each rule is unit-tested with a virtual clock.
 
-Why these rules (issue 9): a federation exists to send small subspaces instead of readings,
+Why these rules: a federation exists to send small subspaces instead of readings,
 so a node publishes when what it would publish has *changed enough to matter*, never merely
 because time passed or a reading arrived:
 
@@ -72,7 +72,7 @@ def _largest_angle_orthonormal(a: np.ndarray, b: np.ndarray) -> float:
     (a subspace's basis): ``arcsin`` of the largest singular value of ``(I - a a^T) b``, the
     sines of the principal angles (Bjorck & Golub, Math. Comp. 27, 1973). One SVD of a
     ``(n_features, k)`` matrix instead of the general form's four, what the deadband pays
-    per evaluation (issue 24)."""
+    per evaluation."""
     if a.shape[1] == 0:
         return 0.0
     sines = np.linalg.svd(b - a @ (a.T @ b), compute_uv=False)

@@ -412,8 +412,8 @@ class Agent(SnapshotEcho, abc.ABC):
         input may be decisive in a way the core's `next_wakeup` cannot foresee; otherwise
         its sleep is moved to the core's new `next_wakeup` (earlier or later, but between
         ``MIN_SLEEP_S`` after now and ``MAX_SLEEP_S`` after the sleep began). A message that
-        changes no decision thus costs no pass of the loop (issue 24: one pass per message
-        was a tenth of a leaf's CPU at 10 messages/s)."""
+        changes no decision thus costs no pass of the loop (one pass per message was a
+        tenth of a leaf's CPU at 10 messages/s)."""
         sleep = self._sleep
         if sleep is None or self._input_decisive():
             self._wake.set()

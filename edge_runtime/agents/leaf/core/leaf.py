@@ -226,8 +226,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
     def _deadband_key(self) -> tuple[object, int, int]:
         """What the deadband's verdict depends on: the estimator and its completed blocks
         (full or flushed). Rows of a partial block do not re-open the question -- the
-        candidate is evaluated once per block, not per reading (issue 24: one SVD per
-        message was most of a leaf's CPU) -- and reach the parent with the next block, the
+        candidate is evaluated once per block, not per reading (one SVD per message
+        was most of a leaf's CPU) -- and reach the parent with the next block, the
         idle publish or ``max_interval_s``, whichever comes first."""
         est = self.estimator
         if est is None:

@@ -42,7 +42,7 @@ from edge_runtime.agents.leaf.shell.rejections import (
 )
 from edge_runtime.agents.leaf.shell.scores import Scores
 from edge_runtime.agents.leaf.shell.source import LocalSource
-from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
+from edge_runtime.agents.leaf.shell.state_files import Recovery
 from edge_runtime.aio import cancel_and_wait
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.settings import AgentSettings
@@ -71,8 +71,7 @@ __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 T = TypeVar("T")
 
 
-
-class LeafAgent(LeafRecovery, Agent):
+class LeafAgent(Agent):
     """Runs FPCA-Edge on one device's sensor stream and publishes its subspace.
 
     Subscribes to the leaf's sensor topic (the node's ``sensor_topic``, QoS
@@ -104,21 +103,16 @@ class LeafAgent(LeafRecovery, Agent):
     `REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
     Restarts (checkpoint, retained snapshot, the noise generator a restarted private leaf
     draws from, a stored guarantee that differs from the configured one): see
-    `LeafRecovery`. Anomaly scores against the root's model: see `Scores`.
+    `Recovery` (attribute ``recovery``). Anomaly scores against the root's model: see `Scores`.
 
-    Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core
-    checks every sequenced block before the estimator and the scoring see it
-    (`LeafCore.screen`): readings with a value outside the range are rejected (reason
-    ``out_of_range``, still ingested in their source's sequence) or clipped into it
-    (``readings_clipped`` lines, as rate-limited); per-feature bounds of another width
-    than the readings reject them all (reason ``valid_range_width``). The status
-    document's ``extra`` then carries ``out_of_range``, ``valid_range_width`` and
-    ``clipped`` counts.
+    Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core checks
+    every sequenced block before the estimator and the scoring see it (`LeafCore.screen`:
+    rejected, reason ``out_of_range`` or ``valid_range_width``, or clipped, logged as
+    ``readings_clipped``); the status document's ``extra`` then carries their counts.
 
-    Readings in the map form carry a source id and a per-source sequence number; a
-    reading whose sequence was already ingested is dropped as a duplicate (counted in
-    ``sequencer.duplicates``), and the last sequence ingested per source is reported in the
-    status document. Bare arrays carry no sequence and are taken as they come.
+    Readings in the map form carry a source id and a per-source sequence number; one already
+    ingested is dropped as a duplicate (``sequencer.duplicates``), the last ingested per
+    source is in the status document. Bare arrays carry none and are taken as they come.
 
     Differential privacy (the node's ``epsilon``, ``delta``, ``clip_norm`` and
     ``mechanism``): the estimator releases every block through the private mechanism
@@ -138,11 +132,9 @@ class LeafAgent(LeafRecovery, Agent):
     (`PrivacyStatus`: mechanism, budget, neighbours, noise scale, releases, clipped
     readings).
 
-    Secure aggregation (``mechanism = "gaussian-secagg"``, issue 26): the leaf publishes no
-    snapshot; `edge_runtime.agents.leaf.shell.secagg.SecAggLeaf` (``secagg``) takes every
-    reading it ingests into its site's release slots, and its status document's ``extra``
-    carries the ledger (``secagg``). Its local estimator runs without privacy and never
-    leaves the device.
+    Secure aggregation (``mechanism = "gaussian-secagg"``): the leaf publishes no snapshot
+    (its core is ``local_only``); `SecAggLeaf` (``secagg``) takes every reading it ingests
+    into its site's release slots, and the status document's ``extra`` carries its ledger.
 
     Parameters
     ----------
@@ -255,12 +247,25 @@ class LeafAgent(LeafRecovery, Agent):
         )
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
         self._lock = asyncio.Lock()
-        self._checkpoint_lock = asyncio.Lock()
-        self._restore_from_broker = restore_from_broker
         self._model_topic = topology.model_topic()
         self._withheld = 0  # snapshots the core withheld, logged
         self.privacy = self._core.privacy
-        if not self._restore_checkpoint() and n_features is not None:
+        self.recovery = Recovery(
+            self._core,
+            path=self.checkpoint_path,
+            noise_seed=self.config.noise_seed,
+            own_topic=topology.subspace_topic(node_id),
+            max_payload_bytes=s.max_payload_bytes,
+            restore_from_broker=restore_from_broker,
+            log=self.log,
+            numerics=self._numerics,
+            read_retained=self.read_retained,
+            reject=self.reject,
+            clock=self.clock,
+            connected=self.connected,
+            offline=self.offline,
+        )
+        if not self.recovery.restore_checkpoint() and n_features is not None:
             self._core.n_features = n_features
             self._core.estimator = self._core.new_estimator(n_features)
 
@@ -323,12 +328,12 @@ class LeafAgent(LeafRecovery, Agent):
 
     async def run(self) -> None:
         """`Agent.run`, with checkpoints while disconnected
-        (`LeafRecovery.checkpoint_while_offline`) when the leaf has a state directory; then
+        (`Recovery.checkpoint_while_offline`) when the leaf has a state directory; then
         the local source is closed, and a `SourceError` that ended the agent re-raised."""
         offline = None
         if self.checkpoint_path is not None:
             offline = asyncio.create_task(
-                self.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
+                self.recovery.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
             )
         try:
             try:
@@ -359,7 +364,7 @@ class LeafAgent(LeafRecovery, Agent):
             raise self.source_error
 
     async def prepare(self) -> None:
-        """Restore from the retained snapshot (`_restore_retained`), then open and start
+        """Restore from the retained snapshot (`Recovery.restore_retained`), then open and start
         the local source, if any: after every restore, so it continues after the last
         reading ingested.
 
@@ -368,7 +373,7 @@ class LeafAgent(LeafRecovery, Agent):
         SourceError
             If the local source cannot run (logged as ``source_failed``).
         """
-        await self._restore_retained()
+        await self.recovery.restore_retained()
         self.local_source.open()
 
     def subscriptions(self) -> list[str]:
@@ -417,7 +422,7 @@ class LeafAgent(LeafRecovery, Agent):
             lambda now: self._core.accept_labelled(readings, now, origin=topic), readings.source
         )
         if self._core.blocks_due():  # durable before this message is acknowledged
-            await self.checkpoint()
+            await self.recovery.checkpoint()
         self.wake_on_input()
 
     def _input_decisive(self) -> bool:
@@ -516,7 +521,7 @@ class LeafAgent(LeafRecovery, Agent):
         """One action of the core's step, against MQTT or the disk; its outcome to the core."""
         core = self._core
         if isinstance(action, WriteCheckpoint):
-            await self.write_checkpoint(action)
+            await self.recovery.write_checkpoint(action)
             return
         if not isinstance(action, Publish):
             return  # a `Wake`: the work loop sleeps until `next_wakeup`

@@ -1,4 +1,4 @@
-"""A secagg leaf's side of secure aggregation on MQTT (issue 26): `SecAggLeaf`.
+"""A secagg leaf's side of secure aggregation on MQTT: `SecAggLeaf`.
 
 A leaf of mechanism ``"gaussian-secagg"`` publishes no snapshot of its own: it adds the
 readings it ingests to a `edge_runtime.agents.leaf.core.secagg_release.SecAggRelease` and,
