@@ -89,7 +89,7 @@ def leaf_step(core: LeafCore, now: float, ev: Events) -> float:
                 elif action.kind == "confirm":
                     assert isinstance(msg, ConfirmMessage)
                     ev.confirms.append((now, dict(msg.durable)))
-                elif action.kind == "status/detail":
+                elif action.kind == "status":
                     ev.statuses.append(now)
                 elif action.kind == "scores":
                     ev.scores.append(now)

@@ -382,7 +382,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 wired = msg if action.reason == "reconnect" else self._wire(msg)
                 self._publish_snapshot(node, wired)
             else:  # counted as "confirm", "status" or "scores"
-                self.messages[action.kind.split("/")[0]] += 1
+                self.messages[action.kind] += 1
                 if action.kind == "confirm":
                     t = self._arrival(self.config.confirms, node.slow, CONF, node.index)
                     self._push(t, CONF, node.index, msg)

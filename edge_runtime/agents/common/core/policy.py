@@ -46,6 +46,7 @@ __all__ = [
     "PublishPolicy",
     "StatusPolicy",
     "largest_angle",
+    "largest_angle_orthonormal",
     "subspace_change",
 ]
 
@@ -67,7 +68,7 @@ def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
     return float(angles.max()) if angles.size else 0.0
 
 
-def _largest_angle_orthonormal(a: np.ndarray, b: np.ndarray) -> float:
+def largest_angle_orthonormal(a: np.ndarray, b: np.ndarray) -> float:
     """`largest_angle` for orthonormal ``a`` and ``b`` of the same shape ``(n_features, k)``
     (a subspace's basis): ``arcsin`` of the largest singular value of ``(I - a a^T) b``, the
     sines of the principal angles (Bjorck & Golub, Math. Comp. 27, 1973). One SVD of a
@@ -93,7 +94,7 @@ def subspace_change(
     if previous is None or previous.n_samples == 0 or previous.basis.shape != current.basis.shape:
         return math.inf, math.inf, math.inf
     k = min(rank, previous.rank, current.rank)
-    angle = _largest_angle_orthonormal(previous.basis[:, :k], current.basis[:, :k])
+    angle = largest_angle_orthonormal(previous.basis[:, :k], current.basis[:, :k])
     s_old = previous.singular_values[:k] / math.sqrt(previous.n_samples)
     s_new = current.singular_values[:k] / math.sqrt(max(current.n_samples, 1))
     top = float(s_old[0]) if k and s_old[0] > 0 else 0.0

@@ -540,7 +540,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
         elif kind == "scores":
             assert isinstance(action.message, bytes)
             self.score_outbox.sent(action.message)
-        elif kind == "status/detail":
+        elif kind == "status":
             self.status_sent(now)
 
     def mark_durable(self, durable: dict[str, int]) -> None:

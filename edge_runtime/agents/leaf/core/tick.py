@@ -105,7 +105,7 @@ class LeafTick:
         list of Action
             `Publish` of kind ``"scores"`` (JSON bytes, not retained), ``"subspace"`` (a
             `SubspaceMessage`; reason a `PublishPolicy` reason, ``"reconnect"`` or
-            ``"shutdown"``), ``"confirm"`` (a `ConfirmMessage`) or ``"status/detail"``
+            ``"shutdown"``), ``"confirm"`` (a `ConfirmMessage`) or ``"status"``
             (message None: the caller composes the document, which holds its own fields);
             `WriteCheckpoint` of ``"checkpoint"`` (a `CheckpointImage`); `Wake` last.
 
@@ -167,7 +167,7 @@ class LeafTick:
         if phase == "status":
             if not core.status_due(now):
                 return [], False
-            return [Publish("status/detail", None, reason="due")], True
+            return [Publish("status", None, reason="due")], True
         if phase == "wake":
             return [Wake(core.next_wakeup(now))], True
         raise ValueError(f"unknown phase {phase!r}")

@@ -542,7 +542,7 @@ class LeafAgent(Agent):
             assert isinstance(msg, bytes)
             topic = self.topology.scores_topic(self.node_id)
             await self.publish(client, topic, msg, retain=False, qos=self.settings.scores_qos)
-        elif kind == "status/detail":
+        elif kind == "status":
             topic = self.topology.status_detail_topic(self.node_id)
             await self.publish(client, topic, encode_status(self.status_detail()))
         else:
