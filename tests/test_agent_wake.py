@@ -91,7 +91,7 @@ async def test_scores_waiting_for_the_work_loop_make_input_decisive(
 ) -> None:
     agent = _leaf(monkeypatch, decisive=False, in_s=0.5)
     assert not agent._input_decisive()
-    agent._scores.append(b"{}")
+    agent.core.score_outbox.add([b"{}"])
     assert agent._input_decisive()
 
 

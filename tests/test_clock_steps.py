@@ -191,7 +191,7 @@ def summary(tree: Tree) -> dict[str, object]:
         "leaf_seqs": [m.seq for m in tree.published],
         "leaf_n": [m.n_samples for m in tree.published],
         "leaf_decisions": dict(leaf.decisions),
-        "checkpoints": leaf.checkpoints,
+        "checkpoints": leaf.durability.checkpoints,
         "durable": dict(leaf.durable),
         "confirmed": dict(tree.confirmed),
         "agg_n": [m.n_samples for m in tree.agg_published],
@@ -249,13 +249,13 @@ def _restarted_leaf(wall_after: float) -> tuple[Tree, Tree]:
     # crash comes before the next checkpoint (due 10 s after the last), so the retained
     # snapshot covers more than the checkpoint
     first.run(data[:200], "sensor", 0, until=200 / RATE + 1.0)
-    checkpoints = first.leaf.checkpoints  # with the first snapshot, and after the pause
+    checkpoints = first.leaf.durability.checkpoints  # with the first snapshot, and after the pause
     assert checkpoints >= 1
     first.run(data[200:260], "sensor", 200, until=first.now + 60 / RATE + 2.0)
-    assert first.leaf.checkpoints == checkpoints and first.checkpoint is not None
+    assert first.leaf.durability.checkpoints == checkpoints and first.checkpoint is not None
     state, _, _, _ = first.checkpoint
     retained = first.published[-1]
-    assert retained.n_samples > first.leaf.checkpointed_n
+    assert retained.n_samples > first.leaf.durability.checkpointed_n
     t0 = first.now + 30.0  # down for 30 s
     leaf = leaf_core(topology, "leaf-0-0", t0)
     leaf.restore_checkpoint(dict(state), FPCAEdge.from_state(dict(state)), t0)

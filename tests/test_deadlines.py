@@ -1,8 +1,9 @@
 """Every rule of a core that waits for time fires, on a virtual clock, with the shell waking
 only when the core says (issue 21, item 1).
 
-A small driver plays the shell: it steps a core exactly as `LeafAgent.step` /
-`AggregatorAgent.step` do, then "sleeps" until ``core.next_wakeup(now)`` or the next input,
+A small driver plays the shell: it carries out a leaf core's tick (`LeafCore.step`) as
+`LeafAgent.carry_out` does, or steps an aggregator core as `AggregatorAgent.step` does, then
+"sleeps" until the tick's `Wake` (a leaf; ``core.next_wakeup(now)``) or the next input,
 whichever is first, with no upper bound on the sleep. So a deadline a core forgets to
 report to its shell never fires here, and the test fails: that is how the leaf's idle
 durability bug was hidden (the readings after the last full block of a stream were never
@@ -12,6 +13,7 @@ checkpointed, because nothing woke the shell for them).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -20,13 +22,19 @@ import numpy as np
 import pytest
 
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.common.core.actions import Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.common.core.reject_log import MAX_REJECT_LOG_INTERVAL_S, RejectLog
-from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S, IDLE_CHECKPOINT_GAP_S
+from edge_runtime.agents.leaf.core.durability import (
+    CHECKPOINT_INTERVAL_S,
+    IDLE_CHECKPOINT_GAP_S,
+    CheckpointImage,
+)
 from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import SensorReadings
+from edge_runtime.wire import ConfirmMessage, SensorReadings, SubspaceMessage
 
 SRC = "replay:run:leaf"
 D = 4
@@ -41,6 +49,7 @@ class Events:
     checkpoints: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     confirms: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     statuses: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
     wakeups: int = 0
 
 
@@ -61,34 +70,33 @@ def leaf(**config: object) -> LeafCore:
     )
 
 
-def checkpoint_if_due(core: LeafCore, now: float, ev: Events) -> None:
-    if core.checkpoint_due(now):
-        _, ingested, n, blocks = core.checkpoint_state()
-        core.checkpointed(ingested, n, blocks, now=now)
-        ev.checkpoints.append((now, dict(ingested)))
-
-
-def leaf_step(core: LeafCore, now: float, ev: Events) -> None:
-    """`LeafAgent.step` without the I/O: expire, flush, snapshot, checkpoint, confirm, status."""
-    for block, _, _ in core.expire_labelled(now):
-        core.apply(block, now)
-    if core.flush_due(now):
-        core.flush()
-    checkpoint_if_due(core, now, ev)  # before the snapshot, as the shell does
-    reason = core.snapshot_due(now)
-    if reason is not None:
-        msg = core.make_snapshot(now, reason)
-        assert msg is not None
-        core.snapshot_published(msg, now)
-        ev.snapshots.append((now, reason, msg.n_samples))
-    checkpoint_if_due(core, now, ev)
-    confirm = core.confirm_due(now)
-    if confirm is not None:
-        core.confirm_sent(now)
-        ev.confirms.append((now, dict(confirm.durable)))
-    if core.status_due(now):
-        core.status_sent(now)
-        ev.statuses.append(now)
+def leaf_step(core: LeafCore, now: float, ev: Events) -> float:
+    """`LeafAgent.carry_out` without the I/O: the core's work tick (`LeafCore.step`), each
+    action's outcome reported at ``now``; returns the tick's `Wake` time."""
+    for _ in range(MAX_TICK_CALLS):
+        actions = core.step(now, timestamp=now)
+        core.take_released()
+        for action in actions:
+            if isinstance(action, WriteCheckpoint):
+                assert isinstance(action.state, CheckpointImage)
+                core.checkpoint_written(action, now)
+                ev.checkpoints.append((now, dict(action.state.ingested)))
+            elif isinstance(action, Publish):
+                msg = action.message
+                if action.kind == "subspace":
+                    assert isinstance(msg, SubspaceMessage)
+                    ev.snapshots.append((now, action.reason, msg.n_samples))
+                elif action.kind == "confirm":
+                    assert isinstance(msg, ConfirmMessage)
+                    ev.confirms.append((now, dict(msg.durable)))
+                elif action.kind == "status":
+                    ev.statuses.append(now)
+                elif action.kind == "scores":
+                    ev.scores.append(now)
+                core.published(action, now)
+        if actions and isinstance(actions[-1], Wake):
+            return actions[-1].at
+    raise AssertionError(f"the tick at {now} never ended")
 
 
 def run_leaf(
@@ -97,18 +105,21 @@ def run_leaf(
     until: float,
     max_wakeups: int = 100_000,
 ) -> Events:
-    """Deliver ``inputs`` (time-ordered) and otherwise sleep until ``next_wakeup``."""
+    """Deliver ``inputs`` (time-ordered) and otherwise sleep until the tick's `Wake`."""
     ev = Events()
     now, i = 0.0, 0
     while now <= until:
         while i < len(inputs) and inputs[i][0] <= now:
-            for block, _, _ in core.accept_labelled(inputs[i][1], now):
-                core.apply(block, now)
+            applied = core.ingest(core.accept_labelled(inputs[i][1], now), now)
+            if core.scoring is not None:  # as `LeafAgent._score`, for each applied block
+                for block, src, seq, _ in applied:
+                    docs = core.scoring.score(block, source=src, seq=seq, timestamp=now)
+                    core.score_outbox.add([json.dumps(doc).encode() for doc in docs])
             i += 1
-        leaf_step(core, now, ev)
+        wake = leaf_step(core, now, ev)
         ev.wakeups += 1
         assert ev.wakeups <= max_wakeups, f"busy loop at t={now}"
-        wake = core.next_wakeup(now)
+        assert wake == core.next_wakeup(now) or math.isinf(wake), wake
         assert wake > now or math.isinf(wake) or wake == now, wake
         wake = max(wake, now + 1e-3)  # the shell's MIN_SLEEP_S keeps it from spinning
         nxt = inputs[i][0] if i < len(inputs) else math.inf
@@ -279,6 +290,18 @@ def test_the_status_heartbeat_fires_with_nothing_else_to_do() -> None:
 
 
 # ----------------------------------------------------------------------- aggregator
+def test_the_scores_interval_document_goes_out_when_its_interval_ends() -> None:
+    """``score = "interval"``: one document per ``score_interval_s`` while readings are
+    scored, each at the end of its interval (the scoring's deadline wakes the leaf), and
+    none once nothing is scored."""
+    core = leaf(score="interval", score_detector="faults", score_interval_s=5.0, score_warmup=20)
+    ev = run_leaf(core, stream(600, 10.0), until=200.0)  # readings for 60 s
+    assert 10 <= len(ev.scores) <= 13, ev.scores
+    gaps = np.diff(ev.scores)
+    assert gaps.min() >= 5.0 - 1e-9 and gaps.max() <= 5.0 + 0.2, gaps
+    assert ev.scores[-1] <= 60.0 + 5.0 + 0.2  # then nothing is scored: no more documents
+
+
 def aggregator(**config: object) -> AggregatorCore:
     cfg = NodeConfig(id="root", parent=None, rank=2, **config)  # type: ignore[arg-type]
     return AggregatorCore(
@@ -418,10 +441,10 @@ def test_a_reason_that_keeps_firing_backs_off_to_a_few_lines_an_hour() -> None:
 
 def test_blocks_due_asks_for_a_checkpoint_once_the_cadence_of_blocks_is_complete() -> None:
     """With ``checkpoint_every`` the shell checkpoints before it acknowledges the message
-    that completed the cadence (`LeafDurability.blocks_due`): acknowledged readings not in
+    that completed the cadence (`LeafCore.blocks_due`): acknowledged readings not in
     a checkpoint never exceed ``checkpoint_every`` blocks."""
     core = leaf(checkpoint_interval_s=1e9)
-    core.checkpoint_every = 2
+    core.durability.checkpoint_every = 2
     x = np.random.default_rng(0).normal(size=(10 * BLOCK, D))
     acked_beyond, now = [], 0.0
     for seq in range(0, len(x), 3):  # messages of 3 readings, blocks of BLOCK
@@ -431,9 +454,9 @@ def test_blocks_due_asks_for_a_checkpoint_once_the_cadence_of_blocks_is_complete
         if core.blocks_due():  # LeafAgent.handle: checkpoint, then acknowledge
             _, ingested, n, blocks = core.checkpoint_state()
             core.checkpointed(ingested, n, blocks, now=now)
-        acked_beyond.append(core.n_samples - core.checkpointed_n)
+        acked_beyond.append(core.n_samples - core.durability.checkpointed_n)
     assert max(acked_beyond) < 2 * BLOCK, acked_beyond  # never a whole cadence unsaved
-    assert core.checkpoints == 5  # one per 2 blocks of the 10
+    assert core.durability.checkpoints == 5  # one per 2 blocks of the 10
     assert not core.blocks_due()
 
 

@@ -13,8 +13,8 @@ from edge_runtime.agents.common.core.policy import (
     EchoTracker,
     PublishPolicy,
     StatusPolicy,
-    _largest_angle_orthonormal,
     largest_angle,
+    largest_angle_orthonormal,
     subspace_change,
 )
 from edge_runtime.fpca import Subspace
@@ -172,7 +172,7 @@ def test_the_deadbands_angle_is_the_largest_principal_angle(seed: int) -> None:
     a = np.linalg.qr(rng.normal(size=(d, k)))[0]
     scale = [0.0, 1e-6, 1e-3, 0.05, 1.0, 100.0][seed % 6]
     b = np.linalg.qr(a + scale * rng.normal(size=(d, k)))[0]
-    fast = _largest_angle_orthonormal(a, b)
+    fast = largest_angle_orthonormal(a, b)
     assert fast == pytest.approx(largest_angle(a, b), abs=1e-9)
     assert 0.0 <= fast <= math.pi / 2
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import types
+import random
 import uuid
 from pathlib import Path
 
@@ -28,9 +28,16 @@ pytest.importorskip("shamirs")
 
 from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
 from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
+from edge_runtime.agents.common.core.node import publish_policy_for
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
-from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
-from edge_runtime.agents.leaf.shell.secagg import LEDGER_FORMAT, LEDGER_SUFFIX, SecAggLeaf
+from edge_runtime.agents.leaf.shell.secagg import (
+    LEDGER_FORMAT,
+    LEDGER_SUFFIX,
+    SecAggLeaf,
+    local_config,
+)
 from edge_runtime.secagg.aggregator_round import RoundTimeouts
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
@@ -131,9 +138,19 @@ def core(**kwargs) -> SecAggRelease:
     return SecAggRelease("pi-0", D, **{**settings, **kwargs})
 
 
-def stand_in_core() -> types.SimpleNamespace:
-    """What `SecAggLeaf.resume` uses of a `LeafCore`."""
-    return types.SimpleNamespace(sequencer=SourceSequencer(), durable={})
+def stand_in_core() -> LeafCore:
+    """A secagg leaf's `LeafCore`, as `LeafAgent` makes it (local only, no privacy), for
+    `SecAggLeaf.resume`."""
+    config = local_config(shells_topology().nodes["pi-0"])
+    return LeafCore(
+        config,
+        policy=publish_policy_for(config, leaf=True),
+        status_policy=StatusPolicy(),
+        confirm_policy=ConfirmPolicy(),
+        now=0.0,
+        local_only=True,
+        rng=random.Random(0),
+    )
 
 
 async def test_the_shell_writes_its_ledger_after_a_reveal_and_a_new_shell_restores_it(

@@ -177,10 +177,10 @@ def test_the_readings_after_the_last_full_block_become_durable_when_the_streams_
 
 
 def _pre_fix_checkpoint_due(self: LeafCore, now: float, *, force: bool = False) -> bool:
-    """`LeafDurability.checkpoint_due` before 814e671 (idle only while unpublished, and the
+    """`LeafCore.checkpoint_due` before 814e671 (idle only while unpublished, and the
     trailing publish in the same step had just published everything)."""
     if not self.checkpointing or (
-        self.n_samples == self.checkpointed_n and self.ingested == self.durable
+        self.n_samples == self.durability.checkpointed_n and self.ingested == self.durable
     ):
         return False
     blocks = 0 if self.estimator is None else self.estimator.n_blocks_
@@ -188,7 +188,8 @@ def _pre_fix_checkpoint_due(self: LeafCore, now: float, *, force: bool = False) 
         return True
     if self._drops_uncovered() and now >= self.unpublished_since + self.policy.max_interval_s:
         return True
-    return blocks - self.checkpointed_blocks >= (self.checkpoint_every or 1)
+    durability = self.durability
+    return blocks - durability.checkpointed_blocks >= (durability.checkpoint_every or 1)
 
 
 def _without_checkpoint_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,7 +236,7 @@ def test_a_leaf_without_a_state_directory_is_durable_once_published() -> None:
 
 
 def test_a_crashed_leaf_with_a_state_directory_restarts_from_its_checkpoint() -> None:
-    """As `LeafRecovery`, with the first checkpoint written with the first snapshot: the
+    """As `Recovery`, with the first checkpoint written with the first snapshot: the
     leaves crash while their readings arrive, and resume from their checkpoint (exact),
     never from their retained float32 snapshot; nothing is lost."""
     _, result = run(64, 8, faulty(seed=4))

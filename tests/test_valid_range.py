@@ -495,7 +495,7 @@ def test_the_leaf_agent_logs_range_rejections_rate_limited_and_reports_them() ->
         for i in range(10):
             agent.core.accept_labelled(SensorReadings(x[i : i + 1], SRC, i), 1.0)
             for event in agent.core.take_range_events():  # what the shell does with them
-                agent._log_range(*event)
+                agent.rejections.log_range(*event)
     lines = [entry for entry in logs if entry["event"] == "message_rejected"]
     assert len(lines) == 3  # REJECT_LOG_BURST, then suppressed
     assert lines[0]["reason"] == "out_of_range" and lines[0]["source"] == SRC
@@ -505,7 +505,7 @@ def test_the_leaf_agent_logs_range_rejections_rate_limited_and_reports_them() ->
     assert detail.rejects == {"out_of_range": 10}
     assert detail.extra["out_of_range"] == 10 and detail.extra["clipped"] == 0
     with structlog.testing.capture_logs() as logs:
-        agent._log_suppressed(agent._reject_log.flush())
+        agent.rejections.log_suppressed(agent._reject_log.flush())
     assert [(e["event"], e["suppressed"], e["count"]) for e in logs] == [
         ("messages_rejected_suppressed", 7, 10)
     ]
@@ -516,7 +516,7 @@ def test_the_leaf_agent_logs_clipping_as_its_own_event() -> None:
     with structlog.testing.capture_logs() as logs:
         agent.core.accept_labelled(SensorReadings(np.full((2, 3), 150.0), SRC, 0), 1.0)
         for event in agent.core.take_range_events():  # what the shell does with them
-            agent._log_range(*event)
+            agent.rejections.log_range(*event)
     assert [(e["event"], e["reason"], e["count"]) for e in logs] == [
         ("readings_clipped", "clipped", 2)
     ]
@@ -544,12 +544,12 @@ async def test_a_scoring_leaf_never_scores_a_rejected_reading() -> None:
         await agent.handle(aiomqtt.Message(topic, payload, 1, False, 1, None))
 
     await send(rng.standard_normal((10, 4)), 0)  # the first readings start the energy
-    agent._scores.clear()
+    agent.core.score_outbox.clear()
     x = rng.standard_normal((6, 4))
     x[2, 1] = 1e4
     with structlog.testing.capture_logs():
         await send(x, 10)
-    assert [json.loads(doc)["seq"] for doc in agent._scores] == [10, 11, 13, 14, 15]
+    assert [json.loads(doc)["seq"] for doc in agent.core.score_outbox.items] == [10, 11, 13, 14, 15]
     assert agent.core.rejected_by_source == {SRC: 1}
 
 
@@ -694,7 +694,7 @@ def test_a_sensor_stuck_outside_its_range_is_confirmed_every_maximum_interval_wi
     t = publish_soon(core, 0.0)
     if checkpointing:
         core.checkpointed(*core.checkpoint_state()[1:], now=t)
-    published, checkpoints, spins = core.seq, core.checkpoints, 0
+    published, checkpoints, spins = core.seq, core.durability.checkpoints, 0
     start = t
     for i in range(1200):
         t = start + 0.01 * (i + 1)
@@ -709,7 +709,8 @@ def test_a_sensor_stuck_outside_its_range_is_confirmed_every_maximum_interval_wi
         spins += core.next_wakeup(t) <= t
     assert core.rejects == {"out_of_range": 1200} and core.n_samples == 8
     if checkpointing:
-        assert core.seq == published and core.checkpoints - checkpoints == 2  # at 5 s, 10 s
+        # at 5 s and 10 s
+        assert core.seq == published and core.durability.checkpoints - checkpoints == 2
     else:
         assert core.seq - published == 2 and core.decisions["max_interval"] == 2
     assert core.durable[SRC] >= 8 + 1000 - 1

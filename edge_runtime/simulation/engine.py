@@ -33,8 +33,9 @@ What is modelled (each choice is the MQTT behaviour the shells rely on):
   ``next_wakeup`` (the shell also wakes at least every ``MAX_SLEEP_S``; the simulation does
   not, on purpose): a deadline a core holds work for but does not report is never met
   here, and shows as readings left unconfirmed (``unconfirmed``) and as
-  ``checkpoint_pending`` leaves. Each step runs `LeafAgent.step`'s order: readings released
-  by a gap timeout, a private leaf's flush, the snapshot, the checkpoint, the confirmation.
+  ``checkpoint_pending`` leaves. A leaf's step is its core's tick (`LeafCore.step`, in the
+  order `edge_runtime.agents.leaf.core.tick.TICKS` writes once), whose actions are carried
+  out here as `LeafAgent.carry_out` carries them out against MQTT and the disk.
 - **Crashes**: a crashed aggregator loses its state and rebuilds from retained snapshots under
   a new epoch; a crashed leaf restarts as ``LeafAgent`` does: from its last checkpoint
   (`LeafCore.checkpoint_state`), then continuing its ``seq`` after its own retained
@@ -73,9 +74,12 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
+from edge_runtime.agents.leaf.core.durability import CheckpointImage
 from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.simulation.config import Link, SimulationConfig, SimulationResult
 from edge_runtime.simulation.events import (
@@ -124,6 +128,9 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         Dealt to the leaves by `Topology.split_rows` (converted to float64).
     config : SimulationConfig, optional
         Links, feed, faults, seed and limits; default ``SimulationConfig()``.
+    record : bool, default False
+        Keep per leaf what reached its core (``trace``: ``(time, "readings", readings)``,
+        ``(time, "tick", name)``) and its actions (``recorded``); memory grows with the run.
 
     Raises
     ------
@@ -138,7 +145,12 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     """
 
     def __init__(
-        self, topology: Topology, data: np.ndarray, config: SimulationConfig | None = None
+        self,
+        topology: Topology,
+        data: np.ndarray,
+        config: SimulationConfig | None = None,
+        *,
+        record: bool = False,
     ) -> None:
         data = np.asarray(data, dtype=np.float64)
         if data.ndim != 2 or data.shape[0] == 0:
@@ -181,6 +193,8 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self.counters: Counter[str] = Counter()
         self.decisions: Counter[str] = Counter()
         self.converged_at: float | None = None
+        self.recorded: dict[str, list[Action]] | None = {} if record else None
+        self.trace: dict[str, list[tuple[float, str, object]]] | None = {} if record else None
         link = cfg.snapshots
         self._echo_link = Link(link.latency_s, link.jitter, link.max_factor, ordered=True)
         self._retained_link = Link(link.latency_s, link.jitter, link.max_factor)
@@ -216,11 +230,13 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 echo_timeout_s=s.echo_timeout_s,
                 rng=self.ids,
             )
-        core.epoch = f"sim-{node.index:x}-{node.incarnation}"  # reproducible, unique per life
+        if not node.is_leaf:  # a leaf's epoch comes from the run's seeded ids, as a device's
+            # (set after it, a fresh leaf's first connection would look like news to confirm)
+            core.epoch = f"sim-{node.index:x}-{node.incarnation}"  # reproducible, unique per life
         return core
 
     def _restore_leaf(self, node: SimNode, core: LeafCore) -> None:
-        """What ``LeafAgent`` does before connecting (`LeafRecovery`): its checkpoint
+        """What ``LeafAgent`` does before connecting (`Recovery`): its checkpoint
         (`LeafCore.restore_checkpoint`, then `LeafCore.continue_after` its retained
         snapshot), else -- no state directory, or no checkpoint written yet -- its retained
         snapshot (`LeafCore.restore_snapshot`). Of the privacy
@@ -316,16 +332,6 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             t = self._arrival(self._echo_link, node.slow, ECHO, node.index)
             self._push(t, ECHO, node.index, (node.incarnation, msg.epoch, msg.seq))
 
-    def _publish_confirm(self, node: SimNode, *, force: bool = False) -> None:
-        core: LeafCore = node.core
-        confirm = core.confirm_due(self.now, force=force)
-        if confirm is None:
-            return
-        self.messages["confirm"] += 1
-        link = self.config.confirms
-        self._push(self._arrival(link, node.slow, CONF, node.index), CONF, node.index, confirm)
-        core.confirm_sent(self.now)
-
     def _after_step(self, node: SimNode) -> None:
         """The rest of the shell's work loop: echo expiry, status document, sleep."""
         core = node.core
@@ -337,27 +343,53 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self._schedule(node)
 
     def _step(self, node: SimNode) -> None:
-        core = node.core
-        now = self.now
-        if node.is_leaf:  # LeafAgent.step
-            for block in core.expire(now):
-                core.apply(block, now)
-            if core.flush_due(now):
-                core.flush()
-            self._snapshot_if_due(node)
-            if core.checkpoint_due(now):  # LeafRecovery.checkpoint (the write never fails)
-                state, ingested, n_samples, blocks = core.checkpoint_state()
-                self.checkpoints[node.index] = state
-                core.checkpointed(ingested, n_samples, blocks, now=now)
-                self.counters["checkpoints"] += 1
-            self._publish_confirm(node)
+        if node.is_leaf:  # LeafAgent.step: the core's work tick, carried out
+            self._carry_out(node, "work")
         else:  # AggregatorAgent.step
-            core.check_staleness(now)
+            node.core.check_staleness(self.now)
             self._snapshot_if_due(node)
         self._after_step(node)
 
+    def _carry_out(self, node: SimNode, tick: str) -> None:
+        """`LeafAgent.carry_out` against the virtual broker: the leaf core's ``tick`` at
+        ``now`` (`LeafCore.step`), each action carried out and its outcome reported, until
+        the tick's `Wake`. A checkpoint write never fails here."""
+        core: LeafCore = node.core
+        now = self.now
+        if self.trace is not None:
+            self.trace.setdefault(node.id, []).append((now, "tick", tick))
+        for _ in range(MAX_TICK_CALLS):
+            actions = core.step(now, timestamp=WALL_CLOCK_ORIGIN + now, tick=tick)
+            core.take_released()  # no scoring, no secure aggregation in the simulation
+            for action in actions:
+                self._carry_out_one(node, action)
+            if self.recorded is not None:
+                self.recorded.setdefault(node.id, []).extend(actions)
+            if actions and isinstance(actions[-1], Wake):
+                break
+
+    def _carry_out_one(self, node: SimNode, action: Action) -> None:
+        core: LeafCore = node.core
+        if isinstance(action, WriteCheckpoint):  # Recovery.write_checkpoint
+            assert isinstance(action.state, CheckpointImage)
+            self.checkpoints[node.index] = action.state.state
+            core.checkpoint_written(action, self.now)
+            self.counters["checkpoints"] += 1
+        elif isinstance(action, Publish):  # (a `Wake`: `_schedule` asks `next_wakeup`)
+            msg = action.message
+            if action.kind == "subspace":
+                assert isinstance(msg, SubspaceMessage)
+                wired = msg if action.reason == "reconnect" else self._wire(msg)
+                self._publish_snapshot(node, wired)
+            else:  # counted as "confirm", "status" or "scores"
+                self.messages[action.kind] += 1
+                if action.kind == "confirm":
+                    t = self._arrival(self.config.confirms, node.slow, CONF, node.index)
+                    self._push(t, CONF, node.index, msg)
+            core.published(action, self.now)
+
     def _snapshot_if_due(self, node: SimNode) -> None:
-        """The step's publish, leaf or aggregator: a snapshot when the core says one is due."""
+        """An aggregator step's publish: a snapshot when the core says one is due."""
         core = node.core
         reason = core.snapshot_due(self.now)
         if reason is not None:
@@ -373,12 +405,11 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         core.connected()
         if core.echo is not None:
             core.echo.connected(self.now)
-        if core.snapshot is not None:
-            self._publish_snapshot(node, core.snapshot)
-        if node.is_leaf:
-            # LeafAgent.on_connected: after a reconnection or a restore, confirm at once
-            self._publish_confirm(node, force=True)
+        if node.is_leaf:  # LeafAgent.on_connected: the core's connect tick
+            self._carry_out(node, "connect")
         else:
+            if core.snapshot is not None:
+                self._publish_snapshot(node, core.snapshot)
             for child in node.children:  # re-subscribing delivers the retained snapshots
                 msg = self.retained.get(child)
                 if msg is not None:
@@ -501,9 +532,15 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 self.faults["lost_to_crash"] += 1
             return
         self._audit_deadline(node)
-        for block in core.accept(readings, self.now):
-            core.apply(block, self.now)
+        self._take(node, readings)
         self._step(node)
+
+    def _take(self, node: SimNode, readings: SensorReadings) -> None:
+        """``LeafAgent.handle``'s intake: sequenced, screened and applied at ``now``."""
+        if self.trace is not None:
+            self.trace.setdefault(node.id, []).append((self.now, "readings", readings))
+        core: LeafCore = node.core
+        core.ingest(core.accept_labelled(readings, self.now), self.now)
 
     def _on_snapshot(self, node: SimNode, msg: SubspaceMessage) -> None:
         core = node.core
@@ -551,8 +588,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self._connect(node)
         queued, node.queue = node.queue, []
         for readings in queued:  # the persistent session's queue, in order
-            for block in core.accept(readings, self.now):
-                core.apply(block, self.now)
+            self._take(node, readings)
         self._step(node)
 
     def _reconnect(self, node: SimNode) -> None:

@@ -5,7 +5,7 @@ none of them. The asyncio shell carries them out against MQTT and the disk, the 
 simulation (`edge_runtime.simulation.engine`) against its virtual broker, and a test against
 a list. Each caller reports the outcome back to the core (for example
 ``core.published(action, now)`` once the broker acknowledged a `Publish`, or
-``core.checkpoint_written(action, now)`` / ``core.checkpoint_failed(action, now, error)``),
+``core.checkpoint_written(action, now)`` / ``core.checkpoint_failed(now)``),
 so what follows an action's completion is decided by the core too. The order of a tick is
 therefore written once, in the core, and the simulation runs what a device runs.
 
@@ -32,8 +32,10 @@ class Publish:
         ``"subspace"``, ``"confirm"``, ``"status"``, ``"scores"``, ``"model"``, or a secure
         aggregation topic (``"secagg/<name>"``).
     message : object
-        The typed wire message (`SubspaceMessage`, `ConfirmMessage`, `StatusDetail`, a
-        secure-aggregation message, ...); the executor encodes it (`edge_runtime.wire`).
+        The typed wire message (`SubspaceMessage`, `ConfirmMessage`, a secure-aggregation
+        message, a scores document's bytes, ...); the executor encodes it
+        (`edge_runtime.wire`). None for ``"status"``: the status document holds fields only
+        the shell knows (uptime, a local source's state), so the executor composes it.
     retain : bool
         Whether the broker keeps it as the topic's retained message.
     reason : str

@@ -3,7 +3,7 @@
 Pure decisions, no I/O and no clock: every method takes the current time ``now`` (seconds,
 any monotonic origin) as an argument, so each rule is unit-tested with a virtual clock.
 
-Why these rules (issue 9): a federation exists to send small subspaces instead of readings,
+Why these rules: a federation exists to send small subspaces instead of readings,
 so a node publishes when what it would publish has *changed enough to matter*, never merely
 because time passed or a reading arrived:
 
@@ -46,6 +46,7 @@ __all__ = [
     "PublishPolicy",
     "StatusPolicy",
     "largest_angle",
+    "largest_angle_orthonormal",
     "subspace_change",
 ]
 
@@ -67,12 +68,12 @@ def largest_angle(a: np.ndarray, b: np.ndarray) -> float:
     return float(angles.max()) if angles.size else 0.0
 
 
-def _largest_angle_orthonormal(a: np.ndarray, b: np.ndarray) -> float:
+def largest_angle_orthonormal(a: np.ndarray, b: np.ndarray) -> float:
     """`largest_angle` for orthonormal ``a`` and ``b`` of the same shape ``(n_features, k)``
     (a subspace's basis): ``arcsin`` of the largest singular value of ``(I - a a^T) b``, the
     sines of the principal angles (Bjorck & Golub, Math. Comp. 27, 1973). One SVD of a
     ``(n_features, k)`` matrix instead of the general form's four, what the deadband pays
-    per evaluation (issue 24)."""
+    per evaluation."""
     if a.shape[1] == 0:
         return 0.0
     sines = np.linalg.svd(b - a @ (a.T @ b), compute_uv=False)
@@ -93,7 +94,7 @@ def subspace_change(
     if previous is None or previous.n_samples == 0 or previous.basis.shape != current.basis.shape:
         return math.inf, math.inf, math.inf
     k = min(rank, previous.rank, current.rank)
-    angle = _largest_angle_orthonormal(previous.basis[:, :k], current.basis[:, :k])
+    angle = largest_angle_orthonormal(previous.basis[:, :k], current.basis[:, :k])
     s_old = previous.singular_values[:k] / math.sqrt(previous.n_samples)
     s_new = current.singular_values[:k] / math.sqrt(max(current.n_samples, 1))
     top = float(s_old[0]) if k and s_old[0] > 0 else 0.0

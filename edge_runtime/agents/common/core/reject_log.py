@@ -1,5 +1,5 @@
 """Journal-friendly logging of rejections: per reason, the first few lines of an interval,
-then one count (issue 11, item 4). Time comes in as an argument; no I/O.
+then one count. Time comes in as an argument; no I/O.
 
 One mechanism for every agent: an aggregator (`Agent.reject`) logs one line per reason and
 interval (``burst = 1``), a leaf (`edge_runtime.agents.leaf.shell.rejections`) the first
@@ -25,7 +25,7 @@ that had to suppress some, up to this, and is back to ``interval_s`` after one t
 
 
 class RejectLog:
-    """Journal-friendly reject logging (issue 11, item 4), time as an argument, no I/O.
+    """Journal-friendly reject logging, time as an argument, no I/O.
 
     Per reason, the first ``burst`` rejections of an interval are logged individually; the
     rest are only counted and reported as one summary line per reason once the interval

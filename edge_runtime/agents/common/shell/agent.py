@@ -32,6 +32,7 @@ from edge_runtime.agents.common.shell.config_watch import ConfigWatch
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
 from edge_runtime.agents.common.shell.echo import SnapshotEcho
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
+from edge_runtime.agents.common.shell.retained import read_retained
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import Inbox, ack, enable_manual_ack
 from edge_runtime.mqtt_ack import backlog as _backlog
@@ -51,7 +52,7 @@ ONLINE = b"online"
 OFFLINE = b"offline"
 
 
-class Agent(SnapshotEcho, abc.ABC):
+class Agent(abc.ABC):
     """Base class of `LeafAgent` and `AggregatorAgent`.
 
     Parameters
@@ -122,6 +123,14 @@ class Agent(SnapshotEcho, abc.ABC):
         self._served = False  # the current connection attempt got connected
         self.discovery = AgentDiscovery(topology, node_id, settings.discovery_prefix)
         self.config_watch = ConfigWatch(topology.config_topic())  # the deployed topology
+        self.snapshot_echo = SnapshotEcho(
+            lambda: self.core.echo,
+            topic=self._own_topic,
+            deployment=topology.name,
+            max_payload_bytes=settings.max_payload_bytes,
+            publish=self.publish,
+            log=self.log,
+        )
 
     @property
     @abc.abstractmethod
@@ -280,32 +289,9 @@ class Agent(SnapshotEcho, abc.ABC):
         )
 
     async def read_retained(self, topic: str) -> bytes | None:
-        """The retained payload on ``topic``, read on a fresh connection (QoS 1).
-
-        Parameters
-        ----------
-        topic : str
-            Topic name (no wildcards).
-
-        Returns
-        -------
-        bytes or None
-            The payload; None when nothing (or an empty payload) is retained there within
-            ``settings.restore_wait_s`` seconds, or the broker cannot be reached. Never
-            raises for the broker (``aiomqtt.MqttError`` and timeouts give None).
-        """
-        try:
-            async with aiomqtt.Client(**self.settings.client_kwargs()) as client:
-                await client.subscribe(topic, qos=1)
-                async with asyncio.timeout(self.settings.restore_wait_s):
-                    async for message in client.messages:
-                        payload = message.payload
-                        if isinstance(payload, bytes | bytearray) and payload:
-                            return bytes(payload)
-                        return None
-        except (TimeoutError, aiomqtt.MqttError):
-            pass
-        return None
+        """The retained payload on ``topic`` or None, read on a fresh connection within
+        ``settings.restore_wait_s`` seconds (`edge_runtime.agents.common.shell.retained`)."""
+        return await read_retained(self.settings, topic)
 
     async def publish(
         self,
@@ -352,6 +338,20 @@ class Agent(SnapshotEcho, abc.ABC):
         )
         self.stats.messages_published += 1
         self.stats.bytes_published += len(payload)
+
+    async def publish_snapshot(
+        self, client: aiomqtt.Client, payload: bytes, epoch: str, seq: int
+    ) -> None:
+        """Publish this node's snapshot (retained) and expect its echo (`SnapshotEcho.publish`:
+        a PUBACK does not prove delivery; one that never comes back is logged as
+        ``publish_not_delivered`` and counted ``undelivered``).
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            As `publish`.
+        """
+        await self.snapshot_echo.publish(client, payload, epoch, seq)
 
     async def publish_status(self, client: aiomqtt.Client, *, force: bool = False) -> None:
         """Publish the JSON status document on ``<prefix>/<path>/status/detail`` (retained).
@@ -412,8 +412,8 @@ class Agent(SnapshotEcho, abc.ABC):
         input may be decisive in a way the core's `next_wakeup` cannot foresee; otherwise
         its sleep is moved to the core's new `next_wakeup` (earlier or later, but between
         ``MIN_SLEEP_S`` after now and ``MAX_SLEEP_S`` after the sleep began). A message that
-        changes no decision thus costs no pass of the loop (issue 24: one pass per message
-        was a tenth of a leaf's CPU at 10 messages/s)."""
+        changes no decision thus costs no pass of the loop (one pass per message was a
+        tenth of a leaf's CPU at 10 messages/s)."""
         sleep = self._sleep
         if sleep is None or self._input_decisive():
             self._wake.set()
@@ -459,7 +459,7 @@ class Agent(SnapshotEcho, abc.ABC):
             echo = self.core.echo
             if echo is not None and not _backlog(client):  # the echo may wait in the queue
                 for seq in echo.expired(now):
-                    self._report_undelivered(seq)
+                    self.snapshot_echo.report_undelivered(seq)
             await self.publish_status(client)
             delay = self.core.next_wakeup(time.monotonic()) - time.monotonic()
             delay = min(max(delay, MIN_SLEEP_S), MAX_SLEEP_S)
@@ -578,7 +578,7 @@ class Agent(SnapshotEcho, abc.ABC):
                 topic = str(message.topic)
                 try:
                     if topic == self._own_topic:
-                        self._on_echo(message.payload)
+                        self.snapshot_echo.on_echo(message.payload)
                     elif topic == self.config_watch.topic:
                         await self.config_watch.receive(self, message.payload)
                     elif topic == self.discovery.status_topic:

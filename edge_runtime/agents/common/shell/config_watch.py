@@ -1,4 +1,4 @@
-"""An agent follows the deployed topology: ``<prefix>/config`` while it runs (issue 23).
+"""An agent follows the deployed topology: ``<prefix>/config`` while it runs.
 
 Every agent subscribes to its topology's `config_topic` (retained: a new connection gets the
 current one). A payload it has not handled yet (by version, `config_version`) is parsed

@@ -5,14 +5,15 @@ core (`edge_runtime.agents.common.core.node.NodeCore`): the shell moves bytes, t
 pieces of shell code several roles need are here, once:
 
 - `status_policy_of`: the status-document policy of an agent's settings;
-- `CoreShell`: numerics under the core's lock, in a worker thread when large
-  (`CoreShell._numerics`), and the status document's fields every role fills alike
-  (`CoreShell.status_document`). This is the one concurrency scheme of every agent: a core
-  is never thread-safe and owns no lock; its shell holds one `asyncio.Lock` around every
-  call that may run in a worker thread *and* around every call that changes what such a
-  call reads (a leaf's sequencing and apply, an aggregator's `receive`), so an inbound
-  message handled meanwhile waits instead of racing it;
-- `SnapshotViews`: read-only views of the core's last published snapshot;
+- `run_numerics`: numerics under the core's lock, in a worker thread when large. This is the
+  one concurrency scheme of every agent: a core is never thread-safe and owns no lock; its
+  shell holds one `asyncio.Lock` around every call that may run in a worker thread *and*
+  around every call that changes what such a call reads (a leaf's sequencing and apply, an
+  aggregator's `receive`), so an inbound message handled meanwhile waits instead of racing
+  it;
+- `status_document`: the status document's fields every role fills alike;
+- `CoreShell` (a mixin of the aggregator and FedPower agents, over the two functions above)
+  and `SnapshotViews`: read-only views of the core's last published snapshot;
 - `decode_or_reject`: decode an inbound payload, or count and log why not.
 """
 
@@ -26,7 +27,14 @@ from edge_runtime.agents.common.core.policy import StatusPolicy
 from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError
 
-__all__ = ["CoreShell", "SnapshotViews", "decode_or_reject", "status_policy_of"]
+__all__ = [
+    "CoreShell",
+    "SnapshotViews",
+    "decode_or_reject",
+    "run_numerics",
+    "status_document",
+    "status_policy_of",
+]
 
 T = TypeVar("T")
 
@@ -73,6 +81,53 @@ def decode_or_reject(
         return None
 
 
+async def run_numerics(
+    lock: asyncio.Lock, cells: Callable[[], int], offload_min_cells: int, fn: Callable[[], T]
+) -> T:
+    """``fn()`` under ``lock`` (the core's), in a worker thread when the problem is large
+    (``cells()``, the matrix cells a call touches, read under the lock, at least
+    ``offload_min_cells``, `AgentSettings.offload_min_cells`): an inbound message handled
+    meanwhile waits for it instead of racing it, and the event loop keeps running."""
+    async with lock:
+        if cells() >= offload_min_cells:
+            return await asyncio.to_thread(fn)
+        return fn()
+
+
+def status_document(
+    core: Any,
+    *,
+    node_id: str,
+    role: str,
+    online: bool,
+    uptime_s: float,
+    rank: int,
+    n_samples: int,
+    seq: int,
+    epoch: str,
+    extra: dict[str, object],
+    privacy: PrivacyStatus | None = None,
+) -> StatusDetail:
+    """The status document (`StatusDetail`) of a node whose core is ``core``: the fields
+    every role fills alike -- ``node_id``, ``role``, ``online`` (not stopping), the core's
+    ``rejects`` by reason, ``uptime_s`` (seconds, rounded to milliseconds) and, once the node
+    runs a deployed topology, ``config_version`` in ``extra`` -- and the rest as given."""
+    version = core.config_version
+    return StatusDetail(
+        node_id=node_id,
+        role=role,
+        online=online,
+        rank=rank,
+        n_samples=n_samples,
+        seq=seq,
+        epoch=epoch,
+        rejects=dict(core.rejects),
+        uptime_s=round(uptime_s, 3),
+        extra=extra | ({} if version is None else {"config_version": version}),
+        privacy=privacy,
+    )
+
+
 class CoreShell:
     """Mixin of an `Agent` over a core: its numerics gate and its status document.
 
@@ -89,13 +144,9 @@ class CoreShell:
     role: str
 
     async def _numerics(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` under the core lock, in a worker thread when the problem is large
-        (``core.cells() >= settings.offload_min_cells``): an inbound message handled
-        meanwhile waits for it instead of racing it, and the event loop keeps running."""
-        async with self._lock:
-            if self._core.cells() >= self.settings.offload_min_cells:
-                return await asyncio.to_thread(fn)
-            return fn()
+        """`run_numerics` on the agent's core and lock."""
+        cells = self._core.cells
+        return await run_numerics(self._lock, cells, self.settings.offload_min_cells, fn)
 
     def status_document(
         self,
@@ -107,28 +158,20 @@ class CoreShell:
         extra: dict[str, object],
         privacy: PrivacyStatus | None = None,
     ) -> StatusDetail:
-        """The status document (`StatusDetail`) with the fields every role fills alike:
-        ``node_id``, ``role``, ``online`` (not stopping), the core's ``rejects`` by reason
-        and ``uptime_s`` (seconds, rounded to milliseconds); the rest as given, with
-        ``config_version`` in ``extra`` once the node runs a deployed topology."""
-        return StatusDetail(
+        """`status_document` of this agent (online while not stopping)."""
+        return status_document(
+            self._core,
             node_id=self.node_id,
             role=self.role,
             online=not self._stop.is_set(),
+            uptime_s=self.uptime_s(),
             rank=rank,
             n_samples=n_samples,
             seq=seq,
             epoch=epoch,
-            rejects=dict(self._core.rejects),
-            uptime_s=round(self.uptime_s(), 3),
-            extra=extra | self._config_extra(),
+            extra=extra,
             privacy=privacy,
         )
-
-    def _config_extra(self) -> dict[str, object]:
-        """``{"config_version": ...}``: the deployed topology applied (none: {})."""
-        version = self._core.config_version
-        return {} if version is None else {"config_version": version}
 
 
 class SnapshotViews:

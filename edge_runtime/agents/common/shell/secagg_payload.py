@@ -1,4 +1,4 @@
-"""A secure-aggregation message as the secagg shells receive it (issue 26): the payload's
+"""A secure-aggregation message as the secagg shells receive it: the payload's
 bytes, then the decoded message, each refusal counted as a reject (`Agent.reject`) and
 never raised. Both sides of a site, `edge_runtime.agents.leaf.shell.secagg.SecAggLeaf` and
 `edge_runtime.agents.aggregator.shell.secagg.SecAggAggregator`, read their topics so.

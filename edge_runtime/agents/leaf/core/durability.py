@@ -1,10 +1,12 @@
 """What a leaf has made durable, and what it confirms to its publishers.
 
-`LeafDurability` is the part of `LeafCore` that decides when to checkpoint, what a
-checkpoint holds, and the confirmations (`ConfirmMessage`: ingested, durable, gaps)
-publishers replay from (`ConfirmPolicy`). Readings are durable once a checkpoint covers
-them, or, without checkpoints, once a published snapshot does. No I/O, no clock: the time
-comes in as an argument, and `checkpoint_deadline` tells the shell when to look again.
+`Durability` is the part a `LeafCore` holds that decides when to checkpoint and keeps what
+is durable, and when to confirm readings (`ConfirmMessage`: ingested, durable, gaps) to the
+publishers that replay from it (`ConfirmPolicy`). Readings are durable once a checkpoint
+covers them, or, without checkpoints, once a published snapshot does. No I/O, no clock:
+the time and what the rest of the leaf knows (its input version, what it ingested, its
+blocks, when its stream pauses) come in as arguments, and `Durability.deadline` tells the
+leaf when to look again.
 
 When a checkpointing leaf writes one (`checkpoint_due`), whenever something is new since
 the last one (readings applied, a private leaf's rows masked, or readings ingested and
@@ -41,16 +43,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
-from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
-from edge_runtime.wire import ConfirmMessage, SubspaceMessage
 
 __all__ = [
     "CHECKPOINT_INTERVAL_S",
     "IDLE_CHECKPOINT_BURST",
     "IDLE_CHECKPOINT_GAP_S",
-    "LeafDurability",
+    "CheckpointImage",
+    "Durability",
 ]
 
 CHECKPOINT_INTERVAL_S = 120.0
@@ -64,90 +66,135 @@ IDLE_CHECKPOINT_GAP_S = 10.0
 """Least seconds between the last checkpoint and one written because the stream paused."""
 
 
-class LeafDurability:
-    """The durability part of `LeafCore` (a mixin: `LeafCore` holds the attributes below).
+@dataclass(frozen=True, slots=True)
+class CheckpointImage:
+    """A leaf's checkpoint captured at one instant (`LeafCore.checkpoint_image`):
+    what a `WriteCheckpoint` action carries.
+
+    Attributes
+    ----------
+    state : dict
+        What the file holds (`edge_runtime.checkpoint.save_checkpoint` writes it).
+    ingested : dict of str to int
+        Per source, the last sequence number it covers.
+    n_samples, blocks : int
+        Samples and completed blocks it covers.
+    version : int
+        The core's input version at the capture (what the next checkpoint compares).
+    """
+
+    state: dict[str, object]
+    ingested: dict[str, int]
+    n_samples: int
+    blocks: int
+    version: int
+
+
+class Durability:
+    """A leaf's checkpoints and confirmations: when each is due, and what is durable.
+
+    State: O(sources) (``durable`` and the last confirmation's key).
+
+    Parameters
+    ----------
+    checkpointing : bool
+        Whether the leaf's shell writes checkpoints; then readings are durable once
+        checkpointed, else once covered by a published snapshot.
+    checkpoint_every : int or None
+        Also checkpoint after this many completed blocks (None: by time only).
+    checkpoint_interval_s : float
+        Most seconds between checkpoints while there is news.
+    confirm_policy : ConfirmPolicy
+    now : float
+        The current time, seconds.
+    session : str
+        This process (random hex id): a restart shows as a new session.
 
     Attributes
     ----------
     durable : dict of str to int
         Per source, the last sequence number a restart would not lose.
-    checkpointing : bool
-        Whether the shell writes checkpoints.
-    checkpoint_every : int or None
-        Also checkpoint after this many completed blocks (None: by time only).
-    checkpoint_interval_s : float
-        Most seconds between checkpoints while there is news.
     last_checkpoint : float
-        When the last checkpoint was written (or the core was made), seconds.
-    checkpoints : int
-        Checkpoints written.
-    checkpoint_failures : int
-        Checkpoints that could not be written.
+        When the last checkpoint was written or failed (or the leaf was made), seconds.
+    checkpoints, checkpoint_failures : int
+        Checkpoints written; checkpoints that could not be written.
     checkpointed_blocks, checkpointed_n : int
         Blocks and samples the last checkpoint covers (``checkpointed_n = -1``: none).
-    confirm_policy : ConfirmPolicy
-    session : str
-        This process (random hex id): a restart shows as a new session.
+
+    Raises
+    ------
+    ValueError
+        If ``checkpoint_every < 1`` or ``checkpoint_interval_s`` is not > 0.
     """
 
-    node_id: str
-    epoch: str
-    connections: int
-    sequencer: SourceSequencer
-    snapshot: SubspaceMessage | None
-    restored_from: str | None
-    durable: dict[str, int]
-    checkpointing: bool
-    checkpoint_every: int | None
-    checkpoint_interval_s: float
-    last_checkpoint: float
-    checkpoints: int
-    checkpoint_failures: int
-    checkpointed_blocks: int
-    checkpointed_n: int
-    confirm_policy: ConfirmPolicy
-    session: str
-    unpublished_since: float
-    last_input: float
-    _input_version: int
-    _checkpointed_version: int
-    _captured_version: int
-    _idle_tokens: float
-    _tokens_at: float
-    _last_confirm: float
-    _confirm_sent: tuple[object, ...]
+    def __init__(
+        self,
+        *,
+        checkpointing: bool,
+        checkpoint_every: int | None,
+        checkpoint_interval_s: float,
+        confirm_policy: ConfirmPolicy,
+        now: float,
+        session: str,
+    ) -> None:
+        if checkpoint_every is not None and checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
+        if not checkpoint_interval_s > 0:
+            raise ValueError(
+                f"checkpoint_interval_s must be > 0 seconds, got {checkpoint_interval_s}"
+            )
+        self.checkpointing = checkpointing
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval_s = float(checkpoint_interval_s)
+        self.confirm_policy = confirm_policy
+        self.session = session
+        self.durable: dict[str, int] = {}
+        self.last_checkpoint = now
+        self._idle_tokens, self._tokens_at = float(IDLE_CHECKPOINT_BURST), now
+        self.checkpoints = 0
+        self.checkpoint_failures = 0
+        self.checkpointed_blocks = 0
+        self.checkpointed_n = -1
+        self._checkpointed_version = 0
+        self._last_confirm = -math.inf
+        self._confirm_sent: tuple[object, ...] = ()
 
-    def _drops_uncovered(self) -> bool:
-        """Readings were ingested without changing the estimator (dropped by `screen`, or
-        refused by it) since the state a restart resumes from, and nothing else: its
-        snapshot (or checkpoint) taken again would make them durable."""
-        if self.checkpointing:
-            return not self._state_changed() and self.ingested != self.durable
-        snap = self.snapshot
-        return snap is not None and self.ingested != dict(snap.sources)
+    # ------------------------------------------------------------- checkpoints
+    def state_changed(self, version: int) -> bool:
+        """The estimator changed (input ``version``: rows applied, or masked by a flush)
+        since the last checkpoint."""
+        return version != self._checkpointed_version
 
-    def _state_changed(self) -> bool:
-        """The estimator changed (rows applied, or masked by a flush) since the last
-        checkpoint."""
-        return self._input_version != self._checkpointed_version
+    def news(self, version: int, ingested: Mapping[str, int]) -> bool:
+        """Whether a checkpoint now would record anything the last one did not: the input
+        ``version`` moved, or readings were ``ingested`` (and dropped) since."""
+        return self.checkpointing and (self.state_changed(version) or ingested != self.durable)
 
-    def checkpoint_news(self) -> bool:
-        """Whether a checkpoint now would record anything the last one did not."""
-        return self.checkpointing and (self._state_changed() or self.ingested != self.durable)
-
-    def checkpoint_deadline(self) -> float:
+    def deadline(
+        self,
+        *,
+        version: int,
+        ingested: Mapping[str, int],
+        blocks: int,
+        first_snapshot_out: bool,
+        paused_at: float,
+    ) -> float:
         """When the next checkpoint falls due without new input, seconds (``inf``: none is
-        pending, ``-inf``: due now); see the module docstring for the rules."""
-        if not self.checkpoint_news():
+        pending, ``-inf``: due now); see the module docstring for the rules.
+
+        ``blocks``: completed blocks now; ``first_snapshot_out``: the leaf's first snapshot
+        is published and it never restored nor checkpointed; ``paused_at``: when the stream
+        counts as paused (its last input plus the leaf's ``idle_s``), seconds.
+        """
+        if not self.news(version, ingested):
             return math.inf
-        blocks = 0 if self.estimator is None else self.estimator.n_blocks_
         every = self.checkpoint_every
         if every is not None and blocks - self.checkpointed_blocks >= every:
             return -math.inf
-        if self.snapshot is not None and self.checkpoints == 0 and self.restored_from is None:
+        if first_snapshot_out and self.checkpoints == 0:
             return -math.inf  # the first snapshot is out: the first checkpoint with it
         paused = max(
-            self.last_input + self.idle_s,
+            paused_at,
             self.last_checkpoint + IDLE_CHECKPOINT_GAP_S,
             self._token_time(),
         )
@@ -164,109 +211,92 @@ class LeafDurability:
             return -math.inf
         return self._tokens_at + (1.0 - self._idle_tokens) * self.checkpoint_interval_s
 
-    def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
-        """Whether to write a checkpoint at ``now`` (seconds): there is news, and the
-        deadline (`checkpoint_deadline`) has come, or ``force`` (on exit)."""
-        if not self.checkpoint_news():
-            return False
-        return force or now >= self.checkpoint_deadline()
-
-    def blocks_due(self) -> bool:
-        """``checkpoint_every`` blocks were completed since the last checkpoint: the shell
-        writes one before it acknowledges the message that completed them (a publish's
-        PUBACK wait or the write itself would otherwise let later messages be acknowledged
-        first, and a crash then lose more than the cadence)."""
-        every, est = self.checkpoint_every, self.estimator
+    def blocks_due(self, blocks: int) -> bool:
+        """``checkpoint_every`` blocks were completed since the last checkpoint (``blocks``
+        completed now): the shell writes one before it acknowledges the message that
+        completed them (a publish's PUBACK wait or the write itself would otherwise let
+        later messages be acknowledged first, and a crash then lose more than the cadence)."""
+        every = self.checkpoint_every
         return (
-            self.checkpointing
-            and every is not None
-            and est is not None
-            and est.n_blocks_ - self.checkpointed_blocks >= every
+            self.checkpointing and every is not None and blocks - self.checkpointed_blocks >= every
         )
 
-    def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
-        """Everything a checkpoint holds, captured at one instant (numerics), and the
-        ``(ingested, n_samples, blocks)`` it covers."""
-        est = self.estimator
-        state: dict[str, object] = {} if est is None else est.get_state()
-        state["n_features"] = self.n_features
-        state["noise_restarts"] = self.noise_restarts
-        ingested = self.ingested
-        state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
-        blocks = 0 if est is None else est.n_blocks_
-        self._captured_version = self._input_version
-        return state, ingested, self.n_samples, blocks
-
-    def checkpointed(
-        self,
-        ingested: Mapping[str, int],
-        n_samples: int,
-        blocks: int,
-        *,
-        now: float,
+    def written(
+        self, version: int, ingested: Mapping[str, int], n_samples: int, blocks: int, now: float
     ) -> None:
-        """The checkpoint `checkpoint_state` captured last (covering ``ingested``) was
-        written at ``now`` (seconds); readings applied meanwhile are news for the next."""
+        """A checkpoint captured at input ``version``, covering ``ingested``, ``n_samples``
+        samples and ``blocks`` blocks, was written at ``now`` (seconds); readings applied
+        meanwhile are news for the next."""
         self.checkpoints += 1
         self._idle_tokens = max(0.0, self._tokens(now) - 1.0)  # every checkpoint spends one
         self._tokens_at = now
         self.last_checkpoint = now
-        self._checkpointed_version = self._captured_version
+        self._checkpointed_version = version
         self.checkpointed_blocks = blocks
         self.checkpointed_n = n_samples
         self.durable = dict(ingested)
-        est = self.estimator
-        masked = est is None or est.privacy is None or est.n_pending_ == 0
-        if self.snapshot_n() == self.published_n and masked:
-            self.unpublished_since = math.inf  # (dropped readings were all that was new)
 
-    def checkpoint_failed(self, now: float) -> int:
+    def failed(self, now: float) -> int:
         """Writing the checkpoint failed at ``now`` (seconds): the next try follows the
         same rules, counted from now (no busy retry). Returns the failures so far."""
         self.checkpoint_failures += 1
         self.last_checkpoint = now
         return self.checkpoint_failures
 
-    # ------------------------------------------------------------ confirmations
-    def _confirm_key(self) -> tuple[object, ...]:
-        """What a confirmation says; a new one is due when it changes (the first
-        connection of a fresh leaf is no change: nothing can have been lost before it)."""
+    def restored(
+        self, durable: Mapping[str, int], *, blocks: int = 0, n_samples: int = -1
+    ) -> None:
+        """The leaf continues from earlier state covering ``durable`` (a checkpoint of
+        ``blocks`` blocks and ``n_samples`` samples, or a retained snapshot: the defaults)."""
+        self.durable = dict(durable)
+        self.checkpointed_blocks = blocks
+        self.checkpointed_n = n_samples
+
+    def covered(self, ingested: Mapping[str, int]) -> None:
+        """Without checkpoints: a published snapshot covers ``ingested``, now durable."""
+        self.durable = dict(ingested)
+
+    def mark(self, durable: Mapping[str, int]) -> None:
+        """Readings made durable elsewhere (a published snapshot, a secure-aggregation slot
+        revealed): per source, up to the sequence number ``durable`` names."""
+        self.durable = {**self.durable, **durable}
+
+    # ------------------------------------------------------------- confirmations
+    def confirm_key(
+        self, epoch: str, reconnects: int, gaps: Mapping[str, int]
+    ) -> tuple[object, ...]:
+        """What a confirmation says; a new one is due when it changes (the first connection
+        of a fresh leaf is no change: nothing can have been lost before it)."""
         return (
-            self.epoch,
-            max(0, self.connections - 1),
+            epoch,
+            reconnects,
             tuple(sorted(self.durable.items())),
-            tuple(sorted(self.gaps().items())),
+            tuple(sorted(gaps.items())),
         )
 
-    def _confirm_changed(self) -> bool:
-        return self._confirm_key() != self._confirm_sent
+    def confirm_changed(self, key: tuple[object, ...]) -> bool:
+        """Whether ``key`` (`confirm_key`) differs from the last confirmation's."""
+        return key != self._confirm_sent
 
-    @property
-    def confirm_pending(self) -> bool:
-        """Whether a confirmation is due once the rate limit allows."""
-        return self._confirm_changed()
+    def confirm_next(self, now: float, key: tuple[object, ...]) -> float:
+        """When a changed confirmation may next go out (``inf``: nothing changed), seconds."""
+        if not self.confirm_changed(key):
+            return math.inf
+        return self.confirm_policy.next_check(now, last_sent=self._last_confirm, changed=True)
 
-    def gaps(self) -> dict[str, int]:
-        """First missing sequence number of each source with readings held behind a gap."""
-        return {source: self.sequencer.last[source] + 1 for source in self.sequencer.held_sources()}
+    def confirm_due(self, now: float, key: tuple[object, ...], *, force: bool = False) -> bool:
+        """Whether a confirmation goes out at ``now`` (`ConfirmPolicy`; ``force``: now, if it
+        changed)."""
+        changed = self.confirm_changed(key)
+        if force and changed:
+            return True
+        return self.confirm_policy.decide(now, last_sent=self._last_confirm, changed=changed)
 
-    def confirm_due(self, now: float, *, force: bool = False) -> ConfirmMessage | None:
-        """The confirmation to publish now (`ConfirmPolicy`), or None."""
-        changed = self._confirm_changed()
-        if not (force and changed) and not self.confirm_policy.decide(
-            now, last_sent=self._last_confirm, changed=changed
-        ):
-            return None
-        return ConfirmMessage(
-            node_id=self.node_id,
-            epoch=self.epoch,
-            session=self.session,
-            connection=self.connections,
-            ingested=self.ingested,
-            durable=dict(self.durable),
-            gaps=self.gaps(),
-        )
-
-    def confirm_sent(self, now: float) -> None:
+    def confirmed(self, now: float, key: tuple[object, ...]) -> None:
+        """The confirmation saying ``key`` was published at ``now`` (seconds)."""
         self._last_confirm = now
-        self._confirm_sent = self._confirm_key()
+        self._confirm_sent = key
+
+    def nothing_to_confirm(self, key: tuple[object, ...]) -> None:
+        """A fresh leaf: ``key`` is what it would confirm, and no news (no rate limit spent)."""
+        self._confirm_sent = key

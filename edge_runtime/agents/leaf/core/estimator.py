@@ -18,10 +18,11 @@ from typing import Any
 
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.fpca.privacy import NEIGHBOURS, noise_std
+from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import PrivacyParams
+from edge_runtime.wire import PrivacyParams, PrivacyStatus
 
-__all__ = ["LeafEstimator", "estimator_privacy", "snapshot_privacy"]
+__all__ = ["LeafEstimator", "estimator_privacy", "privacy_status", "snapshot_privacy"]
 
 
 def estimator_privacy(params: PrivacyParams) -> dict[str, Any]:
@@ -155,3 +156,52 @@ class LeafEstimator:
         if est.privacy is None:
             return est.n_samples_seen_
         return est.n_samples_seen_ - est.n_pending_
+
+
+def privacy_status(
+    privacy: PrivacyParams | None, est: Any, config: NodeConfig, horizon: int
+) -> PrivacyStatus | None:
+    """A private leaf's ledger for its status document, or None without privacy.
+
+    The guarantee ``privacy`` and, from the estimator ``est`` (None before the width of a
+    reading is known): ``noise_std`` -- for ``"gaussian"`` sigma, the std of the entries of
+    each release's noise ``W`` (`release_noise_std`, known before the first reading); for
+    ``"fpca-eq8"`` omega of eq. (8) of the last masked block, or of one full block before
+    the first -- ``block_size`` (None for a ``"gaussian"`` leaf without one before the width
+    is known), ``chunk_size`` (``"fpca-eq8"``), ``horizon`` (``"gaussian"``: the leaf's
+    continual-release ``horizon``), ``releases`` (blocks released, `FPCAEdge.n_releases_`)
+    and ``clipped`` (readings scaled down to ``clip_norm``, `FPCAEdge.n_clipped_`).
+    """
+    if privacy is None:
+        return None
+    gaussian = privacy.mechanism == "gaussian"
+    horizon = horizon if gaussian else None
+    block_size = config.block_size
+    if block_size is not None:
+        block_size = max(block_size, config.rank)
+    chunk_size = config.chunk_size
+    releases = clipped = 0
+    sigma = release_noise_std(privacy.epsilon, privacy.delta, horizon) if gaussian else None
+    if est is not None:
+        block_size, chunk_size = est.block_size, est.chunk_size
+        releases, clipped = est.n_releases_, est.n_clipped_
+        if est.last_noise_std_ is not None:
+            sigma = est.last_noise_std_
+        elif not gaussian:
+            try:
+                sigma = noise_std(privacy.epsilon, privacy.delta, est.n_features_, block_size)
+            except ValueError:
+                sigma = None
+    return PrivacyStatus(
+        privacy.epsilon,
+        privacy.delta,
+        privacy.clip_norm,
+        noise_std=sigma,
+        block_size=block_size,
+        chunk_size=chunk_size,
+        mechanism=privacy.mechanism,
+        neighbours=privacy.neighbours,
+        horizon=horizon,
+        releases=releases,
+        clipped=clipped,
+    )

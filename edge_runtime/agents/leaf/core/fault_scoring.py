@@ -3,7 +3,7 @@
 `FaultScoringCore` is the ``score_detector = "faults"`` counterpart of
 `edge_runtime.agents.leaf.core.scoring.ScoringCore` (``"static"``: Q / T^2 against the
 root's model), with the same interface towards the leaf shell
-(`edge_runtime.agents.leaf.shell.scores.LeafScores`): `score`, `interval_document`,
+(`edge_runtime.agents.leaf.shell.scores.Scores`): `score`, `interval_document`,
 `next_wakeup`, `health`, `status_extra`. It is synchronous, does no I/O and reads no clock
 (time comes in as arguments). It needs no model (``needs_model`` is False: the leaf does not
 subscribe to the root's model for it), so it scores from the leaf's first readings on.

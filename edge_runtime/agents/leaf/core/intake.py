@@ -19,13 +19,17 @@ from edge_runtime.fpca import FPCAEdge
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SensorReadings
 
-__all__ = ["GAP_WEIGHT", "MAX_RANGE_EVENTS", "Labelled", "LeafIntake", "RangeEvent"]
+__all__ = ["GAP_WEIGHT", "MAX_RANGE_EVENTS", "Applied", "Labelled", "LeafIntake", "RangeEvent"]
 
 GAP_WEIGHT = 0.2
 """Weight of the newest gap in the average gap between a leaf's readings."""
 
 Labelled = tuple[np.ndarray, str | None, int | None]
 """A block of rows, its source and the sequence number of its first row (or None)."""
+
+Applied = tuple[np.ndarray, str | None, int | None, ValueError | None]
+"""A block offered to the estimator (`LeafIntake.ingest`): its rows, source, first sequence
+number, and the estimator's refusal (or None when applied)."""
 
 RangeEvent = tuple[str, str, str]
 """``(reason, source, detail)``: a block had readings outside ``valid_range`` (reason
@@ -222,6 +226,20 @@ class LeafIntake:
             self.unpublished_since = now
         if math.isinf(self.last_publish):
             self.last_publish = now  # the rate limit counts from the first reading
+
+    def ingest(self, labelled: list[Labelled], now: float) -> list[Applied]:
+        """`apply` each block of ``labelled`` at ``now`` (seconds), in order; each comes back
+        with the estimator's refusal (a ValueError, e.g. the first reading's width refused
+        by eq. (8)) or None. Never raises for a refused block."""
+        out: list[Applied] = []
+        for block, src, seq in labelled:
+            try:
+                self.apply(block, now)
+            except ValueError as exc:
+                out.append((block, src, seq, exc))
+            else:
+                out.append((block, src, seq, None))
+        return out
 
 
 def _label(blocks: list[np.ndarray], source: str, last: int) -> list[Labelled]:

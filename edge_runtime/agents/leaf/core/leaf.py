@@ -8,10 +8,12 @@ when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publi
 
 The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
 estimator and its privacy), `edge_runtime.agents.leaf.core.intake` (sequencing, range screening,
-rejects), `edge_runtime.agents.leaf.core.resume` (checkpoint and retained-snapshot restore) and
-`edge_runtime.agents.leaf.core.durability` (checkpoints and confirmations); this module holds the
-snapshot decisions (when to release a private leaf's pending rows, when to publish) and the
-status document.
+rejects), `edge_runtime.agents.leaf.core.resume` (checkpoint and retained-snapshot restore), and
+the parts the core holds: `edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints
+and confirmations), `edge_runtime.agents.leaf.core.tick` (`LeafTick`: the order of a tick,
+`TICKS`), `edge_runtime.agents.leaf.core.outbox` (`ScoreOutbox`) and the scoring core
+(`edge_runtime.agents.leaf.core.scorer`); this module holds the snapshot decisions (when to
+release a private leaf's pending rows, when to publish) and the status document.
 """
 
 from __future__ import annotations
@@ -20,38 +22,39 @@ import dataclasses
 import math
 import random
 from collections import Counter, deque
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edge_runtime.agents.common.core.actions import Action, Publish, WriteCheckpoint
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, PublishPolicy, StatusPolicy
 from edge_runtime.agents.common.core.reconfigure import LIVE_KEYS
 from edge_runtime.agents.leaf.core.durability import (
     CHECKPOINT_INTERVAL_S,
-    IDLE_CHECKPOINT_BURST,
-    LeafDurability,
+    CheckpointImage,
+    Durability,
 )
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
     MAX_RANGE_EVENTS,
+    Applied,
     LeafIntake,
     RangeEvent,
 )
+from edge_runtime.agents.leaf.core.outbox import ScoreOutbox
 from edge_runtime.agents.leaf.core.resume import LeafRestore
+from edge_runtime.agents.leaf.core.scorer import scoring_core
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
+from edge_runtime.agents.leaf.core.tick import TICKS, LeafTick
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import PrivacyParams, SubspaceMessage
-
-if TYPE_CHECKING:  # imported by `LeafCore.__init__` for a scoring leaf (issue 24)
-    from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
-    from edge_runtime.agents.leaf.core.scoring import ScoringCore
+from edge_runtime.wire import ConfirmMessage, PrivacyParams, SubspaceMessage
 
 __all__ = [
     "GAP_WEIGHT",
     "IDLE_GAPS",
+    "TICKS",
     "LeafCore",
     "RangeEvent",
     "snapshot_privacy",
@@ -62,7 +65,7 @@ IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
-class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore):
+class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
     """Synchronous state and decisions of one leaf.
 
     Parameters
@@ -83,13 +86,16 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         Also checkpoint after this many completed blocks; default None: by time only.
     checkpoint_interval_s : float, default `CHECKPOINT_INTERVAL_S` (120)
         Most seconds between checkpoints while readings arrive; a checkpoint also follows a
-        pause of the stream and exit (`LeafDurability`).
+        pause of the stream and exit (`Durability`, attribute ``durability``).
     echo_timeout_s : float, default 5
         Least bound of the echo check, seconds.
     gap_timeout_s : float, default 10
         Seconds a sequence gap may stay open (`SourceSequencer`).
     rng : random.Random
         Source of the leaf's ids (epoch, session; `NodeCore.new_id`).
+    local_only : bool, default False
+        The estimate never leaves the device: no snapshot is ever published (a
+        secure-aggregation leaf, whose readings its site's slots release).
     root_id : str, optional
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
         with ``score_detector = "static"`` accepts (`ScoringCore`, attribute ``scoring``);
@@ -110,15 +116,10 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     tracked directions, so merges upstream keep their accuracy); a private leaf publishes
     masked blocks only and masks its pending rows when idle (`FPCAEdge.flush`).
 
-    Declared sensor range (``config.valid_range``, `screen`): every block the sequencer
-    releases is checked before it reaches the estimator or the scoring. With
-    ``out_of_range = "reject"`` a reading with any value outside the range is dropped and
-    counted (``rejects["out_of_range"]``, ``rejected_by_source``); with ``"clip"`` each value
-    is clipped into the range (``clipped``). A dropped reading stays ingested in its
-    source's sequence (confirmed like any other, never waited for as a gap nor re-sent
-    after a reconnect), and becomes durable with the next snapshot or checkpoint; when
-    nothing else changed since the last one, the leaf publishes its snapshot again (or
-    checkpoints) once idle, so a stream that ends on rejected readings is confirmed too.
+    Declared sensor range: see `LeafIntake.screen`. A reading it drops stays ingested in its
+    source's sequence and becomes durable with the next snapshot or checkpoint; when nothing
+    else changed since the last one, the leaf publishes its snapshot again (or checkpoints)
+    once idle, so a stream that ends on rejected readings is confirmed too.
     """
 
     def __init__(
@@ -136,35 +137,19 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         echo_timeout_s: float = 5.0,
         gap_timeout_s: float = 10.0,
         root_id: str | None = None,
+        local_only: bool = False,
         rng: random.Random,
     ) -> None:
         super().__init__(config.id, policy, status_policy, echo_timeout_s, now, rng=rng)
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
-        if checkpoint_every is not None and checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1 block, got {checkpoint_every}")
-        if not checkpoint_interval_s > 0:
-            raise ValueError(
-                f"checkpoint_interval_s must be > 0 seconds, got {checkpoint_interval_s}"
-            )
         self.config = config
-        self.confirm_policy = confirm_policy
         self.n_features = n_features
         self.epoch = self.new_id()
         self.seq = 0
         self.estimator: FPCAEdge | None = None
         self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
-        self.durable: dict[str, int] = {}
         self.snapshot: SubspaceMessage | None = None
-        self.checkpointing = checkpointing
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_interval_s = float(checkpoint_interval_s)
-        self.last_checkpoint = now
-        self._idle_tokens, self._tokens_at = float(IDLE_CHECKPOINT_BURST), now
-        self.checkpoints = 0
-        self.checkpoint_failures = 0
-        self.checkpointed_blocks = 0
-        self.checkpointed_n = -1
         self.restored_from: str | None = None
         self.privacy: PrivacyParams | None = config.privacy
         self.noise: int | np.random.Generator | None = config.noise_seed
@@ -174,42 +159,30 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         self._decided_at = -math.inf  # when `snapshot_due` last let a publish through
         self._tracked_cache: tuple[tuple[object, ...], Subspace] | None = None
         self._input_version = 0  # bumped whenever the estimator changes
-        self._checkpointed_version = self._captured_version = 0
+        self._captured_version = 0  # at the last `checkpoint_state`
         self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
-        self.session = self.new_id()  # this process: a restart shows as a new session
-        self._last_confirm = -math.inf
+        self.durability = Durability(
+            checkpointing=checkpointing,
+            checkpoint_every=checkpoint_every,
+            checkpoint_interval_s=checkpoint_interval_s,
+            confirm_policy=confirm_policy,
+            now=now,
+            session=self.new_id(),  # this process: a restart shows as a new session
+        )
         self.rejected_by_source: Counter[str] = Counter()
         self.clipped = 0
         self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.scoring: ScoringCore | FaultScoringCore | None = None
-        # the scoring cores (and fpca.faults / fpca.scoring) load only for a scoring leaf
-        if config.score != "off" and config.score_detector == "faults":
-            from edge_runtime.agents.leaf.core.fault_scoring import FaultScoringCore
-
-            self.scoring = FaultScoringCore(
-                config.id,
-                mode=config.score,
-                interval_s=config.score_interval_s,
-                now=now,
-                warmup=config.score_warmup,
-            )
-        elif config.score != "off" and root_id is not None:
-            from edge_runtime.agents.leaf.core.scoring import ScoringCore
-
-            self.scoring = ScoringCore(
-                config.id,
-                root_id,
-                mode=config.score,
-                alpha=config.score_alpha,
-                interval_s=config.score_interval_s,
-                now=now,
-            )
+        self.local_only = local_only
+        self.score_outbox = ScoreOutbox()
+        self.withheld = 0  # snapshots not made: the estimator's privacy is not the configured
+        self.ticker = LeafTick()  # where this leaf is in its tick (`step`)
+        self.scoring = scoring_core(config, root_id, now)  # None unless it scores
         if n_features is not None:
             self.estimator = self.new_estimator(n_features)
         self.settle_status()
         # a fresh leaf has nothing to confirm: its first confirmation follows a change
-        self._confirm_sent: tuple[object, ...] = self._confirm_key()
+        self.durability.nothing_to_confirm(self._confirm_key())
 
     is_leaf = True
 
@@ -253,8 +226,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
     def _deadband_key(self) -> tuple[object, int, int]:
         """What the deadband's verdict depends on: the estimator and its completed blocks
         (full or flushed). Rows of a partial block do not re-open the question -- the
-        candidate is evaluated once per block, not per reading (issue 24: one SVD per
-        message was most of a leaf's CPU) -- and reach the parent with the next block, the
+        candidate is evaluated once per block, not per reading (one SVD per message
+        was most of a leaf's CPU) -- and reach the parent with the next block, the
         idle publish or ``max_interval_s``, whichever comes first."""
         est = self.estimator
         if est is None:
@@ -349,6 +322,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             return None
         privacy = snapshot_privacy(est)
         if privacy != self.privacy:  # unreachable by construction; never publish then
+            self.withheld += 1
             return None
         subspace = self._tracked()
         self.seq += 1
@@ -384,17 +358,13 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         # Without a checkpoint the snapshot is what a restart restores; a private snapshot
         # covers the ingested readings only once no rows are pending (after a flush).
         if not self.checkpointing and (msg.privacy is None or self._snapshot_pending == 0):
-            self.durable = dict(self._snapshot_ingested)
+            self.durability.covered(self._snapshot_ingested)
 
     def _publish_pending(self) -> tuple[bool, bool]:
         return self._candidate_moved, self._first_due()
 
     def _other_wakeups(self, now: float) -> list[float]:
-        times = []
-        if self._confirm_changed():
-            times.append(
-                self.confirm_policy.next_check(now, last_sent=self._last_confirm, changed=True)
-            )
+        times = [self.durability.confirm_next(now, self._confirm_key())]
         if self.sequencer.held_rows:
             times.append(now + min(1.0, self.sequencer.gap_timeout_s))
         if self.scoring is not None:
@@ -402,7 +372,182 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
         times.append(self.checkpoint_deadline())
         return times
 
-    # --------------------------------------------------------------- checkpoint
+    # -------------------------------------------------------------- durability
+    @property
+    def durable(self) -> dict[str, int]:
+        """Per source, the last sequence number a restart would not lose (`Durability`)."""
+        return self.durability.durable
+
+    @durable.setter
+    def durable(self, durable: dict[str, int]) -> None:
+        self.durability.covered(durable)
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the shell writes checkpoints (`Durability`)."""
+        return self.durability.checkpointing
+
+    def _blocks(self) -> int:
+        return 0 if self.estimator is None else self.estimator.n_blocks_
+
+    def _drops_uncovered(self) -> bool:
+        """Readings were ingested without changing the estimator (dropped by `screen`, or
+        refused by it) since the state a restart resumes from, and nothing else: its
+        snapshot (or checkpoint) taken again would make them durable."""
+        if self.checkpointing:
+            return not self.durability.state_changed(self._input_version) and (
+                self.ingested != self.durable
+            )
+        snap = self.snapshot
+        return snap is not None and self.ingested != dict(snap.sources)
+
+    def checkpoint_news(self) -> bool:
+        """Whether a checkpoint now would record anything the last one did not."""
+        return self.durability.news(self._input_version, self.ingested)
+
+    def checkpoint_deadline(self) -> float:
+        """When the next checkpoint falls due without new input, seconds (``inf``: none,
+        ``-inf``: due now; `Durability.deadline`)."""
+        return self.durability.deadline(
+            version=self._input_version,
+            ingested=self.ingested,
+            blocks=self._blocks(),
+            first_snapshot_out=self.snapshot is not None and self.restored_from is None,
+            paused_at=self.last_input + self.idle_s,
+        )
+
+    def checkpoint_due(self, now: float, *, force: bool = False) -> bool:
+        """Whether to write a checkpoint at ``now`` (seconds): there is news, and its
+        deadline has come, or ``force`` (on exit)."""
+        if not self.checkpoint_news():
+            return False
+        return force or now >= self.checkpoint_deadline()
+
+    def blocks_due(self) -> bool:
+        """``checkpoint_every`` blocks completed since the last checkpoint: the shell writes
+        one before it acknowledges the message that completed them (`Durability`)."""
+        return self.estimator is not None and self.durability.blocks_due(self._blocks())
+
+    def checkpoint_state(self) -> tuple[dict[str, object], dict[str, int], int, int]:
+        """Everything a checkpoint holds, captured at one instant (numerics), and the
+        ``(ingested, n_samples, blocks)`` it covers (`checkpointed` takes them back)."""
+        est = self.estimator
+        state: dict[str, object] = {} if est is None else est.get_state()
+        state["n_features"] = self.n_features
+        state["noise_restarts"] = self.noise_restarts
+        ingested = self.ingested
+        state.update(leaf_epoch=self.epoch, leaf_seq=self.seq, ingested=ingested)
+        self._captured_version = self._input_version
+        return state, ingested, self.n_samples, self._blocks()
+
+    def checkpoint_image(self) -> CheckpointImage:
+        """`checkpoint_state` as one object (numerics), for a `WriteCheckpoint` action."""
+        state, ingested, n_samples, blocks = self.checkpoint_state()
+        return CheckpointImage(state, ingested, n_samples, blocks, self._input_version)
+
+    def checkpointed(
+        self, ingested: dict[str, int], n_samples: int, blocks: int, *, now: float
+    ) -> None:
+        """The checkpoint `checkpoint_state` captured last was written at ``now``."""
+        self.durability.written(self._captured_version, ingested, n_samples, blocks, now)
+        self._after_checkpoint()
+
+    def checkpoint_written(self, action: WriteCheckpoint, now: float) -> None:
+        """The caller wrote ``action``'s checkpoint (a `CheckpointImage`, from `step`) at
+        ``now`` (seconds)."""
+        image = action.state
+        assert isinstance(image, CheckpointImage)
+        self.durability.written(image.version, image.ingested, image.n_samples, image.blocks, now)
+        self._after_checkpoint()
+
+    def _after_checkpoint(self) -> None:
+        est = self.estimator
+        masked = est is None or est.privacy is None or est.n_pending_ == 0
+        if self.snapshot_n() == self.published_n and masked:
+            self.unpublished_since = math.inf  # (dropped readings were all that was new)
+
+    def checkpoint_failed(self, now: float) -> int:
+        """Writing a checkpoint failed at ``now`` (seconds); the failures so far."""
+        return self.durability.failed(now)
+
+    def gaps(self) -> dict[str, int]:
+        """First missing sequence number of each source with readings held behind a gap."""
+        return {source: self.sequencer.last[source] + 1 for source in self.sequencer.held_sources()}
+
+    def _confirm_key(self) -> tuple[object, ...]:
+        return self.durability.confirm_key(self.epoch, max(0, self.connections - 1), self.gaps())
+
+    @property
+    def confirm_pending(self) -> bool:
+        """Whether a confirmation is due once the rate limit allows."""
+        return self.durability.confirm_changed(self._confirm_key())
+
+    def confirm_due(self, now: float, *, force: bool = False) -> ConfirmMessage | None:
+        """The confirmation to publish now (`ConfirmPolicy`; ``force``: if it changed), or
+        None."""
+        if not self.durability.confirm_due(now, self._confirm_key(), force=force):
+            return None
+        return ConfirmMessage(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            session=self.durability.session,
+            connection=self.connections,
+            ingested=self.ingested,
+            durable=dict(self.durable),
+            gaps=self.gaps(),
+        )
+
+    def confirm_sent(self, now: float) -> None:
+        """The confirmation from `confirm_due` was published at ``now`` (seconds)."""
+        self.durability.confirmed(now, self._confirm_key())
+
+    # --------------------------------------------------------------------- step
+    def step(self, now: float, *, timestamp: float, tick: str = "work") -> list[Action]:
+        """The next actions of ``tick`` at ``now`` (monotonic seconds; ``timestamp``:
+        wall-clock seconds for the messages made now), in the order `TICKS` says; see
+        `LeafTick.step`, which this leaf holds."""
+        return self.ticker.step(self, now, timestamp=timestamp, tick=tick)
+
+    def take_released(self) -> list[Applied]:
+        """The blocks the tick's ``expire`` released, with any refusal (`LeafTick`)."""
+        return self.ticker.take_released()
+
+    def snapshot_now(
+        self, now: float, timestamp: float, *, final: bool = False
+    ) -> tuple[SubspaceMessage, str] | None:
+        """The snapshot to publish at ``now`` and why (`snapshot_due`; ``final``: anything
+        unpublished, reason ``"shutdown"``), or None. A local-only leaf publishes none."""
+        if self.local_only:
+            self.unpublished_since = math.inf  # its site's slots release its readings
+            return None
+        if final:
+            reason = "shutdown" if self.snapshot_n() != self.published_n else None
+        else:
+            reason = self.snapshot_due(now)
+        if reason is None:
+            return None
+        msg = self.make_snapshot(timestamp, reason)
+        return None if msg is None else (msg, reason)
+
+    def published(self, action: Publish, now: float) -> None:
+        """The caller handed ``action`` (from `step`) to the broker at ``now`` (seconds)."""
+        kind = action.kind
+        if kind == "subspace" and action.reason != "reconnect":
+            assert isinstance(action.message, SubspaceMessage)
+            self.snapshot_published(action.message, now)
+        elif kind == "confirm":
+            self.confirm_sent(now)
+        elif kind == "scores":
+            assert isinstance(action.message, bytes)
+            self.score_outbox.sent(action.message)
+        elif kind == "status":
+            self.status_sent(now)
+
+    def mark_durable(self, durable: dict[str, int]) -> None:
+        """Readings released elsewhere (a secure-aggregation leaf's revealed slots) are
+        durable: per source, up to the sequence number ``durable`` names."""
+        self.durability.mark(durable)
+
     # ------------------------------------------------------------------ status
     def health(self) -> tuple[object, ...]:
         """As `NodeCore.health`, plus what is durable: a status document follows each
@@ -440,8 +585,8 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             "gap_rows": self.sequencer.gap_rows,
             "reconnects": max(0, self.connections - 1),
             "undelivered": self.undelivered,
-            "checkpoints": self.checkpoints,
-            "checkpoint_failures": self.checkpoint_failures,
+            "checkpoints": self.durability.checkpoints,
+            "checkpoint_failures": self.durability.checkpoint_failures,
             "restored_from": self.restored_from,
             "last_update_age_s": None
             if math.isinf(self.last_input)
@@ -451,4 +596,5 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, LeafDurability, NodeCore)
             "rejected_by_source": dict(self.rejected_by_source),
             **self._range_extra(),
             **({} if self.scoring is None else self.scoring.status_extra()),
+            **({} if self.scoring is None else {"scores_dropped": self.score_outbox.dropped}),
         }

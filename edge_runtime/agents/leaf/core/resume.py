@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from edge_runtime.agents.leaf.core.durability import Durability
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.fpca import FPCAEdge
 from edge_runtime.wire import PrivacyParams, SubspaceMessage
@@ -38,10 +39,8 @@ class LeafRestore:
     estimator: Any
     n_features: int | None
     sequencer: SourceSequencer
-    durable: dict[str, int]
+    durability: Durability
     snapshot: SubspaceMessage | None
-    checkpointed_blocks: int
-    checkpointed_n: int
     restored_from: str | None
     unpublished_since: float
     privacy: PrivacyParams | None
@@ -62,15 +61,15 @@ class LeafRestore:
         epoch, seq = str(state["leaf_epoch"]), int(state["leaf_seq"])
         ingested = {str(k): int(v) for k, v in dict(state["ingested"]).items()}
         self.estimator = estimator
+        blocks, n_samples = 0, -1
         if estimator is not None:
             self.n_features = estimator.n_features_
-            self.checkpointed_blocks = estimator.n_blocks_
-            self.checkpointed_n = estimator.n_samples_seen_
+            blocks, n_samples = estimator.n_blocks_, estimator.n_samples_seen_
             if estimator.n_samples_seen_:
                 self.unpublished_since = now
         self.epoch, self.seq = epoch, seq
         self.sequencer.restore(ingested)
-        self.durable = dict(ingested)
+        self.durability.restored(ingested, blocks=blocks, n_samples=n_samples)
         self.restored_from = "checkpoint"
 
     def continue_after(self, retained: SubspaceMessage) -> None:
@@ -82,7 +81,7 @@ class LeafRestore:
         (`edge_runtime.agents.aggregator.core.plausibility.check_snapshot`)."""
         if retained.node_id == self.node_id and retained.epoch == self.epoch:
             self.seq = max(self.seq, retained.seq)
-            if retained.n_samples > self.checkpointed_n:
+            if retained.n_samples > self.durability.checkpointed_n:
                 self.epoch = self.new_id()  # a lineage that forgot some samples
 
     def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
@@ -124,5 +123,5 @@ class LeafRestore:
         self.n_features = msg.n_features
         self.epoch, self.seq, self.snapshot = msg.epoch, msg.seq, msg
         self.sequencer.restore(msg.sources)
-        self.durable = dict(msg.sources)
+        self.durability.restored(msg.sources)
         self.restored_from = "retained snapshot"

@@ -1,4 +1,4 @@
-"""A private leaf's state under ``mechanism = "gaussian-secagg"`` (issue 26). No I/O, no clock.
+"""A private leaf's state under ``mechanism = "gaussian-secagg"``. No I/O, no clock.
 
 `SecAggRelease` accumulates the exact Gram matrix of the leaf's clipped readings and, once
 per release slot of its site, contributes it to the site's secure sum: the slot input is

@@ -80,6 +80,15 @@ class SourceSequencer:
         self._held.clear()
         self._gap_since.clear()
 
+    def advance(self, upto: Mapping[str, int]) -> None:
+        """Continue each source of ``upto`` after the sequence number it names there, if
+        later (those readings were released another way: re-sends are duplicates); a
+        source with rows held behind a gap is left to its gap."""
+        held = set(self.held_sources())
+        for source, seq in upto.items():
+            if source not in held and self.last.get(source, -1) < seq:
+                self.last[source] = int(seq)
+
     def offer(self, source: str, seq: int, values: np.ndarray, now: float) -> list[np.ndarray]:
         """Offer rows ``values`` ``(n, n_features)`` starting at ``seq``, at ``now``
         (seconds, any monotonic origin: when a gap opens).

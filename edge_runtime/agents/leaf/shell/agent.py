@@ -11,47 +11,54 @@ core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent sha
 from __future__ import annotations
 
 import asyncio
-import math
+import contextlib
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiomqtt
-import numpy as np
 
+from edge_runtime.agents.common.core.actions import Action, Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.shell.agent import Agent
-from edge_runtime.agents.common.shell.core_shell import CoreShell, SnapshotViews, status_policy_of
+from edge_runtime.agents.common.shell.core_shell import (
+    run_numerics,
+    status_document,
+    status_policy_of,
+)
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
-from edge_runtime.agents.leaf.core.intake import Labelled, RangeEvent
+from edge_runtime.agents.leaf.core.estimator import privacy_status
+from edge_runtime.agents.leaf.core.intake import Applied, Labelled, RangeEvent
 from edge_runtime.agents.leaf.core.leaf import LeafCore, snapshot_privacy
+from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.agents.leaf.shell.rejections import (
     REJECT_LOG_BURST,
     REJECT_LOG_INTERVAL_S,
-    LeafRejects,
+    Rejections,
     peek_source,
 )
-from edge_runtime.agents.leaf.shell.scores import LeafScores
-from edge_runtime.agents.leaf.shell.source import LeafSource
-from edge_runtime.agents.leaf.shell.state_files import LeafRecovery
+from edge_runtime.agents.leaf.shell.scores import Scores
+from edge_runtime.agents.leaf.shell.source import LocalSource
+from edge_runtime.agents.leaf.shell.state_files import Recovery
 from edge_runtime.aio import cancel_and_wait
 from edge_runtime.fpca import FPCAEdge
-from edge_runtime.fpca.privacy import noise_std
-from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
 from edge_runtime.topology.keys import SECAGG_MECHANISM
 from edge_runtime.wire import (
+    ConfirmMessage,
     PrivacyParams,
     PrivacyStatus,
     StatusDetail,
+    SubspaceMessage,
     WireError,
     decode_readings,
     encode_confirm,
+    encode_status,
     encode_subspace,
 )
 
@@ -61,12 +68,10 @@ if TYPE_CHECKING:
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 
-_Applied = tuple[np.ndarray, str | None, int | None, ValueError | None]
-"""A block offered to the estimator: its rows, source, first sequence number, and the
-estimator's refusal (or None)."""
+T = TypeVar("T")
 
 
-class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews, CoreShell, Agent):
+class LeafAgent(Agent):
     """Runs FPCA-Edge on one device's sensor stream and publishes its subspace.
 
     Subscribes to the leaf's sensor topic (the node's ``sensor_topic``, QoS
@@ -88,30 +93,26 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     - ``confirm``: the readings ingested and durable per source and the open gaps
       (`ConfirmMessage`, for publishers that replay), retained, QoS ``settings.qos``,
       after a change (`ConfirmPolicy`), on every (re)connection and on shutdown;
-    - ``scores``: anomaly-score documents (`LeafScores`), not retained, QoS
+    - ``scores``: anomaly-score documents (`Scores`), not retained, QoS
       ``settings.scores_qos``, only with ``score`` not ``"off"``;
     - ``status`` / ``status/detail`` as every agent (`Agent`).
 
     Local sensor source (the node's ``source``): read in its own task instead of the
-    sensor topic, see `LeafSource`. Rejections are counted by reason and source and logged
-    rate-limited, see `LeafRejects` (`REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
+    sensor topic, see `LocalSource` (attribute ``local_source``). Rejections are counted by
+    reason and source and logged rate-limited, see `Rejections` (attribute ``rejections``,
+    `REJECT_LOG_BURST`, `REJECT_LOG_INTERVAL_S`).
     Restarts (checkpoint, retained snapshot, the noise generator a restarted private leaf
     draws from, a stored guarantee that differs from the configured one): see
-    `LeafRecovery`. Anomaly scores against the root's model: see `LeafScores`.
+    `Recovery` (attribute ``recovery``). Anomaly scores against the root's model: see `Scores`.
 
-    Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core
-    checks every sequenced block before the estimator and the scoring see it
-    (`LeafCore.screen`): readings with a value outside the range are rejected (reason
-    ``out_of_range``, still ingested in their source's sequence) or clipped into it
-    (``readings_clipped`` lines, as rate-limited); per-feature bounds of another width
-    than the readings reject them all (reason ``valid_range_width``). The status
-    document's ``extra`` then carries ``out_of_range``, ``valid_range_width`` and
-    ``clipped`` counts.
+    Declared sensor range (the node's ``valid_range`` and ``out_of_range``): the core checks
+    every sequenced block before the estimator and the scoring see it (`LeafCore.screen`:
+    rejected, reason ``out_of_range`` or ``valid_range_width``, or clipped, logged as
+    ``readings_clipped``); the status document's ``extra`` then carries their counts.
 
-    Readings in the map form carry a source id and a per-source sequence number; a
-    reading whose sequence was already ingested is dropped as a duplicate (counted in
-    ``sequencer.duplicates``), and the last sequence ingested per source is reported in the
-    status document. Bare arrays carry no sequence and are taken as they come.
+    Readings in the map form carry a source id and a per-source sequence number; one already
+    ingested is dropped as a duplicate (``sequencer.duplicates``), the last ingested per
+    source is in the status document. Bare arrays carry none and are taken as they come.
 
     Differential privacy (the node's ``epsilon``, ``delta``, ``clip_norm`` and
     ``mechanism``): the estimator releases every block through the private mechanism
@@ -131,11 +132,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     (`PrivacyStatus`: mechanism, budget, neighbours, noise scale, releases, clipped
     readings).
 
-    Secure aggregation (``mechanism = "gaussian-secagg"``, issue 26): the leaf publishes no
-    snapshot; `edge_runtime.agents.leaf.shell.secagg.SecAggLeaf` (``secagg``) takes every
-    reading it ingests into its site's release slots, and its status document's ``extra``
-    carries the ledger (``secagg``). Its local estimator runs without privacy and never
-    leaves the device.
+    Secure aggregation (``mechanism = "gaussian-secagg"``): the leaf publishes no snapshot
+    (its core is ``local_only``); `SecAggLeaf` (``secagg``) takes every reading it ingests
+    into its site's release slots, and the status document's ``extra`` carries its ledger.
 
     Parameters
     ----------
@@ -161,6 +160,9 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
     restore_from_broker : bool, default True
         Without a checkpoint, resume from this leaf's own retained snapshot (read within
         ``settings.restore_wait_s`` seconds before connecting).
+    clock : callable, default time.monotonic
+        The monotonic clock (seconds) the core's times and the outcomes of its actions are
+        read from (a test drives the leaf on a virtual one).
 
     Raises
     ------
@@ -184,8 +186,10 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         checkpoint_every: int | None = None,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         restore_from_broker: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(topology, node_id, settings or AgentSettings())
+        self.clock = clock
         if not topology.is_leaf(node_id):
             raise ValueError(f"node {node_id!r} is not a leaf of topology {topology.name!r}")
         if n_features is not None and n_features < 1:
@@ -198,11 +202,6 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             None if state_dir is None or secagg else Path(state_dir) / f"{node_id}.ckpt"
         )
         self._state_dir = None if state_dir is None else Path(state_dir)
-        self._source_spec = self.config.source
-        self._source: Source | None = None
-        self._source_task: asyncio.Task[None] | None = None
-        self._source_state = "none" if self._source_spec is None else "unopened"
-        self.source_error: SourceError | None = None
         self.secagg: SecAggLeaf | None = None
         if secagg:  # only a secagg leaf loads its part
             from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
@@ -212,26 +211,61 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
             confirm_policy=ConfirmPolicy(s.confirm_interval_s),
-            now=time.monotonic(),
+            now=clock(),
             n_features=None,
             checkpointing=self.checkpoint_path is not None,
             checkpoint_every=checkpoint_every,
             checkpoint_interval_s=checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
+            local_only=secagg,  # its site's slots release its readings, never a snapshot
             rng=random.Random(),  # ids from the OS's entropy
         )
         if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
             self.secagg.resume(self._core)
-        self._scores: list[bytes] = []  # documents waiting for the work loop
-        self._scores_dropped = 0
+        self.local_source = LocalSource(
+            self.config.source,
+            node_id=node_id,
+            state_dir=self._state_dir,
+            core=self._core,
+            log=self.log,
+            ingest=self._ingest,
+            wake=self.wake,
+            stop=self.stop,
+            stopping=self._stop.is_set,
+        )
+        local = self.config.source is not None
+        self.rejections = Rejections(
+            self._core, self._reject_log, self.log, "" if local else self.config.sensor_topic or ""
+        )
+        self.scores = Scores(
+            self._core,
+            max_payload_bytes=s.max_payload_bytes,
+            log=self.log,
+            reject=self.reject,
+            wake=self.wake,
+        )
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
         self._lock = asyncio.Lock()
-        self._checkpoint_lock = asyncio.Lock()
-        self._restore_from_broker = restore_from_broker
         self._model_topic = topology.model_topic()
+        self._withheld = 0  # snapshots the core withheld, logged
         self.privacy = self._core.privacy
-        if not self._restore_checkpoint() and n_features is not None:
+        self.recovery = Recovery(
+            self._core,
+            path=self.checkpoint_path,
+            noise_seed=self.config.noise_seed,
+            own_topic=topology.subspace_topic(node_id),
+            max_payload_bytes=s.max_payload_bytes,
+            restore_from_broker=restore_from_broker,
+            log=self.log,
+            numerics=self._numerics,
+            read_retained=self.read_retained,
+            reject=self.reject,
+            clock=self.clock,
+            connected=self.connected,
+            offline=self.offline,
+        )
+        if not self.recovery.restore_checkpoint() and n_features is not None:
             self._core.n_features = n_features
             self._core.estimator = self._core.new_estimator(n_features)
 
@@ -250,11 +284,27 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         """The leaf's synchronous core (`LeafCore`)."""
         return self._core
 
+    def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
+        """Count and log one rejected reading or message (`Rejections.reject`: by reason and
+        by ``source``, else ``topic``)."""
+        self.rejections.reject(reason, topic, detail, source=source)
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """``fn()`` under the core's lock, in a worker thread when large (`run_numerics`)."""
+        return await run_numerics(
+            self._lock, self._core.cells, self.settings.offload_min_cells, fn
+        )
+
     # Read-only views of the core's state, for callers and tests.
+    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
+    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
+    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")
     estimator = property(lambda self: self._core.estimator, doc="The FPCA-Edge estimator.")
     durable = property(lambda self: self._core.durable, doc="Durable sequence per source.")
     sequencer = property(lambda self: self._core.sequencer, doc="The per-source sequencer.")
-    checkpoints = property(lambda self: self._core.checkpoints, doc="Checkpoints written.")
+    checkpoints = property(
+        lambda self: self._core.durability.checkpoints, doc="Checkpoints written."
+    )
     restored_from = property(lambda self: self._core.restored_from, doc="Where state came from.")
     noise_restarts = property(lambda self: self._core.noise_restarts, doc="Restores counted.")
     n_features = property(lambda self: self._core.n_features, doc="Width of a reading.")
@@ -266,22 +316,55 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         """The guarantee of ``est``'s snapshots: its own privacy settings, or None."""
         return snapshot_privacy(est)
 
+    @property
+    def source(self) -> Source | None:
+        """The local sensor source once opened (None for an MQTT leaf or before `run`)."""
+        return self.local_source.source
+
+    @property
+    def source_error(self) -> SourceError | None:
+        """Why the local source could not run (it stopped the agent), or None."""
+        return self.local_source.error
+
     async def run(self) -> None:
-        """`Agent.run` (and the local source's), with checkpoints while disconnected
-        (`LeafRecovery.checkpoint_while_offline`) when the leaf has a state directory."""
+        """`Agent.run`, with checkpoints while disconnected
+        (`Recovery.checkpoint_while_offline`) when the leaf has a state directory; then
+        the local source is closed, and a `SourceError` that ended the agent re-raised."""
         offline = None
         if self.checkpoint_path is not None:
             offline = asyncio.create_task(
-                self.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
+                self.recovery.checkpoint_while_offline(), name=f"{self.node_id}:offline-checkpoints"
             )
         try:
-            await super().run()
+            try:
+                await super().run()
+            finally:
+                await self.local_source.close()
+            if self.source_error is not None:
+                raise self.source_error
         finally:
             if offline is not None:
                 await cancel_and_wait(offline)
 
+    async def aclose(self) -> None:
+        """`Agent.aclose`; then raise the `SourceError` that stopped the agent, if one did
+        (also when the agent's task had already ended with it).
+
+        Raises
+        ------
+        SourceError
+            If the local source could not run.
+        """
+        with contextlib.suppress(SourceError):  # raised below, once the agent is closed
+            await super().aclose()
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()  # retrieved: reported here, not as "never retrieved"
+        if self.source_error is not None:
+            raise self.source_error
+
     async def prepare(self) -> None:
-        """Restore from the retained snapshot (`_restore_retained`), then open and start
+        """Restore from the retained snapshot (`Recovery.restore_retained`), then open and start
         the local source, if any: after every restore, so it continues after the last
         reading ingested.
 
@@ -290,8 +373,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         SourceError
             If the local source cannot run (logged as ``source_failed``).
         """
-        await self._restore_retained()
-        self._open_source()
+        await self.recovery.restore_retained()
+        self.local_source.open()
 
     def subscriptions(self) -> list[str]:
         """The sensor topic (none with a local source) and, when scoring against the
@@ -300,7 +383,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         scoring = self._core.scoring
         model = [self.topology.model_topic()] if scoring is not None and scoring.needs_model else []
         model += [] if self.secagg is None else self.secagg.subscriptions()
-        if self._source_spec is not None:
+        if self.config.source is not None:
             return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
         return [self.config.sensor_topic, *model]
@@ -321,7 +404,7 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         if topic == self._model_topic:
             # (without scoring: a persistent session's subscription from an earlier run)
             if self._core.scoring is not None and self._core.scoring.needs_model:
-                self._on_model(topic, bytes(payload))
+                self.scores.on_model(topic, bytes(payload))
             return
         try:
             readings = decode_readings(
@@ -339,12 +422,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
             lambda now: self._core.accept_labelled(readings, now, origin=topic), readings.source
         )
         if self._core.blocks_due():  # durable before this message is acknowledged
-            await self.checkpoint()
+            await self.recovery.checkpoint()
         self.wake_on_input()
 
     def _input_decisive(self) -> bool:
         """`LeafCore.input_decisive`, or scores documents wait for the work loop."""
-        return bool(self._scores) or self._core.input_decisive()
+        return bool(self._core.score_outbox) or self._core.input_decisive()
 
     async def _ingest(
         self, release: Callable[[float], list[Labelled]], source: str | None = None
@@ -355,169 +438,139 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         the ones the estimator refused (reason ``estimator``)."""
         core = self._core
 
-        def ingest_now() -> tuple[list[_Applied], list[RangeEvent]]:
-            now = time.monotonic()
-            out: list[_Applied] = []
-            for block, src, seq in release(now):
-                try:
-                    core.apply(block, now)
-                except ValueError as exc:  # e.g. the first reading's width refused by eq. (8)
-                    out.append((block, src, seq, exc))
-                else:
-                    out.append((block, src, seq, None))
-            return out, core.take_range_events()
+        def ingest_now() -> tuple[list[Applied], list[RangeEvent]]:
+            now = self.clock()
+            return core.ingest(release(now), now), core.take_range_events()
 
         results, events = await self._numerics(ingest_now)
+        await self._after_ingest(results, events, source)
+
+    async def _after_ingest(
+        self, results: list[Applied], events: list[RangeEvent], source: str | None = None
+    ) -> None:
+        """Log the range events, score the applied blocks (and give them to a secagg leaf's
+        slots), in the order applied, and count the ones the estimator refused (reason
+        ``estimator``)."""
         for reason, range_source, detail in events:
-            self._log_range(reason, range_source, detail)
+            self.rejections.log_range(reason, range_source, detail)
         async with self._scoring_lock:  # scored in the order applied (`_score` may await)
             for block, src, seq, error in results:
                 if error is None and self.secagg is not None:
                     self.secagg.add_rows(block, src, seq)  # on the event loop, as its messages
                 if error is None:
-                    await self._score(block, src, seq)
+                    await self.scores.score(block, src, seq)
                     continue
                 topic = self.config.sensor_topic or ""
-                if self._source is not None and source == self._source.source_id:
+                if self.local_source.is_from(source):
                     topic = ""
                 self.reject("estimator", topic, str(error), source=source)
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
-        """One pass of the work loop at ``now`` (monotonic seconds): readings released by
-        a timed-out gap, queued scores documents (``scores``, not retained, QoS
-        ``settings.scores_qos``), a private leaf's pending rows released when idle, a
-        checkpoint when due, the snapshot when the core decides (``subspace``, retained, QoS
-        ``settings.qos``), a checkpoint when that made one due, and the confirmation when due
-        (``confirm``, retained, QoS ``settings.qos``). A due checkpoint goes before the
-        snapshot: the snapshot's publish waits for its PUBACK, and readings acknowledged
-        meanwhile would widen what a crash loses beyond ``checkpoint_every`` blocks."""
-        core = self._core
-        self._log_suppressed(self._reject_log.due(now))
-        if core.sequencer.held_rows:
-            await self._ingest(core.expire_labelled)
-        await self._publish_scores(client, now)
-        if core.flush_due(now):
-            rows = await self._numerics(core.flush)
-            self.log.debug("pending_flushed", rows=rows)
-        if core.checkpoint_due(now):  # first: a publish waits for its PUBACK, and readings
-            await self.checkpoint()  # acknowledged meanwhile would not be in the checkpoint
-        if self.secagg is not None:  # publishes no snapshot: its slots release its readings
-            core.unpublished_since = math.inf
+        """One pass of the work loop at ``now`` (monotonic seconds): a secagg leaf's slot
+        messages first (`SecAggLeaf.flush`: its readings are durable once revealed), then
+        the core's ``work`` tick (`LeafCore.step`, in the order of `TICKS`), carried out
+        (`carry_out`)."""
+        self.rejections.log_suppressed(self._reject_log.due(now))
+        if self.secagg is not None:
             await self.secagg.flush(client)
-            core.durable = {**core.durable, **self.secagg.revealed}  # once revealed in a slot
+            self._core.mark_durable(self.secagg.revealed)  # once revealed in a slot
             if self.secagg.take_status_due():  # its site reads readings_released from it
                 await self.publish_status(client, force=True)
-        reason = None if self.secagg else await self._numerics(lambda: core.snapshot_due(now))
-        if reason is not None:
-            await self._publish_snapshot(client, reason)
-        if core.checkpoint_due(now):  # e.g. the first checkpoint goes with the first snapshot
-            await self.checkpoint()
-        await self._publish_confirm(client, now)
+        await self.carry_out(client, now)
 
-    async def _publish_snapshot(self, client: aiomqtt.Client, reason: str) -> None:
+    async def carry_out(
+        self, client: aiomqtt.Client, now: float, tick: str = "work"
+    ) -> list[Action]:
+        """Run the core's ``tick`` at ``now`` (`LeafCore.step`, numerics under the core's
+        lock, in a worker thread when large) and carry out each action in order against
+        MQTT and the disk, reporting every outcome back to the core, until the tick's
+        `Wake`. Returns the actions carried out (the last a `Wake`).
+
+        Raises
+        ------
+        aiomqtt.MqttError
+            When a publish fails (the connection is lost); the tick is abandoned and the
+            next one starts afresh.
+        """
         core = self._core
-        msg = await self._numerics(lambda: core.make_snapshot(time.time(), reason))
-        if msg is None:
-            if core.estimator is not None:
-                self.log.error(
-                    "snapshot_withheld",
-                    estimator=str(snapshot_privacy(core.estimator)),
-                    configured=str(self.privacy),
-                )
-            return
-        payload = encode_subspace(msg, dtype=self.settings.wire_dtype)
-        await self.publish_snapshot(client, payload, msg.epoch, msg.seq)
-        core.snapshot_published(msg, time.monotonic())
-        self.log.debug("snapshot_published", seq=msg.seq, n_samples=msg.n_samples, reason=reason)
+        done: list[Action] = []
+        for _ in range(MAX_TICK_CALLS):  # each call ends at an outcome; a tick has few
+            actions = await self._numerics(
+                lambda: core.step(now, timestamp=time.time(), tick=tick)
+            )
+            released = core.take_released()
+            if released:
+                await self._after_ingest(released, core.take_range_events())
+            for action in actions:
+                await self._carry_out(client, action)
+            done += actions
+            if actions and isinstance(actions[-1], Wake):
+                break
+        if core.withheld > self._withheld:
+            self._withheld = core.withheld
+            est = core.estimator
+            self.log.error(
+                "snapshot_withheld",
+                estimator=str(None if est is None else snapshot_privacy(est)),
+                configured=str(self.privacy),
+            )
+        return done
 
-    async def _publish_confirm(
-        self, client: aiomqtt.Client, now: float, *, force: bool = False
-    ) -> None:
-        confirm = self._core.confirm_due(now, force=force)
-        if confirm is None:
+    async def _carry_out(self, client: aiomqtt.Client, action: Action) -> None:
+        """One action of the core's step, against MQTT or the disk; its outcome to the core."""
+        core = self._core
+        if isinstance(action, WriteCheckpoint):
+            await self.recovery.write_checkpoint(action)
             return
-        await self.publish(
-            client, self.topology.confirm_topic(self.node_id), encode_confirm(confirm)
-        )
-        self._core.confirm_sent(now)
+        if not isinstance(action, Publish):
+            return  # a `Wake`: the work loop sleeps until `next_wakeup`
+        kind, msg = action.kind, action.message
+        if kind == "subspace":
+            assert isinstance(msg, SubspaceMessage)
+            payload = encode_subspace(msg, dtype=self.settings.wire_dtype)
+            await self.publish_snapshot(client, payload, msg.epoch, msg.seq)
+            if action.reason != "reconnect":
+                self.log.debug(
+                    "snapshot_published", seq=msg.seq, n_samples=msg.n_samples, reason=action.reason
+                )
+        elif kind == "confirm":
+            assert isinstance(msg, ConfirmMessage)
+            topic = self.topology.confirm_topic(self.node_id)
+            await self.publish(client, topic, encode_confirm(msg))
+        elif kind == "scores":
+            assert isinstance(msg, bytes)
+            topic = self.topology.scores_topic(self.node_id)
+            await self.publish(client, topic, msg, retain=False, qos=self.settings.scores_qos)
+        elif kind == "status":
+            topic = self.topology.status_detail_topic(self.node_id)
+            await self.publish(client, topic, encode_status(self.status_detail()))
+        else:
+            raise ValueError(f"a leaf publishes no {kind!r}")
+        core.published(action, self.clock())
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
-        """After every (re)connection: the latest snapshot again (``subspace``, retained)
-        and the confirmation, so publishers re-send what this leaf has not ingested."""
-        snap = self._core.snapshot
+        """After every (re)connection: a secagg leaf's current advertisement, then the
+        core's ``connect`` tick: the latest snapshot again (``subspace``, retained) and the
+        confirmation, so publishers re-send what this leaf has not ingested."""
         if self.secagg is not None:
             await self.secagg.on_connected(client)
-        if snap is not None:
-            payload = encode_subspace(snap, dtype=self.settings.wire_dtype)
-            await self.publish_snapshot(client, payload, snap.epoch, snap.seq)
-        # after a reconnection or a restore: publishers re-send what this leaf has not
-        # ingested (a fresh leaf's first connection changes nothing, and sends nothing)
-        await self._publish_confirm(client, time.monotonic(), force=True)
+        await self.carry_out(client, self.clock(), "connect")
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
-        """Before disconnecting: close the local source, release a private leaf's pending
-        rows, publish the queued scores, checkpoint, publish a final snapshot if anything
-        is unpublished (reason ``shutdown``) and the final confirmation."""
-        core = self._core
-        await self._close_source()  # no reading after the final checkpoint
-        self._log_suppressed(self._reject_log.flush())
-        await self._numerics(core.flush)  # a private leaf's final snapshot covers every reading
-        await self._publish_scores(client, time.monotonic())  # the queued scores documents
-        if core.checkpoint_due(time.monotonic(), force=True):
-            await self.checkpoint()  # local and durable first
-        if core.snapshot_n() != core.published_n and self.secagg is None:
-            await self._publish_snapshot(client, "shutdown")
-        await self._publish_confirm(client, time.monotonic(), force=True)
+        """Before disconnecting: close the local source, then the core's ``final`` tick:
+        a private leaf's pending rows released, the queued scores, a checkpoint, a final
+        snapshot if anything is unpublished (reason ``shutdown``) and the final
+        confirmation."""
+        await self.local_source.close()  # no reading after the final checkpoint
+        self.rejections.log_suppressed(self._reject_log.flush())
+        await self.carry_out(client, self.clock(), "final")
 
     def privacy_status(self) -> PrivacyStatus | None:
-        """This leaf's privacy ledger for the status document, or None without privacy.
-
-        The guarantee (`PrivacyParams`) and, from the estimator: ``noise_std`` — for
-        ``"gaussian"`` sigma, the std of the entries of each release's noise ``W``
-        (`release_noise_std`, known before the first reading); for ``"fpca-eq8"`` omega
-        of eq. (8) of the last masked block, or of one full block before the first (None
-        before the width of a reading is known) — ``block_size`` (None for a
-        ``"gaussian"`` leaf without one before the width is known), ``chunk_size``
-        (``"fpca-eq8"``), ``horizon`` (``"gaussian"``), ``releases`` (blocks released,
-        `FPCAEdge.n_releases_`) and ``clipped`` (readings scaled down to ``clip_norm``,
-        `FPCAEdge.n_clipped_`).
-        """
-        privacy = self.privacy
-        if privacy is None:
-            return None
-        est = self._core.estimator
-        gaussian = privacy.mechanism == "gaussian"
-        horizon = self._core.horizon if gaussian else None
-        block_size = self.config.block_size
-        if block_size is not None:
-            block_size = max(block_size, self.config.rank)
-        chunk_size = self.config.chunk_size
-        releases = clipped = 0
-        sigma = release_noise_std(privacy.epsilon, privacy.delta, horizon) if gaussian else None
-        if est is not None:
-            block_size, chunk_size = est.block_size, est.chunk_size
-            releases, clipped = est.n_releases_, est.n_clipped_
-            if est.last_noise_std_ is not None:
-                sigma = est.last_noise_std_
-            elif not gaussian:
-                try:
-                    sigma = noise_std(privacy.epsilon, privacy.delta, est.n_features_, block_size)
-                except ValueError:
-                    sigma = None
-        return PrivacyStatus(
-            privacy.epsilon,
-            privacy.delta,
-            privacy.clip_norm,
-            noise_std=sigma,
-            block_size=block_size,
-            chunk_size=chunk_size,
-            mechanism=privacy.mechanism,
-            neighbours=privacy.neighbours,
-            horizon=horizon,
-            releases=releases,
-            clipped=clipped,
-        )
+        """This leaf's privacy ledger for the status document, or None without privacy
+        (`edge_runtime.agents.leaf.core.estimator.privacy_status`)."""
+        core = self._core
+        return privacy_status(self.privacy, core.estimator, self.config, core.horizon)
 
     def status_detail(self) -> StatusDetail:
         """The status document (``status/detail``): rank, samples, last snapshot's
@@ -525,7 +578,12 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         ``scores_dropped``, ``source_state`` and ``source`` where they apply) and the
         privacy ledger (`privacy_status`)."""
         core = self._core
-        return self.status_document(
+        return status_document(
+            core,
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            uptime_s=self.uptime_s(),
             rank=0 if core.estimator is None else core.estimator.rank_,
             n_samples=core.n_samples,
             seq=core.seq,
@@ -535,12 +593,8 @@ class LeafAgent(LeafSource, LeafRecovery, LeafScores, LeafRejects, SnapshotViews
         )
 
     def _status_extra(self) -> dict[str, object]:
-        extra = self._core.status_extra(time.monotonic())
-        if self._core.scoring is not None:
-            extra["scores_dropped"] = self._scores_dropped
+        extra = self._core.status_extra(self.clock())
         if self.secagg is not None:
             extra["secagg"] = self.secagg.status()
-        if self._source_spec is not None:
-            extra["source_state"] = self._source_state
-            extra["source"] = None if self._source is None else self._source.status()
+        extra.update(self.local_source.status())
         return extra

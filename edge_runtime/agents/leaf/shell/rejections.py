@@ -5,9 +5,8 @@ Every rejected reading is counted by reason (``rejects``) and by source
 the sensor topic). Per reason the first `REJECT_LOG_BURST` rejections of a
 `REJECT_LOG_INTERVAL_S` interval are logged as ``message_rejected`` lines (readings clipped
 into ``valid_range``: ``readings_clipped``), the rest as one ``messages_rejected_suppressed``
-(``readings_clipped_suppressed``) line per reason and interval with their count (issue 11,
-item 4): a sensor sending 50 bad readings per second costs ``burst + 1`` lines per reason
-per interval.
+(``readings_clipped_suppressed``) line per reason and interval with their count: a sensor
+sending 50 bad readings per second costs ``burst + 1`` lines per reason per interval.
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ from typing import Any
 import msgpack
 
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
-from edge_runtime.topology import NodeConfig
 
-__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafRejects", "peek_source"]
+__all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "Rejections", "peek_source"]
 
 REJECT_LOG_BURST = 3
 """Rejections of one reason logged individually per interval (then summarised)."""
@@ -45,18 +43,27 @@ def peek_source(payload: bytes) -> str | None:
     return None
 
 
-class LeafRejects:
-    """The reject counting and logging of `LeafAgent` (a mixin over its core and log).
+class Rejections:
+    """A leaf shell's rejected readings and messages: counted by reason and source in the
+    core, logged journal-friendly (a part `LeafAgent` holds).
 
-    The agent provides ``_core`` (`LeafCore`: ``count_reject``, ``rejects``, ``clipped``),
-    ``_reject_log`` (a `RejectLog`), ``log``, ``config`` and ``_source_spec``.
+    Parameters
+    ----------
+    core : LeafCore
+        Counts them (`LeafCore.count_reject`; ``rejects`` and ``clipped`` for the lines).
+    reject_log : RejectLog
+        Which lines are logged (`REJECT_LOG_BURST` per reason and interval).
+    log : structlog logger
+        Where the lines go (bound to the agent's node and role).
+    sensor_topic : str
+        The topic logged for a range event (``""`` for a leaf with a local source).
     """
 
-    _core: Any
-    _reject_log: RejectLog
-    _source_spec: Any
-    config: NodeConfig
-    log: Any
+    def __init__(self, core: Any, reject_log: RejectLog, log: Any, sensor_topic: str) -> None:
+        self._core = core
+        self._reject_log = reject_log
+        self._log = log
+        self._sensor_topic = sensor_topic
 
     def reject(self, reason: str, topic: str, detail: str, *, source: str | None = None) -> None:
         """Count one rejected reading or message by reason and by source (``source``, else
@@ -66,38 +73,38 @@ class LeafRejects:
         self._core.count_reject(reason, count_as)
         self._log_reject(reason, topic, count_as, detail)
 
-    def _log_range(self, reason: str, source: str, detail: str) -> None:
+    def log_range(self, reason: str, source: str, detail: str) -> None:
         """A core's `RangeEvent`: readings outside ``valid_range`` were rejected (already
         counted) or clipped; logged as `reject` logs."""
-        topic = "" if self._source_spec is not None else self.config.sensor_topic or ""
-        self._log_reject(reason, topic, source, detail)
+        self._log_reject(reason, self._sensor_topic, source, detail)
 
     def _log_reject(self, reason: str, topic: str, source: str, detail: str) -> None:
         log_it, suppressed = self._reject_log.allow(reason, time.monotonic())
         if not log_it:
             return
         extra = {"suppressed": suppressed} if suppressed else {}
-        self.log.warning(
+        self._log.warning(
             "readings_clipped" if reason == "clipped" else "message_rejected",
             reason=reason,
             topic=topic,
             source=source,
             detail=detail,
-            count=self._log_count(reason),
+            count=self._count(reason),
             **extra,
         )
 
-    def _log_count(self, reason: str) -> int:
+    def _count(self, reason: str) -> int:
         return self._core.clipped if reason == "clipped" else self._core.rejects[reason]
 
-    def _log_suppressed(self, counts: dict[str, int]) -> None:
+    def log_suppressed(self, counts: dict[str, int]) -> None:
+        """One summary line per reason whose lines `RejectLog` held back (``counts``)."""
         for reason, suppressed in counts.items():
-            self.log.warning(
+            self._log.warning(
                 "readings_clipped_suppressed"
                 if reason == "clipped"
                 else "messages_rejected_suppressed",
                 reason=reason,
                 suppressed=suppressed,
                 interval_s=REJECT_LOG_INTERVAL_S,
-                count=self._log_count(reason),
+                count=self._count(reason),
             )

@@ -15,63 +15,77 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
-import aiomqtt
 import numpy as np
 
-from edge_runtime.topology import Topology
+from edge_runtime.agents.leaf.core.outbox import MAX_QUEUED_SCORES
 from edge_runtime.wire import WireError, decode_subspace
 
-__all__ = ["MAX_QUEUED_SCORES", "LeafScores"]
-
-MAX_QUEUED_SCORES = 10_000
-"""Scores documents waiting to be published at most; beyond, the oldest are dropped
-(counted in ``extra["scores_dropped"]``)."""
+__all__ = ["MAX_QUEUED_SCORES", "Scores"]
 
 
-class LeafScores:
-    """The scoring part of `LeafAgent` (a mixin over `Agent`).
+class Scores:
+    """A leaf shell's anomaly scoring (a part `LeafAgent` holds).
 
     The status document's ``extra`` carries the core's counters (``scored``, ``anomalies``,
     ``anomaly_rate`` (a fraction), and ``last_q`` or ``suspect`` by detector) and
-    ``scores_dropped`` (documents dropped beyond
-    `MAX_QUEUED_SCORES`). With ``score = "off"`` (the default) nothing of this exists: no
-    subscription, no documents, the same status document as before.
+    ``scores_dropped`` (documents dropped beyond `MAX_QUEUED_SCORES`). With ``score = "off"``
+    (the default) nothing of this exists: no subscription, no documents, the same status
+    document as before. The documents wait in the core's `ScoreOutbox` (``score_outbox``)
+    until its step hands them out as ``scores`` publishes (`LeafCore.step`).
 
-    The agent provides ``_core`` (its ``scoring``), ``_scores``, ``_scores_dropped``,
-    ``settings``, ``topology``, ``node_id``, ``log``, ``publish``, ``reject`` and ``wake``.
+    Parameters
+    ----------
+    core : LeafCore
+        Its ``scoring`` core (or None) and ``score_outbox``.
+    max_payload_bytes : int
+        Largest model payload accepted, bytes (`AgentSettings.max_payload_bytes`).
+    log : structlog logger
+    reject : callable
+        ``reject(reason, topic, detail, source=...)``: counts and logs a refusal
+        (`Rejections.reject`).
+    wake : callable
+        Lets the agent's work loop run (a model arrived).
     """
 
-    _core: Any
-    _scores: list[bytes]
-    _scores_dropped: int
-    settings: Any
-    topology: Topology
-    node_id: str
-    log: Any
+    def __init__(
+        self,
+        core: Any,
+        *,
+        max_payload_bytes: int,
+        log: Any,
+        reject: Callable[..., None],
+        wake: Callable[[], None],
+    ) -> None:
+        self._core = core
+        self._max_bytes = max_payload_bytes
+        self._log = log
+        self._reject = reject
+        self._wake = wake
 
-    def _on_model(self, topic: str, payload: bytes) -> None:
+    def on_model(self, topic: str, payload: bytes) -> None:
         """The root's model (retained): the static scoring core takes it if newer."""
         scoring = self._core.scoring
         assert scoring is not None
         if not payload:
             return  # a cleared retained model
         try:
-            msg = decode_subspace(payload, max_bytes=self.settings.max_payload_bytes)
+            msg = decode_subspace(payload, max_bytes=self._max_bytes)
         except WireError as exc:
-            self.reject(f"model_{exc.reason}", topic, str(exc))
+            self._reject(f"model_{exc.reason}", topic, str(exc))
             return
         if scoring.offer_model(msg) is None:
-            self.log.info("model_received", seq=msg.seq, rank=msg.rank, n_samples=msg.n_samples)
-        self.wake()
+            self._log.info("model_received", seq=msg.seq, rank=msg.rank, n_samples=msg.n_samples)
+        self._wake()
 
-    async def _score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
+    async def score(self, block: np.ndarray, source: str | None, seq: int | None) -> None:
         """Score an applied block and queue its documents: in the event loop (``O(n d r)``
         static, ``O(n d^2)`` faults), except the block that ends the fault detector's
         warm-up, whose one-off build runs in a worker thread
-        (`FaultScoringCore.completes_warmup`). The caller holds ``_scoring_lock`` so that
-        blocks are scored in the order they were applied."""
+        (`FaultScoringCore.completes_warmup`). The caller holds the agent's scoring lock so
+        that blocks are scored in the order they were applied."""
         scoring = self._core.scoring
         if scoring is None:
             return
@@ -89,28 +103,6 @@ class LeafScores:
             else:
                 docs = run()
         except ValueError as exc:  # e.g. a width the model does not have
-            self.reject("score", "", str(exc), source=source)
+            self._reject("score", "", str(exc), source=source)
             return
-        self._queue_scores([encode_document(doc) for doc in docs])
-
-    def _queue_scores(self, payloads: list[bytes]) -> None:
-        self._scores.extend(payloads)
-        excess = len(self._scores) - MAX_QUEUED_SCORES
-        if excess > 0:
-            del self._scores[:excess]
-            self._scores_dropped += excess
-
-    async def _publish_scores(self, client: aiomqtt.Client, now: float) -> None:
-        scoring = self._core.scoring
-        if scoring is None:
-            return
-        doc = scoring.interval_document(now, time.time())
-        if doc is not None:
-            from edge_runtime.agents.leaf.core.scoring import encode_document
-
-            self._queue_scores([encode_document(doc)])
-        topic = self.topology.scores_topic(self.node_id)
-        while self._scores:
-            payload = self._scores[0]
-            await self.publish(client, topic, payload, retain=False, qos=self.settings.scores_qos)
-            self._scores.pop(0)
+        self._core.score_outbox.add([encode_document(doc) for doc in docs])

@@ -1,4 +1,4 @@
-"""A secagg leaf's side of secure aggregation on MQTT (issue 26): `SecAggLeaf`.
+"""A secagg leaf's side of secure aggregation on MQTT: `SecAggLeaf`.
 
 A leaf of mechanism ``"gaussian-secagg"`` publishes no snapshot of its own: it adds the
 readings it ingests to a `edge_runtime.agents.leaf.core.secagg_release.SecAggRelease` and,
@@ -173,6 +173,7 @@ class SecAggLeaf:
         from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
 
         self._core = SecAggRelease
+        self._leaf_core: Any = None  # the agent's `LeafCore`, once bound (`resume`)
         self.agent = agent
         topology: Topology = agent.topology
         self.node_id: str = agent.node_id
@@ -297,12 +298,14 @@ class SecAggLeaf:
         await self._file.write(self._ledger_doc())  # captured at this instant, outbox empty
 
     def resume(self, core: Any) -> None:
-        """Give the restored `revealed` to the agent's `LeafCore` (before any reading): each
-        source continues after its last revealed sequence number, and those readings are
-        durable (confirmed). No-op without a restored ledger."""
+        """Bind the agent's `LeafCore` and give it the restored `revealed` (before any
+        reading): each source continues after its last revealed sequence number
+        (`SourceSequencer.advance`), and those readings are durable (`LeafCore.mark_durable`,
+        confirmed). Later reveals of a slot in flight at a restart advance it too."""
+        self._leaf_core = core
         if self.revealed:
-            core.sequencer.restore({**core.sequencer.last, **self.revealed})
-            core.durable = {**core.durable, **self.revealed}
+            core.sequencer.advance(self.revealed)
+            core.mark_durable(self.revealed)
 
     def _advertise(self) -> None:
         """Advertise fresh keys for `SecAggRelease.next_slot` (between rounds only)."""
@@ -426,15 +429,10 @@ class SecAggLeaf:
                 self.agent.reject("secagg_rows", self.agent.config.sensor_topic or "", str(exc))
 
     def _advance_sequencer(self, upto: dict[str, int]) -> None:
-        """The agent's sequencer continues after released readings (re-sends: duplicates);
-        a source with rows held behind a gap is left to `_screen`."""
-        sequencer = getattr(getattr(self.agent, "core", None), "sequencer", None)
-        if sequencer is None:
-            return
-        held = set(sequencer.held_sources())
-        for source, seq in upto.items():
-            if source not in held and sequencer.last.get(source, -1) < seq:
-                sequencer.last[source] = seq
+        """The bound core's sequencer continues after released readings (re-sends:
+        duplicates); a source with rows held behind a gap is left to `_screen`."""
+        if self._leaf_core is not None:
+            self._leaf_core.sequencer.advance(upto)
 
     # -- messages -------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A leaf's local sensor source: opened after the restore, read in its own task.
 
 A leaf configured with a ``command``, ``file`` or ``serial`` source (the node's ``source``,
-`edge_runtime.sources`) does not subscribe to its sensor topic; `LeafSource` opens the
+`edge_runtime.sources`) does not subscribe to its sensor topic; `LocalSource` opens the
 source once the leaf's state is restored (checkpoint or retained snapshot), so it continues
 after the last reading ingested (``start_seq = ingested[source id] + 1``: a file source
 skips what a checkpoint already covers), and reads it in the task ``<node>:source`` --
@@ -13,7 +13,7 @@ alike).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,73 +23,87 @@ from edge_runtime.sources import SourceError
 if TYPE_CHECKING:
     from edge_runtime.sources import Source
 
-__all__ = ["LeafSource"]
+__all__ = ["LocalSource"]
 
 
-class LeafSource:
-    """The local-source part of `LeafAgent` (a mixin over `Agent`).
+class LocalSource:
+    """A leaf's local sensor source: opened after the restore, read in its own task (a part
+    `LeafAgent` holds; its state is ``"none"`` for a leaf that reads MQTT).
 
     When the source ends (``restart = "never"``, ``follow = false``) the leaf keeps running
     and publishes through its idle policy. A source that cannot run (`SourceError`: command
     not found, path a directory, pyserial missing) is logged as one ``source_failed`` line
-    and stops the agent: its task ends with the `SourceError`, re-raised by `aclose`. The
+    and stops the agent (`error`, re-raised by the agent's ``run`` and ``aclose``). The
     status document's ``extra`` holds ``source`` (`Source.status`) and ``source_state``
-    (``"running"``, ``"finished"``, ``"failed"``, ``"closed"``). A local source logs its
-    bad lines itself, rate-limited; the leaf only counts them.
+    (``"running"``, ``"finished"``, ``"failed"``, ``"closed"``). A local source logs its bad
+    lines itself, rate-limited; the leaf only counts them.
 
-    The agent provides ``_core``, ``_source_spec`` (the node's `SourceSpec` or None),
-    ``_source``, ``_source_task``, ``_source_state``, ``source_error``, ``_state_dir``,
-    ``_ingest``, ``wake``, ``stop``, ``_stop``, ``_task``, ``log`` and
-    ``node_id``.
+    Parameters
+    ----------
+    spec : SourceSpec or None
+        The node's ``source`` (None: the leaf reads its sensor topic).
+    node_id : str
+    state_dir : Path or None
+        Where a file source keeps its resume cursors.
+    core : LeafCore
+        Where a source continues (``ingested``), its width (``n_features``), and what counts
+        the lines a source refuses (``count_reject``, ``rejects``).
+    log : structlog logger
+    ingest : callable
+        ``await ingest(release, source_id)``: the agent's path of a reading (sequenced,
+        screened, applied, scored: `LeafAgent._ingest`).
+    wake, stop : callable
+        Let the agent's work loop run; stop the agent.
+    stopping : callable
+        Whether the agent is stopping (a source ended then is ``"closed"``).
+
+    Attributes
+    ----------
+    state : str
+        ``"none"``, ``"unopened"``, ``"running"``, ``"finished"``, ``"failed"``, ``"closed"``.
+    source : Source or None
+        The source once opened.
+    error : SourceError or None
+        Why the source could not run, if it could not.
     """
 
-    _core: Any
-    _source_spec: Any
-    _source: Source | None
-    _source_task: asyncio.Task[None] | None
-    _source_state: str
-    _state_dir: Path | None
-    _stop: asyncio.Event
-    _task: asyncio.Task[None] | None
-    source_error: SourceError | None
-    node_id: str
-    log: Any
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        node_id: str,
+        state_dir: Path | None,
+        core: Any,
+        log: Any,
+        ingest: Callable[[Callable[[float], Any], str], Awaitable[None]],
+        wake: Callable[[], None],
+        stop: Callable[[], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.spec = spec
+        self._node_id = node_id
+        self._state_dir = state_dir
+        self._core = core
+        self._log = log
+        self._ingest = ingest
+        self._wake = wake
+        self._stop = stop
+        self._stopping = stopping
+        self.source: Source | None = None
+        self.state = "none" if spec is None else "unopened"
+        self.error: SourceError | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    @property
-    def source(self) -> Source | None:
-        """The local sensor source once opened (None for an MQTT leaf or before `run`)."""
-        return self._source
-
-    async def run(self) -> None:
-        """`Agent.run`, then close the local source; re-raise a `SourceError` that ended
-        the agent."""
-        try:
-            await super().run()
-        finally:
-            await self._close_source()
-        if self.source_error is not None:
-            raise self.source_error
-
-    async def aclose(self) -> None:
-        """`Agent.aclose`; then raise the `SourceError` that stopped the agent, if one did
-        (also when the agent's task had already ended with it).
+    def open(self) -> None:
+        """Open the source and start reading it in the task ``<node>:source`` (a no-op
+        without one).
 
         Raises
         ------
         SourceError
-            If the local source could not run.
+            If the source cannot run (logged as ``source_failed``; the agent stops).
         """
-        with contextlib.suppress(SourceError):  # raised below, once the agent is closed
-            await super().aclose()
-        task = self._task
-        if task is not None and task.done() and not task.cancelled():
-            task.exception()  # retrieved: reported here, not as "never retrieved"
-        if self.source_error is not None:
-            raise self.source_error
-
-    # ------------------------------------------------------------- local source
-    def _open_source(self) -> None:
-        spec = self._source_spec
+        spec = self.spec
         if spec is None:
             return
         core = self._core
@@ -101,32 +115,30 @@ class LeafSource:
                     raise SourceError(
                         f"cannot create state_dir {str(self._state_dir)!r}: {exc.strerror}"
                     ) from None
-            from edge_runtime.sources import open_source  # a local source only (issue 24)
+            from edge_runtime.sources import open_source  # a local source only
 
-            self._source = open_source(
+            self.source = open_source(
                 spec,
-                node_id=self.node_id,
+                node_id=self._node_id,
                 start_seq=lambda sid: core.ingested.get(sid, -1) + 1,
                 n_features=core.n_features,
-                on_reject=self._on_source_reject,
+                on_reject=self._on_reject,
                 state_dir=self._state_dir,
             )
         except SourceError as exc:
-            self._source_failed(exc)
+            self._failed(exc)
             raise
-        self._source_state = "running"
-        self._source_task = asyncio.create_task(
-            self._read_source(self._source), name=f"{self.node_id}:source"
-        )
-        self.log.info("source_opened", source=self._source.source_id, kind=spec.kind)
+        self.state = "running"
+        self._task = asyncio.create_task(self._read(self.source), name=f"{self._node_id}:source")
+        self._log.info("source_opened", source=self.source.source_id, kind=spec.kind)
 
-    def _source_failed(self, exc: SourceError) -> None:
-        self._source_state = "failed"
-        self.source_error = exc
-        self.log.error("source_failed", error=str(exc), action="stopping the agent")
-        self.stop()
+    def _failed(self, exc: SourceError) -> None:
+        self.state = "failed"
+        self.error = exc
+        self._log.error("source_failed", error=str(exc), action="stopping the agent")
+        self._stop()
 
-    async def _read_source(self, source: Source) -> None:
+    async def _read(self, source: Source) -> None:
         """Feed the source's readings through the same path as an MQTT reading."""
         core = self._core
         try:
@@ -135,32 +147,45 @@ class LeafSource:
                     lambda now, batch=readings: core.accept_labelled(batch, now),
                     source.source_id,
                 )
-                self.wake()
+                self._wake()
         except SourceError as exc:
-            self._source_failed(exc)
+            self._failed(exc)
             return
         except Exception as exc:  # a bug or an unexpected OS error: keep the agent running
-            self._source_state = "failed"
+            self.state = "failed"
             core.rejects["internal_error"] += 1
-            self.log.error("source_failed", error=f"{type(exc).__name__}: {exc}")
+            self._log.error("source_failed", error=f"{type(exc).__name__}: {exc}")
             return
-        if self._source_state == "running":
-            self._source_state = "closed" if self._stop.is_set() else "finished"
-            self.log.info("source_finished", source=source.source_id, readings=source.rows)
-        self.wake()
+        if self.state == "running":
+            self.state = "closed" if self._stopping() else "finished"
+            self._log.info("source_finished", source=source.source_id, readings=source.rows)
+        self._wake()
 
-    def _on_source_reject(self, source_id: str, reason: str) -> None:
+    def _on_reject(self, source_id: str, reason: str) -> None:
         # the source logs its bad lines itself (rate-limited): only count here
         self._core.count_reject(reason, source_id)
 
-    async def _close_source(self) -> None:
+    def is_from(self, source_id: str | None) -> bool:
+        """Whether ``source_id`` is this local source's."""
+        return self.source is not None and source_id == self.source.source_id
+
+    def status(self) -> dict[str, object]:
+        """``source_state`` and ``source`` for the status document (empty without one)."""
+        if self.spec is None:
+            return {}
+        return {
+            "source_state": self.state,
+            "source": None if self.source is None else self.source.status(),
+        }
+
+    async def close(self) -> None:
         """Stop reading the local source (idempotent); queued readings are dropped and read
         again (file) or lost (command, serial) by the next incarnation."""
-        source, task = self._source, self._source_task
+        source, task = self.source, self._task
         if source is None:
             return
-        if self._source_state == "running":
-            self._source_state = "closed"
+        if self.state == "running":
+            self.state = "closed"
         await source.aclose()
         if task is not None:
             await cancel_and_wait(task)
