@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import acceptance.scenario as acc
+from benchmarks.reporting import prose
 from benchmarks.schema import read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,39 +129,11 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
     rates = list(dict.fromkeys(r["rate_label"] for r in runs))
     faulted = [r for r in runs if r["faults"]]
     baseline = [r for r in runs if not r["faults"]]
-    lines = [
-        "# Acceptance: the deployment as documented, under seeded faults",
-        "",
-        "Written by `python -m benchmarks.acceptance` (issue 21, item 2; scenario in",
-        f"`{scenario}`). Every run: Mosquitto from `broker_config/secured.conf`",
-        "(loopback listener, passwords hashed by `mosquitto_passwd`, the ACL of `edge-runtime",
-        "acl`), one `edge-runtime agent` process per node with the unit's `ExecStart`",
-        "(`--state-dir`, each node its own) and credentials, `edge-runtime replay` of the",
-        "Motes light data (7712 x 48, 8 leaves) with `--username replay`. A run passes when",
-        "the (last, possibly `--resume`d) replay exits 0 with nothing unconfirmed, every",
-        "leaf's retained confirmation reports every reading durable, the root's model covers",
-        "every accepted reading exactly, its largest principal angle to the offline no-fault",
-        f"model is below {acc.SAME_ANGLE_RAD:g} rad and its error ratio is the no-fault one",
-        f"(relative difference below {acc.SAME_ERROR_RTOL:g}), and no agent exited that the",
-        "schedule did not kill.",
-        "",
-        f"Runs done: {len(runs)} of {planned} planned.",
-        "",
-        "| | |",
-        "| --- | --- |",
-        *(f"| {k} | {v} |" for k, v in env.items()),
-        "",
-        "## Passes per replay rate",
-        "",
-        "Durations in seconds, medians over the runs with faults: *replay* from the first",
-        "replay's start to the last replay's exit 0, *model* from then to the root covering",
-        "every reading, *run* from the broker's start to the checks done (start-up of 11",
-        "processes included).",
-        "",
-        "| rate | fault schedules passed | replay s (median / max) | model s | run s "
-        "| re-sent readings (median) | no-fault run: passed, replay s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = prose(
+        "acceptance", "intro", scenario=scenario, angle=acc.SAME_ANGLE_RAD,
+        rtol=acc.SAME_ERROR_RTOL, done=len(runs), planned=planned,
+        environment="\n".join(f"| {k} | {v} |" for k, v in env.items()),
+    )  # fmt: skip
     for rate in rates:
         rs = [r for r in faulted if r["rate_label"] == rate]
         base = [r for r in baseline if r["rate_label"] == rate]
@@ -180,13 +153,7 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
         )
     kinds = [k for k in acc.KINDS if any(k in kinds_of(r) for r in faulted)]
     lines += [
-        "",
-        "## Passes per fault kind",
-        "",
-        "A run counts under every kind its schedule contains (a schedule has",
-        "several faults), so the columns do not add up to the runs. Cell: passed / runs",
-        "(median replay seconds).",
-        "",
+        *prose("acceptance", "kinds"),
         "| fault kind | " + " | ".join(rates) + " |",
         "| --- | " + " | ".join("---" for _ in rates) + " |",
     ]
@@ -202,12 +169,6 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     noop = [r for r in faulted if any("already exited" in n for n in r.get("notes", []))]
-    lines += [
-        "",
-        f"A `replay_kill` that found the replay already exited (it had sent and confirmed "
-        f"everything) is a no-op: {len(noop)} of the runs above "
-        f"({', '.join(sorted({r['rate_label'] for r in noop})) or 'none'}).",
-    ]
     failed = [r for r in runs if not r["passed"]]
     model_only = [
         r
@@ -219,14 +180,11 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
         (abs(r["error_ratio"] / r["reference_error_ratio"] - 1) for r in model_only),
         default=0.0,
     )
-    lines += [
-        "",
-        f"Of the {len(failed)} failed runs, {len(model_only)} failed only the model checks "
-        "(the replay exited 0, every reading durable and covered exactly, no agent died): "
-        f"largest principal angle to the no-fault model up to {worst:.2g} rad, error ratio "
-        f"up to {ratio:.1e} (relative) away from the no-fault one.",
-    ]
-    lines += ["", "## Failures", ""]
+    lines += prose(
+        "acceptance", "noop", noop=len(noop),
+        rates=", ".join(sorted({r["rate_label"] for r in noop})) or "none",
+        failed=len(failed), model_only=len(model_only), worst=worst, ratio=ratio,
+    )  # fmt: skip
     if not failed:
         lines.append("None.")
     for r in failed:
