@@ -44,6 +44,8 @@ HARNESS = (
     "acceptance/faults.py",
     "acceptance/scenario.py",
     "benchmarks/acceptance.py",
+    "benchmarks/reporting.py",
+    "benchmarks/templates/acceptance.md",
 )
 """Copied from the working tree into the archive of ``--commit``: the harness that runs."""
 DEFAULT_RATES = "max,1000,100"
