@@ -1,11 +1,11 @@
 """Acceptance benchmark: the deployment as documented under many seeded fault schedules.
 
-``python -m benchmarks.acceptance --seeds 20`` runs `tests/acceptance.py`'s scenario (a
+``python -m benchmarks.acceptance --seeds 20`` runs `acceptance.scenario` (a
 secured Mosquitto with passwords and the generated ACL, one ``edge-runtime agent`` process
 per node with its own state directory, ``edge-runtime replay``) on the Motes light data for
 seeds ``0 .. N-1`` at each of three replay rates (default: as fast as possible, 1000/s and
 100/s), each seed a schedule of ``--faults-per-run`` faults at moments drawn by
-``random.Random(seed)`` (`acceptance.schedule`), plus one run without faults per rate. The
+``random.Random(seed)`` (`acceptance.scenario.schedule`), plus one run without faults per rate. The
 runs are interleaved (seed 0 at every rate, then seed 1, ...) so that a run cut short still
 reports every rate. After every run it rewrites ``<out>/acceptance.md`` (Markdown tables:
 passes / runs per rate and per fault kind, median durations, every failure with its reason
@@ -32,15 +32,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import acceptance.scenario as acc
+from benchmarks.reporting import prose
 from benchmarks.schema import read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # tests/acceptance.py and tests/faults.py
-
-import acceptance as acc  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "report"
-HARNESS = ("tests/acceptance.py", "benchmarks/acceptance.py")
+HARNESS = (
+    "acceptance/__init__.py",
+    "acceptance/faults.py",
+    "acceptance/scenario.py",
+    "benchmarks/acceptance.py",
+    "benchmarks/reporting.py",
+    "benchmarks/templates/acceptance.md",
+)
 """Copied from the working tree into the archive of ``--commit``: the harness that runs."""
 DEFAULT_RATES = "max,1000,100"
 
@@ -103,52 +109,33 @@ def kinds_of(run: dict) -> list[str]:
     return sorted({f["kind"] for f in run["faults"]})
 
 
-def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int) -> None:
+SCENARIO = "acceptance/scenario.py"
+"""Where the scenario lives; a stored run without a ``scenario`` parameter was made before it
+moved there, by ``tests/acceptance.py``."""
+
+
+def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: dict) -> None:
+    """Write ``out/acceptance.json`` and ``out/acceptance.md``; ``parameters`` holds
+    ``planned_runs`` and (runs made since the scenario moved) ``scenario``."""
+    planned = int(parameters["planned_runs"])
     medians = {
         f"passed at {rate}": sum(r["passed"] for r in runs if r["rate_label"] == rate)
         / sum(r["rate_label"] == rate for r in runs)
         for rate in dict.fromkeys(r["rate_label"] for r in runs)
     }
     write_result(
-        out / "acceptance.json", "acceptance", {"planned_runs": planned}, {"runs": runs},
+        out / "acceptance.json", "acceptance", parameters, {"runs": runs},
         medians, env,
     )  # fmt: skip
+    scenario = parameters.get("scenario", "tests/acceptance.py")
     rates = list(dict.fromkeys(r["rate_label"] for r in runs))
     faulted = [r for r in runs if r["faults"]]
     baseline = [r for r in runs if not r["faults"]]
-    lines = [
-        "# Acceptance: the deployment as documented, under seeded faults",
-        "",
-        "Written by `python -m benchmarks.acceptance` (issue 21, item 2; scenario in",
-        "`tests/acceptance.py`). Every run: Mosquitto from `broker_config/secured.conf`",
-        "(loopback listener, passwords hashed by `mosquitto_passwd`, the ACL of `edge-runtime",
-        "acl`), one `edge-runtime agent` process per node with the unit's `ExecStart`",
-        "(`--state-dir`, each node its own) and credentials, `edge-runtime replay` of the",
-        "Motes light data (7712 x 48, 8 leaves) with `--username replay`. A run passes when",
-        "the (last, possibly `--resume`d) replay exits 0 with nothing unconfirmed, every",
-        "leaf's retained confirmation reports every reading durable, the root's model covers",
-        "every accepted reading exactly, its largest principal angle to the offline no-fault",
-        f"model is below {acc.SAME_ANGLE_RAD:g} rad and its error ratio is the no-fault one",
-        f"(relative difference below {acc.SAME_ERROR_RTOL:g}), and no agent exited that the",
-        "schedule did not kill.",
-        "",
-        f"Runs done: {len(runs)} of {planned} planned.",
-        "",
-        "| | |",
-        "| --- | --- |",
-        *(f"| {k} | {v} |" for k, v in env.items()),
-        "",
-        "## Passes per replay rate",
-        "",
-        "Durations in seconds, medians over the runs with faults: *replay* from the first",
-        "replay's start to the last replay's exit 0, *model* from then to the root covering",
-        "every reading, *run* from the broker's start to the checks done (start-up of 11",
-        "processes included).",
-        "",
-        "| rate | fault schedules passed | replay s (median / max) | model s | run s "
-        "| re-sent readings (median) | no-fault run: passed, replay s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = prose(
+        "acceptance", "intro", scenario=scenario, angle=acc.SAME_ANGLE_RAD,
+        rtol=acc.SAME_ERROR_RTOL, done=len(runs), planned=planned,
+        environment="\n".join(f"| {k} | {v} |" for k, v in env.items()),
+    )  # fmt: skip
     for rate in rates:
         rs = [r for r in faulted if r["rate_label"] == rate]
         base = [r for r in baseline if r["rate_label"] == rate]
@@ -168,13 +155,7 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
         )
     kinds = [k for k in acc.KINDS if any(k in kinds_of(r) for r in faulted)]
     lines += [
-        "",
-        "## Passes per fault kind",
-        "",
-        "A run counts under every kind its schedule contains (a schedule has",
-        "several faults), so the columns do not add up to the runs. Cell: passed / runs",
-        "(median replay seconds).",
-        "",
+        *prose("acceptance", "kinds"),
         "| fault kind | " + " | ".join(rates) + " |",
         "| --- | " + " | ".join("---" for _ in rates) + " |",
     ]
@@ -190,12 +171,6 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     noop = [r for r in faulted if any("already exited" in n for n in r.get("notes", []))]
-    lines += [
-        "",
-        f"A `replay_kill` that found the replay already exited (it had sent and confirmed "
-        f"everything) is a no-op: {len(noop)} of the runs above "
-        f"({', '.join(sorted({r['rate_label'] for r in noop})) or 'none'}).",
-    ]
     failed = [r for r in runs if not r["passed"]]
     model_only = [
         r
@@ -207,14 +182,11 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], planned: int)
         (abs(r["error_ratio"] / r["reference_error_ratio"] - 1) for r in model_only),
         default=0.0,
     )
-    lines += [
-        "",
-        f"Of the {len(failed)} failed runs, {len(model_only)} failed only the model checks "
-        "(the replay exited 0, every reading durable and covered exactly, no agent died): "
-        f"largest principal angle to the no-fault model up to {worst:.2g} rad, error ratio "
-        f"up to {ratio:.1e} (relative) away from the no-fault one.",
-    ]
-    lines += ["", "## Failures", ""]
+    lines += prose(
+        "acceptance", "noop", noop=len(noop),
+        rates=", ".join(sorted({r["rate_label"] for r in noop})) or "none",
+        failed=len(failed), model_only=len(model_only), worst=worst, ratio=ratio,
+    )  # fmt: skip
     if not failed:
         lines.append("None.")
     for r in failed:
@@ -282,7 +254,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 row["kept"] = str(dest)
             runs.append(row)
             print(f"[{i + 1}/{len(plan)}] {acc.describe(result)}", flush=True)
-            write_report(out, env, runs, planned)
+            write_report(out, env, runs, {"planned_runs": planned, "scenario": SCENARIO})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0 if runs and all(r["passed"] for r in runs) else 1
@@ -300,6 +272,7 @@ def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
         subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
         for harness in HARNESS:  # this version of the harness, whatever the commit's
+            (snapshot / harness).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / harness, snapshot / harness)
         env = {**os.environ, "PYTHONPATH": str(snapshot), "EDGE_ACCEPTANCE_COMMIT": commit}
         child = subprocess.Popen(
@@ -366,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def render(out: Path) -> None:
     """Rewrite ``out/acceptance.md`` from ``out/acceptance.json``, measuring nothing."""
     doc = read_result(out / "acceptance.json", "acceptance")
-    write_report(out, doc["environment"], doc["rows"]["runs"], doc["parameters"]["planned_runs"])
+    write_report(out, doc["environment"], doc["rows"]["runs"], doc["parameters"])
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -24,7 +24,7 @@ from benchmarks.fedpower import report_section as fedpower_report
 from benchmarks.fleet import report_section as fleet_report
 from benchmarks.privacy import report_section as privacy_report
 from benchmarks.privacy import section as privacy_section
-from benchmarks.reporting import Check, checks_table, table
+from benchmarks.reporting import Check, checks_table, prose, table
 from benchmarks.results import Results
 
 __all__ = [
@@ -217,19 +217,9 @@ def done_when(res: Results) -> list[Check]:
 
 
 def _accuracy_section(res: Results) -> list[str]:
-    out = ["## (a) Error ratio over time vs the offline SVD", ""]
-    out.append(
-        f"Rank r = {res.rank}, block/batch size {res.block_size}. Error ratio = mean squared "
-        "residual of the method's rank-r basis on all samples seen so far, divided by that of "
-        "the offline rank-r SVD of the same samples (1.0 is optimal). FPCA-Edge's default "
-        f"oversample here is {res.oversample} (it tracks r + {res.oversample} directions and "
-        "reports r). IncrementalPCA always centres its data, so its uncentred ratio "
-        "(projection without its mean, as everyone else is judged) is not like for like; "
-        "the centred column judges it by its own objective: its ratio on the centred data "
-        "against the offline SVD of the centred data. FPCA-Edge with center=True gets the "
-        "same centred number, its like-for-like comparison."
+    out = prose(
+        "report", "accuracy", rank=res.rank, block_size=res.block_size, oversample=res.oversample
     )
-    out.append("")
     if res.motes:
         n, d = res.motes_shape
         out += [f"### Motes light ({n} x {d}): final error ratios", ""]
@@ -258,31 +248,14 @@ def _accuracy_section(res: Results) -> list[str]:
         )
         out += ["", "![Motes error ratio over time](accuracy_motes.png)", ""]
     if res.federated:
-        out += [
-            "### Federated on Motes light",
-            "",
-            "8 leaves on contiguous parts of the stream, 2 aggregators of 4 leaves, one root "
-            "(depth 2), all merging with `merge_many` at the leaves' tracked rank, the root's "
-            f"result truncated to r = {res.rank}.",
-            "",
-            table(
-                ["configuration", "error ratio"],
-                [[k, _fmt_ratio(v)] for k, v in res.federated.items()],
-            ),
-            "",
-        ]
+        header_fed = ["configuration", "error ratio"]
+        rows = [[k, _fmt_ratio(v)] for k, v in res.federated.items()]
+        out += prose("report", "federated", rank=res.rank, table=table(header_fed, rows))
     if res.synth:
         d, n = res.synth_shape
         alphas = list(res.synth)
         names = list(next(iter(res.synth.values())))
-        out += [
-            f"### Synth(alpha), d = {d}, n = {n}: final error ratios",
-            "",
-            "Supplementary D.1 generator (see `benchmarks/synth.py`): Gaussian rows with "
-            "power-law spectrum sigma_i = i^-alpha in a random orthonormal basis, scaled to "
-            "largest row norm 1.",
-            "",
-        ]
+        out += prose("report", "synth", d=d, n=n)
         rows = []
         for name in names:
             rows.append([name, *[_fmt_ratio(res.synth[a][name].final) for a in alphas]])
@@ -299,17 +272,6 @@ def _accuracy_section(res: Results) -> list[str]:
 
 
 def _throughput_section(res: Results) -> list[str]:
-    out = [
-        "## (b) Ingest throughput: FPCA-Edge vs IncrementalPCA",
-        "",
-        "Samples/s from a fresh estimator to the end of a low-rank stream (rank 2r signal "
-        "plus noise; its length in the samples column), one `partial_fit` per batch "
-        "of b samples for both (FPCA-Edge with its default oversample: one block update per "
-        "call; scikit-learn's IncrementalPCA(n_components=r): one batch per call), medians "
-        "of side-by-side repeats, one BLAS thread. IncrementalPCA needs b >= r: n/a "
-        "otherwise.",
-        "",
-    ]
     rows = [
         [
             r.n_features,
@@ -323,38 +285,14 @@ def _throughput_section(res: Results) -> list[str]:
         ]
         for r in res.throughput
     ]
-    out.append(
-        table(
-            [
-                "d",
-                "r",
-                "b",
-                "samples",
-                "FPCA-Edge samples/s",
-                "IncrementalPCA samples/s",
-                "ratio",
-                "note",
-            ],
-            rows,
-        )
-    )
-    out += ["", "![Throughput](throughput.png)", ""]
-    return out
+    header = [
+        "d", "r", "b", "samples", "FPCA-Edge samples/s", "IncrementalPCA samples/s", "ratio",
+        "note",
+    ]  # fmt: skip
+    return prose("report", "throughput", table=table(header, rows))
 
 
 def _merge_section(res: Results) -> list[str]:
-    out = ["## (c) Merge time: Alg. 2 vs the naive SVD of the concatenation", ""]
-    out.append(
-        "Two overlapping rank-r subspaces (offline SVDs of two samples of 4r rows from one "
-        "power-law distribution, `benchmarks.timing.merge_inputs`). Alg. 2 = "
-        "`merge_subspaces` as an aggregator calls it (checks, signs, `Subspace` result "
-        "included). Naive = economy SVD of the d x 2r matrix [U1 S1, U2 S2] (scipy gesdd and "
-        "numpy; the faster is the reference), truncated to r. Largest principal angle "
-        "between the two results in radians. Medians of side-by-side repeats, one BLAS "
-        "thread. The first row is the Done-when point (supplementary Fig. 5); the others are "
-        "the sweeps of the plot (d at r = 100, then r at d = 800)."
-    )
-    out.append("")
     rows = []
     for m in [*([res.merge] if res.merge else []), *res.merge_sweep_d, *res.merge_sweep_r]:
         rows.append(
@@ -368,34 +306,14 @@ def _merge_section(res: Results) -> list[str]:
                 f"{m.max_angle:.1e}",
             ]
         )
-    out.append(
-        table(
-            [
-                "d",
-                "r",
-                "Alg. 2 (ms)",
-                "naive scipy (ms)",
-                "naive numpy (ms)",
-                "speedup",
-                "largest angle (rad)",
-            ],
-            rows,
-        )
-    )
-    out += ["", "![Merge time](merge.png)", ""]
-    return out
+    header = [
+        "d", "r", "Alg. 2 (ms)", "naive scipy (ms)", "naive numpy (ms)", "speedup",
+        "largest angle (rad)",
+    ]  # fmt: skip
+    return prose("report", "merge", table=table(header, rows))
 
 
 def _aggregator_section(res: Results) -> list[str]:
-    out = ["## (d) Aggregator update time vs number of children", ""]
-    out.append(
-        "A `MergeTree` over k children (d = 48, every child and every merge at rank "
-        f"r + oversample = {res.rank + res.oversample}): time for one child's new snapshot "
-        "(`update`, median over random arrivals) vs re-merging all k with `merge_many` "
-        "(what an aggregator without the tree would do). Growth no faster than log k shows "
-        "as a flat or falling `update / log2 k` column."
-    )
-    out.append("")
     rows = [
         [
             r.n_children,
@@ -407,41 +325,18 @@ def _aggregator_section(res: Results) -> list[str]:
         ]
         for r in res.aggregator
     ]
-    out.append(
-        table(
-            [
-                "k",
-                "update (ms)",
-                "merges/update",
-                "update / log2 k (ms)",
-                "merge_many (ms)",
-                "merge_many / update",
-            ],
-            rows,
-        )
-    )
+    header = [
+        "k", "update (ms)", "merges/update", "update / log2 k (ms)", "merge_many (ms)",
+        "merge_many / update",
+    ]  # fmt: skip
     per_doubling, exponent = res.growth
-    out += [
-        "",
-        f"Least-squares fits of the update time: {per_doubling * 1e3:.3f} ms per doubling of k "
-        f"(t = a + b log2 k), and t ~ k^{exponent:.2f} (log2 k itself behaves like k^0.29 "
-        "over 4 .. 1024; linear growth would be k^1).",
-        "",
-        "![Aggregator update time](aggregator.png)",
-        "",
-    ]
-    return out
+    return prose(
+        "report", "aggregator", tracked=res.rank + res.oversample, table=table(header, rows),
+        per_doubling_ms=per_doubling * 1e3, exponent=exponent,
+    )  # fmt: skip
 
 
 def _memory_section(res: Results) -> list[str]:
-    out = ["## (e) Peak memory vs stream length", ""]
-    out.append(
-        f"tracemalloc peak of everything the estimator allocates (construction, state, "
-        f"per-update temporaries) while ingesting n samples at d = 48, r = {res.rank}, one "
-        f"`partial_fit` per block of {res.block_size}; the stream itself is allocated before "
-        "tracing. Flat means bounded memory."
-    )
-    out.append("")
     rows = [
         [
             f"{r.n_samples:,}",
@@ -450,9 +345,10 @@ def _memory_section(res: Results) -> list[str]:
         ]
         for r in res.memory
     ]
-    out.append(table(["samples", "FPCA-Edge peak (KiB)", "IncrementalPCA peak (KiB)"], rows))
-    out += ["", "![Peak memory](memory.png)", ""]
-    return out
+    header = ["samples", "FPCA-Edge peak (KiB)", "IncrementalPCA peak (KiB)"]
+    return prose(
+        "report", "memory", rank=res.rank, block_size=res.block_size, table=table(header, rows)
+    )
 
 
 def write_report(res: Results, out_dir: Path) -> Path:

@@ -8,11 +8,14 @@ makes a matplotlib figure on the Agg canvas: no global backend switch, no pyplot
 so importing a report module never changes how anyone else's plots are drawn (and needs
 no display). `save_figure` writes it as PNG; `plain_log_axis` labels a log axis with
 plain numbers. matplotlib is imported only inside those three: modules that build checks
-or tables do not need it.
+or tables do not need it. `prose` reads a report's fixed text from a Markdown template in
+``benchmarks/templates/`` and fills in the measured numbers.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +31,16 @@ __all__ = [
     "figure",
     "mark",
     "plain_log_axis",
+    "prose",
     "save_figure",
     "table",
 ]
+
+#: The Markdown templates of the reports' prose (`prose`).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+#: A line that starts a template block: ``<!-- NAME -->``.
+_BLOCK = re.compile(r"<!-- ([a-z0-9-]+) -->")
 
 #: Resolution of the report's PNGs (dots per inch).
 DPI = 110
@@ -125,3 +135,39 @@ def plain_log_axis(axis: Any) -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.10g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+@functools.cache
+def _blocks(template: str) -> dict[str, str]:
+    """The blocks of ``templates/TEMPLATE.md`` by name: every line after a ``<!-- NAME -->``
+    line up to the next one (or the end of the file), newline-joined."""
+    blocks: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in (TEMPLATES / f"{template}.md").read_text(encoding="utf-8").splitlines():
+        if match := _BLOCK.fullmatch(line):
+            lines = blocks.setdefault(match.group(1), [])
+        else:
+            lines.append(line)
+    return {name: "\n".join(lines) for name, lines in blocks.items()}
+
+
+def prose(template: str, block: str, /, **values: Any) -> list[str]:
+    """The Markdown lines of one block of a report's template, filled in.
+
+    Parameters
+    ----------
+    template : str
+        File name without ``.md`` in ``benchmarks/templates/``.
+    block : str
+        The block's name (its ``<!-- NAME -->`` line); a block ending with an empty line
+        returns a last line ``""``, as the report's line lists do.
+    **values
+        The ``{name}`` / ``{name:format}`` fields of the block (`str.format`; a literal
+        brace is doubled).
+
+    Raises
+    ------
+    KeyError
+        If the block or one of its fields is missing.
+    """
+    return _blocks(template)[block].format(**values).split("\n")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
-from acceptance import (
+
+from acceptance.scenario import (
     KINDS,
     READER,
     REPLAY_USER,

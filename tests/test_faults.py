@@ -27,7 +27,9 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 import pytest
-from faults import (
+from helpers import low_rank_data
+
+from acceptance.faults import (
     KEEPALIVE_S,
     Cluster,
     Monitor,
@@ -38,8 +40,6 @@ from faults import (
     wait_exit,
     write_topology,
 )
-from helpers import low_rank_data
-
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import Subspace, principal_angles
 from edge_runtime.topology import Topology

@@ -12,6 +12,7 @@ import aiomqtt
 import numpy as np
 import pytest
 
+from acceptance.faults import Cluster, Monitor
 from edge_runtime.agents import AgentSettings
 from edge_runtime.agents.fedpower.core import largest_angle
 from edge_runtime.agents.fedpower.shell.agents import (
@@ -24,7 +25,6 @@ from edge_runtime.runner import run_topology
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import PrivacyParams, decode_subspace, encode_readings
 from edge_runtime.wire.fedpower import decode_round
-from tests.faults import Cluster, Monitor
 
 LEAVES = ("leaf-0", "leaf-1", "leaf-2")
 TIMEOUT_S = 1.0  # the round timeout of the fault test

@@ -248,6 +248,6 @@ def test_main_loads_numpy_with_one_blas_thread_and_leaves_the_environment_alone(
 def test_the_unit_runs_the_agent_optimised() -> None:
     """The unit's environment, which `benchmarks.pi_budget` also runs the agent with (its own
     test checks that side)."""
-    from acceptance import unit_python_environment
+    from acceptance.scenario import unit_python_environment
 
     assert unit_python_environment() == {"PYTHONOPTIMIZE": "2"}

@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acceptance.faults import write_topology
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.monitor import ModelWatcher
 from edge_runtime.replay import Replayer
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.workers import AgentHost
-from tests.faults import write_topology
 from tests.helpers import low_rank_data, tree_topology
 
 pytestmark = pytest.mark.mqtt

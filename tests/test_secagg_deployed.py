@@ -2,7 +2,7 @@
 killed mid-slot: the slot completes from the survivors' shares, or is skipped and reported.
 Nothing is released under a weaker guarantee.").
 
-The deployment of `acceptance` (``tests/acceptance.py``): Mosquitto from
+The deployment of `acceptance.scenario` (``acceptance/scenario.py``): Mosquitto from
 ``broker_config/secured.conf`` with the passwords and the ACL of ``edge-runtime acl``, one
 ``edge-runtime agent`` process per node with the unit's command line, credentials and its own
 state directory (the sites' aggregators with ``--n-features 48``, the unit's
@@ -56,7 +56,8 @@ import pytest
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from acceptance import (
+from acceptance.faults import AgentProc, send_signal, stdout_of, wait_exit
+from acceptance.scenario import (
     READER,
     ROOT,
     CredentialMonitor,
@@ -65,8 +66,6 @@ from acceptance import (
     SecuredBroker,
     prepare,
 )
-from faults import AgentProc, send_signal, stdout_of, wait_exit
-
 from edge_runtime.secagg.messages import KeyRoster, SlotOutcome, UnmaskRequest
 from edge_runtime.topology import topics as kinds
 from edge_runtime.wire import WireError, decode_subspace

@@ -431,46 +431,6 @@ def test_leaf_duplicates_and_checks():
         )  # fmt: skip
 
 
-def test_motes_light_one_release_matches_the_benchmark():
-    """2 sites of 4 leaves, t = 4, one release each, (1, 1e-5), rank 10, clip 8230: the
-    in-process protocol gives the root error of `benchmarks.secagg.sites` for seed 0 (the
-    same Skellam draws: the masks cancel exactly, so the released sums are the same
-    integers)."""
-    from benchmarks.privacy.motes_tree import load_motes
-    from benchmarks.privacy.stats import rng_for
-    from benchmarks.secagg import sites
-    from benchmarks.secagg.run import _ONE
-    from edge_runtime.fpca import error_ratio, merge_many
-
-    data = load_motes()
-    d, seed = data.n_features, 0
-    cal = sites.calibration_for(_ONE, d, 1.0, 1e-5)
-    subspaces = []
-    for s, members in enumerate(sites.sites_of(len(data.parts), 2)):
-        ids = tuple(f"pi-{i:02d}" for i in members)
-        site = Site(
-            threshold=4,
-            epsilon=1.0,
-            ids=ids,
-            n_features=d,
-            clip_norm=data.clip_norm,
-            calibration=cal,
-            noise={f"pi-{i:02d}": rng_for(26, seed, s, i) for i in members},
-            seed=s,
-        )
-        for i in members:
-            site.leaves[f"pi-{i:02d}"].add_rows(data.parts[i])
-        outcome = site.run_slot()
-        assert outcome.released and len(outcome.survivors) == 4
-        n = sum(len(data.parts[i]) for i in members)
-        subspaces.append(site.site.subspace(d, n_samples=n))
-    root = merge_many(subspaces, rank=10)
-    ours = error_ratio(data.x, root.basis[:, :10])
-    bench = sites.root_error(data, _ONE, cal, rank=10, epsilon=1.0, delta=1e-5, seed=seed)
-    assert ours == pytest.approx(bench, rel=1e-6)
-    assert ours < 2.6  # 2.49 for seed 0 (the 20-seed median is the benchmark's)
-
-
 def test_a_late_start_never_wakes_the_shell_before_the_round_can_move():
     site = Site(seed=10)
     site.advertise(IDS[:3])  # pi-03 is silent: the advertise phase runs to its deadline

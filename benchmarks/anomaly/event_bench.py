@@ -67,7 +67,7 @@ from benchmarks.anomaly.inject import (
     noise_sigma,
 )
 from benchmarks.anomaly.nab import Stream, nab_score
-from benchmarks.reporting import Check, checks_table, figure, save_figure, table
+from benchmarks.reporting import Check, checks_table, figure, prose, save_figure, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_float, positive_int
 from edge_runtime.datasets import load_dataset
@@ -472,57 +472,18 @@ def done_when(results: list[DetectorResult]) -> list[Check]:
 def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str) -> str:
     """The Markdown report: per dataset the main table, the details and the checks."""
     cfg = FaultConfig()
-    parts = [
-        "# Anomaly flags against injected faults, event level (issue 25)",
-        "",
-        "Written by `python -m benchmarks.anomaly.events`. Faults: `benchmarks/anomaly/"
-        "inject.py`; metrics: `events.py`, `nab.py`; baselines: `baselines.py`; protocol: "
-        "`event_bench.py`. Per seed: "
-        + ", ".join(f"{v} {k}" for k, v in cfg.counts.items())
-        + f" faults, one sensor at a time, at least {cfg.guard} clean readings apart. "
-        "Recall, precision and identification are pooled over the seeds; NAB sums the "
-        "seeds' raw scores before normalising (null detector 0, perfect 100). No point "
-        "adjustment.",
-    ]
-    parts += [
-        "",
-        "Choices (issue 25 is silent on them): fault sizes are in each sensor's robust "
-        "sigma of its *non-zero* first differences over the warm-up (1.4826 x median "
-        "|diff|; held readings give zero differences, and with them the MAD is 0 for most "
-        f"motes); spikes {cfg.short_size[0]:g}-{cfg.short_size[1]:g} sigma, noise "
-        f"{cfg.noise_factor[0]:g}-{cfg.noise_factor[1]:g} local sigmas for "
-        f"{cfg.noise_length[0]}-{cfg.noise_length[1]} readings, CONSTANT (the column's "
-        f"largest clean value as the rail, 0, or the last value) for "
-        f"{cfg.stuck_length[0]}-{cfg.stuck_length[1]} readings, drift to "
-        f"{cfg.drift_size[0]:g}-{cfg.drift_size[1]:g} sigma over {cfg.drift_length}. Every "
-        f"CONSTANT reading counts only where the truth is more than {cfg.frozen_noise:g} "
-        "sigma from the constant; a fault with no such reading is left out (nothing to "
-        "detect). A detection is an alarm event *starting* between the fault's first row "
-        "and its onset plus the window, so a detector alarming all the time detects "
-        f"nothing new; events starting up to {TAIL} readings after a fault still count as "
-        "true.",
-    ]
+    counts = ", ".join(f"{v} {k}" for k, v in cfg.counts.items())
+    parts = prose("anomaly_events", "intro", counts=counts, cfg=cfg, tail=TAIL)
     if note:
         parts += ["", note]
     for ds, results, seeds in sections:
         n, d = ds.data.shape
+        parts += prose(
+            "anomaly_events", "dataset", ds=ds, n=n, d=d, day=DAY_S / ds.epoch,
+            last_warm=ds.warmup - 1, last_row=n - 1, days=(n - ds.warmup) * ds.epoch / DAY_S,
+            seeds=seeds, main_table=main_table(results), detail_table=detail_table(results),
+        )  # fmt: skip
         parts += [
-            "",
-            f"## {ds.name}",
-            "",
-            f"{n} readings x {d} sensors, epoch {ds.epoch:g} s (a device-day = "
-            f"{DAY_S / ds.epoch:.0f} readings); warm-up rows 0-{ds.warmup - 1}, scored rows "
-            f"{ds.warmup}-{n - 1} ({(n - ds.warmup) * ds.epoch / DAY_S:.3g} device-days); "
-            f"{seeds} seeds.",
-            "",
-            main_table(results),
-            "",
-            "Per kind: detected / visible faults (`m of k`: k injected, m visible, the "
-            "others had a flat truth: nothing to detect), then the median delay in "
-            "readings.",
-            "",
-            detail_table(results),
-            "",
             *_remarks(ds, results),
             f"Done-when (issue 25), {ds.name}:",
             "",

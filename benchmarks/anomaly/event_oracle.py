@@ -41,7 +41,7 @@ import numpy as np
 from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
-from benchmarks.reporting import table
+from benchmarks.reporting import prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_int
 
@@ -546,80 +546,24 @@ def render(ds: Dataset, res: OracleResult, note: str = "", stamp: str | None = N
     kinds_line = ", ".join(
         f"{k} {res.visible.get(k, 0)}" for kinds in GROUPS.values() for k in kinds
     )
-    parts = [
-        "# Hindsight limit of per-reading statistics under the clean-alarm budget (issue 25)",
-        "",
-        "Written by `python -m benchmarks.anomaly.event_oracle` (`benchmarks/anomaly/"
-        "event_oracle.py`). For each per-sensor statistic, the threshold on its max over "
-        "the sensors is chosen *on the clean stream itself* as the smallest one at and "
-        "above which the clean scored rows give at most B alarm events per device-day "
-        "(consecutive alarmed readings = one event); at that threshold the statistic is "
-        "run on the event benchmark's faulty streams (`inject.py`, default "
-        f"`FaultConfig`, seeds 0-{res.seeds - 1}) and scored exactly as "
-        "`anomaly_events.md` is (`events.merge_alarms`, `events.match_faults`: an event "
-        "must start between the fault's first row and its onset plus the window; CONSTANT "
-        "counts from the first reading whose truth moved more than one sigma away). No "
-        "detector thresholding one of these statistics can beat its row here under the "
-        "same budget; one that ORs several rules shares the budget between them.",
-        "",
-        f"## {ds.name}",
-        "",
-        f"{n} readings x {d} sensors, warm-up rows 0-{ds.warmup - 1} (model fitted there), "
-        f"scored rows {ds.warmup}-{n - 1} ({res.clean_days:.3g} device-days: B = 2 "
-        f"allows {int(2 * res.clean_days)} clean events); {res.seeds} seeds, visible "
-        f"faults: {kinds_line}. Spikes are {cfg.short_size[0]:g}-{cfg.short_size[1]:g} "
-        "sigma.",
-        "",
-        "Best recall over the statistics (which one; +k tie: k others reach it too), and the "
-        "best OR of 2 or 3 of the 5 best statistics of the kind (and the best one of each "
-        "CONSTANT kind): the max of the statistics, each divided by its own limit at the "
-        "budget, thresholded at its own hindsight limit (a combination found, not a "
-        "bound):",
-        "",
-        table(head, rows, align="lrlrlrl"),
-        "",
-        "Against issue 25's targets (the better of the best single statistic and the best OR):",
-        "",
-        *(f"- {v}" for v in verdicts),
-        "",
-        "Caveats: the statistics' models are fitted on the warm-up (one refitted level "
-        "model aside), a detector adapts its scales and models and ORs its rules, so it "
-        "can exceed the single-statistic row (compare `anomaly_events.md`); the recall is "
-        "taken at the hindsight limit, and is not monotone in it (a lower limit can start "
-        "an event a reading early, as stuck_zero at 20 events/day shows).",
-        "",
-        "CONSTANT by kind, best single statistic:",
-        "",
-        table(
-            ["kind", "visible", *(f"{b:g} events/day" for b in res.budgets)],
-            sub_rows,
-            align="lr" + "l" * len(res.budgets),
-        ),
-        "",
-        "Per statistic: recall per kind at "
-        + " / ".join(f"{b:g}" for b in res.budgets)
-        + " clean events per device-day, and the "
-        "hindsight thresholds.",
-        "",
-        table(
-            ["statistic", *GROUPS, "threshold"],
-            per_stat,
-            align="l" + "r" * (len(GROUPS) + 1),
-        ),
-        "",
-        f"Why SHORT cannot be caught at {res.budgets[0]:g} events per device-day: the "
-        f"largest events of `{glitch_stat}` on the *clean* stream (its limit there: "
-        f"{res.thresholds[glitch_stat][res.budgets[0]]:.3g}): steps and excursions of one "
-        "sensor that the others do not share (the log makes a drop to ~0 lux, a mote "
-        "going dark, the largest), each an event of its own; a limit low enough for the "
-        f"injected spikes ({cfg.short_size[0]:g}-{cfg.short_size[1]:g} sigma) alarms on "
-        "them and many smaller ones:",
-        "",
-        glitch_table,
-        "",
-        f"Run {stamp or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds, "
-        f"{res.seconds:.0f} s. {note}".rstrip(),
-    ]
+    run = f"Run {stamp or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds"
+    constant_align = "lr" + "l" * len(res.budgets)
+    constant_header = ["kind", "visible", *(f"{b:g} events/day" for b in res.budgets)]
+    stat_align = "l" + "r" * (len(GROUPS) + 1)
+    parts = prose(
+        "anomaly_oracle", "report", last_seed=res.seeds - 1, name=ds.name, n=n, d=d,
+        last_warm=ds.warmup - 1, warmup=ds.warmup, last_row=n - 1, days=res.clean_days,
+        allowed=int(2 * res.clean_days), seeds=res.seeds, kinds=kinds_line,
+        spike_lo=cfg.short_size[0], spike_hi=cfg.short_size[1],
+        best_table=table(head, rows, align="lrlrlrl"),
+        verdicts="\n".join(f"- {v}" for v in verdicts),
+        constant_table=table(constant_header, sub_rows, align=constant_align),
+        budgets=" / ".join(f"{b:g}" for b in res.budgets),
+        stat_table=table(["statistic", *GROUPS, "threshold"], per_stat, align=stat_align),
+        budget=res.budgets[0], glitch_stat=glitch_stat,
+        limit=res.thresholds[glitch_stat][res.budgets[0]], glitch_table=glitch_table,
+        run=f"{run}, {res.seconds:.0f} s. {note}".rstrip(),
+    )  # fmt: skip
     return "\n".join(parts) + "\n"
 
 

@@ -56,7 +56,7 @@ from benchmarks.anomaly.event_bench import (
 from benchmarks.anomaly.events import classify_events, match_faults, merge_alarms
 from benchmarks.anomaly.inject import Fault, inject, noise_sigma
 from benchmarks.anomaly.nab import nab_score
-from benchmarks.reporting import table
+from benchmarks.reporting import prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.cli.argtypes import positive_float
@@ -245,58 +245,25 @@ def render(
     provenance: str,
 ) -> str:
     """The Markdown report; ``provenance`` is its last line (when, at which commit)."""
-    return "\n".join(
-        [
-            "# Sensor-fault detector: live through the broker against offline (issue 25)",
-            "",
-            "Written by `python -m benchmarks.anomaly.live_events`. Motes light "
-            f"({n} readings x 48 lux, dropouts filled), warm-up rows 0-{warmup - 1}, fault "
-            f"seed {seed} (`inject.py`, default `FaultConfig`, injected after the warm-up). "
-            "*Live*: `edge-runtime run benchmarks/anomaly/live_faults.toml` replays the clean "
-            f"and the faulty matrix at {rate:g} readings/s through a private Mosquitto into "
-            'one leaf with `score = "reading"`, `score_detector = "faults"`, `score_warmup = '
-            f"{warmup}`, and the leaf's scores documents are collected from the broker. "
-            "*Offline*: `FaultDetector.from_warmup` of the same rows, then "
-            "`event_bench.run_stream`. Metrics: `events.py` and `nab.py` on one clean and "
-            "one faulty stream (the offline benchmark pools 20 seeds; one seed's recall is "
-            "a few faults per kind).",
-            "",
-            main_table(results),
-            "",
-            *_spread(results),
-            "Per reading (scored rows only):",
-            "",
-            table(
-                [
-                    "stream",
-                    "alarms offline",
-                    "alarms live",
-                    "rows whose alarm differs",
-                    "alarms naming another sensor",
-                ],
-                agreement,
-                align="lrrrr",
-            ),
-            "",
-            "Documents:",
-            "",
-            table(
-                [
-                    "stream",
-                    "rows after the warm-up",
-                    "scores documents",
-                    "rows without a document",
-                    "run (s)",
-                    "exit",
-                ],
-                coverage,
-                align="lrrrrr",
-            ),
-            "",
-            provenance,
-            "",
-        ]
-    )
+    agreement_header = [
+        "stream", "alarms offline", "alarms live", "rows whose alarm differs",
+        "alarms naming another sensor",
+    ]  # fmt: skip
+    coverage_header = [
+        "stream", "rows after the warm-up", "scores documents", "rows without a document",
+        "run (s)", "exit",
+    ]  # fmt: skip
+    lines = prose(
+        "anomaly_live", "report", n=n, last_warm=warmup - 1, seed=seed, rate=rate,
+        warmup=warmup, main_table=main_table(results),
+    )  # fmt: skip
+    lines += _spread(results)
+    lines += prose(
+        "anomaly_live", "tables", provenance=provenance,
+        agreement=table(agreement_header, agreement, align="lrrrr"),
+        coverage=table(coverage_header, coverage, align="lrrrrr"),
+    )  # fmt: skip
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

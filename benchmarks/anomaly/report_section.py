@@ -10,7 +10,7 @@ from benchmarks.anomaly.faults import FaultConfig
 from benchmarks.anomaly.oracle import needed_share
 from benchmarks.anomaly.precision_recall import Row, markdown_table
 from benchmarks.anomaly.section import SYNTH_CONFIG, AnomalyBenchResults
-from benchmarks.reporting import Check, figure, save_figure, table
+from benchmarks.reporting import Check, figure, prose, save_figure, table
 
 __all__ = ["PLOT", "TARGET", "checks", "section", "write_plot"]
 
@@ -82,57 +82,14 @@ def section(res: AnomalyBenchResults) -> list[str]:
     fa = math.nan if clean is None else clean.recall
     stuck = [r.recall[0.01] for r in res.oracle if r.variant.startswith("stuck")]
     best_stuck = max(stuck, default=math.nan)
-    return [
-        "## (i) Anomaly flags on the devices: injected faults with ground truth (issue 13)",
-        "",
-        f"The leaf's rule (`edge_runtime.fpca.AnomalyScorer`): a reading is flagged when Q > "
-        f"Q_alpha (Jackson-Mudholkar) or T^2 > T^2_alpha (F), alpha = {res.alpha:g}, model "
-        f"`FPCAEdge(48, rank={res.rank}, oversample={res.oversample}, center=True)`. Faults "
-        f"(`benchmarks/anomaly/faults.py`, seed {res.seed}): "
-        f"{_config_line(FaultConfig(), 'lux')}. Per kind, precision charges every false "
-        "alarm to the kind (one mixed replay). Command: `python -m benchmarks.run --only "
-        "anomaly --update` (about 2 s).",
-        "",
-        "### Motes light: model on the clean first half, faults in the second",
-        "",
-        markdown_table(res.motes),
-        "",
-        f"Motes light breaks the limits' assumptions: with filled dropouts "
-        f"{100 * fa:.1f} % of the clean readings exceed a limit (alpha = 1 % each). The "
-        "light is non-stationary and heavy-tailed, so Q drifts between the halves and "
-        "exceeds the Gaussian limits far more often than alpha.",
-        "",
-        "### What any alpha = 0.01 limit could reach (oracle threshold, model on all clean "
-        "readings)",
-        "",
-        f"The runtime's limits flag {100 * res.oracle_clean_flagged:.1f} % of the clean "
-        "readings even under this model. The oracle instead sets the threshold on max(Q / "
-        "Q_alpha, T^2 / T^2_alpha) from the clean readings themselves, so that exactly 1 % "
-        "(0.1 %) are flagged -- what a perfectly calibrated limit would do -- and counts the "
-        "faulty readings above it (`benchmarks/anomaly/oracle.py`). No limit does better at "
-        "that false-alarm rate.",
-        "",
-        _oracle_table(res),
-        "",
-        "One faulty mote among 48 moves Q less than the fleet's own unmodelled light "
-        "changes do: only a +3000 lux spike (outside the sensor's range) stands out. A stuck "
-        "mote (last value, 0 lux or full scale) is recalled at most "
-        f"{best_stuck:.2f}"
-        " at 1 % false alarms, so recall >= 0.9 for stuck sensors is out of reach for Q / T^2 "
-        "on this data at alpha = 0.01, and spike precision >= 0.9 needs at least the share "
-        "of faulty readings in the last column.",
-        "",
-        "### Synthetic control: the same detector where the data fit the model",
-        "",
-        "Gaussian readings (48 features, rank-5 signal with standard deviations 10, 8, 6, 4, "
-        "3 plus unit noise, mean 100; 4000 training and 4000 test readings); faults in noise "
-        f"units: {_config_line(SYNTH_CONFIG, 'units')}.",
-        "",
-        markdown_table(res.synth),
-        "",
-        f"![recall against false alarms]({PLOT})",
-        "",
-    ]
+    return prose(
+        "anomaly", "section", alpha=res.alpha, rank=res.rank, oversample=res.oversample,
+        seed=res.seed, motes_faults=_config_line(FaultConfig(), "lux"),
+        motes_table=markdown_table(res.motes), false_alarms=100 * fa,
+        oracle_clean=100 * res.oracle_clean_flagged, oracle_table=_oracle_table(res),
+        best_stuck=best_stuck, synth_faults=_config_line(SYNTH_CONFIG, "units"),
+        synth_table=markdown_table(res.synth), plot=PLOT,
+    )  # fmt: skip
 
 
 def write_plot(res: AnomalyBenchResults | None, out_dir: Path) -> list[Path]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from benchmarks.fedpower.data import MOTES, SYNTH
 from benchmarks.fedpower.faults import DEAD, NONE, STRAGGLER, STRAGGLER_SLOWDOWN
 from benchmarks.fedpower.section import Curve, FedPowerBenchResults, FPCAPoint
-from benchmarks.reporting import figure, save_figure, table
+from benchmarks.reporting import figure, prose, save_figure, table
 
 __all__ = ["PLOT", "TARGET", "section", "write_plot"]
 
@@ -190,28 +190,11 @@ def _private_table(res: FedPowerBenchResults) -> list[str]:
                 ["", "a random rank-r subspace", "-", f"{res.random_error[dataset]:.3f}", "-", "-"]
             )
     clips = ", ".join(f"{k}: {v:g}" for k, v in res.clip_norms.items())
-    return [
-        f"### Private: (epsilon, delta) = ({res.epsilon:g}, {res.delta:g}) per reading, "
-        f"same clip norm ({clips})",
-        "",
-        f"Medians (quartiles) over {res.seeds} seeds; error ratio on all rows (unclipped). "
-        "FedPower's noise is calibrated for all of a run's T = rounds x p local iterations "
-        "(RDP, Mironov conversion), so each row is its own run at that horizon; sigma is "
-        "the noise std per entry of S Q (unit-ball Gram units).",
-        "",
-        table(
-            [
-                "data",
-                "method",
-                "rounds",
-                "error ratio, median (IQR)",
-                "kB on the wire",
-                "sigma",
-            ],
-            rows,
-        ),
-        "",
-    ]
+    header = ["data", "method", "rounds", "error ratio, median (IQR)", "kB on the wire", "sigma"]
+    return prose(
+        "fedpower", "private", epsilon=res.epsilon, delta=res.delta, clips=clips,
+        seeds=res.seeds, table=table(header, rows),
+    )  # fmt: skip
 
 
 def _get(res: FedPowerBenchResults, dataset: str, fault: str, steps: int, opt: bool, part: float):
@@ -247,100 +230,32 @@ def _verdict(res: FedPowerBenchResults) -> list[str]:
     sd = _fpca(res, SYNTH, NONE, True)
     rand = res.random_error.get(SYNTH, math.nan)
     best_synth = min((r.error for r in res.private if r.dataset == SYNTH), default=math.nan)
-    text = (
-        f"**When to pick which.** On these data FPCA reaches its error ratio ({mf.error:.5f} "
-        f"on Motes) in one pass with {mf.messages} snapshots ({_kb(mf.wire_bytes)} kB; "
-        f"{_kb(mf.block_bytes)} kB if every leaf and aggregator published after every "
-        f"block); FedPower (p = 1, all 8 leaves) needs {k} synchronous rounds and {b} kB to "
-        f"match it on Motes, and {_kb(m1.cum_bytes[-1])} kB for {len(m1.errors)} rounds "
-        f"({ratio:.0f}x FPCA's final snapshots) to end at {m1.errors[-1]:.6f}. Pick FedPower "
-        "when the leaves hold a fixed data set, stay online for tens of rounds and the exact "
-        "offline subspace is wanted (it converges to it, FPCA stops at its streaming error); "
-        "pick FPCA when data stream in, bandwidth or connectivity is scarce, leaves come and "
-        "go, or privacy is needed. Several local iterations per round cut the rounds "
-        f"(Synth het.: {_reach(s4, TARGET)[0]} rounds to <= {TARGET} with p = 4 against "
-        f"{_reach(s1, TARGET)[0]} with p = 1) but leave a floor that grows with how much the "
-        "leaves differ, and need OPT: with p = 4 FedPower stalls at "
-        f"{m4.errors[-1]:.4f} on Motes (time-contiguous leaves) with OPT and "
-        f"{m4n.errors[-1]:.3f} without; on Synth het. at {s4.errors[-1]:.6f} with OPT against "
-        f"{s4n.errors[-1]:.5f} without. Partial participation (6 of 8 drawn per round) does "
-        f"not converge on heterogeneous leaves (Motes, p = 1: {m1p.errors[-1]:.4f} after "
-        f"{len(m1p.errors)} rounds): the global basis follows each round's draw. Faults: "
-        f"a straggler or a dead leaf barely moves either method's accuracy on the data that "
-        f"reached it (Motes, straggler: FPCA {msf.error:.5f}, FedPower {ms.errors[-1]:.5f}; "
-        f"dead: FedPower {md.errors[-1]:.5f}), but with full participation FedPower's rounds "
-        f"wait for the timeout ({ms.timeouts:.0f} of {len(ms.errors)} rounds with the "
-        f"straggler, {md.timeouts:.0f} of {len(md.errors)} with the dead leaf), which then "
-        "sets its wall time on a real network; FPCA never waits."
-    )
+    private = ""
     if best_private is not None:
-        text += (
-            f" Under equal privacy ((epsilon, delta) = ({res.epsilon:g}, {res.delta:g}), same "
-            f"clip norm) FPCA's single release per leaf gives {fpd.error:.3f} on Motes, "
-            f"FedPower at best {best_private.error:.3f} ({best_private.method}, "
-            f"{best_private.rounds} rounds; its noise grows with the square root of its "
-            f"iterations); on Synth het. FPCA {sd.error:.3f} against FedPower at best "
-            f"{best_synth:.3f} (a random rank-{res.rank} subspace: {rand:.3f})."
-        )
+        private = prose(
+            "fedpower", "verdict-private", epsilon=res.epsilon, delta=res.delta, fpd=fpd,
+            best=best_private, sd=sd, best_synth=best_synth, rank=res.rank, rand=rand,
+        )[0]  # fmt: skip
+    text = prose(
+        "fedpower", "verdict", mf=mf, mf_kb=_kb(mf.wire_bytes), mf_block_kb=_kb(mf.block_bytes),
+        k=k, b=b, m1_kb=_kb(m1.cum_bytes[-1]), m1_rounds=len(m1.errors), ratio=ratio,
+        m1_end=m1.errors[-1], s4_rounds=_reach(s4, TARGET)[0], target=TARGET,
+        s1_rounds=_reach(s1, TARGET)[0], m4_end=m4.errors[-1], m4n_end=m4n.errors[-1],
+        s4_end=s4.errors[-1], s4n_end=s4n.errors[-1], m1p_end=m1p.errors[-1],
+        m1p_rounds=len(m1p.errors), msf=msf, ms_end=ms.errors[-1], md_end=md.errors[-1], ms=ms,
+        ms_rounds=len(ms.errors), md=md, md_rounds=len(md.errors), private=private,
+    )[0]  # fmt: skip
     return [text, ""]
 
 
 def section(res: FedPowerBenchResults) -> list[str]:
     """The Markdown lines of section (h)."""
-    out = [
-        "## (h) FPCA vs FedPower: error ratio, bytes on the wire, rounds, wall time",
-        "",
-        f"Both methods in one process on the same data, {res.n_leaves} contiguous leaves, "
-        f"rank {res.rank} (`benchmarks/fedpower/`, `python -m benchmarks.run --only fedpower "
-        "--update`). Motes light as the runtime replays it; Synth het. = Synth(1), d = 48, "
-        "rows sorted by their angle in the plane of the two leading principal directions "
-        "before the split, so every leaf sees a different sector (non-i.i.d. leaves). "
-        f"**FPCA**: streaming leaves (`FPCAEdge`, block {res.block_size}, rank 10 + the "
-        "default oversample 10), two aggregators keeping every direction, the root at rank "
-        "10. **FedPower** (`edge_runtime.fedpower`): every leaf's d x d Gram, p local power "
-        f"iterations per round from the global basis, aggregation with or without OPT, "
-        f"{res.rounds} rounds, all 8 leaves or K = 6 of 8 drawn per round (Algorithm 3). "
-        "Error ratio: residual of the rank-10 basis on the rows the fleet observed over "
-        "that of their offline rank-10 SVD (1 is optimal). Non-private numbers are medians "
-        f"of {res.repeats} runs (seeds of FedPower's start basis and draws; FPCA is "
-        "deterministic).",
-        "",
-        "**Bytes on the wire (payload only, no MQTT headers).** FPCA: real encoded "
-        "`SubspaceMessage`s (`encode_subspace`, float32), under two publish policies: "
-        "*final* (each leaf once at the end of its stream, each aggregator once after its "
-        "children: the least FPCA sends) and *per block* (each leaf after every block, each "
-        "aggregator after every child snapshot: the most an unthrottled runtime sends); the "
-        "runtime's rate limits land in between (section (g): 57 messages, status included, "
-        "on Motes). The root's estimate is the same under both. FedPower: the runtime's "
-        "round/reply messages do not exist yet, so its bytes are `msgpack.packb` of maps "
-        "with their fields (round number, node id, d x r float32 basis, p or the sample "
-        "count; a privacy map on private replies): per round one round message per "
-        "subscribed leaf (MQTT delivers a copy to each) plus one reply per leaf that "
-        "answered; replies straight to the root (no forwarding copies). **Wall time** is the "
-        "numerics only (Grams, local iterations, aggregation; streaming and merges), median "
-        f"of {res.repeats} runs, one BLAS thread: no network, no round timeouts.",
-        "",
-        f"**Faults** (the last leaf). Straggler: it produces readings at 1/"
-        f"{STRAGGLER_SLOWDOWN} the rate, so it has seen the first tenth of its rows by the "
-        "end, and its FedPower reply arrives in time only every "
-        f"{STRAGGLER_SLOWDOWN}th round (the other rounds close at the timeout without it, "
-        "or at K = 6 of 8 when it was not drawn); FPCA merges its smaller snapshot whenever "
-        "it arrives. Dead: the leaf dies after the start, never replies, never publishes, "
-        "receives nothing; FedPower closes the rounds that asked it at the timeout, FPCA's "
-        "aggregator merges the other three. Error ratios under a fault are on the rows that "
-        "reached the fleet.",
-        "",
-    ]
+    out = prose(
+        "fedpower", "intro", n_leaves=res.n_leaves, rank=res.rank, block_size=res.block_size,
+        rounds=res.rounds, repeats=res.repeats, slowdown=STRAGGLER_SLOWDOWN,
+    )  # fmt: skip
     out += _main_table(res, MOTES) + _main_table(res, SYNTH)
-    out += [
-        "FPCA's messages: final / per block. FedPower with p = 1 and the previous global basis "
-        "as reference: OPT is the identity (the round is the exact centralised power step "
-        'with all leaves). "Rounds (kB) to" = first round from which the error ratio '
-        "stays at or below the bound.",
-        "",
-        f"![error ratio vs bytes]({PLOT})",
-        "",
-    ]
+    out += prose("fedpower", "after-main", plot=PLOT)
     out += _convergence_table(res) + _fault_table(res) + _private_table(res)
     out += _verdict(res)
     return out

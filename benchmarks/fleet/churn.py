@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.fleet.churn_run import ChurnPlan, RunResult, build_fleet, run_once
-from benchmarks.reporting import Check, checks_table, table
+from benchmarks.reporting import Check, checks_table, prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.logs import configure_logging
 
@@ -128,51 +128,6 @@ def _fmt(value: float | None, fmt: str) -> str:
 def render(plan: ChurnPlan, pairs: list[tuple[RunResult, RunResult]], command: str) -> str:
     """The Markdown of ``churn.md``: checks, one row per run, the last churn run's steps."""
     sites = math.isqrt(plan.leaves - 1) + 1 if plan.leaves > 1 else 1
-    lines = [
-        "# Churn at scale (issue 23, Done-when 3)",
-        "",
-        f"{plan.leaves} declared leaves under {math.ceil(plan.leaves / sites)} open aggregators "
-        f"(fan-out {sites}, `[nodes.admit]` valid_range +-{plan.admit_range:g}, "
-        f"max_reading_rate {plan.admit_rate:g}/s), {plan.readings_per_leaf} readings of d = "
-        f"{plan.n_features} each (synthetic, rank 10), replayed as fast as the broker takes "
-        f"them. During the replay {plan.join} undeclared leaves join (dealt over the "
-        f"aggregators) with {plan.readings_per_leaf} readings each, and {plan.retire} declared "
-        f"leaves (spread over the aggregators) retire with forgetting, in {plan.waves} waves "
-        f"each, starting at {plan.join_from:.0%}..{plan.join_to:.0%} (joins) and "
-        f"{plan.retire_from:.0%}..{plan.retire_to:.0%} (retirements) of the latest run "
-        "without churn's wall time, counted from the first reading sent.",
-        "",
-        f"- Hosting: {plan.workers} worker process(es), as `edge-runtime run` spreads the tree "
-        "(`assign_nodes`); a join wave starts in the least crowded running worker "
-        "(`WorkerPool.add_agents`, each leaf on the topology with itself added as its open "
-        "parent admits it), a retire wave's agents stop in theirs (`remove_agents`: final "
-        "snapshot). The replays, the model watcher and the operator's clearing run in the "
-        "benchmark's process. Each run has a fresh Mosquitto.",
-        "- A plain Mosquitto without the dynamic security plugin: Done-when 1 (`membership.md`) "
-        "measures the ACL side. A retirement stops the device's agent where `retire` would "
-        "disable its client, then clears its subspace, status, status/detail, confirm, scores "
-        "and entry topics as `retire --forget` does (`edge_runtime.cli.fleet.device_topics`, "
-        "`clear_device_topics`: each empty message checked back), a wave's devices side by side.",
-        f"- MQTT keepalive and operation timeout {plan.keepalive_s} s for every client of both "
-        "runs (`ChurnPlan.keepalive_s`): about 500 agents share each worker's loop on 2 cores "
-        "shared with other work, and at 6 s the broker dropped a whole worker's clients in 3 "
-        "of 6 runs, with churn and without.",
-        "- Expected: every kept leaf (declared, not retired, and joined) at its accepted "
-        "readings, no other leaf; the error ratio is against the offline SVD of exactly those "
-        "rows (target: Done-when 2's 1.001). Messages: everything every agent published "
-        "(snapshots, models, status, confirmations), over every reading sent, the retired "
-        "leaves' included.",
-        "- The retiring leaves' own replays finish early (about "
-        f"{plan.retire // max(1, plan.waves)} leaves each, as fast as the broker takes them), "
-        "so they retire with all their readings sent: what retires is a device whose data the "
-        "model holds (the column 'retired named: ever' counts those some root model named "
-        "before the forget).",
-        "- Wall times vary 2x from run to run with the machine's other load; the runs of a "
-        "pair are back to back and the order alternates, and CPU time is shown beside.",
-        "",
-        checks_table(evaluate(plan, pairs), item="Done-when"),
-        "",
-    ]
     rows = []
     for i, pair in enumerate(pairs):
         for r in pair:
@@ -188,36 +143,17 @@ def render(plan: ChurnPlan, pairs: list[tuple[RunResult, RunResult]], command: s
                 f"{len(r.retired_seen)} / {len(r.retired_present)} / {len(r.retired)}",
                 _fmt(r.error_ratio, ".6f"), r.rejects, r.undelivered, r.error or "",
             ])  # fmt: skip
-    lines += [
-        table(
-            [
-                "repeat",
-                "run",
-                "wall s",
-                "total s",
-                "CPU s",
-                "readings",
-                "readings/s",
-                "messages (leaves + aggregators)",
-                "msg/reading",
-                "root n_samples / expected",
-                "leaves covered",
-                "joined named",
-                "retired named: ever / at end / of",
-                "error ratio",
-                "rejects",
-                "undelivered",
-                "error",
-            ],
-            rows,
-        ),
-        "",
-        "wall: first reading sent -> first root model whose provenance is exactly the kept "
-        "leaves' accepted readings; total: also starting and stopping the agents and the "
-        "broker; CPU: user + system seconds of the benchmark's process, the workers and the "
-        "broker over the run (what the machine's other loads change least).",
-        "",
-    ]
+    header = [
+        "repeat", "run", "wall s", "total s", "CPU s", "readings", "readings/s",
+        "messages (leaves + aggregators)", "msg/reading", "root n_samples / expected",
+        "leaves covered", "joined named", "retired named: ever / at end / of", "error ratio",
+        "rejects", "undelivered", "error",
+    ]  # fmt: skip
+    lines = prose(
+        "churn", "intro", plan=plan, aggregators=math.ceil(plan.leaves / sites), sites=sites,
+        per_wave=plan.retire // max(1, plan.waves),
+        checks=checks_table(evaluate(plan, pairs), item="Done-when"), table=table(header, rows),
+    )  # fmt: skip
     last = next((c for _, c in reversed(pairs) if c.events), None)
     if last is not None:
         lines += ["Steps of the last churn run:", "", "```", *last.events, "```", ""]

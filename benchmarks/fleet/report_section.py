@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from benchmarks.fleet.dtype import DtypeResult
 from benchmarks.fleet.live import AgentCostResult, LatencyResult, ProcessCost
 from benchmarks.fleet.scaling import MotesResult, SweepResult, SweepRow
-from benchmarks.reporting import Check, table
+from benchmarks.reporting import Check, prose, table
 
 __all__ = ["PLOT", "checks", "section"]
 
@@ -248,22 +248,10 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
     workers = "the runtime's default" if sweep.workers is None else str(sweep.workers)
     if sweep.workers is None and len(used) == 1:
         workers += f", {used.pop():g} here"
-    out = [
-        "### Sweep over the fleet size k",
-        "",
-        f"`edge-runtime run fleet-<k>.toml --data fleet-<k>.csv --json` (workers: {workers}): "
-        f"a depth-2 tree, root -> ceil(k / f) sites -> k leaves, fan-out f = ceil(sqrt(k)); "
-        f"{sweep.readings_per_leaf} synthetic readings per leaf (d = {sweep.n_features}, rank-10 "
-        "signal plus noise, `benchmarks/fleet/inputs.py`); rank 10, block 50 and every flow "
-        "control setting at its default. Medians over the runs that covered every leaf "
-        f'(column "runs"); a run still going after {sweep.run_timeout_s:g} s is stopped and '
-        "counted as stalled. Wall = the run's own `wall_s` (replay to full coverage; "
-        "start-up and data loading excluded). Agent messages / reading = `messages / samples` "
-        "(subspace, model, status and confirmation publishes of all agents); payload / raw = "
-        "`payload_bytes / raw_bytes` (raw: the readings as float64). Latency: from a reading "
-        "to the root, as the run reports it.",
-        "",
-    ]
+    out = prose(
+        "fleet", "sweep", workers=workers, readings=sweep.readings_per_leaf,
+        d=sweep.n_features, timeout=sweep.run_timeout_s,
+    )  # fmt: skip
     rows = []
     for r in sweep.rows:
         m = r.medians
@@ -380,43 +368,20 @@ def _motes_section(motes: MotesResult) -> list[str]:
 
 
 def _latency_section(lat: LatencyResult) -> list[str]:
-    out = [
-        "### Latency from a reading to the root, every node a process",
-        "",
-        f"`{lat.topology}`: {lat.n_processes} `edge-runtime agent` processes, a Mosquitto on a "
-        f"loopback port, `edge-runtime replay --rate {lat.rate:g}` of the first {lat.readings} "
-        "Motes rows. An observer subscribed to the sensor topics and to the model topic times "
-        "each reading from its production (its slot in the replay's fixed-rate schedule) and "
-        "from its arrival at the broker to the first root model whose provenance covers it "
-        "(`benchmarks/fleet/live.py`). Bound: the leaves' maximum publish interval "
-        f"({lat.interval_source or 'n/a'}) + 1 s.",
-        "",
-        table(
-            [
-                "readings at root",
-                "p50 s",
-                "p95 s",
-                "max s",
-                "p50 s from publish",
-                "p95 s from publish",
-                "max publish interval s",
-                "bound s",
-            ],
-            [
-                [
-                    f"{lat.readings_at_root} / {lat.readings}",
-                    _fmt(lat.p50_s, ".2f"),
-                    _fmt(lat.p95_s, ".2f"),
-                    _fmt(lat.max_s, ".2f"),
-                    _fmt(lat.p50_from_publish_s, ".2f"),
-                    _fmt(lat.p95_from_publish_s, ".2f"),
-                    _fmt(lat.max_publish_interval_s, "g"),
-                    _fmt(lat.bound_s, "g"),
-                ]
-            ],
-        ),
-        "",
-    ]
+    header = [
+        "readings at root", "p50 s", "p95 s", "max s", "p50 s from publish",
+        "p95 s from publish", "max publish interval s", "bound s",
+    ]  # fmt: skip
+    row = [
+        f"{lat.readings_at_root} / {lat.readings}", _fmt(lat.p50_s, ".2f"),
+        _fmt(lat.p95_s, ".2f"), _fmt(lat.max_s, ".2f"), _fmt(lat.p50_from_publish_s, ".2f"),
+        _fmt(lat.p95_from_publish_s, ".2f"), _fmt(lat.max_publish_interval_s, "g"),
+        _fmt(lat.bound_s, "g"),
+    ]  # fmt: skip
+    out = prose(
+        "fleet", "latency", lat=lat, source=lat.interval_source or "n/a",
+        table=table(header, [row]),
+    )  # fmt: skip
     if lat.error:
         out += [f"Problem: {lat.error}.", ""]
     return out
@@ -454,15 +419,7 @@ def _agent_section(agent: AgentCostResult | None, lat: LatencyResult | None) -> 
         "peak RSS MiB",
     ]
     if agent is not None:
-        out += [
-            f"{agent.n_leaves} `edge-runtime agent` leaf processes under one aggregator (under "
-            f"the root), each fed {agent.rate_per_leaf:g} synthetic d = 48 readings/s for "
-            f"{agent.seconds:g} s by `edge-runtime replay`. CPU = user + system seconds from "
-            "`/proc/PID/stat` between the first reading and full coverage at the root, per "
-            "reading the node ingested (leaf) or covers (aggregator); RSS = `VmRSS` at the end, "
-            "peak = `VmHWM`. Medians over the processes of a role.",
-            "",
-        ]
+        out += prose("fleet", "agent", agent=agent)
         rows = [
             r for role in ("leaf", "aggregator", "root") if (r := _cost_rows(agent.costs, role))
         ]
@@ -470,59 +427,24 @@ def _agent_section(agent: AgentCostResult | None, lat: LatencyResult | None) -> 
         if agent.error:
             out += [f"Problem: {agent.error}.", ""]
     if lat is not None and lat.costs:
-        out += [
-            f"The same, measured during the latency run ({lat.rate:g} readings/s over "
-            f"{lat.n_leaves} leaves):",
-            "",
-            table(
-                header,
-                [
-                    r
-                    for role in ("leaf", "aggregator", "root")
-                    if (r := _cost_rows(lat.costs, role))
-                ],
-            ),
-            "",
-        ]
+        rows = [r for role in ("leaf", "aggregator", "root") if (r := _cost_rows(lat.costs, role))]
+        out += prose("fleet", "agent-latency", lat=lat, table=table(header, rows))
     return out
 
 
 def _dtype_section(dt: DtypeResult) -> list[str]:
-    return [
-        "### float32 or float64 snapshots on the wire",
-        "",
-        "Offline, no broker (`benchmarks/fleet/dtype.py`): the federation of the topology with "
-        "every snapshot (leaves' and aggregators') encoded with `encode_subspace(msg, dtype=...)` "
-        "and decoded before it is merged; leaves run FPCA-Edge (rank 10, block 50, default "
-        "oversample) on their share of the rows, aggregators a `MergeTree`, the root's merge is "
-        "truncated to rank 10. Angle: largest principal angle between the root bases of float32 "
-        "and float64.",
-        "",
-        table(
-            [
-                "data",
-                "dtype",
-                "root error ratio",
-                "bytes per leaf snapshot",
-                "bytes per aggregator snapshot",
-                "angle to float64 (rad)",
-            ],
-            [
-                [
-                    r.data,
-                    r.dtype,
-                    f"{r.error_ratio:.9f}",
-                    _fmt(r.leaf_bytes, ",.0f"),
-                    _fmt(r.aggregator_bytes, ",.0f"),
-                    f"{r.max_angle_to_float64:.1e}",
-                ]
-                for r in dt.rows
-            ],
-        ),
-        "",
-        f"**Default dtype: {dt.recommended}** — {dt.reason}.",
-        "",
-    ]
+    header = [
+        "data", "dtype", "root error ratio", "bytes per leaf snapshot",
+        "bytes per aggregator snapshot", "angle to float64 (rad)",
+    ]  # fmt: skip
+    rows = [
+        [
+            r.data, r.dtype, f"{r.error_ratio:.9f}", _fmt(r.leaf_bytes, ",.0f"),
+            _fmt(r.aggregator_bytes, ",.0f"), f"{r.max_angle_to_float64:.1e}",
+        ]
+        for r in dt.rows
+    ]  # fmt: skip
+    return prose("fleet", "dtype", dt=dt, table=table(header, rows))
 
 
 def section(
@@ -535,14 +457,7 @@ def section(
     """Markdown lines of section (g) for the parts that ran (empty if none did)."""
     if all(p is None for p in (sweep, motes, latency, agent, dtype)):
         return []
-    out = [
-        "## (g) Fleet: the runtime over MQTT from 8 to 1024 leaves (issue 9)",
-        "",
-        "Every number comes from the shipped command line in subprocesses (`edge-runtime "
-        "run`, `agent`, `replay`) against a real Mosquitto on loopback; see "
-        "`benchmarks/README.md`, section (g).",
-        "",
-    ]
+    out = prose("fleet", "intro")
     if sweep is not None:
         out += _sweep_section(sweep)
     if motes is not None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from benchmarks.longevity.constants import MAX_BYTES_PER_DAY, MAX_FSYNCS_PER_DAY
 from benchmarks.longevity.stats import DayStats
-from benchmarks.reporting import Check, checks_table, figure, save_figure, table
+from benchmarks.reporting import Check, checks_table, figure, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 
 
@@ -114,18 +114,8 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
     runs: dict[str, list[DayStats]] = results["_days"]  # type: ignore[assignment]
     sweep: list[dict[str, float]] = results["sweep"]  # type: ignore[assignment]
     meta: dict[str, object] = results["meta"]  # type: ignore[assignment]
-    md = [
-        "# Longevity: months on a Raspberry Pi (issue 21, item 6)",
-        "",
-        "Produced by `python -m benchmarks.longevity "
-        + " ".join(str(a) for a in meta["argv"])  # type: ignore[union-attr]
-        + "`; method in the module docstring of `benchmarks/longevity/__init__.py`. One leaf "
-        "(`pi-01` of `topologies/motes-light.toml`: 48 features, rank 10, block size 50, "
-        "`valid_range` [0, 2000]) and its aggregator (`site-a`), the real cores on a "
-        "virtual clock, driven as their shells drive them; checkpoints written by the real "
-        "`save_checkpoint` on a real disk with `os.fsync` counted by a test double.",
-        "",
-    ]
+    argv = " ".join(str(a) for a in meta["argv"])  # type: ignore[union-attr]
+    md = prose("longevity", "intro", argv=argv)
     checks = results.get("checks", [])
     if checks:
         found = [
@@ -134,16 +124,9 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
         ]
         md += ["## Done when (issue 21)", "", checks_table(found, item="check"), ""]
     if sweep:
-        md += [
-            "## Checkpoint interval sweep",
-            "",
-            f"Steady stream at {meta['sweep_rate']:g} readings/s, "
-            f"{meta['sweep_hours']:g} h simulated per interval (per-day numbers scaled "
-            "from it; the first checkpoint interval of warm-up included). Latency: from a "
-            "reading's arrival at the leaf to the first confirmation that reports it durable "
-            "(what a publisher such as `replay` waits for, and keeps in its window).",
-            "",
-            table(
+        md += prose(
+            "longevity", "sweep", rate=meta["sweep_rate"], hours=meta["sweep_hours"],
+            table=table(
                 [
                     "checkpoint_interval_s", "checkpoints/day", "fsync/day", "MB written/day",
                     "/proc write_bytes MB/day", "checkpoint file (bytes)", "latency p50 (s)",
@@ -162,20 +145,13 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
                 ],
                 "r" * 10,
             ),
-        ]  # fmt: skip
-        md.append("")
+        )  # fmt: skip
         gaps: list[dict[str, float]] = results.get("gaps", [])  # type: ignore[assignment]
         if gaps:
-            md += [
-                "### A sensor that pauses between messages (default settings)",
-                "",
-                "One message of 64 readings every *gap* seconds, default "
-                f"`checkpoint_interval_s` {meta['checkpoint_interval_s_default']:g} s and "
-                f"`IDLE_CHECKPOINT_GAP_S` {meta['idle_checkpoint_gap_s']:g} s: every pause longer "
-                "than the leaf's idle time is a checkpoint, at most one per "
-                "`IDLE_CHECKPOINT_GAP_S`.",
-                "",
-                table(
+            md += prose(
+                "longevity", "gaps", interval=meta["checkpoint_interval_s_default"],
+                idle=meta["idle_checkpoint_gap_s"],
+                table=table(
                     [
                         "gap (s)", "readings/s", "checkpoints/day", "fsync/day", "MB written/day",
                         "latency p50 / p95 / max (s)", "within 3,000 fsync",
@@ -193,8 +169,7 @@ def _write_markdown(results: dict[str, object], out: Path) -> Path:
                     ],
                     "rrrrrll",
                 ),
-            ]  # fmt: skip
-            md.append("")
+            )  # fmt: skip
         rec = results.get("recommendation")
         if rec:
             md += [f"**Recommendation.** {rec}", ""]

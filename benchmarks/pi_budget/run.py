@@ -24,6 +24,7 @@ import aiomqtt
 import numpy as np
 import psutil
 
+from benchmarks.reporting import prose
 from benchmarks.schema import read_result, write_result
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.wire import encode_readings
@@ -507,70 +508,21 @@ def report(res: dict, emulated: dict | None = None) -> str:
             f"per message (ms; {f['n']} readings)"
         )
         rows.append((label, f"{f['ms_per_reading']:.3f}", "-", "-"))
-    lines = [
-        "# What a Pi pays: one leaf agent",
-        "",
-        f"`python -m benchmarks.pi_budget`: one `edge-runtime agent` process (leaf `{NODE}` of "
-        f"`topologies/minimal.toml`, {N_FEATURES} features) against a local Mosquitto, readings "
-        f"as msgpack arrays on `{TOPIC}` at QoS 1. Native: {res['machine']}, {res['cpu_model']}, "
-        f"Python {res['python']}.",
-        "",
-        "| budget | native x86 | budget | pass/fail | aarch64 (emulated) | armhf (emulated) |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = prose("pi_budget", "intro", node=NODE, n_features=N_FEATURES, topic=TOPIC, res=res)
     for i, (a, b, c, d) in enumerate(rows):
         key = keys[i] if i < len(keys) else None
         cells = [columns[arch].get(key, "-") if arch in columns and key else "-"
                  for arch in ARCHES]  # fmt: skip
         lines.append(f"| {a} | {b} | {c} | {d} | {cells[0]} | {cells[1]} |")
-    lines += [
-        "",
-        f"- Python as on a device: {res['python_kind']}; bytecode written "
-        "(`PYTHONDONTWRITEBYTECODE` unset, one warm-up run before the timed ones); "
-        "`PYTHONOPTIMIZE=2` (-OO: no docstrings, no asserts) as "
-        "devices/edge-runtime-agent@.service runs the agent, with the `.opt-2.pyc` files "
-        "precompiled as devices/INSTALL.md step 3 does, in every row but the one that says "
-        "plain `python`; the emulated columns were measured with plain `python`.",
-        f"- import: median of `python -c 'import {res['leaf_import']}'` (what "
-        "`edge-runtime agent` imports for a leaf before it connects) minus `python -c pass`, "
-        f"wall time (CPU time, user + system: {res['import_cpu_s']:.3f} s); "
-        f"numpy alone (`python -c 'import numpy'`): {res['import_numpy_s']:.3f} s, so "
-        f"everything but numpy: {res['import_after_numpy_s']:.3f} s (the same import after "
-        f"`import numpy`); the third-party imports alone (`import {DEPS_IMPORT}`): "
-        f"{res['import_deps_s']:.3f} s. `import {res['leaf_import_before']}` (this row before "
-        "the role's "
-        f"agent was imported lazily): {res['import_before_s']:.3f} s; `import "
-        f"edge_runtime.agents`: {res['import_agents_s']:.3f} s. The machine is shared (load "
-        f"average at the start: {' '.join(res['load'])}), so these vary between runs.",
-        "- RSS after start: VmRSS 0.5 s after the agent logged `connected` "
-        f"({res['threads_start']} threads); for scale, VmRSS of `python -c pass`: "
-        f"{res['rss_python_mb']:.1f} MB, after `import numpy`: {res['rss_numpy_mb']:.1f} MB, "
-        f"after `import {DEPS_IMPORT}`: {res['rss_deps_mb']:.1f} MB, after the leaf's imports: "
-        f"{res['rss_import_mb']:.1f} MB.",
-        "- CPU per reading: the agent's utime + stime over the window divided by the readings "
-        "sent in it; idle work (keepalive, timers) counts. One reading per message unless "
-        "the row says otherwise (a 2-D array per message, as the sensor topic accepts). "
-        "`edge-runtime replay` sends what is due every 0.1 s, so 100 readings/s arrive 10 "
-        "per message: the issue's 0.18 ms (REPORT.md, 'Cost of one agent process') was "
-        "measured so. One message per reading costs about as much again per message "
-        "(MQTT, QoS 1 acknowledgement, the event loop).",
-        f"- RSS after {res['long']['n']:,} readings: sent at {res['long']['rate']:g}/s, "
-        f"{res['long'].get('batch', 1)} per message (faster than 100/s: "
-        f"{res['long']['elapsed_s']:.0f} s; the agent was quiet "
-        f"{res['long'].get('drain_s', float('nan')):.0f} s after the last one, so it kept "
-        "up), read once the agent went quiet; the difference is to RSS after start (before "
-        f"the long run, after the CPU windows: {res['rss_before_long_mb']:.1f} MB). It "
-        "includes about 2.7 MB of library code (OpenBLAS, numpy's core, libgfortran) first "
-        "touched by the first readings (measured in /proc/PID/smaps).",
-        "- Readings: a stationary array of 48 sensors, five common factors plus noise "
-        "(`payloads`); the agent runs with a state directory, as deployed.",
-        "- No timing claims for real Raspberry Pi hardware.",
-        *(
-            emulated_notes(emulated)
-            if emulated
-            else ["- aarch64 / armhf: not measured (`python -m benchmarks.pi_budget.emulated`)."]
-        ),
-    ]
+    long = res["long"]
+    lines += prose(
+        "pi_budget", "notes", res=res, deps=DEPS_IMPORT, load=" ".join(res["load"]), long=long,
+        batch=long.get("batch", 1), drain=long.get("drain_s", float("nan")),
+    )  # fmt: skip
+    if emulated:
+        lines += emulated_notes(emulated)
+    else:
+        lines.append("- aarch64 / armhf: not measured (`python -m benchmarks.pi_budget.emulated`).")
     return "\n".join(lines) + "\n"
 
 

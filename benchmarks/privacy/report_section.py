@@ -13,7 +13,7 @@ from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy import section as sec
 from benchmarks.privacy.stats import Summary
 from benchmarks.privacy.synth_table import random_level
-from benchmarks.reporting import table
+from benchmarks.reporting import prose, table
 from edge_runtime.fpca.private_gram import release_noise_std
 
 __all__ = ["PLOT", "section"]
@@ -48,38 +48,11 @@ def _block(row: sec.TreeRow, n_leaf: int) -> str:
 def _intro(p: sec.PrivacyResults) -> list[str]:
     n, d = p.motes_shape
     sigma = release_noise_std(p.epsilon, p.delta, 1)
-    return [
-        "## (f) Differential privacy: a private mode that yields a usable model",
-        "",
-        "The private mode's default mechanism (`FPCAEdge(..., privacy=(eps, delta), "
-        'clip_norm=C, mechanism="gaussian", horizon=H)`, `edge_runtime/fpca/'
-        "private_gram.py`): per block, the Gram matrix G = sum x x^T of the rows scaled by "
-        "1/max(||x||, C) is released as G + (W + W^T)/2, W i.i.d. N(0, sigma^2), sigma = "
-        "sqrt(2) sigma_AGM(eps, delta) continual_multiplier(H) (the analytic Gaussian "
-        "mechanism at the replace-one sensitivity sqrt(2); square-root factorisation of "
-        "the prefix sums for H > 1); the leaf keeps the running released sum and publishes "
-        f"its top eigenpairs. At eps = {p.epsilon:g}, delta = {p.delta:g}: sigma = "
-        f'{sigma:.3f} (H = 1). eq. (8) (`mechanism="fpca-eq8"`, the paper\'s streaming '
-        "MOD-SuLQ) and symmetric MOD-SuLQ are kept as comparators "
-        "(`benchmarks/privacy/`), with DPdisPCA (Imtiaz & Sarwate 2018, its published "
-        "classical-Gaussian constant at sensitivity 1/N, which favours it: under "
-        "replace-one it would be up to sqrt(2) larger).",
-        "",
-        f"Motes light: {n} x {d} (lux, uncentred), {p.leaves} contiguous leaves of "
-        f"{n // max(p.leaves, 1)} rows, clipped at C = {p.clip_norm:g} lux (the 95th "
-        "percentile of this dataset's row norms, the clip of issue 10's measurements: taken "
-        "from the data, fine for replaying a public dataset, never for a deployment, where "
-        f"it comes from the sensors' range; {p.clipped_rows} rows clipped). Every leaf "
-        "publishes its `tracked_subspace` (a `gaussian` FPCAEdge leaf: every direction of "
-        f"its released sum; hand-built leaves: rank {p.rank} + 10); two aggregators merge "
-        "half the leaves each, keeping every direction (`merge_many(rank=None)`, as the "
-        f"runtime's aggregators do), the root merges them at rank {p.rank}. Score: "
-        "`error_ratio(X, root.basis[:, :r])` on all rows, unclipped (1 = the offline "
-        f"rank-{p.rank} SVD). Median and interquartile range over {p.seeds} seeds (leaf i "
-        "of seed s draws from `random_state = 100 s + i`). `benchmarks/privacy/"
-        "motes_tree.py`.",
-        "",
-    ]
+    return prose(
+        "privacy", "intro", epsilon=p.epsilon, delta=p.delta, sigma=sigma, n=n, d=d,
+        leaves=p.leaves, leaf_rows=n // max(p.leaves, 1), clip_norm=p.clip_norm,
+        clipped_rows=p.clipped_rows, rank=p.rank, seeds=p.seeds,
+    )  # fmt: skip
 
 
 def _noise_cell(value: float) -> str:
@@ -88,6 +61,7 @@ def _noise_cell(value: float) -> str:
 
 def _motes_table(p: sec.PrivacyResults) -> list[str]:
     n_leaf = p.motes_shape[0] // max(p.leaves, 1)
+    blocks = ", ".join(f"{b} at H = {h}" for h, b in p.default_blocks.items() if h in ("1", "64"))
     rows = []
     for r in p.motes:
         noise = "-" if not math.isfinite(r.noise_std) else _noise_cell(r.noise_std)
@@ -121,16 +95,7 @@ def _motes_table(p: sec.PrivacyResults) -> list[str]:
             rows,
         ),
         "",
-        "Noise std: per diagonal entry of the matrix the leaf publishes from, in unit-ball "
-        "Gram units (sum x x^T of rows of norm <= 1): for the Gaussian mechanism that of the final "
-        "running sum (the k-th release's, k = releases per leaf; off-diagonal entries / "
-        "sqrt(2)), for eq. (8) that of each block's non-symmetric mask (omega times the "
-        "block's rows), for MOD-SuLQ and DPdisPCA their one symmetric mask (beta, tau "
-        "times the leaf's rows). The default block size is "
-        + ", ".join(f"{b} at H = {h}" for h, b in p.default_blocks.items() if h in ("1", "64"))
-        + " (`gaussian_default_block_size`). "
-        + _spectrum_text(p),
-        "",
+        *prose("privacy", "noise-std", blocks=blocks, spectrum=_spectrum_text(p)),
     ]
 
 
@@ -142,14 +107,10 @@ def _spectrum_text(p: sec.PrivacyResults) -> str:
         return ""
     d = p.motes_shape[1]
     sigma = release_noise_std(p.epsilon, p.delta, 1)
-    return (
-        f"Scale: a leaf's Gram matrix has one dominant eigenvalue ({lo1:.0f}-{hi1:.0f}: "
-        f"the readings' mean direction) and its {p.rank}th is {lor:.2g}-{hir:.2g}, while "
-        f"one release's noise has a spectral norm of about sigma sqrt(2 d) = "
-        f"{sigma * math.sqrt(2 * d):.0f}: beyond the first few directions every private "
-        "leaf publishes mostly noise, and the error ratio measures how much of the "
-        "residual energy those directions still catch."
-    )
+    norm = sigma * math.sqrt(2 * d)
+    return prose(
+        "privacy", "spectrum", lo1=lo1, hi1=hi1, rank=p.rank, lor=lor, hir=hir, norm=norm
+    )[0]
 
 
 def _motes_findings(p: sec.PrivacyResults) -> list[str]:
@@ -168,19 +129,10 @@ def _motes_findings(p: sec.PrivacyResults) -> list[str]:
         if eq8_row is None
         else eq8_row.noise_std / release_noise_std(p.epsilon, p.delta, 1)
     )
-    return [
-        f"**Findings.** One release per leaf gives a median root error ratio of {one:.3f}, "
-        f"against {central:.3f} for the central release of all rows (the limit: the same "
-        "noise on 8 times the signal) and "
-        f"{dpd:.3f} for DPdisPCA (one round, favourable constant). Summing blocks costs "
-        "accuracy because the noise of a sum of k independent releases grows as sqrt(k): "
-        f"{b241:.3f} with blocks of 241 (4 releases), {b31:.3f} with blocks of 31 (32); "
-        f"the continual release recovers part of it: {c241:.3f} (241, H 4) and {c31:.3f} "
-        f"(31, H 32). eq. (8) ({eq8:.2f}) and MOD-SuLQ per leaf are at the level of a random "
-        f"subspace ({rnd:.2f}): their noise carries a factor d (eq. (8)'s is {ratio:.0f} "
-        "times the Gaussian mechanism's per block of 241 here)." + _precision_text(p),
-        "",
-    ]
+    return prose(
+        "privacy", "findings", one=one, central=central, dpd=dpd, b241=b241, b31=b31,
+        c241=c241, c31=c31, eq8=eq8, rnd=rnd, ratio=ratio, precision=_precision_text(p),
+    )  # fmt: skip
 
 
 def _precision_text(p: sec.PrivacyResults) -> str:
@@ -236,26 +188,11 @@ def _state_section(p: sec.PrivacyResults) -> list[str]:
         ]
         for r in p.state_choice
     ]
-    out = [
-        "### What a private leaf keeps (issue 10, item 2)",
-        "",
-        "Both states release the same noisy block Gram matrices (same sigma, same "
-        "guarantee; `PrivateGram` seeded alike, so at H = 1 the very same noise matrices: "
-        "the comparison is paired); (a) sums the releases and publishes the top eigenpairs "
-        "of the sum, (b) truncates every release to its top r + 10 eigenpairs at once and "
-        "merges it into the leaf's subspace with `merge_subspaces` "
-        "(`benchmarks/privacy/leaves.py`). Both drive `PrivateGram` directly, leaf i of "
-        "seed s from `default_rng(100 s + i)`; `FPCAEdge` draws from its generator in "
-        "another order, so (a)'s medians differ from the first table's by seed noise only. "
-        "Memory (tracemalloc, `benchmarks/privacy/state_choice.py`, one leaf of "
-        f"{p.motes_shape[0] // max(p.leaves, 1)} rows at d = {p.motes_shape[1]}): the "
-        "largest state held between two releases and the peak during the stream (a "
-        "release's temporaries), without the block buffer and the published basis, which "
-        "both need.",
-        "",
-        table(["state", "block", "H", "median", "IQR", "retained (bytes)", "peak (bytes)"], rows),
-        "",
-    ]
+    header = ["state", "block", "H", "median", "IQR", "retained (bytes)", "peak (bytes)"]
+    out = prose(
+        "privacy", "state", leaf_rows=p.motes_shape[0] // max(p.leaves, 1), d=p.motes_shape[1],
+        table=table(header, rows),
+    )  # fmt: skip
     a = {(r.block_size, r.horizon): r for r in p.state_choice if r.state == "a"}
     b = {r.block_size: r for r in p.state_choice if r.state == "b"}
     pairs = [
@@ -282,21 +219,10 @@ def _state_section(p: sec.PrivacyResults) -> list[str]:
             for blk, _, rb, _ in pairs
             if rb.paired is not None
         )
-        at_h1 = f"the two are close: (b) - (a), seed by seed on the same noise matrices, {paired}"
-        out += [
-            f"**Chosen: (a), the running noisy sum.** Median root error: {text}. At H = 1 "
-            f"{at_h1}. But only (a) can use the "
-            "continual release: the square-root factorisation noises the linear prefix sums "
-            "of the block Gram matrices, and (b)'s per-block truncation is not linear, so "
-            "(b) is stuck with sqrt(k) noise growth. (a) also makes every publication plain "
-            "post-processing of one released matrix (publishing after every block, "
-            "forgetting, restarts from a snapshot). Its price is memory: 2-3 d x d float64 "
-            f"matrices ({16 * d * d:,}-{24 * d * d:,} bytes at d = {d}, against about "
-            f"{8 * d * (p.rank + 10):,} for (b)'s rank-{p.rank + 10} subspace; the peaks are "
-            "alike, set by a release's d x d temporaries). That is small at sensor "
-            "dimensions but grows as d^2 (16 MB at d = 1000).",
-            "",
-        ]
+        out += prose(
+            "privacy", "chosen", text=text, paired=paired, low=16 * d * d, high=24 * d * d,
+            d=d, subspace=8 * d * (p.rank + 10), rank_b=p.rank + 10,
+        )  # fmt: skip
     return out
 
 
@@ -313,19 +239,8 @@ def _horizon_section(p: sec.PrivacyResults) -> list[str]:
             for f, b in zip(factors, best, strict=True)
         ]
         rows.append([f"H = {h}", *cells, f"{regret:.2f}"])
-    out = [
-        "### Default horizon and block size (issue 10, item 3)",
-        "",
-        "Noise std of the k-th release relative to one release at H = 1 "
-        "(`benchmarks/privacy/horizon.py`: with m = (k - 1) // H closed segments and t = k "
-        "- m H, multiplier(H) sqrt(m multiplier(H)^2 + multiplier(t)^2), multiplier = "
-        "`continual_multiplier`; H = 1 is sqrt(k); checked against `PrivateGram` by the "
-        "tests). Bold: the least noise at that k; last column: the largest ratio to that "
-        "least noise over the k of the table.",
-        "",
-        table(["", *[f"k = {k}" for k in ks], "max / best"], rows),
-        "",
-    ]
+    header = ["", *[f"k = {k}" for k in ks], "max / best"]
+    out = prose("privacy", "horizon", table=table(header, rows))
     if p.horizon_lines:
         lines = [
             [
@@ -353,15 +268,7 @@ def _horizon_section(p: sec.PrivacyResults) -> list[str]:
             ]
             for b in p.blocks
         ]
-        out += [
-            "Motes light against the block size: a leaf's first snapshot (the error ratio of "
-            "its first release on the rows it has seen, median over leaves and seeds: what "
-            "is published after the first block) and the root after all rows (median "
-            "error ratio):",
-            "",
-            table(header, rows),
-            "",
-        ]
+        out += prose("privacy", "blocks", table=table(header, rows))
     out += _defaults_text(p)
     return out
 
@@ -503,23 +410,13 @@ def _synth_section(p: sec.PrivacyResults) -> list[str]:
     for i, e in enumerate(p.synth_epsilons):
         cells = [f"{c.q[i].mean:.4f} ± {c.q[i].std:.4f}" for c in p.synth]
         rows.append([f"{e:g}", *cells, f"{level:.3f}"])
-    return [
-        f"### Synth(1): q_A against epsilon (mean ± std over {p.synth_trials} trials)",
-        "",
-        f"The paper's Fig. 3 setting (`benchmarks/privacy/synth_table.py`): d = {d}, n = {n} "
-        "rows of `benchmarks.synth.synth(1.0, ...)` (largest row norm 1, clipping norm 1, "
-        f"nothing clipped), delta = {p.synth_delta:g}, rank {p.synth_rank}, fresh data and "
-        "noise per trial. q_A = |<v1, v1_hat>|, v1 the top eigenvector of (1/n) X^T X "
-        "without privacy, v1_hat a method's first direction; 1 is perfect. Blocks of n/5 = "
-        f"{math.ceil(n / 5)} rows. At delta = {p.synth_delta:g} the analytic calibration "
-        "is far below the classical sqrt(2 ln(1.25/delta))/eps (at eps = 0.1, sigma = "
-        f"{release_noise_std(0.1, p.synth_delta, 1):.2f} against DPdisPCA's "
-        f"{math.sqrt(2 * math.log(1.25 / p.synth_delta)) / 0.1:.1f} per entry at "
-        "sensitivity 1), hence the Gaussian mechanism above DPdisPCA at small epsilon.",
-        "",
-        table(["epsilon", *[c.label for c in p.synth], "random direction"], rows),
-        "",
-    ]
+    return prose(
+        "privacy", "synth", trials=p.synth_trials, d=d, n=n, delta=p.synth_delta,
+        rank=p.synth_rank, block=math.ceil(n / 5),
+        sigma=release_noise_std(0.1, p.synth_delta, 1),
+        classical=math.sqrt(2 * math.log(1.25 / p.synth_delta)) / 0.1,
+        table=table(["epsilon", *[c.label for c in p.synth], "random direction"], rows),
+    )  # fmt: skip
 
 
 def section(p: sec.PrivacyResults) -> list[str]:

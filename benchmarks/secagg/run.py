@@ -24,7 +24,7 @@ from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, plain_log_axis, save_figure, table
+from benchmarks.reporting import figure, plain_log_axis, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st
 from edge_runtime.fpca.continual import continual_multiplier
@@ -210,81 +210,35 @@ def markdown(
     """The Markdown of ``benchmarks/report/secagg.md``."""
     sigma = release_noise_std(EPSILON, DELTA)
     agm = analytic_gaussian_sigma(EPSILON, DELTA)
-    lines = [
-        "# Secure sum per site with distributed Skellam noise: Motes light, offline (issue 26)",
-        "",
-        f"`python -m benchmarks.secagg` ({seeds} seeds, {seconds:.0f} s). Motes light 7712 x 48,"
-        " 8 leaves of 964 contiguous rows clipped at C = 8230 lux, in 2 sites of 4 (the halves"
-        f" of `motes_tree`); (epsilon, delta) = ({EPSILON:g}, {DELTA:g}) per reading, rank"
-        f" {RANK}. Every leaf encodes its Gram increment (off-diagonal entries times sqrt(2),"
-        " upper triangle times the scale, rounded) and adds Skellam noise Sk(mu_total / t)"
-        " per entry; the site's sum carries the noise of ONE release calibrated for the site"
-        " (`edge_runtime.secagg.accounting`: the smaller of the Skellam mechanism's"
-        " Gaussian-DP bound, `edge_runtime.secagg.gdp`, and its RDP bound, Agarwal, Kairouz"
-        " & Liu 2021 Thm. 3.5; rounding bounded in the worst case). Masks are left"
-        " out (they cancel exactly). Each site publishes the eigendecomposition of its noisy"
-        " Gram (every direction), the root merges the two at rank 10 (`merge_many`); score:"
-        " `error_ratio` on all rows (1 = offline SVD). Median and IQR over seeds 0-"
-        f"{seeds - 1}. `benchmarks/secagg/`.",
-        "",
-        table(
-            [
-                "method", "median", "IQR", "noise std of the final sum (Gram units)",
-                "epsilon (all leaves in)", "bits",
-            ],
-            [
-                *(
-                    [r.label, _fmt(r.error), f"{r.noise_std:.2f}", f"{r.epsilon_all:.3f}",
-                     str(r.bits) if r.bits else "-"]
-                    for r in main_rows
-                ),
-                *([r.label, _fmt(r.error), f"{r.noise_std:.2f}", "1.000", "-"] for r in today),
-            ],
-        ),
-    ]  # fmt: skip
-    lines += [
-        "",
-        f"Reported in `REPORT.md` (f), 20 seeds: one release per leaf {REPORTED['one']}, "
-        f"continual (241, H 4) {REPORTED['continual']}, central {REPORTED['central']}. Issue "
-        f"26's targets: <= {TARGET_ONE} one release, <= {TARGET_CONTINUAL} continual.",
-        "",
-        "Noise std: of a diagonal entry of a site's final released sum (today: a leaf's), all"
-        " its leaves' shares in (off-diagonal entries / sqrt(2); continual: after the 4th"
-        " slot, as in REPORT.md); for t = 3 of 4 it is sqrt(4/3) times the"
-        " calibrated one, and the guarantee with all four in is the smaller epsilon shown."
-        f" Today's leaves add sigma = {sigma:.3f} (analytic Gaussian, {agm:.4f} per unit of"
-        " sensitivity) each. The secure sum's calibration is the Gaussian-DP bound's, the"
-        " analytic Gaussian's plus the rounding term (0.04 % at 2^16); the RDP bound alone"
-        " needs 8.4 % more noise std (4.045 per unit) at this budget (the rows 'RDP"
-        " accounting alone').",
-        "",
-        "## Scale of the encoding (one release, t = 4)",
-        "",
-        "Rounding enters the sensitivity (worst case: L2 <= scale sqrt(2) + sqrt(1176)),"
-        " so a small scale inflates the noise; bits: the modulus a site's sum of 4 leaves"
-        " needs without wrapping (data plus 20 standard deviations of noise).",
-        "",
-        table(
-            [
-                "scale", "noise std (Gram units)", "/ analytic Gaussian sigma", "bits", "median",
-                "IQR",
-            ],
-            [
-                [r.label, f"{r.noise_std:.3f}", f"{r.noise_std / sigma:.3f}", r.bits, _fmt(r.error)]
-                for r in scales
-            ],
-        ),
-    ]
+    main_table = table(
+        [
+            "method", "median", "IQR", "noise std of the final sum (Gram units)",
+            "epsilon (all leaves in)", "bits",
+        ],
+        [
+            *(
+                [r.label, _fmt(r.error), f"{r.noise_std:.2f}", f"{r.epsilon_all:.3f}",
+                 str(r.bits) if r.bits else "-"]
+                for r in main_rows
+            ),
+            *([r.label, _fmt(r.error), f"{r.noise_std:.2f}", "1.000", "-"] for r in today),
+        ],
+    )  # fmt: skip
+    scale_table = table(
+        ["scale", "noise std (Gram units)", "/ analytic Gaussian sigma", "bits", "median", "IQR"],
+        [
+            [r.label, f"{r.noise_std:.3f}", f"{r.noise_std / sigma:.3f}", r.bits, _fmt(r.error)]
+            for r in scales
+        ],
+    )
+    lines = prose(
+        "secagg", "report", seeds=seeds, seconds=seconds, epsilon=EPSILON, delta=DELTA,
+        rank=RANK, last_seed=seeds - 1, main_table=main_table, reported=REPORTED,
+        target_one=TARGET_ONE, target_continual=TARGET_CONTINUAL, sigma=sigma, agm=agm,
+        scale_table=scale_table,
+    )  # fmt: skip
     if checks:
         n = checks[0].error.n
-        lines += [
-            "",
-            f"## How precise a {seeds}-seed median is",
-            "",
-            f"Median over seeds 0-{n - 1}, and the range of the medians of its disjoint groups"
-            f" of {seeds} seeds.",
-            "",
-        ]
         rows = []
         for c in checks:
             span = f"{c.group_medians[0]:.3f}-{c.group_medians[-1]:.3f}" if c.group_medians else "-"
@@ -292,8 +246,9 @@ def markdown(
                 c.label, f"**{c.error.median:.3f}**", f"{c.error.p25:.3f}-{c.error.p75:.3f}",
                 f"{span} ({len(c.group_medians)} groups)",
             ])  # fmt: skip
-        lines.append(
-            table(["method", f"median over {n} seeds", "IQR", f"{seeds}-seed medians"], rows)
+        header = ["method", f"median over {n} seeds", "IQR", f"{seeds}-seed medians"]
+        lines += prose(
+            "secagg", "precision", seeds=seeds, last_seed=n - 1, table=table(header, rows)
         )
     lines += ["", "![Secure sum per site](secagg.png)", ""]
     return "\n".join(lines)

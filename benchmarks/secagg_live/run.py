@@ -26,7 +26,7 @@ import numpy as np
 
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.stats import Summary, summarise
-from benchmarks.reporting import figure, save_figure, table
+from benchmarks.reporting import figure, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
 from benchmarks.secagg_live.live import SECAGG_KINDS, RunResult, Scenario, live_run
@@ -142,30 +142,6 @@ def markdown(
     """The Markdown of ``secagg_live.md``."""
     by = {s.key: [r for r in results if r.scenario == s.key] for s in SCENARIOS}
     shown = [s for s in SCENARIOS if by[s.key]]  # the rows run
-    lines = [
-        "# Secure sum per site, LIVE against a real Mosquitto: Motes light (issue 26)",
-        "",
-        f"`python -m benchmarks.secagg_live --seeds {seeds}` ({stamp}, {seconds / 60:.1f} min"
-        f" wall on a 2-core machine shared with other work; tree {tree}"
-        f"{'; ' + note if note else ''}). Each run: a fresh"
-        " Mosquitto on 127.0.0.1 (free port above 20000, anonymous, no ACL), the 11 agents of"
-        " the Motes"
-        " light tree in one process (root, sites site-a and site-b, leaves pi-01..pi-08),"
-        " each leaf's 964 contiguous rows published over MQTT to its sensor topic (msgpack"
-        " batches of 64), the root's rank-10 model read from the broker, scored with"
-        " `error_ratio` on all 7712 rows (1 = offline SVD). (epsilon, delta) = (1, 1e-5),"
-        " clip 8230. Seed s: leaf i (1..8) has `noise_seed = 1000 s + i` (the secure sum's"
-        " Skellam shares, today's Gaussian noise); the masks and keys come from the OS and"
-        " cancel exactly. Rows interleaved per seed (seed 0: every row, then seed 1, ...)."
-        f" Secure sum: `secagg_slot_s = {slot_s:g}` (phase timeouts"
-        f" {slot_s / 120:.3f} x (10, 10, 30, 10) s, the shell's `slot_timeouts`)."
-        " Medians and IQR over the valid runs (n = valid / runs): a run is invalid (not"
-        " scored) if a leaf did not hold its block when its site started the slot, a slot"
-        " skipped, or a site had released another number of slots than planned when the"
-        f" model was taken; an invalid run is run again (same seed, at most {ATTEMPTS}"
-        " attempts), and every attempt is listed per seed below.",
-        "",
-    ]
     rows = []
     for s in shown:
         runs = by[s.key]
@@ -190,41 +166,12 @@ def markdown(
         "time per slot, s (median, IQR)", "secagg bytes / leaf / slot",
         "federation bytes / leaf / slot", "last reading -> root model, s",
     ]  # fmt: skip
-    lines.append(table(header, rows))
-    lines += [
-        "",
-        "Issue 26's Done-when, live: "
-        + "; ".join(_check(s.key, by[s.key]) for s in shown if s.key in TARGETS)
-        + ".",
-        "",
-        "How one release and the blocks are arranged (`benchmarks/secagg_live/live.py`): the"
-        " root and the leaves start first and the run waits until every leaf holds its block"
-        " 0 (`SecAggRelease.pending_rows`); only then do the sites start, so their slot 0,"
-        " due one `secagg_slot_s` later on their time grid, holds every leaf's block. One"
-        " release: block 0 is all 964 readings; the model is taken once both sites released"
-        " slot 0 and no new root model came for 1 s, the run checks that each site has"
-        " released exactly one slot, and stops the agents (slot 1, due one period after slot"
-        " 0, never released). Continual: block k (241 rows of every leaf) is published only"
-        " after both sites ended slot k - 1, and must be held by every leaf before either site"
-        " starts slot k.",
-        "",
-        "Bytes: payload bytes published (each message once; the broker's fan-out to its"
-        " subscribers, MQTT headers and acknowledgements not counted), over 8 leaves and the"
-        " slots released (today: over the releases per leaf, 1 or 4). *secagg*: the eight"
-        " protocol kinds (keys, shares, delivery, masked, unmask, unmasked, outcome, roster),"
-        " leaves' and sites' together, including each leaf's advertisement for the next slot"
-        " (advertised after every outcome, so one more than the slots run). *federation*:"
-        " secagg plus snapshots (leaves', sites', root's), the model and the status documents"
-        " (everything but the readings; today: the leaves' snapshots carry their release)."
-        " Time per slot: from the site's core starting the slot (its time grid) to its"
-        " outcome, both sites, every slot, polled every 5 ms in-process. Last reading ->"
-        " root model: from the last reading published to the first root model covering every"
-        " reading (secure sum: includes waiting for the slot on the grid, the first slot due"
-        f" {slot_s:g} s after the sites start).",
-        "",
-        "## Bytes per run by message kind (median over the valid runs)",
-        "",
-    ]
+    checks = "; ".join(_check(s.key, by[s.key]) for s in shown if s.key in TARGETS)
+    lines = prose(
+        "secagg_live", "intro", seeds=seeds, stamp=stamp, minutes=seconds / 60, tree=tree,
+        note="; " + note if note else "", slot_s=slot_s, phase=slot_s / 120, attempts=ATTEMPTS,
+        table=table(header, rows), checks=checks,
+    )  # fmt: skip
     kinds = sorted({k for r in results for k in r.bytes}, key=_kind_order)
     per_kind = []
     for s in shown:
@@ -236,15 +183,7 @@ def markdown(
             cells.append(f"{np.median(b):,.0f} ({np.median(m):.0f})" if ok and any(b) else "-")
         per_kind.append(cells)
     lines.append(table(["row", *kinds], per_kind))
-    lines += [
-        "",
-        "Bytes (messages) per run, all nodes: readings are the 7712 rows as msgpack float64"
-        " batches; a masked input is 8 d (d + 1) / 2 = 9,408 bytes of payload plus its header;"
-        " an outcome carries the site's total (as large as a masked input, retained).",
-        "",
-        "## Error ratio per seed, rows side by side",
-        "",
-    ]
+    lines += prose("secagg_live", "kinds")
     per_seed = []
     for seed in sorted({r.seed for r in results}):
         cells = [seed]
@@ -257,23 +196,13 @@ def markdown(
     lines.append(table(["seed", *(s.key for s in shown)], per_seed))
     if previous:
         earlier = previous.get("rows", {}).items()  # type: ignore[attr-defined]
-        lines += [
-            "",
-            f"## An earlier full run: {previous.get('what', '')}",
-            "",
-            table(
-                ["row", "n", "median", "IQR"],
-                [[k, n, f"**{m:.3f}**", f"{p25:.3f}-{p75:.3f}"] for k, (n, m, p25, p75) in earlier],
-            ),
-        ]
+        rows = [[k, n, f"**{m:.3f}**", f"{p25:.3f}-{p75:.3f}"] for k, (n, m, p25, p75) in earlier]
+        lines += prose(
+            "secagg_live", "earlier", what=previous.get("what", ""),
+            table=table(["row", "n", "median", "IQR"], rows),
+        )  # fmt: skip
     walls = summarise([r.wall_s for r in results])
-    lines += [
-        "",
-        f"Wall time per run (start of the broker to its stop): median {walls.median:.1f} s.",
-        "",
-        "![Secure sum live](secagg_live.png)",
-        "",
-    ]
+    lines += prose("secagg_live", "end", wall=walls.median)
     return "\n".join(lines)
 
 

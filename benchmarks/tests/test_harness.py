@@ -1,7 +1,9 @@
-"""The harness itself: the one entry point and its table, the result schema, process sampling."""
+"""The harness itself: the one entry point and its table, the result schema, process sampling,
+the reports' prose templates."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import math
 import os
@@ -16,6 +18,7 @@ import pytest
 from benchmarks.__main__ import main
 from benchmarks.processes import io_counters, sample_process
 from benchmarks.registry import BENCHMARKS
+from benchmarks.reporting import TEMPLATES, prose
 from benchmarks.schema import KEYS, read_result, revive, to_json, write_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,3 +229,29 @@ def test_longevity_and_soak_store_what_renders_their_committed_reports(tmp_path:
 
     for name in ("LONGEVITY.md", "LONGEVITY-DAYS.md", "SOAK.md"):
         assert (folder / name).read_text() == (committed / name).read_text(), name
+
+
+def test_prose_fills_a_template_block_and_keeps_its_blank_lines() -> None:
+    lines = prose("fleet", "intro")
+    assert lines[0].startswith("## (g) Fleet") and lines[1] == "" and lines[-1] == ""
+    (single,) = prose("privacy", "spectrum", lo1=1, hi1=2, rank=3, lor=0.5, hir=0.6, norm=7)
+    assert single.startswith("Scale: a leaf's Gram matrix has one dominant eigenvalue (1-2:")
+    with pytest.raises(KeyError):
+        prose("privacy", "spectrum")  # its fields are missing
+
+
+def test_every_template_block_is_used_and_every_use_names_a_block() -> None:
+    used = set()
+    for path in (ROOT / "benchmarks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "prose":
+                args = node.args[:2]
+                if all(isinstance(a, ast.Constant) for a in args) and len(args) == 2:
+                    used.add((args[0].value, args[1].value))
+    blocks = {
+        (path.stem, line[5:-4])
+        for path in TEMPLATES.glob("*.md")
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("<!-- ") and line.endswith(" -->")
+    }
+    assert used == blocks

@@ -68,7 +68,8 @@ from pathlib import Path
 
 import aiomqtt
 import numpy as np
-from faults import (
+
+from acceptance.faults import (
     KEEPALIVE_S,
     AgentProc,
     Monitor,
@@ -79,7 +80,6 @@ from faults import (
     terminate,
     wait_exit,
 )
-
 from edge_runtime.broker import find_mosquitto, free_port
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio, principal_angles
@@ -340,7 +340,7 @@ def secured_config(deployment: Deployment, port: int, data_dir: Path) -> str:
             line = replaced[key]
             seen.add(key)
         elif key in dropped:
-            line = f"# dropped by tests/acceptance.py (TLS only): {line}"
+            line = f"# dropped by acceptance/scenario.py (TLS only): {line}"
             seen.add(key)
         out.append(line)
     missing = (set(replaced) | dropped) - seen
