@@ -345,10 +345,30 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     def _step(self, node: SimNode) -> None:
         if node.is_leaf:  # LeafAgent.step: the core's work tick, carried out
             self._carry_out(node, "work")
-        else:  # AggregatorAgent.step
-            node.core.check_staleness(self.now)
-            self._snapshot_if_due(node)
+        else:  # AggregatorAgent.step: the core's step, carried out
+            self._carry_out_aggregator(node)
         self._after_step(node)
+
+    def _carry_out_aggregator(self, node: SimNode) -> None:
+        """`AggregatorAgent.step` against the virtual broker: the aggregator core's actions
+        at ``now`` (`AggregatorCore.step`), each carried out and reported back. The root's
+        ``model`` is counted with its snapshot (`_publish_snapshot`); no secure aggregation
+        runs in the simulation."""
+        core: AggregatorCore = node.core
+        actions = core.step(self.now, WALL_CLOCK_ORIGIN + self.now)
+        core.take_events()  # the log lines of a device; nothing to log here
+        if self.recorded is not None:
+            self.recorded.setdefault(node.id, []).extend(actions)
+        for action in actions:
+            if isinstance(action, WriteCheckpoint):
+                core.checkpoint_written(action, self.now)
+            elif isinstance(action, Publish):
+                if action.kind == "subspace":
+                    assert isinstance(action.message, SubspaceMessage)
+                    self._publish_snapshot(node, self._wire(action.message))
+                elif action.kind == "status":
+                    self.messages["status"] += 1
+                core.published(action, self.now)
 
     def _carry_out(self, node: SimNode, tick: str) -> None:
         """`LeafAgent.carry_out` against the virtual broker: the leaf core's ``tick`` at
@@ -387,16 +407,6 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                     t = self._arrival(self.config.confirms, node.slow, CONF, node.index)
                     self._push(t, CONF, node.index, msg)
             core.published(action, self.now)
-
-    def _snapshot_if_due(self, node: SimNode) -> None:
-        """An aggregator step's publish: a snapshot when the core says one is due."""
-        core = node.core
-        reason = core.snapshot_due(self.now)
-        if reason is not None:
-            msg = core.make_snapshot(WALL_CLOCK_ORIGIN + self.now, reason)
-            if msg is not None:
-                self._publish_snapshot(node, self._wire(msg))
-                core.snapshot_published(msg, self.now)
 
     def _connect(self, node: SimNode) -> None:
         """A (re)connection: ``online``, subscriptions (retained snapshots), ``on_connected``."""
