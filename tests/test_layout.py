@@ -289,57 +289,15 @@ def _over_allowance(
 
 # ------------------------------------------------------------------------ the structure, counted
 MULTI_BASE_ALLOWED = {
-    # Being removed: the leaf, the aggregator, FedPower and the simulation are being
-    # recomposed from parts (one base at most, capabilities held as parts). Remove each entry
-    # as it goes; nothing may be added.
-    "edge_runtime.agents.aggregator.shell.agent.AggregatorAgent",
-    "edge_runtime.agents.fedpower.shell.agents.FedPowerAggregatorAgent",
-    "edge_runtime.agents.fedpower.shell.agents.FedPowerRootAgent",
+    # Being removed: the leaf core still inherits its estimator, intake and restore; the
+    # simulation its event queue, replay model and outcome. Nothing may be added.
     "edge_runtime.agents.leaf.core.leaf.LeafCore",
-    "edge_runtime.agents.leaf.shell.agent.LeafAgent",
     "edge_runtime.simulation.engine.Simulation",
 }
 
-PRIVATE_IMPORTS_ALLOWED = {
-    # Being removed with the leaf's recomposition: the test reads
-    # agents.common.core.policy._largest_angle_orthonormal.
-    "tests/test_policy.py": 1,
-}
+PRIVATE_IMPORTS_ALLOWED: dict[str, int] = {}
 
-ISSUE_MENTIONS_ALLOWED = {
-    # Being removed by the helpers that rewrite these modules (the agents, the simulation,
-    # the topology package, the argument parser). Nothing may be added.
-    "edge_runtime/agents/__init__.py": 1,
-    "edge_runtime/agents/aggregator/core/aggregator.py": 1,
-    "edge_runtime/agents/aggregator/core/plausibility.py": 2,
-    "edge_runtime/agents/aggregator/core/secagg_site.py": 1,
-    "edge_runtime/agents/aggregator/core/secagg_site_state.py": 1,
-    "edge_runtime/agents/aggregator/shell/agent.py": 2,
-    "edge_runtime/agents/aggregator/shell/secagg.py": 1,
-    "edge_runtime/agents/common/core/policy.py": 2,
-    "edge_runtime/agents/common/core/reject_log.py": 2,
-    "edge_runtime/agents/common/shell/agent.py": 1,
-    "edge_runtime/agents/common/shell/config_watch.py": 1,
-    "edge_runtime/agents/common/shell/secagg_payload.py": 1,
-    "edge_runtime/agents/leaf/core/leaf.py": 2,
-    "edge_runtime/agents/leaf/core/secagg_release.py": 1,
-    "edge_runtime/agents/leaf/shell/agent.py": 1,
-    "edge_runtime/agents/leaf/shell/rejections.py": 1,
-    "edge_runtime/agents/leaf/shell/secagg.py": 1,
-    "edge_runtime/agents/leaf/shell/source.py": 1,
-    "edge_runtime/agents/leaf/shell/state_files.py": 1,
-    "edge_runtime/cli/parser.py": 1,
-    "edge_runtime/topology/checks.py": 1,
-    "edge_runtime/topology/deployed.py": 1,
-    "edge_runtime/topology/fedpower_config.py": 1,
-    "edge_runtime/topology/keys.py": 2,
-    "edge_runtime/topology/node.py": 2,
-    "edge_runtime/topology/node_checks.py": 1,
-    "edge_runtime/topology/parents.py": 1,
-    "edge_runtime/topology/secagg.py": 1,
-    "edge_runtime/topology/topics.py": 2,
-    "edge_runtime/topology/tree.py": 2,
-}
+ISSUE_MENTIONS_ALLOWED: dict[str, int] = {}
 
 
 @pytest.mark.filterwarnings("default::UserWarning")

@@ -5,7 +5,7 @@ keeps handling inbound snapshots. A child's first snapshot handled *during* such
 enter the tree: before the fix, one that arrived between the merge's plan and its swap of the
 changed set was marked merged without entering the tree, and stayed out of the model until the
 child published again (a finished leaf never does). One scheme serialises every agent's core:
-`CoreShell._numerics`, an `asyncio.Lock` held across the worker thread.
+`Agent._numerics`, an `asyncio.Lock` held across the worker thread.
 
 The race is made deterministic: the worker thread, inside the merge, hands the loop the
 arrival and waits (bounded) for the loop to have handled it.

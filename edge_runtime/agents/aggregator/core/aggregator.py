@@ -435,7 +435,7 @@ class AggregatorCore(NodeCore):
         """Put the changed children into the merge tree (numerics).
 
         Not thread-safe, like every core: the shell serialises all calls on one core
-        (`CoreShell._numerics`), so no `receive` runs while a merge does.
+        (`Agent._numerics`), so no `receive` runs while a merge does.
         Returns the merged subspace and the snapshots it covers.
         """
         included, scales, rescaled = self._plan()

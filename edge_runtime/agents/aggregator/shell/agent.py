@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -30,8 +29,6 @@ from edge_runtime.agents.common.core.actions import Action, Publish, Wake, Write
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.agents.common.shell.core_shell import (
-    CoreShell,
-    SnapshotViews,
     decode_or_reject,
     status_policy_of,
 )
@@ -53,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["AggregatorAgent", "ChildRecord", "is_newer", "weakest_privacy"]
 
 
-class AggregatorAgent(SnapshotViews, CoreShell, Agent):
+class AggregatorAgent(Agent):
     """Keeps each child's latest snapshot and publishes their merge on every arrival.
 
     Subscribes to ``<prefix>/<path>/+/subspace`` (QoS ``settings.qos``, default 1; retained
@@ -174,13 +171,16 @@ class AggregatorAgent(SnapshotViews, CoreShell, Agent):
             release=self.release_shell.release,  # its children: the strategy's
         )
         self._prefix_depth = topic_depth(topology.prefix, topology.path(node_id))
-        self._lock = asyncio.Lock()  # one core, one caller at a time (`CoreShell._numerics`)
 
     @property
     def core(self) -> AggregatorCore:
         """The aggregator's synchronous core (`AggregatorCore`)."""
         return self._core
 
+    # Read-only views of the core's state, for callers and tests.
+    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
+    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
+    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")
     child_ids = property(lambda self: self._core.child_ids, doc="Children, topology order.")
     children = property(lambda self: self._core.children, doc="`ChildRecord` per child.")
     merges = property(lambda self: self._core.merges, doc="Pairwise merges made so far.")

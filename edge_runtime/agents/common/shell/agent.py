@@ -22,6 +22,8 @@ import contextlib
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
 
 import aiomqtt
 import structlog
@@ -29,6 +31,7 @@ import structlog
 from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.common.shell.config_watch import ConfigWatch
+from edge_runtime.agents.common.shell.core_shell import run_numerics, status_document
 from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_discovery
 from edge_runtime.agents.common.shell.echo import SnapshotEcho
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
@@ -39,11 +42,14 @@ from edge_runtime.mqtt_ack import backlog as _backlog
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.wire import (
+    PrivacyStatus,
     StatusDetail,
     encode_status,
 )
 
 __all__ = ["Agent", "AgentState", "AgentStats", "remove_discovery"]
+
+T = TypeVar("T")
 
 MIN_SLEEP_S = 0.002  # least pause of the work loop, seconds (no busy loop on a due decision)
 MAX_SLEEP_S = 1.0  # most, seconds (the stop flag and gap timeouts are checked this often)
@@ -109,6 +115,7 @@ class Agent(abc.ABC):
         self.offline.set()
         self.log = structlog.get_logger("edge_runtime.agent").bind(node=node_id, role=self.role)
         self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()  # the core's: one caller at a time (`_numerics`)
         self._task: asyncio.Task[None] | None = None
         self._started = time.monotonic()
         self._own_topic = topology.subspace_topic(node_id)
@@ -479,6 +486,37 @@ class Agent(abc.ABC):
         on, off = (self.connected, self.offline) if connected else (self.offline, self.connected)
         on.set()
         off.clear()
+
+    async def _numerics(self, fn: Callable[[], T]) -> T:
+        """``fn()`` under the core's lock, in a worker thread when large (`run_numerics`)."""
+        return await run_numerics(
+            self._lock, self.core.cells, self.settings.offload_min_cells, fn
+        )
+
+    def status_document(
+        self,
+        *,
+        rank: int,
+        n_samples: int,
+        seq: int,
+        epoch: str,
+        extra: dict[str, object],
+        privacy: PrivacyStatus | None = None,
+    ) -> StatusDetail:
+        """`status_document` of this agent's core (online while not stopping)."""
+        return status_document(
+            self.core,
+            node_id=self.node_id,
+            role=self.role,
+            online=not self._stop.is_set(),
+            uptime_s=self.uptime_s(),
+            rank=rank,
+            n_samples=n_samples,
+            seq=seq,
+            epoch=epoch,
+            extra=extra,
+            privacy=privacy,
+        )
 
     def uptime_s(self) -> float:
         """Seconds since this agent object was created."""

@@ -12,8 +12,6 @@ pieces of shell code several roles need are here, once:
   aggregator's `receive`), so an inbound message handled meanwhile waits instead of racing
   it;
 - `status_document`: the status document's fields every role fills alike;
-- `CoreShell` (a mixin of the aggregator and FedPower agents, over the two functions above)
-  and `SnapshotViews`: read-only views of the core's last published snapshot;
 - `decode_or_reject`: decode an inbound payload, or count and log why not.
 """
 
@@ -28,8 +26,6 @@ from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import PrivacyStatus, StatusDetail, WireError
 
 __all__ = [
-    "CoreShell",
-    "SnapshotViews",
     "decode_or_reject",
     "run_numerics",
     "status_document",
@@ -126,57 +122,3 @@ def status_document(
         extra=extra | ({} if version is None else {"config_version": version}),
         privacy=privacy,
     )
-
-
-class CoreShell:
-    """Mixin of an `Agent` over a core: its numerics gate and its status document.
-
-    The agent provides ``_core`` (with ``cells()`` where `_numerics` is used, and
-    ``rejects``), ``_lock`` (an `asyncio.Lock`, where `_numerics` is used), ``settings``,
-    ``node_id``, ``role``, ``uptime_s()`` and the stop flag of `Agent`.
-    """
-
-    _core: Any
-    _lock: asyncio.Lock
-    _stop: asyncio.Event
-    settings: AgentSettings
-    node_id: str
-    role: str
-
-    async def _numerics(self, fn: Callable[[], T]) -> T:
-        """`run_numerics` on the agent's core and lock."""
-        cells = self._core.cells
-        return await run_numerics(self._lock, cells, self.settings.offload_min_cells, fn)
-
-    def status_document(
-        self,
-        *,
-        rank: int,
-        n_samples: int,
-        seq: int,
-        epoch: str,
-        extra: dict[str, object],
-        privacy: PrivacyStatus | None = None,
-    ) -> StatusDetail:
-        """`status_document` of this agent (online while not stopping)."""
-        return status_document(
-            self._core,
-            node_id=self.node_id,
-            role=self.role,
-            online=not self._stop.is_set(),
-            uptime_s=self.uptime_s(),
-            rank=rank,
-            n_samples=n_samples,
-            seq=seq,
-            epoch=epoch,
-            extra=extra,
-            privacy=privacy,
-        )
-
-
-class SnapshotViews:
-    """Mixin: read-only views of the last snapshot an agent's core published."""
-
-    snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
-    seq = property(lambda self: self._core.seq, doc="Sequence number of the last snapshot.")
-    epoch = property(lambda self: self._core.epoch, doc="The state's epoch (random id).")

@@ -28,7 +28,6 @@ alignment step (not done).
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from typing import Any
@@ -40,7 +39,6 @@ from edge_runtime.agents.common.core.node import NodeCore
 from edge_runtime.agents.common.core.policy import AGGREGATOR_PUBLISH
 from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.agents.common.shell.core_shell import (
-    CoreShell,
     decode_or_reject,
     status_policy_of,
 )
@@ -171,7 +169,7 @@ class FedPowerLeafAgent(LeafAgent):
         self.log.debug("reply_published", round=reply.round, n_samples=reply.n_samples)
 
 
-class FedPowerRootAgent(CoreShell, Agent):
+class FedPowerRootAgent(Agent):
     """The root of a FedPower tree: the server (`FedPowerRootCore`) over MQTT.
 
     Publishes each round retained on ``<prefix>/<root>/round`` (QoS ``settings.qos``; again
@@ -211,7 +209,6 @@ class FedPowerRootAgent(CoreShell, Agent):
             rng=random.Random(),  # ids from the OS's entropy
         )
         self._reply_topics = {topology.reply_topic(leaf): leaf for leaf in topology.leaves()}
-        self._lock = asyncio.Lock()  # the core, between `handle` and a close in a thread
 
     @property
     def core(self) -> FedPowerRootCore:
@@ -301,7 +298,7 @@ class FedPowerRootAgent(CoreShell, Agent):
         )
 
 
-class FedPowerAggregatorAgent(CoreShell, Agent):
+class FedPowerAggregatorAgent(Agent):
     """An aggregator of a FedPower tree: liveness (Last Will) and a status document only;
     its leaves' replies reach the root directly through the broker (module docstring).
 

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 
@@ -25,7 +25,6 @@ from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.agents.common.shell.core_shell import (
-    run_numerics,
     status_document,
     status_policy_of,
 )
@@ -68,7 +67,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
 
-T = TypeVar("T")
 
 
 class LeafAgent(Agent):
@@ -246,7 +244,6 @@ class LeafAgent(Agent):
             wake=self.wake,
         )
         self._scoring_lock = asyncio.Lock()  # `_ingest`'s scoring, in order
-        self._lock = asyncio.Lock()
         self._model_topic = topology.model_topic()
         self._withheld = 0  # snapshots the core withheld, logged
         self.privacy = self._core.privacy
@@ -288,12 +285,6 @@ class LeafAgent(Agent):
         """Count and log one rejected reading or message (`Rejections.reject`: by reason and
         by ``source``, else ``topic``)."""
         self.rejections.reject(reason, topic, detail, source=source)
-
-    async def _numerics(self, fn: Callable[[], T]) -> T:
-        """``fn()`` under the core's lock, in a worker thread when large (`run_numerics`)."""
-        return await run_numerics(
-            self._lock, self._core.cells, self.settings.offload_min_cells, fn
-        )
 
     # Read-only views of the core's state, for callers and tests.
     snapshot = property(lambda self: self._core.snapshot, doc="The last published snapshot.")
