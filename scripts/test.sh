@@ -9,7 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest "$@"
+# pytest-xdist: $EDGE_TEST_WORKERS processes (default below), each with its own brokers and
+# temporary directories, handed one test at a time when free (--maxschedchunk 1) in the
+# order tests/schedule.py gives (the longest first). Many tests mostly wait on a broker,
+# a subprocess or a timer, so more workers than cores pays. `-n 0` in the arguments runs
+# the suite in this one process.
+.venv/bin/python -m pytest -n "${EDGE_TEST_WORKERS:-4}" --maxschedchunk 1 "$@"
 # A full run (no arguments) also runs the version-sensitive part on Python 3.13, when present.
 if [ "$#" -eq 0 ]; then
   scripts/test-py313.sh

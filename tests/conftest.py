@@ -5,6 +5,22 @@ on 127.0.0.1 with its own port and temporary directory) and never skip: when
 Mosquitto is missing or does not start, the test fails with the reason (CI installs
 Mosquitto). Teardown always runs in a ``finally``: `LocalMosquitto.stop`, and if that
 fails, SIGKILL to the broker's pid, so no test leaves a broker process behind.
+
+Which broker a test gets:
+
+- ``shared_mosquitto``: the broker of this process (one per pytest-xdist worker, on a free
+  port > 20000), for tests isolated by topic prefix (`helpers.tree_topology`, a uuid in the
+  prefix, ``unique_topic``) that do not stop, freeze or reconfigure the broker. A module
+  whose tests all qualify overrides ``mosquitto`` with it (see `test_agents.py`).
+- ``mosquitto``: a broker of the test's own (a fixed prefix, a count of everything the
+  broker carries, its log).
+- ``make_mosquitto``: unstarted brokers for tests that control their lifecycle (kill,
+  restart, freeze, TLS, passwords, ACL, bridges, dynamic security).
+
+Under pytest-xdist every worker is a process of its own: the session fixtures, ports and
+temporary directories below are per worker, and nothing is written into the repository.
+`pytest_collection_modifyitems` runs the longest tests first (`schedule.LONGEST_S`), so that
+with several workers none of them is left alone with a long test at the end.
 """
 
 from __future__ import annotations
@@ -18,8 +34,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from schedule import longest_first
 
 from edge_runtime.broker import BrokerError, LocalMosquitto
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests that take longest first (collection order otherwise)."""
+    items[:] = longest_first(items)
 
 
 def _stop_by_pid(broker: LocalMosquitto) -> None:
@@ -56,12 +78,28 @@ def mosquitto() -> Iterator[LocalMosquitto]:
 
 @pytest.fixture(scope="session")
 def mosquitto_session() -> Iterator[LocalMosquitto]:
-    """A started `LocalMosquitto` shared by the whole session; isolate tests by topic."""
+    """A started `LocalMosquitto` shared by the whole session (one per xdist worker);
+    isolate tests by topic. Prefer ``shared_mosquitto``, which checks it is still up."""
     broker = LocalMosquitto()
     try:
         yield _start(broker)
     finally:
         _stop_by_pid(broker)
+
+
+@pytest.fixture
+def shared_mosquitto(mosquitto_session: LocalMosquitto) -> Iterator[LocalMosquitto]:
+    """This worker's broker, for a test isolated by topic prefix.
+
+    Restarted (on a new port) if an earlier test left it stopped; the test fails at
+    teardown if it stopped the broker itself, since the tests after it share it.
+    """
+    if not mosquitto_session.running:
+        _stop_by_pid(mosquitto_session)
+        _start(mosquitto_session)
+    yield mosquitto_session
+    if not mosquitto_session.running:
+        pytest.fail("the test stopped the shared broker; use `mosquitto` or `make_mosquitto`")
 
 
 @pytest.fixture
