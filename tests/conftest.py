@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import structlog
 from schedule import longest_first
 
 from edge_runtime.broker import BrokerError, LocalMosquitto
@@ -42,6 +43,21 @@ from edge_runtime.broker import BrokerError, LocalMosquitto
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the tests that take longest first (collection order otherwise)."""
     items[:] = longest_first(items)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_as_found() -> Iterator[None]:
+    """Give the next test structlog's configuration as this one found it.
+
+    A test that runs a command in-process (``configure_logging``, e.g. at level warning)
+    would otherwise leave a filtering logger behind, and a later test in the same worker
+    would see no info lines in `structlog.testing.capture_logs`.
+    """
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 def _stop_by_pid(broker: LocalMosquitto) -> None:

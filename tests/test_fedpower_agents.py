@@ -307,3 +307,9 @@ async def test_a_restarted_root_continues_its_rounds(mosquitto, tmp_path):
             return largest_angle(_top(everything), core.model.subspace.basis)
 
         assert await _wait(lambda: angle() < 1e-4, 20), (halfway, angle(), core.round)
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto
