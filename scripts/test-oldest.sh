@@ -114,7 +114,9 @@ print(
     file=sys.stderr,
 )
 EOF
-  "$py" -m pytest -q -m "not slow" -p no:cacheprovider "$@"
+  # Two pytest-xdist workers (EDGE_TEST_WORKERS): mostly numerics, one per core.
+  "$py" -m pytest -q -m "not slow" -p no:cacheprovider -n "${EDGE_TEST_WORKERS:-2}" \
+    --maxschedchunk 1 "$@"
 }
 
 route_debian() {

@@ -21,7 +21,9 @@ if [ ! -x .venv-py313/bin/python ]; then
   "$py" -m venv .venv-py313
 fi
 .venv-py313/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# Two pytest-xdist workers (EDGE_TEST_WORKERS): the subset is mostly numerics, one per core.
 .venv-py313/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+  -n "${EDGE_TEST_WORKERS:-2}" --maxschedchunk 1 \
   tests/test_fpca_streaming.py tests/test_fpca_merge.py tests/test_fpca_gaussian.py \
   tests/test_fpca_privacy.py tests/test_analytic_gaussian.py tests/test_privacy_audit.py \
   tests/test_wire.py tests/test_topology.py tests/test_sources_core.py tests/test_sources.py \

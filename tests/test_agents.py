@@ -388,3 +388,9 @@ async def test_a_leaf_without_a_checkpoint_resumes_from_its_retained_snapshot(mo
         assert (
             principal_angles(second.estimator.tracked_subspace.basis, expected.basis).max() < 1e-9
         )
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

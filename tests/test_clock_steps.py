@@ -406,3 +406,9 @@ class contextlib_async:  # noqa: N801 - a small async context manager over sever
     async def __aexit__(self, *exc: object) -> None:
         for agent in reversed(self.agents):
             await agent.aclose()
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

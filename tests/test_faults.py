@@ -370,7 +370,12 @@ async def test_leaf_restarted_loses_at_most_the_checkpoint_cadence(
                     )
                 )
             assert code is not None, f"still running 15 s after {sig!r}\n{old.tail()}"
-            await asyncio.sleep(0.3)  # let the proxy pass on the last bytes
+            # The proxy has passed on the dead connection's last bytes (its last PUBACKs
+            # recorded) once it has closed it: wait for that, not a fixed time (0.3 s was
+            # too short on a loaded machine).
+            assert await mon.wait_for(lambda: not any(c.open for c in proxy.conns), 10), (
+                "the proxy still holds the victim's connection 10 s after its exit"
+            )
             first_conns = len(proxy.conns)
             acked = proxy.acked_through(topic, conn_below=first_conns)
             last_acked = max(acked)

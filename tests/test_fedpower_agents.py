@@ -297,9 +297,19 @@ async def test_a_restarted_root_continues_its_rounds(mosquitto, tmp_path):
         core = second.core
         assert core.restored_from == "retained round" and core.epoch == epoch
         assert core.round >= last_round + 4 and core.model.seq > last_round
-        assert largest_angle(_top(everything), core.model.subspace.basis) <= max(halfway, 1e-6)
+        # Once converged, more rounds move the angle by rounding only (1e-16 rad): allow
+        # far less than the angle itself, so a machine's BLAS cannot make this fail.
+        assert largest_angle(_top(everything), core.model.subspace.basis) <= max(
+            halfway, 1e-6
+        ) + 1e-10
 
         def angle() -> float:
             return largest_angle(_top(everything), core.model.subspace.basis)
 
         assert await _wait(lambda: angle() < 1e-4, 20), (halfway, angle(), core.round)
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

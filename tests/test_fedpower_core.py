@@ -39,6 +39,7 @@ LEAVES = ("a", "b", "c")
 D, RANK = 6, 2
 TIMEOUT = 2.0
 DEP = "fp-core"
+ANGLE_ROUNDING = 1e-10  # rad: a converged angle recomputed after one more round
 
 
 def topology(*, private: str = "", **fedpower: object) -> Topology:
@@ -276,9 +277,13 @@ def test_a_restarted_root_continues_after_its_retained_round():
     model = again.close(10.0, 0.0)
     assert model.seq == 4
     everything = np.vstack(list(data().values()))
+    # After three rounds the power iteration sits at its fixed point (about 1.5e-6 rad
+    # from the offline SVD here), so the fourth round moves the angle by rounding only:
+    # another machine's BLAS made it 1.5e-16 rad larger. "No worse" holds within a
+    # tolerance far below the angle itself and far above that rounding.
     assert largest_angle(top(everything), model.subspace.basis) <= largest_angle(
         top(everything), before
-    )
+    ) + ANGLE_ROUNDING
     assert not root_core(t).restore(
         RoundMessage("other-root", "e", 3, RANK, None, 1, 1.0)
     )  # another root's message

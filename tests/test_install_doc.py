@@ -91,6 +91,9 @@ def test_install_md_runs_in_order_on_a_clean_sandbox() -> None:
         pytest.skip(missing)
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
+    # nor the caller's PYTHONPATH: with a checkout holding an egg-info on it, the sandbox's
+    # pip would find edge-runtime "already installed" and skip the wheel
+    env.pop("PYTHONPATH", None)
     if LOCAL_INDEX.is_dir() and "PIP_INDEX_URL" not in env and "PIP_NO_INDEX" not in env:
         env["PIP_INDEX_URL"] = LOCAL_INDEX.as_uri()  # no traffic beyond this machine
     proc = subprocess.run(

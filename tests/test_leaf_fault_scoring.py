@@ -323,3 +323,9 @@ sensor_topic = "{prefix}-sensors/leaf-1"
                 await asyncio.sleep(0.2)
         assert extra["suspect"]["sensor"] == 4 and extra["suspect"]["fault"] == "short"
         assert extra["warming_up"] == 0 and extra["scored"] == 40
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

@@ -348,3 +348,9 @@ async def test_score_off_keeps_the_leafs_subscriptions_and_status(mosquitto) -> 
     assert "anomalies" not in leaf.status_detail().extra
     scoring = LeafAgent(topology, "leaf-1", AgentSettings(host=mosquitto.host, port=mosquitto.port))
     assert topology.model_topic() in scoring.subscriptions()
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

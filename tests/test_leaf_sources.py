@@ -264,3 +264,9 @@ async def test_a_local_source_leaf_checkpoints_while_the_broker_is_unreachable(t
         assert leaf.durable == {f"file:{data}": len(rows) - 1}
     again = LeafAgent(topology, LEAF, settings, state_dir=state)
     assert again.restored_from == "checkpoint" and again.n_samples == len(rows)
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

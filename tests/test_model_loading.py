@@ -112,3 +112,9 @@ async def test_load_model_works_inside_a_running_event_loop_as_in_a_notebook(mos
     model = load_model(mosquitto.url, topology, timeout_s=5.0)  # called on the loop's thread
 
     assert model.n_samples_seen_ == 50 and model.components_.shape == (2, 4)
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

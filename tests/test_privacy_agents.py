@@ -739,3 +739,9 @@ def test_run_the_shipped_private_topology_reports_its_guarantee():
     }
     # the utility cost (the topology's comments): about 3.4; eq. (8) gave 21-25, random ~20
     assert 1.0 <= summary["error_ratio"] <= 6.0
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

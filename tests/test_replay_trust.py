@@ -236,3 +236,9 @@ async def test_a_resumed_run_at_a_rate_continues_at_once() -> None:
     assert stream.skipped == 600
     start = time.monotonic()
     assert replayer._due(stream, start) > stream.sent  # due now, not in 6 s
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto

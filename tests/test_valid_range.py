@@ -660,7 +660,10 @@ def test_motes_light_declares_the_light_sensors_range_and_no_clean_reading_leave
     assert motes.min() >= 0.0 and motes.max() == pytest.approx(1847.36)  # saturation, lux
     clean, rejected = federated_error_ratio(topology, motes, motes, valid_range=True)
     assert rejected == 0
-    assert clean == federated_error_ratio(topology, motes, motes, valid_range=False)[0]
+    # The same readings through the same code, so the same error ratio; compared to
+    # rounding, since an array copied on the way may take another BLAS kernel path.
+    unchecked = federated_error_ratio(topology, motes, motes, valid_range=False)[0]
+    assert clean == pytest.approx(unchecked, rel=1e-12, abs=0.0)
     assert clean < 1.001
 
 

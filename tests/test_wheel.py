@@ -50,6 +50,7 @@ FORBIDDEN_MODULES = (
     "pytest",
     "pytest_asyncio",
     "pytest_timeout",
+    "xdist",
     "hypothesis",
     "mpmath",
     "ruff",

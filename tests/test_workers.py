@@ -212,3 +212,9 @@ async def test_closing_the_pool_stops_every_agent_and_reports_them_all(mosquitto
         assert report.peak_rss_bytes > 10 * 2**20
         # every agent announced itself online, then offline
         assert all(a.messages_published >= 2 for a in report.agents)
+
+
+@pytest.fixture
+def mosquitto(shared_mosquitto):
+    """This worker's broker (conftest): the tests here are isolated by their topic prefix."""
+    return shared_mosquitto
