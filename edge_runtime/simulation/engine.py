@@ -53,9 +53,13 @@ only its status heartbeat ahead), or once the replay gave up waiting for confirm
 ``edge-runtime replay`` exits 1 then); then the root's model is compared with the offline SVD
 (`edge_runtime.fpca.error_ratio`) and its provenance with every leaf's row count.
 
-The machinery is split by concept: `edge_runtime.simulation.events` (draws, event heap,
-the broker's links), `edge_runtime.simulation.replay_model` (the replay's streams and re-sends)
-and `edge_runtime.simulation.outcome` (the result); this module drives the cores.
+A `Simulation` holds three parts, each owning its state behind a small interface and
+none reading another's attributes: an `EventQueue` (`edge_runtime.simulation.events`: the
+heap of virtual time, its clock and the broker's links), a `ReplayModel`
+(`edge_runtime.simulation.replay_model`: the replay's streams, re-sends and probe) and an
+`Outcome` (`edge_runtime.simulation.outcome`: the run's tallies and its result). All three
+draw from the run's one `Draws`, in the order the events happen; this module drives the
+cores and passes each part what it needs.
 
 Example::
 
@@ -139,7 +143,8 @@ class Simulation:
     -----
     One instance runs once (`run`). Every core call is the real one, numerics included:
     10,000 leaves of 200 readings (d = 16) take about 30 s on one core, most of it in the
-    aggregators' merges.
+    aggregators' merges. Its parts (an `EventQueue`, a `ReplayModel`, an `Outcome`) are
+    made here and called through their interfaces only.
     """
 
     def __init__(
