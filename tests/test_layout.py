@@ -292,7 +292,6 @@ MULTI_BASE_ALLOWED = {
     # Being removed: the leaf core still inherits its estimator, intake and restore; the
     # simulation its event queue, replay model and outcome. Nothing may be added.
     "edge_runtime.agents.leaf.core.leaf.LeafCore",
-    "edge_runtime.simulation.engine.Simulation",
 }
 
 PRIVATE_IMPORTS_ALLOWED: dict[str, int] = {}

@@ -1,8 +1,9 @@
 """A deterministic in-memory simulation of a whole federation of agent cores (no I/O).
 
 `Simulation` (`edge_runtime.simulation.engine`, whose docstring says what is modelled) wires
-one core per node of a `Topology` over a simulated broker in virtual time (`events`: draws,
-event heap and links; `replay`: the model of the replay; `outcome`: the result); `config`
+one core per node of a `Topology` over a simulated broker in virtual time, holding its parts
+(`events`: draws, event queue and links; `replay_model`: the model of the replay; `outcome`:
+the tallies and the result); `config`
 holds its settings and result, `fleet` builds synthetic trees and readings. Run one with
 ``python -m edge_runtime.simulation --leaves 10000 --fanout 100 --root-crash``.
 """

@@ -53,9 +53,13 @@ only its status heartbeat ahead), or once the replay gave up waiting for confirm
 ``edge-runtime replay`` exits 1 then); then the root's model is compared with the offline SVD
 (`edge_runtime.fpca.error_ratio`) and its provenance with every leaf's row count.
 
-The machinery is split by concept: `edge_runtime.simulation.events` (draws, event heap,
-the broker's links), `edge_runtime.simulation.replay_model` (the replay's streams and re-sends)
-and `edge_runtime.simulation.outcome` (the result); this module drives the cores.
+A `Simulation` holds three parts, each owning its state behind a small interface and
+none reading another's attributes: an `EventQueue` (`edge_runtime.simulation.events`: the
+heap of virtual time, its clock and the broker's links), a `ReplayModel`
+(`edge_runtime.simulation.replay_model`: the replay's streams, re-sends and probe) and an
+`Outcome` (`edge_runtime.simulation.outcome`: the run's tallies and its result). All three
+draw from the run's one `Draws`, in the order the events happen; this module drives the
+cores and passes each part what it needs.
 
 Example::
 
@@ -64,10 +68,8 @@ Example::
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -116,7 +118,7 @@ WALL_CLOCK_ORIGIN = 1.7e9
 
 
 # --------------------------------------------------------------------- simulation
-class Simulation(EventQueue, ReplayModel, Outcome):
+class Simulation:
     """A federation of cores over a simulated broker, in virtual time.
 
     Parameters
@@ -141,7 +143,8 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     -----
     One instance runs once (`run`). Every core call is the real one, numerics included:
     10,000 leaves of 200 readings (d = 16) take about 30 s on one core, most of it in the
-    aggregators' merges.
+    aggregators' merges. Its parts (an `EventQueue`, a `ReplayModel`, an `Outcome`) are
+    made here and called through their interfaces only.
     """
 
     def __init__(
@@ -182,16 +185,12 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self.expected = {
             leaf: len(rows) for leaf, rows in topology.split_rows(data.shape[0]).items()
         }
-        EventQueue.__init__(self)
-        ReplayModel.__init__(self)
         self._unsettled: set[int] | None = None  # while nothing is in flight: busy nodes
-        self.now = 0.0
+        self._queue = EventQueue(self.draws, on_in_flight=self._in_flight, on_lost=self._lost)
+        self._replay = ReplayModel(data, topology, cfg, self.draws, self._queue)
+        self._outcome = Outcome()
         self.retained: dict[int, SubspaceMessage] = {}
         self.checkpoints: dict[int, dict[str, object]] = {}
-        self.messages: Counter[str] = Counter()
-        self.faults: Counter[str] = Counter()
-        self.counters: Counter[str] = Counter()
-        self.decisions: Counter[str] = Counter()
         self.converged_at: float | None = None
         self.recorded: dict[str, list[Action]] | None = {} if record else None
         self.trace: dict[str, list[tuple[float, str, object]]] | None = {} if record else None
@@ -199,6 +198,23 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self._echo_link = Link(link.latency_s, link.jitter, link.max_factor, ordered=True)
         self._retained_link = Link(link.latency_s, link.jitter, link.max_factor)
         self._ran = False
+
+    @property
+    def now(self) -> float:
+        """Virtual time, seconds (that of the event being handled)."""
+        return self._queue.now
+
+    def _in_flight(self) -> None:
+        """Something is in flight again: the busy nodes are found anew once it lands."""
+        self._unsettled = None
+
+    def _lost(self, index: int) -> None:
+        """A delivery to node ``index`` was lost: its connection broke, it reconnects."""
+        node = self.nodes[index]
+        if not node.reconnecting:
+            node.reconnecting = True
+            t = self.now + self.draws.between(self.config.faults.reconnect_s)
+            self._queue.push(t, RECONNECT, index)
 
     # ------------------------------------------------------------------- cores
     def _new_core(self, node: SimNode) -> LeafCore | AggregatorCore:
@@ -251,12 +267,12 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             keys = np.random.SeedSequence([self.config.seed, node.index, node.incarnation])
             estimator = FPCAEdge.from_state(state, random_state=np.random.default_rng(keys))
             core.restore_checkpoint(state, estimator, self.now)
-            self.counters["restored_from_checkpoint"] += 1
+            self._outcome.count("restored_from_checkpoint")
             if retained is not None:
                 core.continue_after(retained)
             return
         if retained is not None and core.restore_snapshot(retained, self.now) is None:
-            self.counters["restored_from_snapshot"] += 1
+            self._outcome.count("restored_from_snapshot")
 
     def _busy(self, node: SimNode) -> bool:
         """Anything unpublished, unconfirmed, held, awaited or a status change pending."""
@@ -281,11 +297,11 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         Only a delivery (an event in flight) can make a settled core busy, so the busy
         nodes are found once when the broker empties and then followed as they step.
         """
-        if self._gave_up:
+        if self._replay.gave_up:
             return True
         if self._unsettled is None:
             self._unsettled = {n.index for n in self.nodes if self._busy(n)}
-        return not self._unsettled and not (self._probe_scheduled and self._unconfirmed())
+        return not self._unsettled and not self._replay.probing()
 
     def _schedule(self, node: SimNode) -> None:
         """Sleep until the core's next decision time (at least ``MIN_STEP_S``), as the shell."""
@@ -293,7 +309,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         t = core.next_wakeup(self.now)
         if t < self.now + MIN_STEP_S:
             t = self.now + MIN_STEP_S
-            self.counters["spins"] += 1
+            self._outcome.count("spins")
         if self._unsettled is not None:  # nothing in flight: track who is still busy
             if self._busy(node):
                 self._unsettled.add(node.index)
@@ -302,15 +318,15 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if t != node.wake_time and math.isfinite(t):
             node.wake_gen += 1
             node.wake_time = t
-            self._push(t, WAKE, node.index, node.wake_gen)
+            self._queue.push(t, WAKE, node.index, node.wake_gen)
 
     # --------------------------------------------------------------- publishing
     def _wire(self, msg: SubspaceMessage) -> SubspaceMessage:
         """A sample of snapshots goes through the wire format (what the broker stores)."""
         if self.config.wire_sample and self.draws.uniform() < self.config.wire_sample:
             payload = encode_subspace(msg, dtype=self.config.settings.wire_dtype)
-            self.counters["wire_messages"] += 1
-            self.counters["wire_bytes"] += len(payload)
+            self._outcome.count("wire_messages")
+            self._outcome.count("wire_bytes", len(payload))
             return decode_subspace(payload)
         return msg
 
@@ -320,17 +336,17 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if core.echo is not None:  # the broker's PUBACK comes at once here
             core.echo.sent(msg.epoch, msg.seq, self.now)
             core.echo.acked(msg.epoch, msg.seq, self.now)
-        self.messages["leaf_snapshot" if node.is_leaf else "aggregator_snapshot"] += 1
+        self._outcome.message("leaf_snapshot" if node.is_leaf else "aggregator_snapshot")
         self.retained[node.index] = msg
         if node.parent is not None:
-            self._send(self.config.snapshots, node.slow, SNAP, node.parent, msg)
+            self._queue.send(self.config.snapshots, node.slow, SNAP, node.parent, msg)
         else:
-            self.messages["model"] += 1
+            self._outcome.message("model")
             if self.converged_at is None and msg.n_samples == self.data.shape[0]:
                 self.converged_at = self.now
         if core.echo is not None:  # in order (one topic), never lost (that is only reported)
-            t = self._arrival(self._echo_link, node.slow, ECHO, node.index)
-            self._push(t, ECHO, node.index, (node.incarnation, msg.epoch, msg.seq))
+            t = self._queue.arrival(self._echo_link, node.slow, ECHO, node.index)
+            self._queue.push(t, ECHO, node.index, (node.incarnation, msg.epoch, msg.seq))
 
     def _after_step(self, node: SimNode) -> None:
         """The rest of the shell's work loop: echo expiry, status document, sleep."""
@@ -339,7 +355,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             core.echo.expired(self.now)
         if core.status_due(self.now):
             core.status_sent(self.now)
-            self.messages["status"] += 1
+            self._outcome.message("status")
         self._schedule(node)
 
     def _step(self, node: SimNode) -> None:
@@ -367,7 +383,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                     assert isinstance(action.message, SubspaceMessage)
                     self._publish_snapshot(node, self._wire(action.message))
                 elif action.kind == "status":
-                    self.messages["status"] += 1
+                    self._outcome.message("status")
                 core.published(action, self.now)
 
     def _carry_out(self, node: SimNode, tick: str) -> None:
@@ -394,7 +410,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             assert isinstance(action.state, CheckpointImage)
             self.checkpoints[node.index] = action.state.state
             core.checkpoint_written(action, self.now)
-            self.counters["checkpoints"] += 1
+            self._outcome.count("checkpoints")
         elif isinstance(action, Publish):  # (a `Wake`: `_schedule` asks `next_wakeup`)
             msg = action.message
             if action.kind == "subspace":
@@ -402,16 +418,16 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                 wired = msg if action.reason == "reconnect" else self._wire(msg)
                 self._publish_snapshot(node, wired)
             else:  # counted as "confirm", "status" or "scores"
-                self.messages[action.kind] += 1
+                self._outcome.message(action.kind)
                 if action.kind == "confirm":
-                    t = self._arrival(self.config.confirms, node.slow, CONF, node.index)
-                    self._push(t, CONF, node.index, msg)
+                    t = self._queue.arrival(self.config.confirms, node.slow, CONF, node.index)
+                    self._queue.push(t, CONF, node.index, msg)
             core.published(action, self.now)
 
     def _connect(self, node: SimNode) -> None:
         """A (re)connection: ``online``, subscriptions (retained snapshots), ``on_connected``."""
         core = node.core
-        self.messages["online"] += 1
+        self._outcome.message("online")
         core.connected()
         if core.echo is not None:
             core.echo.connected(self.now)
@@ -423,17 +439,19 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             for child in node.children:  # re-subscribing delivers the retained snapshots
                 msg = self.retained.get(child)
                 if msg is not None:
-                    t = self.now + self._delay(self._retained_link, 1.0)
-                    self._push(t, SNAP, node.index, msg)
+                    t = self.now + self._queue.delay(self._retained_link, 1.0)
+                    self._queue.push(t, SNAP, node.index, msg)
 
     # ------------------------------------------------------------------- setup
     def _setup(self) -> None:
-        self._plan_streams(self.leaves)
+        slowdowns = self._replay.plan({i: self.nodes[i].id for i in self.leaves})
+        for index, slow in slowdowns.items():
+            self.nodes[index].slow = slow
         for node in self.nodes:  # every agent connects at 0, as in `run`
             node.core = self._new_core(node)
             self._connect(node)
             self._step(node)
-        self._start_feeding()
+        self._replay.start()
         self._schedule_crashes()
 
     def _schedule_crashes(self) -> None:
@@ -441,14 +459,15 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         feed = self.config.feed
         rng = self.draws.rng
         n_crash = round(faults.leaf_crashes * len(self.leaves))
+        streams = self._replay.streams
         for i in rng.permutation(len(self.leaves))[:n_crash]:
             index = self.leaves[i]
-            stream = self._streams[index]
+            stream = streams[index]
             batches = math.ceil(len(stream.rows) / feed.batch_size)
             t = stream.start + self.draws.uniform() * max(batches, 1) * stream.interval
-            self._push(t, CRASH, index)
+            self._queue.push(t, CRASH, index)
         end = feed.start_spread_s + feed.interval_s * feed.straggler_slowdown * math.ceil(
-            max((len(s.rows) for s in self._streams.values()), default=0) / feed.batch_size
+            max((len(s.rows) for s in streams.values()), default=0) / feed.batch_size
         )
         middle = [n.index for n in self.nodes if not n.is_leaf and n.index != self.root]
         count = min(faults.aggregator_crashes, len(middle))
@@ -456,7 +475,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if faults.root_crash:
             chosen.append(self.root)
         for index in chosen:
-            self._push(self.draws.uniform() * end, CRASH, index)
+            self._queue.push(self.draws.uniform() * end, CRASH, index)
 
     # -------------------------------------------------------------------- run
     def run(self) -> SimulationResult:
@@ -478,32 +497,32 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         self._ran = True
         cfg = self.config
         self._setup()
-        heap = self._heap
+        queue = self._queue
+        replay = self._replay
         nodes = self.nodes
         # what arrives at a node (with its payload), and what happens to it
         deliveries: dict[int, Callable[[SimNode, Any], None]] = {
             READ: self._on_readings,
             SNAP: self._on_snapshot,
-            CONF: self._on_confirm,
+            CONF: lambda node, confirm: replay.on_confirm(node.index, confirm),
             ECHO: self._on_echo,
         }
         happenings: dict[int, Callable[[SimNode], None]] = {
-            FEED: self._feed,
+            FEED: lambda node: replay.feed(node.index),
             CRASH: self._crash,
             RESTART: self._restart,
             RECONNECT: self._reconnect,
         }
         events = 0
         finished = True
-        while heap:
-            if self._pending == 0 and self._settled():
+        while queue:
+            if queue.pending == 0 and self._settled():
                 break
-            if events >= cfg.max_events or heap[0][0] > cfg.max_virtual_s:
+            if events >= cfg.max_events or queue.next_time() > cfg.max_virtual_s:
                 finished = False
                 break
-            t, _, kind, index, payload = heapq.heappop(heap)
+            kind, index, payload = queue.pop()
             events += 1
-            self.now = t
             if kind == WAKE:
                 node = nodes[index]
                 if payload == node.wake_gen and node.core is not None:
@@ -512,15 +531,26 @@ class Simulation(EventQueue, ReplayModel, Outcome):
                     self._step(node)
                 continue
             if kind == PROBE:
-                self._probe()
+                replay.probe()
                 continue
-            self._pending -= 1
             deliver = deliveries.get(kind)
             if deliver is not None:
                 deliver(nodes[index], payload)
             else:
                 happenings[kind](nodes[index])
-        return self._result(finished, events)
+        return self._outcome.result(
+            finished=finished,
+            events=events,
+            virtual_s=self.now,
+            converged_at=self.converged_at,
+            data=self.data,
+            cores=[node.core for node in nodes],
+            leaves=len(self.leaves),
+            root=nodes[self.root].core,
+            expected=self.expected,
+            replay=replay,
+            broker_faults=queue.faults,
+        )
 
     # ---------------------------------------------------------------- handlers
     def _audit_deadline(self, node: SimNode) -> None:
@@ -531,7 +561,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         if not node.is_leaf or not core.checkpoint_due(self.now):
             return
         if self.now > core.checkpoint_deadline() + DEADLINE_SLACK_S:
-            self.counters["checkpoint_late"] += 1
+            self._outcome.count("checkpoint_late")
 
     def _on_readings(self, node: SimNode, readings: SensorReadings) -> None:
         core = node.core
@@ -539,7 +569,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
             if self.config.persistent_session:
                 node.queue.append(readings)
             else:
-                self.faults["lost_to_crash"] += 1
+                self._outcome.fault("lost_to_crash")
             return
         self._audit_deadline(node)
         self._take(node, readings)
@@ -555,14 +585,14 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     def _on_snapshot(self, node: SimNode, msg: SubspaceMessage) -> None:
         core = node.core
         if core is None:
-            self.faults["lost_to_crash"] += 1  # retained at the broker: rebuilt on restart
+            self._outcome.fault("lost_to_crash")  # retained at the broker: rebuilt on restart
             return
         reason = core.receive(msg.node_id, msg, self.now)
         if reason == "duplicate":
-            self.counters["duplicate_snapshots"] += 1
+            self._outcome.count("duplicate_snapshots")
             return  # the shell does not wake the work loop for a duplicate
         if reason is not None:
-            self.counters[f"rejected_{reason}"] += 1
+            self._outcome.count(f"rejected_{reason}")
             return
         self._step(node)
 
@@ -577,8 +607,8 @@ class Simulation(EventQueue, ReplayModel, Outcome):
     def _crash(self, node: SimNode) -> None:
         if node.core is None:
             return
-        self._absorb(node.core)
-        self.faults["leaf_crashes" if node.is_leaf else "aggregator_crashes"] += 1
+        self._outcome.absorb(node.core)
+        self._outcome.fault("leaf_crashes" if node.is_leaf else "aggregator_crashes")
         node.core = None
         node.incarnation += 1
         node.wake_gen += 1
@@ -586,7 +616,7 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         node.reconnecting = False
         if self._unsettled is not None:
             self._unsettled.discard(node.index)
-        self._push(
+        self._queue.push(
             self.now + self.draws.between(self.config.faults.downtime_s), RESTART, node.index
         )
 
@@ -605,6 +635,6 @@ class Simulation(EventQueue, ReplayModel, Outcome):
         node.reconnecting = False
         if node.core is None:
             return  # crashed meanwhile: the restart connects
-        self.faults["reconnects"] += 1
+        self._outcome.fault("reconnects")
         self._connect(node)
         self._step(node)
