@@ -289,8 +289,8 @@ def _over_allowance(
 
 # ------------------------------------------------------------------------ the structure, counted
 MULTI_BASE_ALLOWED = {
-    # Being removed: the leaf core still inherits its estimator, intake and restore; the
-    # simulation its event queue, replay model and outcome. Nothing may be added.
+    # Being removed: the leaf core still inherits its estimator, intake and restore.
+    # Nothing may be added.
     "edge_runtime.agents.leaf.core.leaf.LeafCore",
 }
 
