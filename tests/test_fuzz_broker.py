@@ -903,6 +903,7 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
             assert not agg.core.unpublished
             live_before = len(live)
             received0 = {"leaf": leaf.stats.messages_received, "agg": agg.stats.messages_received}
+            connections0 = {"leaf": leaf.core.connections, "agg": agg.core.connections}
             rejects0 = {"leaf": Counter(leaf.rejects), "agg": Counter(agg.rejects)}
             logged0 = len(captured_logs)
 
@@ -1011,7 +1012,14 @@ async def test_10000_fuzzed_payloads_are_all_rejected_and_change_nothing(mosquit
                 f"undelivered (echo check): leaf {getattr(leaf, 'undelivered', '-')}, "
                 f"aggregator {getattr(agg, 'undelivered', '-')}"
             )
-            assert received("leaf") == sent["leaf"] and received("agg") == sent["agg"]
+            for name in ("leaf", "agg"):
+                # QoS 1 is at least once: an agent that lost its connection under load (the
+                # keep-alive) gets its unacknowledged messages again, and a leaf re-publishes
+                # its snapshot, echoed to it. Then more arrive than were sent, never fewer.
+                if agents[name].core.connections > connections0[name]:
+                    assert received(name) >= sent[name], name
+                else:
+                    assert received(name) == sent[name], name
 
             # ---- zero crashes, zero state changes, no publish by the aggregator
             for agent in (leaf, agg):
