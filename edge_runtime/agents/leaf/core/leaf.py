@@ -8,12 +8,13 @@ when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publi
 
 The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
 estimator and its privacy), `edge_runtime.agents.leaf.core.intake` (sequencing, range screening,
-rejects), `edge_runtime.agents.leaf.core.resume` (checkpoint and retained-snapshot restore), and
-the parts the core holds: `edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints
-and confirmations), `edge_runtime.agents.leaf.core.tick` (`LeafTick`: the order of a tick,
-`TICKS`), `edge_runtime.agents.leaf.core.outbox` (`ScoreOutbox`) and the scoring core
-(`edge_runtime.agents.leaf.core.scorer`); this module holds the snapshot decisions (when to
-release a private leaf's pending rows, when to publish) and the status document.
+rejects), and the parts the core holds: `edge_runtime.agents.leaf.core.resume` (`LeafRestore`:
+checkpoint and retained-snapshot restore), `edge_runtime.agents.leaf.core.durability`
+(`Durability`: checkpoints and confirmations), `edge_runtime.agents.leaf.core.tick`
+(`LeafTick`: the order of a tick, `TICKS`), `edge_runtime.agents.leaf.core.outbox`
+(`ScoreOutbox`) and the scoring core (`edge_runtime.agents.leaf.core.scorer`); this module
+holds the snapshot decisions (when to release a private leaf's pending rows, when to publish)
+and the status document.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import dataclasses
 import math
 import random
 from collections import Counter, deque
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +46,7 @@ from edge_runtime.agents.leaf.core.intake import (
     RangeEvent,
 )
 from edge_runtime.agents.leaf.core.outbox import ScoreOutbox
-from edge_runtime.agents.leaf.core.resume import LeafRestore
+from edge_runtime.agents.leaf.core.resume import LeafRestore, Resumed
 from edge_runtime.agents.leaf.core.scorer import scoring_core
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.agents.leaf.core.tick import TICKS, LeafTick
@@ -65,7 +68,7 @@ IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
-class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
+class LeafCore(LeafEstimator, LeafIntake, NodeCore):
     """Synchronous state and decisions of one leaf.
 
     Parameters
@@ -150,7 +153,7 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
         self.estimator: FPCAEdge | None = None
         self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
         self.snapshot: SubspaceMessage | None = None
-        self.restored_from: str | None = None
+        self.restore = LeafRestore(self.node_id, self.new_id)  # checkpoint, retained snapshot
         self.privacy: PrivacyParams | None = config.privacy
         self.noise: int | np.random.Generator | None = config.noise_seed
         self.noise_restarts = 0
@@ -185,6 +188,66 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
         self.durability.nothing_to_confirm(self._confirm_key())
 
     is_leaf = True
+
+    # ----------------------------------------------------------------- restore
+    @property
+    def restored_from(self) -> str | None:
+        """``"checkpoint"``, ``"retained snapshot"`` or None: a fresh start (`LeafRestore`)."""
+        return self.restore.restored_from
+
+    def restore_checkpoint(
+        self, state: Mapping[str, Any], estimator: FPCAEdge | None, now: float
+    ) -> None:
+        """Continue from a checkpoint at ``now`` (seconds): ``state`` as written from
+        `checkpoint_state`, ``estimator`` rebuilt from it (`FPCAEdge.from_state`, by the
+        caller, who owns the noise generator; `LeafRestore.from_checkpoint`). Readings the
+        checkpoint covers are durable; whatever no snapshot published yet is published when
+        the policy allows.
+
+        Raises
+        ------
+        KeyError, ValueError, TypeError
+            If ``state`` lacks the leaf's keys or holds values of the wrong type.
+        """
+        self._resume(self.restore.from_checkpoint(state, estimator))
+        if estimator is not None and estimator.n_samples_seen_:
+            self.unpublished_since = now
+
+    def continue_after(self, retained: SubspaceMessage) -> None:
+        """After a checkpoint restore: the epoch and ``seq`` continue after this lineage's
+        ``retained`` snapshot (`LeafRestore.continued`)."""
+        self.epoch, self.seq = self.restore.continued(
+            self.epoch, self.seq, self.durability.checkpointed_n, retained
+        )
+
+    def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
+        """Continue from this leaf's own retained snapshot ``msg`` (no checkpoint;
+        `LeafRestore.from_snapshot`). Returns why it was not used (``"empty"``,
+        ``"privacy_mismatch"``, ``"unusable: ..."``), or None once restored."""
+        resumed = self.restore.from_snapshot(msg, self.privacy, self.estimator_options)
+        if isinstance(resumed, str):
+            return resumed
+        self._resume(resumed)
+        return None
+
+    def _resume_from(self, msg: SubspaceMessage, estimator: Any) -> None:
+        """Continue with ``estimator``, rebuilt from this leaf's own retained snapshot
+        ``msg`` (`LeafRestore.resumed`; a FedPower leaf rebuilds its own estimator)."""
+        self._resume(self.restore.resumed(msg, estimator))
+
+    def _resume(self, resumed: Resumed) -> None:
+        """Take over the state of an earlier incarnation: its estimator, lineage, what
+        each source's sequence continues after, and what is durable."""
+        self.estimator = resumed.estimator
+        if resumed.n_features is not None:
+            self.n_features = resumed.n_features
+        self.epoch, self.seq = resumed.epoch, resumed.seq
+        if resumed.snapshot is not None:
+            self.snapshot = resumed.snapshot
+        self.sequencer.restore(resumed.ingested)
+        self.durability.restored(
+            resumed.ingested, blocks=resumed.blocks, n_samples=resumed.n_samples
+        )
 
     def _adopt(self, new: NodeConfig) -> None:
         """Keep an applied configuration's live keys (the only ones it may change,
