@@ -7,14 +7,14 @@ when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publi
 (`StatusPolicy`). Time comes in as an argument; the async shell (`LeafAgent`) does the I/O.
 
 The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
-estimator and its privacy), `edge_runtime.agents.leaf.core.intake` (sequencing, range screening,
-rejects), and the parts the core holds: `edge_runtime.agents.leaf.core.resume` (`LeafRestore`:
-checkpoint and retained-snapshot restore), `edge_runtime.agents.leaf.core.durability`
-(`Durability`: checkpoints and confirmations), `edge_runtime.agents.leaf.core.tick`
-(`LeafTick`: the order of a tick, `TICKS`), `edge_runtime.agents.leaf.core.outbox`
-(`ScoreOutbox`) and the scoring core (`edge_runtime.agents.leaf.core.scorer`); this module
-holds the snapshot decisions (when to release a private leaf's pending rows, when to publish)
-and the status document.
+estimator and its privacy), and the parts the core holds: `edge_runtime.agents.leaf.core.intake`
+(`LeafIntake`: sequencing, range screening, rejects), `edge_runtime.agents.leaf.core.resume`
+(`LeafRestore`: checkpoint and retained-snapshot restore),
+`edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints and confirmations),
+`edge_runtime.agents.leaf.core.tick` (`LeafTick`: the order of a tick, `TICKS`),
+`edge_runtime.agents.leaf.core.outbox` (`ScoreOutbox`) and the scoring core
+(`edge_runtime.agents.leaf.core.scorer`); this module holds the snapshot decisions (when to
+release a private leaf's pending rows, when to publish) and the status document.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from edge_runtime.agents.leaf.core.durability import (
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
-    MAX_RANGE_EVENTS,
     Applied,
+    Labelled,
     LeafIntake,
     RangeEvent,
 )
@@ -52,7 +52,7 @@ from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.agents.leaf.core.tick import TICKS, LeafTick
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import ConfirmMessage, PrivacyParams, SubspaceMessage
+from edge_runtime.wire import ConfirmMessage, PrivacyParams, SensorReadings, SubspaceMessage
 
 __all__ = [
     "GAP_WEIGHT",
@@ -68,7 +68,7 @@ IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
-class LeafCore(LeafEstimator, LeafIntake, NodeCore):
+class LeafCore(LeafEstimator, NodeCore):
     """Synchronous state and decisions of one leaf.
 
     Parameters
@@ -151,7 +151,7 @@ class LeafCore(LeafEstimator, LeafIntake, NodeCore):
         self.epoch = self.new_id()
         self.seq = 0
         self.estimator: FPCAEdge | None = None
-        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
+        self.intake = LeafIntake(gap_timeout_s=gap_timeout_s)  # sequencing, range screening
         self.snapshot: SubspaceMessage | None = None
         self.restore = LeafRestore(self.node_id, self.new_id)  # checkpoint, retained snapshot
         self.privacy: PrivacyParams | None = config.privacy
@@ -163,7 +163,6 @@ class LeafCore(LeafEstimator, LeafIntake, NodeCore):
         self._tracked_cache: tuple[tuple[object, ...], Subspace] | None = None
         self._input_version = 0  # bumped whenever the estimator changes
         self._captured_version = 0  # at the last `checkpoint_state`
-        self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
         self.durability = Durability(
             checkpointing=checkpointing,
             checkpoint_every=checkpoint_every,
@@ -172,10 +171,6 @@ class LeafCore(LeafEstimator, LeafIntake, NodeCore):
             now=now,
             session=self.new_id(),  # this process: a restart shows as a new session
         )
-        self.rejected_by_source: Counter[str] = Counter()
-        self.clipped = 0
-        self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
-        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.local_only = local_only
         self.score_outbox = ScoreOutbox()
         self.withheld = 0  # snapshots not made: the estimator's privacy is not the configured
@@ -188,6 +183,129 @@ class LeafCore(LeafEstimator, LeafIntake, NodeCore):
         self.durability.nothing_to_confirm(self._confirm_key())
 
     is_leaf = True
+
+    # ------------------------------------------------------------------ intake
+    @property
+    def sequencer(self) -> SourceSequencer:
+        """Per-source sequence numbers: what was ingested, what is held behind a gap
+        (`LeafIntake`)."""
+        return self.intake.sequencer
+
+    @property
+    def rejected_by_source(self) -> Counter[str]:
+        """Rejected readings (or messages) by the source they came from (`LeafIntake`)."""
+        return self.intake.rejected_by_source
+
+    @property
+    def clipped(self) -> int:
+        """Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``)."""
+        return self.intake.clipped
+
+    @property
+    def range_events(self) -> deque[RangeEvent]:
+        """Blocks with readings outside ``config.valid_range``, for the shell to log
+        (`take_range_events`; `LeafIntake`)."""
+        return self.intake.range_events
+
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Last sequence number applied per source."""
+        return self.intake.ingested
+
+    def take_range_events(self) -> list[RangeEvent]:
+        """The range events since the last call, oldest first (the shell logs them)."""
+        return self.intake.take_range_events()
+
+    def count_reject(self, reason: str, source: str, n: int = 1) -> None:
+        """Count ``n`` rejected readings (or one message) by ``reason`` (``rejects``) and by
+        the ``source`` they came from (``rejected_by_source``: a local source's id, the
+        ``src`` of an MQTT payload, else the sensor topic)."""
+        self.rejects[reason] += n
+        self.intake.count_reject(source, n)
+
+    def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
+        """Sequence and `screen` ``readings``: the row blocks ready to apply, in order
+        (`apply` them)."""
+        return [block for block, _, _ in self.accept_labelled(readings, now)]
+
+    def accept_labelled(
+        self, readings: SensorReadings, now: float, origin: str | None = None
+    ) -> list[Labelled]:
+        """`accept`, each block with its source and the sequence number of its first row
+        (the blocks of one offer are in sequence order and end at the source's last applied
+        sequence, `SourceSequencer`; a reading `screen` drops splits a block);
+        ``(block, None, None)`` for readings without one. ``origin``: what a rejected
+        reading without a source is counted under (the message's topic; default the
+        sensor topic)."""
+        labelled = self.intake.accept_labelled(readings, now)
+        if not labelled:
+            return []
+        source = readings.source
+        return self.screen(labelled, source or origin or self.config.sensor_topic or "?", now)
+
+    def expire_labelled(self, now: float) -> list[Labelled]:
+        """`expire`, labelled as `accept_labelled` when the released rows are of one
+        source (the usual case), else ``(block, None, None)``."""
+        labelled, source = self.intake.expire_labelled(now)
+        if not labelled:
+            return []
+        return self.screen(labelled, source or self.config.sensor_topic or "?", now)
+
+    def expire(self, now: float) -> list[np.ndarray]:
+        """Row blocks released because a gap timed out (counted in ``gap_rows``),
+        `screen`-ed."""
+        return [block for block, _, _ in self.expire_labelled(now)]
+
+    def screen(self, labelled: list[Labelled], source: str, now: float) -> list[Labelled]:
+        """Check released blocks against ``config.valid_range`` (`LeafIntake.screen`);
+        readings dropped are counted in ``rejects`` under their reason, are input at ``now``
+        and are due to become durable (a snapshot or checkpoint will cover them)."""
+        kept, drops = self.intake.screen(labelled, source, self.config)
+        for reason, _, n in drops:
+            self.rejects[reason] += n
+            self._note_input(now)
+            if math.isinf(self.unpublished_since):
+                self.unpublished_since = now
+        return kept
+
+    def _note_input(self, now: float) -> None:
+        """Input arrived at ``now``: the usual gap between readings and ``last_input``."""
+        self.intake.note_gap(now - self.last_input, self.policy.max_interval_s)
+        self.last_input = now
+
+    def apply(self, values: np.ndarray, now: float) -> None:
+        """Feed rows ``(n, n_features)`` to the estimator (numerics; thread-safe under the
+        shell's lock). The first valid rows fix ``n_features``.
+
+        Raises
+        ------
+        ValueError
+            From the estimator's input checks (the shell counts it as a rejection).
+        """
+        if self.estimator is None:  # the first rows fix the width
+            self.estimator = self.new_estimator(values.shape[1])
+            self.n_features = values.shape[1]
+        self.estimator.partial_fit(values)
+        self._note_input(now)
+        self._input_version += 1
+        if math.isinf(self.unpublished_since):
+            self.unpublished_since = now
+        if math.isinf(self.last_publish):
+            self.last_publish = now  # the rate limit counts from the first reading
+
+    def ingest(self, labelled: list[Labelled], now: float) -> list[Applied]:
+        """`apply` each block of ``labelled`` at ``now`` (seconds), in order; each comes back
+        with the estimator's refusal (a ValueError, e.g. the first reading's width refused
+        by eq. (8)) or None. Never raises for a refused block."""
+        out: list[Applied] = []
+        for block, src, seq in labelled:
+            try:
+                self.apply(block, now)
+            except ValueError as exc:
+                out.append((block, src, seq, exc))
+            else:
+                out.append((block, src, seq, None))
+        return out
 
     # ----------------------------------------------------------------- restore
     @property
@@ -255,14 +373,14 @@ class LeafCore(LeafEstimator, LeafIntake, NodeCore):
         core's own: a secure-aggregation leaf's core runs without privacy (its estimate never
         leaves the device), which ``new``'s privacy keys would undo."""
         self.config = dataclasses.replace(self.config, **{k: getattr(new, k) for k in LIVE_KEYS})
-        self._bounds.clear()
+        self.intake.forget_bounds()
 
     @property
     def idle_s(self) -> float:
         """The policy's ``idle_s``, stretched to twice the usual gap between this leaf's
         readings (an exponential average), so a stream that arrives in bursts is not
         "idle" between two bursts: the trailing publish waits for a real pause."""
-        return max(self.policy.idle_s, IDLE_GAPS * self._gap_s)
+        return max(self.policy.idle_s, IDLE_GAPS * self.intake.gap_s)
 
     @property
     def published_n(self) -> int:
