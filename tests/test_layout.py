@@ -291,7 +291,6 @@ def _over_allowance(
 MULTI_BASE_ALLOWED = {
     # Being removed: the leaf core still inherits its estimator, intake and restore; the
     # simulation its event queue, replay model and outcome. Nothing may be added.
-    "edge_runtime.agents.leaf.core.leaf.LeafCore",
     "edge_runtime.simulation.engine.Simulation",
 }
 

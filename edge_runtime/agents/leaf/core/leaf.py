@@ -6,8 +6,8 @@ when to publish a snapshot (`PublishPolicy`), when to mask pending readings of a
 when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publish its status
 (`StatusPolicy`). Time comes in as an argument; the async shell (`LeafAgent`) does the I/O.
 
-The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
-estimator and its privacy), and the parts the core holds: `edge_runtime.agents.leaf.core.intake`
+The concepts are one module each, parts the core holds: `edge_runtime.agents.leaf.core.estimator`
+(`LeafEstimator`: the estimator and its privacy), `edge_runtime.agents.leaf.core.intake`
 (`LeafIntake`: sequencing, range screening, rejects), `edge_runtime.agents.leaf.core.resume`
 (`LeafRestore`: checkpoint and retained-snapshot restore),
 `edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints and confirmations),
@@ -68,7 +68,7 @@ IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
-class LeafCore(LeafEstimator, NodeCore):
+class LeafCore(NodeCore):
     """Synchronous state and decisions of one leaf.
 
     Parameters
@@ -154,9 +154,8 @@ class LeafCore(LeafEstimator, NodeCore):
         self.intake = LeafIntake(gap_timeout_s=gap_timeout_s)  # sequencing, range screening
         self.snapshot: SubspaceMessage | None = None
         self.restore = LeafRestore(self.node_id, self.new_id)  # checkpoint, retained snapshot
-        self.privacy: PrivacyParams | None = config.privacy
-        self.noise: int | np.random.Generator | None = config.noise_seed
-        self.noise_restarts = 0
+        # makes and checks the estimator, holds the guarantee and the noise source
+        self.estimators = LeafEstimator(config.privacy, config.noise_seed)
         self._candidate_version: tuple[object, int, int] = (None, -2, -2)
         self._candidate_moved = False
         self._decided_at = -math.inf  # when `snapshot_due` last let a publish through
@@ -183,6 +182,78 @@ class LeafCore(LeafEstimator, NodeCore):
         self.durability.nothing_to_confirm(self._confirm_key())
 
     is_leaf = True
+
+    # --------------------------------------------------------------- estimator
+    @property
+    def privacy(self) -> PrivacyParams | None:
+        """The configured guarantee (`NodeConfig.privacy`; `LeafEstimator`)."""
+        return self.estimators.privacy
+
+    @property
+    def noise(self) -> int | np.random.Generator | None:
+        """What a new private estimator draws its noise from (a seed, a generator, or None:
+        the operating system's entropy; `LeafEstimator`)."""
+        return self.estimators.noise
+
+    @noise.setter
+    def noise(self, noise: int | np.random.Generator | None) -> None:
+        self.estimators.noise = noise
+
+    @property
+    def noise_restarts(self) -> int:
+        """Restores counted, for the noise seed of a restored estimator (`LeafEstimator`)."""
+        return self.estimators.noise_restarts
+
+    @noise_restarts.setter
+    def noise_restarts(self, restarts: int) -> None:
+        self.estimators.noise_restarts = restarts
+
+    @property
+    def horizon(self) -> int:
+        """The continual-release horizon this leaf's estimator runs with (1 unless the
+        mechanism is "gaussian", `NodeConfig.release_horizon`)."""
+        return self.estimators.horizon(self.config)
+
+    def estimator_options(self, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values
+        (`LeafEstimator.options`; ValueError for a private "gaussian" leaf's default block
+        too large)."""
+        return self.estimators.options(self.config, n_features)
+
+    @staticmethod
+    def estimator_from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
+        """The estimator of a checkpoint's ``state`` (`FPCAEdge.from_state`)."""
+        return LeafEstimator.from_state(state, random_state=random_state)
+
+    def new_estimator(self, n_features: int) -> FPCAEdge:
+        """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
+        delta bound, a default block too large), here rather than at the first block."""
+        return self.estimators.new(self.config, n_features)
+
+    def privacy_mismatch(self, est: FPCAEdge) -> str | None:
+        """Why a restored estimator ``est`` may not continue under this leaf's configuration,
+        or None (`LeafEstimator.mismatch`)."""
+        return self.estimators.mismatch(self.config, est)
+
+    @property
+    def n_samples(self) -> int:
+        """Samples ingested so far."""
+        return 0 if self.estimator is None else self.estimator.n_samples_seen_
+
+    def cells(self) -> int:
+        """Matrix cells a block update touches (the shell offloads large ones to a thread)."""
+        est = self.estimator
+        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+
+    def snapshot_n(self) -> int:
+        """Samples a snapshot taken now would summarise (a private leaf's pending rows are
+        not in it until they are flushed)."""
+        est = self.estimator
+        if est is None:
+            return 0
+        if est.privacy is None:
+            return est.n_samples_seen_
+        return est.n_samples_seen_ - est.n_pending_
 
     # ------------------------------------------------------------------ intake
     @property

@@ -127,7 +127,7 @@ class LeafRestore:
     ) -> Resumed | str:
         """The state of this leaf's own retained snapshot ``msg`` (no checkpoint), for a
         leaf configured with ``privacy`` whose estimator settings for a width are
-        ``options`` (`LeafEstimator.estimator_options`).
+        ``options`` (`LeafCore.estimator_options`).
 
         The estimator resumes from the snapshot (`FPCAEdge.from_subspace`, its float32
         basis re-orthonormalised first), each source continues after the last sequence the
