@@ -288,11 +288,7 @@ def _over_allowance(
 
 
 # ------------------------------------------------------------------------ the structure, counted
-MULTI_BASE_ALLOWED = {
-    # Being removed: the leaf core still inherits its estimator, intake and restore.
-    # Nothing may be added.
-    "edge_runtime.agents.leaf.core.leaf.LeafCore",
-}
+MULTI_BASE_ALLOWED: set[str] = set()
 
 PRIVATE_IMPORTS_ALLOWED: dict[str, int] = {}
 

@@ -1,11 +1,10 @@
 """A leaf's estimator and the privacy guarantee it publishes under. No I/O, no clock.
 
-`LeafEstimator` is the part of `LeafCore` that makes and checks the leaf's estimator
-(`FPCAEdge`, or a FedPower leaf's `GramEstimator`): its settings for a reading width, the
-continual-release horizon, whether a restored one may continue under the configured
-guarantee, and what a snapshot taken now would summarise (a private leaf's pending rows are
-not released yet). The guarantee compared is a `PrivacyParams` on both sides: the
-estimator's own (`snapshot_privacy`) and the topology's (`NodeConfig.privacy`).
+`LeafEstimator` is the part `LeafCore` holds (attribute ``estimators``) that makes and checks
+the leaf's estimator (`FPCAEdge`; a FedPower leaf's core makes a `GramEstimator` instead): its
+settings for a reading width, the continual-release horizon, and whether a restored one may
+continue under the configured guarantee. The guarantee compared is a `PrivacyParams` on both
+sides: the estimator's own (`snapshot_privacy`) and the topology's (`NodeConfig.privacy`).
 `estimator_privacy` is the one place a `PrivacyParams` becomes the plain-number arguments
 of the numerics (`FPCAEdge`'s ``privacy=(epsilon, delta)``, ``clip_norm``, ``mechanism``),
 which sit below the wire layer and take no `PrivacyParams`.
@@ -53,35 +52,40 @@ def snapshot_privacy(est: FPCAEdge) -> PrivacyParams | None:
 
 
 class LeafEstimator:
-    """The estimator part of `LeafCore` (a mixin: `LeafCore` holds the attributes below).
+    """The estimator part of a leaf core: makes and checks the leaf's estimators.
 
-    Attributes
+    Holds the guarantee and the noise source; the core passes the settings (``config``)
+    on each call, so an applied configuration needs no copy here.
+
+    Parameters
     ----------
-    config : NodeConfig
-        The leaf's settings (rank, block size, privacy, ...).
     privacy : PrivacyParams or None
         The configured guarantee (`NodeConfig.privacy`).
     noise : int, numpy.random.Generator or None
         What a new private estimator draws its noise from (a seed, a generator, or None:
         the operating system's entropy).
-    estimator : FPCAEdge or None
-        None until the width of a reading is known.
+
+    Attributes
+    ----------
+    privacy, noise
+        As given; ``noise`` is replaced by the shell after a restore.
+    noise_restarts : int
+        Restores counted, for the noise seed of a restored estimator (set by the shell).
     """
 
-    config: NodeConfig
-    privacy: PrivacyParams | None
-    noise: int | Any | None
-    estimator: FPCAEdge | None
+    def __init__(self, privacy: PrivacyParams | None, noise: int | Any | None) -> None:
+        self.privacy = privacy
+        self.noise = noise
+        self.noise_restarts = 0
 
-    @property
-    def horizon(self) -> int:
-        """The continual-release horizon this leaf's estimator runs with (1 unless the
-        mechanism is "gaussian", `NodeConfig.release_horizon`)."""
-        horizon = self.config.release_horizon
+    def horizon(self, config: NodeConfig) -> int:
+        """The continual-release horizon an estimator runs with under ``config`` (1 unless
+        the mechanism is "gaussian", `NodeConfig.release_horizon`)."""
+        horizon = config.release_horizon
         return 1 if self.privacy is None or horizon is None else horizon
 
-    def estimator_options(self, n_features: int) -> dict[str, Any]:
-        """FPCAEdge settings of this leaf for readings of ``n_features`` values.
+    def options(self, config: NodeConfig, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings under ``config`` for readings of ``n_features`` values.
 
         Raises
         ------
@@ -89,73 +93,54 @@ class LeafEstimator:
             If the default block of a private "gaussian" leaf is too large
             (`NodeConfig.block_size_for`).
         """
-        cfg = self.config
-        rank = min(cfg.rank, n_features)
+        rank = min(config.rank, n_features)
         privacy: dict[str, Any] = {}
         if self.privacy is not None:
             privacy = {
                 **estimator_privacy(self.privacy),
-                "horizon": self.horizon,
-                "chunk_size": cfg.chunk_size,
+                "horizon": self.horizon(config),
+                "chunk_size": config.chunk_size,
                 "random_state": self.noise,
             }
         return {
             "rank": rank,
-            "block_size": cfg.block_size_for(n_features),
+            "block_size": config.block_size_for(n_features),
             "oversample": None
-            if cfg.oversample is None
-            else min(cfg.oversample, n_features - rank),
-            "adaptive": cfg.adaptive,
-            "rank_bounds": cfg.rank_bounds,
-            "holdoff": cfg.holdoff,
-            "forget": cfg.forget,
-            "center": cfg.center,
+            if config.oversample is None
+            else min(config.oversample, n_features - rank),
+            "adaptive": config.adaptive,
+            "rank_bounds": config.rank_bounds,
+            "holdoff": config.holdoff,
+            "forget": config.forget,
+            "center": config.center,
             **privacy,
         }
 
     @staticmethod
-    def estimator_from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
+    def from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
         """The estimator of a checkpoint's ``state`` (`FPCAEdge.from_state`)."""
         return FPCAEdge.from_state(state, random_state=random_state)
 
-    def new_estimator(self, n_features: int) -> FPCAEdge:
-        """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
-        delta bound, a default block too large), here rather than at the first block."""
-        options = self.estimator_options(n_features)
+    def new(self, config: NodeConfig, n_features: int) -> FPCAEdge:
+        """A fresh estimator under ``config``; raises ValueError for settings the mechanism
+        rejects (eq. (8)'s delta bound, a default block too large), here rather than at the
+        first block."""
+        options = self.options(config, n_features)
         if self.privacy is not None and self.privacy.mechanism == "fpca-eq8":
             noise_std(self.privacy.epsilon, self.privacy.delta, n_features, 1)
         return FPCAEdge(n_features, **options)
 
-    def privacy_mismatch(self, est: FPCAEdge) -> str | None:
-        """Why a restored estimator ``est`` may not continue under this leaf's configuration,
-        or None: another guarantee (`snapshot_privacy`: budget, clip norm, mechanism, or
-        privacy at all) or another continual-release horizon."""
+    def mismatch(self, config: NodeConfig, est: FPCAEdge) -> str | None:
+        """Why a restored estimator ``est`` may not continue under ``config``, or None:
+        another guarantee (`snapshot_privacy`: budget, clip norm, mechanism, or privacy at
+        all) or another continual-release horizon."""
         privacy = snapshot_privacy(est)
         if privacy != self.privacy:
             return f"privacy {privacy}, configured {self.privacy}"
-        if self.privacy is not None and est.horizon != self.horizon:
-            return f"release horizon {est.horizon}, configured {self.horizon}"
+        horizon = self.horizon(config)
+        if self.privacy is not None and est.horizon != horizon:
+            return f"release horizon {est.horizon}, configured {horizon}"
         return None
-
-    @property
-    def n_samples(self) -> int:
-        """Samples ingested so far."""
-        return 0 if self.estimator is None else self.estimator.n_samples_seen_
-
-    def cells(self) -> int:
-        """Matrix cells a block update touches (the shell offloads large ones to a thread)."""
-        est = self.estimator
-        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
-
-    def snapshot_n(self) -> int:
-        """Samples a snapshot taken now would summarise (a private leaf's pending rows are
-        not in it until they are flushed)."""
-        est = self.estimator
-        if est is None:
-            return 0
-        if est.privacy is None:
-            return est.n_samples_seen_
-        return est.n_samples_seen_ - est.n_pending_
 
 
 def privacy_status(

@@ -1,25 +1,33 @@
 """A leaf's intake: readings sequenced, screened against the declared range, applied.
 
-`LeafIntake` is the part of `LeafCore` every reading goes through: the per-source sequencer
-(`SourceSequencer`: duplicates dropped, gaps held until they fill or time out), the declared
-sensor range (``valid_range``: readings outside rejected or clipped, `LeafIntake.screen`),
-the reject counters, and the estimator update (`LeafIntake.apply`) with the usual gap between
-readings the idle decision stretches to. No I/O, no clock (time is an argument).
+`LeafIntake` is the part `LeafCore` holds (attribute ``intake``) that every reading goes
+through: the per-source sequencer (`SourceSequencer`: duplicates dropped, gaps held until they
+fill or time out), the declared sensor range (``valid_range``: readings outside rejected or
+clipped, `LeafIntake.screen`), the reject counts by source, the range events, and the usual
+gap between readings the idle decision stretches to. The core applies what it releases to
+the estimator and counts what it drops (`LeafCore.screen`). No I/O, no clock (time is an
+argument).
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 
 import numpy as np
 
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
-from edge_runtime.fpca import FPCAEdge
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SensorReadings
 
-__all__ = ["GAP_WEIGHT", "MAX_RANGE_EVENTS", "Applied", "Labelled", "LeafIntake", "RangeEvent"]
+__all__ = [
+    "GAP_WEIGHT",
+    "MAX_RANGE_EVENTS",
+    "Applied",
+    "Drop",
+    "Labelled",
+    "LeafIntake",
+    "RangeEvent",
+]
 
 GAP_WEIGHT = 0.2
 """Weight of the newest gap in the average gap between a leaf's readings."""
@@ -36,39 +44,45 @@ RangeEvent = tuple[str, str, str]
 ``"out_of_range"``, rejected, or ``"clipped"``) or of another width than its per-feature
 bounds (``"valid_range_width"``, rejected); one per block, after counting."""
 
+Drop = tuple[str, str, int]
+"""``(reason, source, n)``: ``n`` readings of a block dropped by `LeafIntake.screen`."""
+
 MAX_RANGE_EVENTS = 1024
 """Range events kept until the shell takes them (the oldest are dropped beyond; counted
 all the same)."""
 
 
 class LeafIntake:
-    """The intake part of `LeafCore` (a mixin: `LeafCore` holds the attributes below).
+    """The intake part of a leaf core: sequencing, range screening and their counts.
+
+    Parameters
+    ----------
+    gap_timeout_s : float
+        Seconds a sequence gap may stay open (`SourceSequencer`).
 
     Attributes
     ----------
-    config : NodeConfig
-        The leaf's settings (``valid_range``, ``out_of_range``, ``sensor_topic``).
     sequencer : SourceSequencer
         Per-source sequence numbers: what was ingested, what is held behind a gap.
     rejected_by_source : Counter
         Rejected readings (or messages) by the source they came from.
     clipped : int
-        Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``).
+        Readings clipped into ``valid_range`` (``out_of_range = "clip"``).
     range_events : deque of RangeEvent
-        Every block with readings outside ``config.valid_range``, for the shell to log
+        Every block with readings outside ``valid_range``, for the shell to log
         (rate-limited; `take_range_events`), at most `MAX_RANGE_EVENTS`.
+    gap_s : float
+        The usual gap between readings, seconds (exponential average, weight `GAP_WEIGHT`;
+        0 before the second reading).
     """
 
-    config: NodeConfig
-    sequencer: SourceSequencer
-    estimator: FPCAEdge | None
-    n_features: int | None
-    rejected_by_source: Counter[str]
-    clipped: int
-    range_events: deque[RangeEvent]
-    _bounds: dict[int, tuple[np.ndarray, np.ndarray]]
-    _gap_s: float
-    _input_version: int
+    def __init__(self, *, gap_timeout_s: float) -> None:
+        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
+        self.rejected_by_source: Counter[str] = Counter()
+        self.clipped = 0
+        self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
+        self.gap_s = 0.0
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @property
     def ingested(self) -> dict[str, int]:
@@ -81,91 +95,92 @@ class LeafIntake:
         self.range_events.clear()
         return events
 
-    def count_reject(self, reason: str, source: str, n: int = 1) -> None:
-        """Count ``n`` rejected readings (or one message) by ``reason`` (``rejects``) and by
-        the ``source`` they came from (``rejected_by_source``: a local source's id, the
-        ``src`` of an MQTT payload, else the sensor topic)."""
-        self.rejects[reason] += n
+    def count_reject(self, source: str, n: int = 1) -> None:
+        """Count ``n`` rejected readings (or one message) under the ``source`` they came
+        from."""
         self.rejected_by_source[source] += n
 
-    def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
-        """Sequence and `screen` ``readings``: the row blocks ready to apply, in order
-        (`apply` them)."""
-        return [block for block, _, _ in self.accept_labelled(readings, now)]
+    def note_gap(self, gap: float, max_interval_s: float) -> None:
+        """Input arrived ``gap`` seconds after the last: the usual gap moves towards it,
+        unless it is no usual gap (not > 0, or a pause of ``max_interval_s`` or more)."""
+        if 0 < gap < max_interval_s:
+            weight = GAP_WEIGHT if self.gap_s else 1.0  # the first gap starts the average
+            self.gap_s += weight * (gap - self.gap_s)
 
-    def accept_labelled(
-        self, readings: SensorReadings, now: float, origin: str | None = None
-    ) -> list[Labelled]:
-        """`accept`, each block with its source and the sequence number of its first row
-        (the blocks of one offer are in sequence order and end at the source's last applied
-        sequence, `SourceSequencer`; a reading `screen` drops splits a block);
-        ``(block, None, None)`` for readings without one. ``origin``: what a rejected
-        reading without a source is counted under (the message's topic; default the
-        sensor topic)."""
+    def forget_bounds(self) -> None:
+        """The configuration changed: the sensor range is read again for the next block."""
+        self._bounds.clear()
+
+    def accept_labelled(self, readings: SensorReadings, now: float) -> list[Labelled]:
+        """Sequence ``readings`` at ``now`` (seconds): the blocks ready to screen, each with
+        its source and the sequence number of its first row (in sequence order, ending at
+        the source's last applied sequence, `SourceSequencer`); ``(block, None, None)`` for
+        readings without one."""
         source = readings.source
         if source is None or readings.seq is None:
-            labelled: list[Labelled] = [(readings.values, None, None)]
-        else:
-            blocks = self.sequencer.offer(source, readings.seq, readings.values, now)
-            if not blocks:
-                return []
-            labelled = _label(blocks, source, self.sequencer.last[source])
-        return self.screen(labelled, source or origin or self.config.sensor_topic or "?", now)
+            return [(readings.values, None, None)]
+        blocks = self.sequencer.offer(source, readings.seq, readings.values, now)
+        if not blocks:
+            return []
+        return _label(blocks, source, self.sequencer.last[source])
 
-    def expire_labelled(self, now: float) -> list[Labelled]:
-        """`expire`, labelled as `accept_labelled` when the released rows are of one
-        source (the usual case), else ``(block, None, None)``."""
+    def expire_labelled(self, now: float) -> tuple[list[Labelled], str | None]:
+        """Row blocks released at ``now`` because a gap timed out (counted in
+        ``gap_rows``), labelled as `accept_labelled` when of one source (the usual case,
+        returned with them), else ``(block, None, None)`` and source None."""
         before = dict(self.sequencer.last)
         blocks = self.sequencer.expire(now)
         if not blocks:
-            return []
+            return [], None
         changed = [s for s, last in self.sequencer.last.items() if before.get(s) != last]
         if len(changed) != 1:
-            unlabelled: list[Labelled] = [(block, None, None) for block in blocks]
-            return self.screen(unlabelled, self.config.sensor_topic or "?", now)
-        labelled = _label(blocks, changed[0], self.sequencer.last[changed[0]])
-        return self.screen(labelled, changed[0], now)
+            return [(block, None, None) for block in blocks], None
+        return _label(blocks, changed[0], self.sequencer.last[changed[0]]), changed[0]
 
-    def expire(self, now: float) -> list[np.ndarray]:
-        """Row blocks released because a gap timed out (counted in ``gap_rows``),
-        `screen`-ed."""
-        return [block for block, _, _ in self.expire_labelled(now)]
-
-    def screen(self, labelled: list[Labelled], source: str, now: float) -> list[Labelled]:
+    def screen(
+        self, labelled: list[Labelled], source: str, config: NodeConfig
+    ) -> tuple[list[Labelled], list[Drop]]:
         """Check released blocks against ``config.valid_range`` (unchanged without one).
 
         A reading with a value outside the range is dropped (``out_of_range = "reject"``,
-        counted in ``rejects["out_of_range"]``; the kept rows of a block are returned as
-        runs of consecutive readings, each labelled with its first sequence number) or has
-        its values clipped into the range (``"clip"``, counted in ``clipped``). A block of
-        another width than per-feature bounds is dropped whole
-        (``rejects["valid_range_width"]``). Dropped readings are counted under ``source``
-        and stay ingested in their source's sequence. O(rows x features).
+        reason ``"out_of_range"``; the kept rows of a block are returned as runs of
+        consecutive readings, each labelled with its first sequence number) or has its
+        values clipped into the range (``"clip"``, counted in ``clipped``). A block of
+        another width than per-feature bounds is dropped whole (``"valid_range_width"``).
+        Dropped readings are counted under ``source`` (``rejected_by_source``) and
+        returned as `Drop`s for the caller's counts. O(rows x features).
         """
-        if self.config.valid_range is None:
-            return labelled
+        if config.valid_range is None:
+            return labelled, []
         out: list[Labelled] = []
+        drops: list[Drop] = []
         for block, src, seq in labelled:
-            out += self._screen_block(block, src, seq, source, now)
-        return out
+            out += self._screen_block(block, src, seq, source, config, drops)
+        return out, drops
 
-    def _range(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    def _range(self, n_features: int, config: NodeConfig) -> tuple[np.ndarray, np.ndarray]:
         """``(lo, hi)`` for readings of ``n_features`` values (ValueError: another width)."""
         bounds = self._bounds.get(n_features)
         if bounds is None:
-            found = self.config.range_bounds(n_features)
+            found = config.range_bounds(n_features)
             assert found is not None  # screen runs only with a valid_range
             bounds = self._bounds[n_features] = found
         return bounds
 
     def _screen_block(
-        self, block: np.ndarray, src: str | None, seq: int | None, source: str, now: float
+        self,
+        block: np.ndarray,
+        src: str | None,
+        seq: int | None,
+        source: str,
+        config: NodeConfig,
+        drops: list[Drop],
     ) -> list[Labelled]:
         n, d = block.shape
         try:
-            lo, hi = self._range(d)
+            lo, hi = self._range(d, config)
         except ValueError as exc:
-            self._dropped("valid_range_width", source, n, now, f"{exc}: {n} readings rejected")
+            self._dropped("valid_range_width", source, n, f"{exc}: {n} readings rejected", drops)
             return []
         outside = (block < lo) | (block > hi)
         bad = outside.any(axis=1)
@@ -179,11 +194,11 @@ class LeafIntake:
             f"{where} column {j} is {float(block[i, j])!r}, outside valid_range "
             f"[{lo[j]}, {hi[j]}] ({n_bad} of {n} readings in this batch)"
         )
-        if self.config.out_of_range == "clip":
+        if config.out_of_range == "clip":
             self.clipped += n_bad
             self.range_events.append(("clipped", source, detail))
             return [(np.clip(block, lo, hi), src, seq)]
-        self._dropped("out_of_range", source, n_bad, now, detail)
+        self._dropped("out_of_range", source, n_bad, detail, drops)
         kept = np.flatnonzero(~bad)
         runs = np.split(kept, np.flatnonzero(np.diff(kept) != 1) + 1) if kept.size else []
         return [
@@ -191,55 +206,13 @@ class LeafIntake:
             for run in runs
         ]
 
-    def _dropped(self, reason: str, source: str, n: int, now: float, detail: str) -> None:
-        """``n`` readings arrived and were dropped: counted, and due to become durable."""
-        self.count_reject(reason, source, n)
-        self._note_input(now)
-        if math.isinf(self.unpublished_since):
-            self.unpublished_since = now  # a snapshot (or checkpoint) will cover them
+    def _dropped(
+        self, reason: str, source: str, n: int, detail: str, drops: list[Drop]
+    ) -> None:
+        """``n`` readings arrived and were dropped: counted by source, an event, a `Drop`."""
+        self.count_reject(source, n)
+        drops.append((reason, source, n))
         self.range_events.append((reason, source, detail))
-
-    def _note_input(self, now: float) -> None:
-        """Input arrived at ``now``: the usual gap between readings and ``last_input``."""
-        gap = now - self.last_input
-        if 0 < gap < self.policy.max_interval_s:  # a longer pause is no "usual gap"
-            weight = GAP_WEIGHT if self._gap_s else 1.0  # the first gap starts the average
-            self._gap_s += weight * (gap - self._gap_s)
-        self.last_input = now
-
-    def apply(self, values: np.ndarray, now: float) -> None:
-        """Feed rows ``(n, n_features)`` to the estimator (numerics; thread-safe under the
-        shell's lock). The first valid rows fix ``n_features``.
-
-        Raises
-        ------
-        ValueError
-            From the estimator's input checks (the shell counts it as a rejection).
-        """
-        if self.estimator is None:  # the first rows fix the width
-            self.estimator = self.new_estimator(values.shape[1])
-            self.n_features = values.shape[1]
-        self.estimator.partial_fit(values)
-        self._note_input(now)
-        self._input_version += 1
-        if math.isinf(self.unpublished_since):
-            self.unpublished_since = now
-        if math.isinf(self.last_publish):
-            self.last_publish = now  # the rate limit counts from the first reading
-
-    def ingest(self, labelled: list[Labelled], now: float) -> list[Applied]:
-        """`apply` each block of ``labelled`` at ``now`` (seconds), in order; each comes back
-        with the estimator's refusal (a ValueError, e.g. the first reading's width refused
-        by eq. (8)) or None. Never raises for a refused block."""
-        out: list[Applied] = []
-        for block, src, seq in labelled:
-            try:
-                self.apply(block, now)
-            except ValueError as exc:
-                out.append((block, src, seq, exc))
-            else:
-                out.append((block, src, seq, None))
-        return out
 
 
 def _label(blocks: list[np.ndarray], source: str, last: int) -> list[Labelled]:

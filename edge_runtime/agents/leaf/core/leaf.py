@@ -6,12 +6,13 @@ when to publish a snapshot (`PublishPolicy`), when to mask pending readings of a
 when to checkpoint, when to confirm readings (`ConfirmPolicy`) and when to publish its status
 (`StatusPolicy`). Time comes in as an argument; the async shell (`LeafAgent`) does the I/O.
 
-The concepts are one module each, joined here: `edge_runtime.agents.leaf.core.estimator` (the
-estimator and its privacy), `edge_runtime.agents.leaf.core.intake` (sequencing, range screening,
-rejects), `edge_runtime.agents.leaf.core.resume` (checkpoint and retained-snapshot restore), and
-the parts the core holds: `edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints
-and confirmations), `edge_runtime.agents.leaf.core.tick` (`LeafTick`: the order of a tick,
-`TICKS`), `edge_runtime.agents.leaf.core.outbox` (`ScoreOutbox`) and the scoring core
+The concepts are one module each, parts the core holds: `edge_runtime.agents.leaf.core.estimator`
+(`LeafEstimator`: the estimator and its privacy), `edge_runtime.agents.leaf.core.intake`
+(`LeafIntake`: sequencing, range screening, rejects), `edge_runtime.agents.leaf.core.resume`
+(`LeafRestore`: checkpoint and retained-snapshot restore),
+`edge_runtime.agents.leaf.core.durability` (`Durability`: checkpoints and confirmations),
+`edge_runtime.agents.leaf.core.tick` (`LeafTick`: the order of a tick, `TICKS`),
+`edge_runtime.agents.leaf.core.outbox` (`ScoreOutbox`) and the scoring core
 (`edge_runtime.agents.leaf.core.scorer`); this module holds the snapshot decisions (when to
 release a private leaf's pending rows, when to publish) and the status document.
 """
@@ -22,6 +23,8 @@ import dataclasses
 import math
 import random
 from collections import Counter, deque
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,19 +40,19 @@ from edge_runtime.agents.leaf.core.durability import (
 from edge_runtime.agents.leaf.core.estimator import LeafEstimator, snapshot_privacy
 from edge_runtime.agents.leaf.core.intake import (
     GAP_WEIGHT,
-    MAX_RANGE_EVENTS,
     Applied,
+    Labelled,
     LeafIntake,
     RangeEvent,
 )
 from edge_runtime.agents.leaf.core.outbox import ScoreOutbox
-from edge_runtime.agents.leaf.core.resume import LeafRestore
+from edge_runtime.agents.leaf.core.resume import LeafRestore, Resumed
 from edge_runtime.agents.leaf.core.scorer import scoring_core
 from edge_runtime.agents.leaf.core.sequencing import SourceSequencer
 from edge_runtime.agents.leaf.core.tick import TICKS, LeafTick
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.topology import NodeConfig
-from edge_runtime.wire import ConfirmMessage, PrivacyParams, SubspaceMessage
+from edge_runtime.wire import ConfirmMessage, PrivacyParams, SensorReadings, SubspaceMessage
 
 __all__ = [
     "GAP_WEIGHT",
@@ -65,7 +68,7 @@ IDLE_GAPS = 2.0
 """A leaf is idle after this many usual gaps without readings (and ``idle_s`` at least)."""
 
 
-class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
+class LeafCore(NodeCore):
     """Synchronous state and decisions of one leaf.
 
     Parameters
@@ -148,19 +151,17 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
         self.epoch = self.new_id()
         self.seq = 0
         self.estimator: FPCAEdge | None = None
-        self.sequencer = SourceSequencer(gap_timeout_s=gap_timeout_s)
+        self.intake = LeafIntake(gap_timeout_s=gap_timeout_s)  # sequencing, range screening
         self.snapshot: SubspaceMessage | None = None
-        self.restored_from: str | None = None
-        self.privacy: PrivacyParams | None = config.privacy
-        self.noise: int | np.random.Generator | None = config.noise_seed
-        self.noise_restarts = 0
+        self.restore = LeafRestore(self.node_id, self.new_id)  # checkpoint, retained snapshot
+        # makes and checks the estimator, holds the guarantee and the noise source
+        self.estimators = LeafEstimator(config.privacy, config.noise_seed)
         self._candidate_version: tuple[object, int, int] = (None, -2, -2)
         self._candidate_moved = False
         self._decided_at = -math.inf  # when `snapshot_due` last let a publish through
         self._tracked_cache: tuple[tuple[object, ...], Subspace] | None = None
         self._input_version = 0  # bumped whenever the estimator changes
         self._captured_version = 0  # at the last `checkpoint_state`
-        self._gap_s = 0.0  # usual gap between readings, seconds (exponential average)
         self.durability = Durability(
             checkpointing=checkpointing,
             checkpoint_every=checkpoint_every,
@@ -169,10 +170,6 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
             now=now,
             session=self.new_id(),  # this process: a restart shows as a new session
         )
-        self.rejected_by_source: Counter[str] = Counter()
-        self.clipped = 0
-        self.range_events: deque[RangeEvent] = deque(maxlen=MAX_RANGE_EVENTS)
-        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.local_only = local_only
         self.score_outbox = ScoreOutbox()
         self.withheld = 0  # snapshots not made: the estimator's privacy is not the configured
@@ -186,20 +183,275 @@ class LeafCore(LeafEstimator, LeafIntake, LeafRestore, NodeCore):
 
     is_leaf = True
 
+    # --------------------------------------------------------------- estimator
+    @property
+    def privacy(self) -> PrivacyParams | None:
+        """The configured guarantee (`NodeConfig.privacy`; `LeafEstimator`)."""
+        return self.estimators.privacy
+
+    @property
+    def noise(self) -> int | np.random.Generator | None:
+        """What a new private estimator draws its noise from (a seed, a generator, or None:
+        the operating system's entropy; `LeafEstimator`)."""
+        return self.estimators.noise
+
+    @noise.setter
+    def noise(self, noise: int | np.random.Generator | None) -> None:
+        self.estimators.noise = noise
+
+    @property
+    def noise_restarts(self) -> int:
+        """Restores counted, for the noise seed of a restored estimator (`LeafEstimator`)."""
+        return self.estimators.noise_restarts
+
+    @noise_restarts.setter
+    def noise_restarts(self, restarts: int) -> None:
+        self.estimators.noise_restarts = restarts
+
+    @property
+    def horizon(self) -> int:
+        """The continual-release horizon this leaf's estimator runs with (1 unless the
+        mechanism is "gaussian", `NodeConfig.release_horizon`)."""
+        return self.estimators.horizon(self.config)
+
+    def estimator_options(self, n_features: int) -> dict[str, Any]:
+        """FPCAEdge settings of this leaf for readings of ``n_features`` values
+        (`LeafEstimator.options`; ValueError for a private "gaussian" leaf's default block
+        too large)."""
+        return self.estimators.options(self.config, n_features)
+
+    @staticmethod
+    def estimator_from_state(state: Mapping[str, Any], random_state: Any = None) -> FPCAEdge:
+        """The estimator of a checkpoint's ``state`` (`FPCAEdge.from_state`)."""
+        return LeafEstimator.from_state(state, random_state=random_state)
+
+    def new_estimator(self, n_features: int) -> FPCAEdge:
+        """A fresh estimator; raises ValueError for settings the mechanism rejects (eq. (8)'s
+        delta bound, a default block too large), here rather than at the first block."""
+        return self.estimators.new(self.config, n_features)
+
+    def privacy_mismatch(self, est: FPCAEdge) -> str | None:
+        """Why a restored estimator ``est`` may not continue under this leaf's configuration,
+        or None (`LeafEstimator.mismatch`)."""
+        return self.estimators.mismatch(self.config, est)
+
+    @property
+    def n_samples(self) -> int:
+        """Samples ingested so far."""
+        return 0 if self.estimator is None else self.estimator.n_samples_seen_
+
+    def cells(self) -> int:
+        """Matrix cells a block update touches (the shell offloads large ones to a thread)."""
+        est = self.estimator
+        return 0 if est is None else est.n_features_ * (est.rank_ + est.block_size)
+
+    def snapshot_n(self) -> int:
+        """Samples a snapshot taken now would summarise (a private leaf's pending rows are
+        not in it until they are flushed)."""
+        est = self.estimator
+        if est is None:
+            return 0
+        if est.privacy is None:
+            return est.n_samples_seen_
+        return est.n_samples_seen_ - est.n_pending_
+
+    # ------------------------------------------------------------------ intake
+    @property
+    def sequencer(self) -> SourceSequencer:
+        """Per-source sequence numbers: what was ingested, what is held behind a gap
+        (`LeafIntake`)."""
+        return self.intake.sequencer
+
+    @property
+    def rejected_by_source(self) -> Counter[str]:
+        """Rejected readings (or messages) by the source they came from (`LeafIntake`)."""
+        return self.intake.rejected_by_source
+
+    @property
+    def clipped(self) -> int:
+        """Readings clipped into ``config.valid_range`` (``out_of_range = "clip"``)."""
+        return self.intake.clipped
+
+    @property
+    def range_events(self) -> deque[RangeEvent]:
+        """Blocks with readings outside ``config.valid_range``, for the shell to log
+        (`take_range_events`; `LeafIntake`)."""
+        return self.intake.range_events
+
+    @property
+    def ingested(self) -> dict[str, int]:
+        """Last sequence number applied per source."""
+        return self.intake.ingested
+
+    def take_range_events(self) -> list[RangeEvent]:
+        """The range events since the last call, oldest first (the shell logs them)."""
+        return self.intake.take_range_events()
+
+    def count_reject(self, reason: str, source: str, n: int = 1) -> None:
+        """Count ``n`` rejected readings (or one message) by ``reason`` (``rejects``) and by
+        the ``source`` they came from (``rejected_by_source``: a local source's id, the
+        ``src`` of an MQTT payload, else the sensor topic)."""
+        self.rejects[reason] += n
+        self.intake.count_reject(source, n)
+
+    def accept(self, readings: SensorReadings, now: float) -> list[np.ndarray]:
+        """Sequence and `screen` ``readings``: the row blocks ready to apply, in order
+        (`apply` them)."""
+        return [block for block, _, _ in self.accept_labelled(readings, now)]
+
+    def accept_labelled(
+        self, readings: SensorReadings, now: float, origin: str | None = None
+    ) -> list[Labelled]:
+        """`accept`, each block with its source and the sequence number of its first row
+        (the blocks of one offer are in sequence order and end at the source's last applied
+        sequence, `SourceSequencer`; a reading `screen` drops splits a block);
+        ``(block, None, None)`` for readings without one. ``origin``: what a rejected
+        reading without a source is counted under (the message's topic; default the
+        sensor topic)."""
+        labelled = self.intake.accept_labelled(readings, now)
+        if not labelled:
+            return []
+        source = readings.source
+        return self.screen(labelled, source or origin or self.config.sensor_topic or "?", now)
+
+    def expire_labelled(self, now: float) -> list[Labelled]:
+        """`expire`, labelled as `accept_labelled` when the released rows are of one
+        source (the usual case), else ``(block, None, None)``."""
+        labelled, source = self.intake.expire_labelled(now)
+        if not labelled:
+            return []
+        return self.screen(labelled, source or self.config.sensor_topic or "?", now)
+
+    def expire(self, now: float) -> list[np.ndarray]:
+        """Row blocks released because a gap timed out (counted in ``gap_rows``),
+        `screen`-ed."""
+        return [block for block, _, _ in self.expire_labelled(now)]
+
+    def screen(self, labelled: list[Labelled], source: str, now: float) -> list[Labelled]:
+        """Check released blocks against ``config.valid_range`` (`LeafIntake.screen`);
+        readings dropped are counted in ``rejects`` under their reason, are input at ``now``
+        and are due to become durable (a snapshot or checkpoint will cover them)."""
+        kept, drops = self.intake.screen(labelled, source, self.config)
+        for reason, _, n in drops:
+            self.rejects[reason] += n
+            self._note_input(now)
+            if math.isinf(self.unpublished_since):
+                self.unpublished_since = now
+        return kept
+
+    def _note_input(self, now: float) -> None:
+        """Input arrived at ``now``: the usual gap between readings and ``last_input``."""
+        self.intake.note_gap(now - self.last_input, self.policy.max_interval_s)
+        self.last_input = now
+
+    def apply(self, values: np.ndarray, now: float) -> None:
+        """Feed rows ``(n, n_features)`` to the estimator (numerics; thread-safe under the
+        shell's lock). The first valid rows fix ``n_features``.
+
+        Raises
+        ------
+        ValueError
+            From the estimator's input checks (the shell counts it as a rejection).
+        """
+        if self.estimator is None:  # the first rows fix the width
+            self.estimator = self.new_estimator(values.shape[1])
+            self.n_features = values.shape[1]
+        self.estimator.partial_fit(values)
+        self._note_input(now)
+        self._input_version += 1
+        if math.isinf(self.unpublished_since):
+            self.unpublished_since = now
+        if math.isinf(self.last_publish):
+            self.last_publish = now  # the rate limit counts from the first reading
+
+    def ingest(self, labelled: list[Labelled], now: float) -> list[Applied]:
+        """`apply` each block of ``labelled`` at ``now`` (seconds), in order; each comes back
+        with the estimator's refusal (a ValueError, e.g. the first reading's width refused
+        by eq. (8)) or None. Never raises for a refused block."""
+        out: list[Applied] = []
+        for block, src, seq in labelled:
+            try:
+                self.apply(block, now)
+            except ValueError as exc:
+                out.append((block, src, seq, exc))
+            else:
+                out.append((block, src, seq, None))
+        return out
+
+    # ----------------------------------------------------------------- restore
+    @property
+    def restored_from(self) -> str | None:
+        """``"checkpoint"``, ``"retained snapshot"`` or None: a fresh start (`LeafRestore`)."""
+        return self.restore.restored_from
+
+    def restore_checkpoint(
+        self, state: Mapping[str, Any], estimator: FPCAEdge | None, now: float
+    ) -> None:
+        """Continue from a checkpoint at ``now`` (seconds): ``state`` as written from
+        `checkpoint_state`, ``estimator`` rebuilt from it (`FPCAEdge.from_state`, by the
+        caller, who owns the noise generator; `LeafRestore.from_checkpoint`). Readings the
+        checkpoint covers are durable; whatever no snapshot published yet is published when
+        the policy allows.
+
+        Raises
+        ------
+        KeyError, ValueError, TypeError
+            If ``state`` lacks the leaf's keys or holds values of the wrong type.
+        """
+        self._resume(self.restore.from_checkpoint(state, estimator))
+        if estimator is not None and estimator.n_samples_seen_:
+            self.unpublished_since = now
+
+    def continue_after(self, retained: SubspaceMessage) -> None:
+        """After a checkpoint restore: the epoch and ``seq`` continue after this lineage's
+        ``retained`` snapshot (`LeafRestore.continued`)."""
+        self.epoch, self.seq = self.restore.continued(
+            self.epoch, self.seq, self.durability.checkpointed_n, retained
+        )
+
+    def restore_snapshot(self, msg: SubspaceMessage, now: float) -> str | None:
+        """Continue from this leaf's own retained snapshot ``msg`` (no checkpoint;
+        `LeafRestore.from_snapshot`). Returns why it was not used (``"empty"``,
+        ``"privacy_mismatch"``, ``"unusable: ..."``), or None once restored."""
+        resumed = self.restore.from_snapshot(msg, self.privacy, self.estimator_options)
+        if isinstance(resumed, str):
+            return resumed
+        self._resume(resumed)
+        return None
+
+    def _resume_from(self, msg: SubspaceMessage, estimator: Any) -> None:
+        """Continue with ``estimator``, rebuilt from this leaf's own retained snapshot
+        ``msg`` (`LeafRestore.resumed`; a FedPower leaf rebuilds its own estimator)."""
+        self._resume(self.restore.resumed(msg, estimator))
+
+    def _resume(self, resumed: Resumed) -> None:
+        """Take over the state of an earlier incarnation: its estimator, lineage, what
+        each source's sequence continues after, and what is durable."""
+        self.estimator = resumed.estimator
+        if resumed.n_features is not None:
+            self.n_features = resumed.n_features
+        self.epoch, self.seq = resumed.epoch, resumed.seq
+        if resumed.snapshot is not None:
+            self.snapshot = resumed.snapshot
+        self.sequencer.restore(resumed.ingested)
+        self.durability.restored(
+            resumed.ingested, blocks=resumed.blocks, n_samples=resumed.n_samples
+        )
+
     def _adopt(self, new: NodeConfig) -> None:
         """Keep an applied configuration's live keys (the only ones it may change,
         `classify_config`); its sensor range applies to the next block. The rest stays the
         core's own: a secure-aggregation leaf's core runs without privacy (its estimate never
         leaves the device), which ``new``'s privacy keys would undo."""
         self.config = dataclasses.replace(self.config, **{k: getattr(new, k) for k in LIVE_KEYS})
-        self._bounds.clear()
+        self.intake.forget_bounds()
 
     @property
     def idle_s(self) -> float:
         """The policy's ``idle_s``, stretched to twice the usual gap between this leaf's
         readings (an exponential average), so a stream that arrives in bursts is not
         "idle" between two bursts: the trailing publish waits for a real pause."""
-        return max(self.policy.idle_s, IDLE_GAPS * self._gap_s)
+        return max(self.policy.idle_s, IDLE_GAPS * self.intake.gap_s)
 
     @property
     def published_n(self) -> int:
