@@ -1,15 +1,8 @@
-"""One run of the churn benchmark (`benchmarks.fleet.churn`) on a fresh plain `LocalMosquitto`.
-
-`build_fleet` makes the inputs: the tree of `open_fleet_text`, each leaf's `low_rank` rows,
-and who joins and retires, in waves. `run_once` replays the declared leaves' rows, and with
-churn, in waves at shares of ``reference_s`` (a run without churn's wall time, so the waves
-fall at the same phases): undeclared leaves join under the open aggregators (each on the
-topology with itself as `Topology.admitted_leaf` of its parent), and declared leaves retire
-with forgetting (feed stopped, agent stopped, topics cleared as ``retire --forget`` does with
-`clear_device_topics`; a plain broker, so no client is disabled). Agents are hosted as
-``edge-runtime run`` hosts them (`WorkerPool` over `assign_nodes`, a join wave in the least
-crowded worker); this process runs the replays, the model watcher and the clearing. Every
-wait is bounded; workers and broker are stopped by pid, also on error.
+"""One run of the churn benchmark (`benchmarks.fleet.churn`) on a fresh plain `LocalMosquitto`:
+the declared leaves replayed, and with churn, in waves at shares of a run without churn's wall
+time, undeclared leaves joining the open aggregators and declared leaves retired with
+forgetting (topics cleared as ``retire --forget`` does). Agents are hosted as ``edge-runtime
+run`` hosts them (`WorkerPool`); every wait is bounded, every process stopped by pid.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Fleet benchmark, every node its own process: latency to the root and the cost of an agent.
-
-A private `LocalMosquitto`, one ``edge-runtime agent --topology T --node N`` process per
-node and, once every node's retained status says ``online``, ``edge-runtime replay --rate
-R``. An observer in this process follows the leaves' sensor topics and the root's model:
-
-- a reading's **publish time** is its arrival at the observer (readings are told apart by
-  their source sequence numbers); its **production time** is its slot in the replay's
-  fixed-rate schedule, ``t0_l + j / rate_l`` with ``t0_l = min_j (publish_j - j / rate_l)``,
-  so batching or queueing inside the replay counts as latency;
-- it is **at the root** with the first model whose provenance covers it (``provenance[l] > j``).
-
-Each agent's CPU seconds and memory are read (`benchmarks.processes.sample_process`) at the
-first reading and when the root covers every reading.
+"""Fleet benchmark, every node its own ``edge-runtime agent`` process against a private
+`LocalMosquitto`, fed by ``edge-runtime replay --rate R`` once all are online. An observer
+times each reading from its publish (arrival at the broker) and from its production (its slot
+in the replay's fixed-rate schedule, ``t0 + j / rate`` per leaf, so queueing in the replay
+counts) to the first root model whose provenance covers it; each agent's CPU and memory are
+sampled from the first reading to full coverage.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Enrol, join and forget leaves as deployed against a dynsec Mosquitto.
-
-``python -m benchmarks.fleet.membership [--out DIR]``
-
-1. A `LocalMosquitto` with the dynamic security plugin; ``topologies/motes-light.toml``
-   with site-a and site-b open, ``edge-runtime deploy``-ed, its leaves ``enroll``-ed; 11
-   ``edge-runtime agent`` processes with their own user and ``--state-dir`` and no topology
-   file; ``edge-runtime replay --rate 200`` in the background.
-2. During the replay ``enroll pi-09 --parent site-a``, pi-09 started with only the broker
-   URL, its credentials and node id, fed Motes rows: its first snapshot -> the root model
-   naming it, against ``publish_max_interval_s + 1 s``; the PIDs before and after.
-3. After it, ``retire pi-04 --forget``: the root's ``n_samples`` drops by exactly pi-04's
-   count in time, at an error ratio on the rows it still covers; the control ``retire
-   pi-08`` (no ``--forget``) changes nothing.
-
-Every wait is bounded; every process is stopped by its pid. Writes ``<out>/membership.json``
-and ``membership.md`` (and, when a step fails, the logs in ``<out>/membership-logs``).
+"""Enrol, join and forget leaves as deployed against a dynsec Mosquitto (``python -m
+benchmarks.fleet.membership [--out DIR]``, about a minute): the Motes tree with open sites,
+one ``edge-runtime agent`` process per node with its own user; during the replay ``enroll
+pi-09`` joins (time to the root model naming it, same PIDs), after it ``retire pi-04
+--forget`` (the root's ``n_samples`` drops by its count in time) and the control ``retire
+pi-08``. Writes ``membership.json`` and ``membership.md`` in ``--out``.
 """
 
 from __future__ import annotations
