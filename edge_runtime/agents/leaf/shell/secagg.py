@@ -170,6 +170,9 @@ class SecAggLeaf:
         ``write_failures`` (in the status as ``ledger_file`` with a state directory).
     """
 
+    publishes_snapshots = False
+    """The site's slots release the leaf's readings, never a snapshot of its own."""
+
     def __init__(
         self, agent: Any, n_features: int | None = None, state_dir: Path | str | None = None
     ) -> None:
@@ -230,9 +233,6 @@ class SecAggLeaf:
         self._restore(n_features)
         if n_features is not None and self.release is None:
             self._build(n_features)
-
-    publishes_snapshots = False
-    """The site's slots release the leaf's readings, never a snapshot of its own."""
 
     def core_config(self, config: Any) -> Any:
         """The leaf core's settings: its estimator without privacy (`local_config`)."""
