@@ -7,25 +7,8 @@ the tallies and the result) and carrying out every core's actions through `execu
 simulation's executor, usable alone against any virtual broker); `config` holds its settings
 and result, `fleet` builds synthetic trees and readings. Run one with
 ``python -m edge_runtime.simulation --leaves 10000 --fanout 100 --root-crash``.
+
+Internal to the runtime, so ``__all__`` is empty: import each name from its module.
 """
 
-from edge_runtime.simulation.config import (
-    Faults,
-    Feed,
-    Link,
-    SimulationConfig,
-    SimulationResult,
-)
-from edge_runtime.simulation.engine import Simulation
-from edge_runtime.simulation.fleet import balanced_topology, low_rank_data
-
-__all__ = [
-    "Faults",
-    "Feed",
-    "Link",
-    "Simulation",
-    "SimulationConfig",
-    "SimulationResult",
-    "balanced_topology",
-    "low_rank_data",
-]
+__all__: list[str] = []
