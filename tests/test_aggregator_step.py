@@ -85,7 +85,8 @@ def snapshots(children: list[str], times: list[float]) -> Trace:
 
 def virtual_core(agent: AggregatorAgent) -> AggregatorCore:
     """The agent's core on the virtual clock (its start at 0 s, seeded ids), holding the
-    agent's release strategy."""
+    agent's release strategy. The simulation's side makes its core here too, for the same
+    configuration and strategy; that agent's own executor is never called."""
     config = agent.config
     core = AggregatorCore(
         config,
