@@ -22,8 +22,10 @@ import pytest
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import principal_angles
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_readings
 
@@ -193,7 +195,7 @@ def test_a_secagg_node_without_the_extra_stops_at_start_in_one_line(
 ) -> None:
     import importlib.util
 
-    from edge_runtime.secagg import SecAggError
+    from edge_runtime.secagg.errors import SecAggError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

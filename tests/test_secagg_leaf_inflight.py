@@ -24,10 +24,12 @@ from structlog.testing import capture_logs
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.agents.leaf.shell.secagg import LEDGER_SUFFIX, SecAggLeaf
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import encode_readings
 from edge_runtime.wire.secagg import decode_secagg, encode_secagg
 from tests.test_secagg_leaf_restart import (

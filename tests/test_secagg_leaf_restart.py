@@ -26,12 +26,13 @@ from structlog.testing import capture_logs
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
 from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.agents.leaf.shell.secagg import (
     LEDGER_FORMAT,
     LEDGER_SUFFIX,
@@ -41,6 +42,7 @@ from edge_runtime.agents.leaf.shell.secagg import (
 from edge_runtime.secagg.aggregator_round import RoundTimeouts
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import encode_readings
 from edge_runtime.wire.secagg import decode_secagg, encode_secagg

@@ -45,9 +45,9 @@ from benchmarks.processes import (
     sample_process,
     stop_processes,
 )
-from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import WireError, decode_readings, decode_subspace
 
