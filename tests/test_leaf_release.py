@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_runtime.agents import LeafAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.agents.leaf.shell.release import DirectShell, Flushed, release_shell_for
 from edge_runtime.topology import Topology, parse_topology
 
