@@ -22,7 +22,7 @@ import pytest
 from helpers import low_rank_data, tree_topology
 
 from edge_runtime.acl import bridge_user, generate_acl
-from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents import create_agent
 from edge_runtime.bridge import (
     BridgeError,
     bridge_topics,
@@ -34,6 +34,7 @@ from edge_runtime.cli import main
 from edge_runtime.fpca import principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
 from edge_runtime.replay import Replayer
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology, parse_topology
 from edge_runtime.wire import SubspaceMessage
 

@@ -58,10 +58,12 @@ from aiomqtt.exceptions import MqttConnectError
 from tls_material import TlsMaterial, make_tls_material
 
 from edge_runtime.acl import AclError, bridge_user, generate_acl
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.bridge import notification_topic
 from edge_runtime.broker import LOCAL_HOST, find_mosquitto, free_port
 from edge_runtime.datasets import load_dataset
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology, parse_topology
 from edge_runtime.wire import DEFAULT_MAX_PAYLOAD_BYTES, decode_subspace, encode_readings
 

@@ -45,9 +45,11 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.fpca import error_ratio
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import decode_subspace, encode_readings
 

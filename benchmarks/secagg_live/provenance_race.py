@@ -23,9 +23,11 @@ import aiomqtt
 
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.secagg_live.live import D, Scenario, _free_port, build_topology
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.logs import configure_logging
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import decode_subspace, encode_readings
 
 
