@@ -42,7 +42,8 @@ from edge_runtime.cli.argtypes import positive_float, positive_int
 from edge_runtime.datasets import load_dataset
 
 __all__ = ["DAPHNET", "DAY_S", "Dataset", "Detector", "DetectorResult", "detectors",
-           "evaluate", "load_matrix", "main", "motes", "nab_stream", "plot", "render", "run_stream"]
+           "evaluate", "load_matrix", "main", "motes", "nab_stream", "plot", "provenance", "render",
+           "run_stream"]
 
 DAY_S = 86400.0  # seconds in a device-day
 MOTES_EPOCH = 31.0  # Motes light's epoch (s): 2,787 readings per device-day
@@ -389,7 +390,7 @@ def _evaluate_safe(task: tuple[str, Factory, Dataset, int]) -> tuple[DetectorRes
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _provenance(seeds: int) -> str:
+def provenance(seeds: int) -> str:
     """When and on what the run was made (commit, and the detector module's git state)."""
 
     def git(*args: str) -> str:
@@ -452,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 results.append(res)
         sections.append((ds, results, args.seeds))
-    notes.append(_provenance(args.seeds))
+    notes.append(provenance(args.seeds))
     stored = [{"dataset": {"name": ds.name, "shape": ds.data.shape, "warmup": ds.warmup,
                            "epoch": ds.epoch}, "seeds": seeds, "detectors": results}
               for ds, results, seeds in sections]
