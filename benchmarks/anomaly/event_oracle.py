@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
+from benchmarks.anomaly.event_bench import DAY_S, GROUPS, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
 from benchmarks.reporting import prose, table
@@ -33,9 +33,7 @@ __all__ = ["BUDGETS", "GROUPS", "TARGETS", "Model", "OracleResult", "evaluate", 
 
 #: Clean alarm events per device-day at which the hindsight limit is taken (issue 25: 2).
 BUDGETS = (2.0, 5.0, 20.0)
-#: Kinds reported, grouped as the targets are; the recall targets at 2 events per device-day.
-GROUPS = {"SHORT": ("short",), "NOISE": ("noise",), "CONSTANT": CONSTANT_KINDS,
-          "DRIFT": ("drift",)}
+#: The recall targets at 2 clean events per device-day, by kind group (`GROUPS`).
 TARGETS = {"SHORT": 0.95, "NOISE": 0.8, "CONSTANT": 0.9}
 #: As FaultDetector's: directions of the cross-sensor models of changes and of log levels;
 #: readings of the local RMS and its floor (x global); NOISE windows, their context and the
@@ -64,9 +62,7 @@ def _transform(x: np.ndarray, domain: str, c: float) -> np.ndarray:
 
 def _diff(x: np.ndarray) -> np.ndarray:
     """First differences with a zero first row: ``out[t] = x[t] - x[t - 1]``."""
-    out = np.zeros_like(x)
-    out[1:] = np.diff(x, axis=0)
-    return out
+    return np.concatenate([np.zeros_like(x[:1]), np.diff(x, axis=0)])
 
 
 def _loo_basis(z: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,11 +99,9 @@ def _rolling_mean(a: np.ndarray, w: int, lag: int = 0) -> np.ndarray:
     """Mean of ``a[t - lag - w + 1 .. t - lag]`` per row (fewer rows at the top), axis 0."""
     cs = np.zeros((a.shape[0] + 1, a.shape[1]))
     np.cumsum(a, axis=0, out=cs[1:])
-    t = np.arange(a.shape[0])
-    hi = np.clip(t - lag + 1, 0, None)
+    hi = np.clip(np.arange(a.shape[0]) - lag + 1, 0, None)
     lo = np.clip(hi - w, 0, None)
-    cnt = np.maximum(hi - lo, 1)[:, None]
-    return (cs[hi] - cs[lo]) / cnt
+    return (cs[hi] - cs[lo]) / np.maximum(hi - lo, 1)[:, None]
 
 
 def _run_lengths(same: np.ndarray) -> np.ndarray:
@@ -221,6 +215,9 @@ def hindsight_threshold(score: np.ndarray, max_events: float) -> float:
 RESULT_FILE = "anomaly_oracle.json"
 
 
+Union = tuple[tuple[str, ...], dict[str, int]]  # statistics ORed, detected faults per kind
+
+
 @dataclass
 class OracleResult:
     """Per statistic and budget: the hindsight limit and detected / visible per kind;
@@ -233,7 +230,7 @@ class OracleResult:
     thresholds: dict[str, dict[float, float]] = field(default_factory=dict)
     detected: dict[str, dict[float, dict[str, int]]] = field(default_factory=dict)
     visible: dict[str, int] = field(default_factory=dict)
-    unions: dict[str, dict[float, tuple[tuple[str, ...], dict[str, int]]]] = field(default_factory=dict)  # noqa: E501
+    unions: dict[str, dict[float, Union]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def ratio(self, got: dict[str, int], kinds: tuple[str, ...]) -> float:
@@ -281,16 +278,13 @@ def _count(faults: list, alarms: np.ndarray, got: dict[str, int]) -> None:
 
 
 def evaluate(
-    ds: Dataset,
-    seeds: int,
-    budgets: tuple[float, ...] = BUDGETS,
+    ds: Dataset, seeds: int, budgets: tuple[float, ...] = BUDGETS,
     config: FaultConfig | None = None,
 ) -> OracleResult:
     """The hindsight limit of every statistic on ``ds``'s clean stream and its recall on
     ``seeds`` faulty streams (the event benchmark's seeds 0..); each statistic also comes
     divided, per sensor, by its 99.9 % quantile over the warm-up rows."""
-    t0 = time.perf_counter()
-    start = ds.warmup
+    t0, start = time.perf_counter(), ds.warmup
     warm = ds.data[:start]
     model = fit_model(warm)
     days = (ds.data.shape[0] - start) * ds.epoch / DAY_S
@@ -326,7 +320,7 @@ def evaluate(
                 own = max(res.thresholds, key=lambda s, k=k: res.recall(s, b, (k,)))
                 if own not in top:
                     top.append(own)
-            best: tuple[tuple[str, ...], dict[str, int]] = ((), {})
+            best: Union = ((), {})
             best_r = -1.0
             for names in (*combinations(top, 2), *combinations(top, 3)):
                 scale = {s: max(res.thresholds[s][b], 1e-12) for s in names}
