@@ -80,15 +80,8 @@ def per_kind(flags: np.ndarray, labels: np.ndarray) -> list[tuple[int, int, floa
 
 
 def score_faults(
-    train: np.ndarray,
-    stream: np.ndarray,
-    *,
-    start: int,
-    setting: str,
-    seed: int = SEED,
-    config: FaultConfig | None = None,
-    rank: int = RANK,
-    oversample: int = OVERSAMPLE,
+    train: np.ndarray, stream: np.ndarray, *, start: int, setting: str, seed: int = SEED,
+    config: FaultConfig | None = None, rank: int = RANK, oversample: int = OVERSAMPLE,
     alpha: float = ALPHA,
 ) -> list[Row]:
     """Fit on ``train`` (n_train, d), inject faults (seeded, ``config`` or the lux
