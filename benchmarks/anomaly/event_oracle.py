@@ -71,6 +71,22 @@ def _loo_basis(z: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return v, np.minimum((v**2).sum(1), 0.99)
 
 
+def _loo(z: np.ndarray, v: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Leave-one-out residual of ``z`` (n, d) off the basis ``v`` with leverages ``h``."""
+    return (z - (z @ v) @ v.T) / (1.0 - h)
+
+
+def _rms(a: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(a**2, axis=0)) + 1e-12
+
+
+def _level_model(y: np.ndarray) -> dict[str, np.ndarray]:
+    """The rank-`LEVEL_RANK` model of log levels ``y`` (n, d): mean, basis, leverages, RMS."""
+    mu = y.mean(0)
+    v, h = _loo_basis(y - mu, LEVEL_RANK)
+    return {"mu": mu, "V": v, "h": h, "rms": _rms(_loo(y - mu, v, h))}
+
+
 def fit_model(warm: np.ndarray, log_offset: float | None = None) -> Model:
     """The statistics' warm-up quantities from clean rows ``warm`` (n, d), non-negative;
     ``log_offset`` None: the median of the sensors' robust sigma (14.4 lux on Motes light)."""
@@ -82,16 +98,9 @@ def fit_model(warm: np.ndarray, log_offset: float | None = None) -> Model:
         y = _transform(warm, dom, c)
         dy = np.diff(y, axis=0)
         v, h = _loo_basis(dy, RANK)
-        loo = (dy - (dy @ v) @ v.T) / (1.0 - h)
-        dsig = noise_sigma(y) if dom == "log" else sigma
-        domains[dom] = {"V": v, "h": h, "sigma": dsig,
-                        "rms": np.sqrt(np.mean(dy**2, axis=0)) + 1e-12,
-                        "loo_rms": np.sqrt(np.mean(loo**2, axis=0)) + 1e-12}
-    y = _transform(warm, "log", c)
-    mu = y.mean(0)
-    v, h = _loo_basis(y - mu, LEVEL_RANK)
-    res = ((y - mu) - ((y - mu) @ v) @ v.T) / (1.0 - h)
-    level = {"mu": mu, "V": v, "h": h, "rms": np.sqrt(np.mean(res**2, axis=0)) + 1e-12}
+        domains[dom] = {"V": v, "h": h, "sigma": noise_sigma(y) if dom == "log" else sigma,
+                        "rms": _rms(dy), "loo_rms": _rms(_loo(dy, v, h))}
+    level = _level_model(_transform(warm, "log", c))
     return Model(warm.shape[0], sigma, warm.max(0), c, domains, level)
 
 
@@ -129,7 +138,7 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
     for dom, m in model.domains.items():
         y = _transform(x, dom, model.log_offset)
         d = dx if dom == "lux" else _diff(y)
-        loo = (d - (d @ m["V"]) @ m["V"].T) / (1.0 - m["h"])
+        loo = _loo(d, m["V"], m["h"])
         ad = np.abs(d)
         local_d, local_l = (
             np.maximum(np.sqrt(_rolling_mean(v**2, LOCAL, lag=1)), LOCAL_FLOOR * m[key])
@@ -161,7 +170,7 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
     out["run length (< 100)"] = np.where(run < MUTE_AFTER, run, 0).astype(np.float64)
     lv = model.level
     yc = _transform(x, "log", model.log_offset) - lv["mu"]
-    res = (yc - (yc @ lv["V"]) @ lv["V"].T) / (1.0 - lv["h"]) / lv["rms"]
+    res = _loo(yc, lv["V"], lv["h"]) / lv["rms"]
     rows = np.arange(x.shape[0])[:, None]
     begin = np.maximum(rows - run, 0)
     out["abs(level residual move) over run"] = np.where(
@@ -181,17 +190,9 @@ def _refit_level_residual(x: np.ndarray, model: Model) -> np.ndarray:
     `REFIT` rows on the `start` rows before (causal; the warm-up model until then)."""
     y = _transform(x, "log", model.log_offset)
     out = np.zeros_like(y)
-    lv = model.level
-    mu, v, h, rms = lv["mu"], lv["V"], lv["h"], lv["rms"]
     for lo in range(model.start, y.shape[0], REFIT):
-        if lo > model.start:
-            past = y[lo - model.start : lo]
-            mu = past.mean(0)
-            v, h = _loo_basis(past - mu, LEVEL_RANK)
-            r = ((past - mu) - ((past - mu) @ v) @ v.T) / (1.0 - h)
-            rms = np.sqrt(np.mean(r**2, axis=0)) + 1e-12
-        yc = y[lo : lo + REFIT] - mu
-        out[lo : lo + REFIT] = (yc - (yc @ v) @ v.T) / (1.0 - h) / rms
+        lv = _level_model(y[lo - model.start : lo]) if lo > model.start else model.level
+        out[lo : lo + REFIT] = _loo(y[lo : lo + REFIT] - lv["mu"], lv["V"], lv["h"]) / lv["rms"]
     return out
 
 
@@ -202,14 +203,10 @@ def hindsight_threshold(score: np.ndarray, max_events: float) -> float:
     s = np.asarray(score, dtype=np.float64)
     prev = np.concatenate([[-np.inf], s[:-1]])
     starts = prev < s  # an event starts at t for thresholds in [prev, s)
-    a = np.sort(prev[starts])
-    b = np.sort(s[starts])
-    cand = np.unique(s)
+    a, b, cand = np.sort(prev[starts]), np.sort(s[starts]), np.unique(s)
     count = np.searchsorted(a, cand, "right") - np.searchsorted(b, cand, "right")
     bad = np.flatnonzero(count > max_events)
-    if bad.size == 0:
-        return float(cand[0])
-    return float(cand[min(bad[-1] + 1, cand.size - 1)])
+    return float(cand[min(bad[-1] + 1, cand.size - 1)] if bad.size else cand[0])
 
 
 RESULT_FILE = "anomaly_oracle.json"

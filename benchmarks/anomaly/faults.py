@@ -1,18 +1,9 @@
-"""Seeded fault injection into a sensor matrix (section (i)), ground-truth labels per reading.
-
-A reading is one row (all ``n_features`` motes at one step). Events of three kinds, each on
-one mote drawn per event, at non-overlapping times in rows ``[start, n)`` (a grid of slots,
-free rows spread at random; all from ``numpy.random.default_rng(seed)``):
-
-- **spike**: one reading offset by ``spike_offset`` lux (+3000: outside Motes light's range,
-  whose maximum is the sensor's 1847 lux saturation);
-- **stuck**: the mote repeats its last value (or reports ``stuck_value``: a stuck-at fault,
-  Sharma, Golubchik & Govindan, ACM TOSN 2010) for ``stuck_length`` steps, drawn among the
-  motes whose mean absolute change over the stretch is at least ``stuck_min_effect`` lux (a
-  placement where some stretch has none is redrawn);
-- **drift**: an offset growing linearly to ``drift_total`` lux over ``drift_length`` steps.
-
-Every step of an event is labelled, even where its effect happens to be small.
+"""Section (i)'s seeded fault injection, with ground-truth labels per reading (row): spikes
+(+3000 lux, outside Motes light's range), stuck motes (the last value, or ``stuck_value``:
+a stuck-at fault, Sharma, Golubchik & Govindan, ACM TOSN 2010; drawn among the motes whose
+mean absolute change over the stretch is at least ``stuck_min_effect``) and linear drifts,
+one mote per event, at non-overlapping random times in rows ``[start, n)``; every step of an
+event is labelled. Everything is drawn from ``numpy.random.default_rng(seed)``.
 """
 
 from __future__ import annotations

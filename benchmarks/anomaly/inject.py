@@ -1,21 +1,12 @@
-"""The event benchmark's fault model: seeded SHORT, NOISE, CONSTANT and DRIFT faults, one
-sensor (column) at a time, in the rows (readings) after a clean warm-up, each a `Fault` with
-its ground truth. Sizes are in ``sigma_j``, the sensor's robust sigma of its *non-zero* first
-differences over the warm-up (`noise_sigma`: held readings make 31-55 % of Motes light's
-differences 0, and the plain MAD 0 for 27 of 48 motes). Kinds (`FaultConfig`):
-
-- ``short``: one reading offset by ``U(5, 10) sigma_j``, random sign (upwards when downwards
-  would cross the sensor's lowest clean value);
-- ``noise``: Gaussian noise of ``U(2, 4)`` local sigmas (`local_sigma` of the 100 readings
-  before, floored at ``sigma_j``) added over ``U(20, 60)`` readings;
-- ``stuck_rail``, ``stuck_zero``, ``stuck_last``: the sensor reports its rail (the column's
-  largest clean value), 0 or its last value for ``U(20, 80)`` readings; a reading counts
-  only where the truth is more than ``frozen_noise sigma_j`` away (`Fault.visible`), and a
-  fault with none is invisible (out of recall; its alarms neither true nor false);
-- ``drift``: a linear offset to ``U(10, 20) sigma_j`` (random sign) over 200 readings.
-
-The faults of a seed are shuffled and laid out in order over rows ``[start, n)``, at least
-``guard`` clean readings apart, the free rows spread at random, each on a random sensor.
+"""The event benchmark's fault model: seeded SHORT (one reading offset), NOISE (added noise),
+CONSTANT (``stuck_rail``, ``stuck_zero``, ``stuck_last``: the sensor reports its rail, 0 or
+its last value) and DRIFT (a linear offset) faults, one sensor (column) at a time, laid out in
+random order at least ``guard`` readings apart after a clean warm-up. Sizes are in units of
+``sigma_j``, the sensor's robust sigma of its *non-zero* first differences over the warm-up
+(`noise_sigma`: held readings make the plain MAD 0 for 27 of 48 motes); ranges in
+`FaultConfig`, the rules in ``templates/anomaly_events.md``. A CONSTANT reading counts only
+where the truth is more than ``frozen_noise sigma_j`` away (`Fault.visible`); a fault with no
+such reading is invisible: out of recall, its alarms neither true nor false.
 """
 
 from __future__ import annotations
