@@ -233,11 +233,7 @@ def nab_stream(events: list[ev.AlarmEvent], faults: list[Fault], n_scored: int, 
 
 
 def evaluate(
-    name: str,
-    factory: Factory,
-    ds: Dataset,
-    seeds: int,
-    config: FaultConfig | None = None,
+    name: str, factory: Factory, ds: Dataset, seeds: int, config: FaultConfig | None = None,
     log: Callable[[str], None] = print,
 ) -> DetectorResult:
     """One detector on one dataset: the clean run and ``seeds`` faulty runs."""

@@ -50,9 +50,10 @@ LEAF = "leaf"
 RESULT_FILE = "anomaly_live.json"
 SETTLE_S = 2.0  # a quiet listener this long after the run ends: every document is in
 MAX_SETTLE_S = 30.0
+Run = tuple[np.ndarray, np.ndarray]  # alarm (bool) and suspected sensor (int) per row
 
 
-def offline(data: np.ndarray, warmup: int, epoch: float) -> tuple[np.ndarray, np.ndarray]:
+def offline(data: np.ndarray, warmup: int, epoch: float) -> Run:
     """The detector of the leaf, offline: warmed on rows ``[0, warmup)``, then row by row."""
     return bench.run_stream(FaultDetector.from_warmup(data[:warmup]), data, warmup, epoch)
 
@@ -83,12 +84,7 @@ def alarms_from_documents(
 
 
 def score_runs(
-    name: str,
-    clean: tuple[np.ndarray, np.ndarray],
-    faulty: tuple[np.ndarray, np.ndarray],
-    faults: list[Fault],
-    warmup: int,
-    epoch: float,
+    name: str, clean: Run, faulty: Run, faults: list[Fault], warmup: int, epoch: float
 ) -> DetectorResult:
     """The event metrics of one clean and one faulty run ((alarms, sensors) per row)."""
     res = DetectorResult(name)
@@ -156,14 +152,8 @@ def _spread(results: list[DetectorResult]) -> list[str]:
 
 
 def render(
-    seed: int,
-    rate: float,
-    results: list[DetectorResult],
-    agreement: list[list[str]],
-    coverage: list[list[str]],
-    warmup: int,
-    n: int,
-    provenance: str,
+    seed: int, rate: float, results: list[DetectorResult], agreement: list[list[str]],
+    coverage: list[list[str]], warmup: int, n: int, provenance: str,
 ) -> str:
     """The Markdown report; ``provenance`` is its last line (when, at which commit)."""
     agreement_header = ["stream", "alarms offline", "alarms live", "rows whose alarm differs",
