@@ -31,7 +31,7 @@ from edge_runtime.cli.argtypes import positive_int
 __all__ = ["BUDGETS", "GROUPS", "TARGETS", "Model", "OracleResult", "evaluate", "fit_model",
            "hindsight_threshold", "main", "render", "statistics"]
 
-#: Clean alarm events per device-day at which the hindsight limit is taken (issue 25: 2).
+#: Clean alarm events per device-day at which the hindsight limit is taken (the target: 2).
 BUDGETS = (2.0, 5.0, 20.0)
 #: The recall targets at 2 clean events per device-day, by kind group (`GROUPS`).
 TARGETS = {"SHORT": 0.95, "NOISE": 0.8, "CONSTANT": 0.9}
