@@ -139,6 +139,15 @@ async def replay(
     return docs, code, seconds
 
 
+def _agreement(name: str, live: Run, off: Run) -> list[str]:
+    """Alarms offline, alarms live, rows whose alarm differs, common alarms naming another
+    sensor."""
+    (a_live, s_live), (a_off, s_off) = live, off
+    both_other = a_live & a_off & (s_live != s_off)
+    counts = (a_off.sum(), a_live.sum(), np.sum(a_live != a_off), np.sum(both_other))
+    return [name, *(str(int(c)) for c in counts)]
+
+
 def _spread(results: list[DetectorResult]) -> list[str]:
     """A sentence on the pooled row's per-seed NAB spread (lines, then a blank)."""
     pooled = [r.nab_seeds for r in results if len(r.nab_seeds) > 1]
@@ -200,10 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             replay(TOPOLOGY, run_args, topology.scores_topic(LEAF), args.timeout))
         alarms, sensors, seen = alarms_from_documents(docs, rows, n)
         live[name] = (alarms, sensors)
-        (a_off, s_off), a_live, s_live = off[name], alarms[scored], sensors[scored]
-        a_off, s_off = a_off[scored], s_off[scored]
-        agreement.append([name, *(str(int(x)) for x in (a_off.sum(), a_live.sum(),
-                          np.sum(a_live != a_off), np.sum(a_live & a_off & (s_live != s_off))))])
+        off_scored = (off[name][0][scored], off[name][1][scored])
+        agreement.append(_agreement(name, (alarms[scored], sensors[scored]), off_scored))
         coverage.append([name, str(n - warmup), str(len(docs)), str(int(np.sum(~seen[scored]))),
                          f"{seconds:.0f}", str(code)])
         print(f"  {len(docs)} documents, exit {code}, {seconds:.0f} s", flush=True)
@@ -212,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                for label, runs in (("offline", off), ("live, through the broker", live))]
     if args.pool_seeds > 0:
         print(f"offline benchmark, {args.pool_seeds} seeds", flush=True)
-        results.append(bench.evaluate(f"offline benchmark, seeds 0-{args.pool_seeds - 1} pooled",
-                                FaultDetector.from_warmup, ds, args.pool_seeds))
+        pooled = f"offline benchmark, seeds 0-{args.pool_seeds - 1} pooled"
+        results.append(bench.evaluate(pooled, FaultDetector.from_warmup, ds, args.pool_seeds))
     provenance = bench.provenance(args.pool_seeds).replace(
         f", {args.pool_seeds} seeds,", f", fault seed {args.seed}, {args.pool_seeds} pooled seeds,")
     write_result(
