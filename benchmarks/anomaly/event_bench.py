@@ -1,33 +1,15 @@
-"""Runner of issue 25's event benchmark: detectors against injected faults, many seeds.
+"""The event benchmark: streaming detectors against injected faults, pooled over seeds.
 
-``python -m benchmarks.anomaly.events [--seeds 20] [--data FILE ...] [--epoch S] [--warmup N]
-[--only NAME ...] [--jobs 2] [--out DIR]``
-
-Protocol, per dataset (rows = readings, columns = sensors):
-
-- **Warm-up**: the first ``warmup`` rows, clean (Motes light: 2,787 readings, the first
-  device-day; a ``--data`` matrix: its first third unless ``--warmup``). Each detector is
-  built from them by its factory (``Callable[[ndarray (n_warmup, n_features)],
-  Detector]``) and then fed the remaining rows one at a time, ``update(x, t)`` with ``t =
-  row * epoch`` seconds.
-- **Clean run**: the rows after the warm-up as they are: alarm events per device-day
-  (``86400 / epoch`` readings) and the share of readings in alarm.
-- **Faulty runs**: per seed ``0 .. seeds - 1``, the same rows with that seed's faults
-  (`benchmarks.anomaly.inject`, default `FaultConfig`), a fresh detector each.
-- Metrics (`benchmarks.anomaly.events`) are pooled over the seeds: recall = detected /
-  visible faults of the kind over all seeds, precision = true / (true + false) events
-  over all seeds, identification = named the faulty sensor / detected, median delay over
-  all detected faults but spikes, NAB (`benchmarks.anomaly.nab`) summed over the seeds
-  before normalising, as NAB sums its files.
-
-NAB windows: one per visible fault, from its first faulty row to ``max(0.1 * n_scored /
-n_faults, delay window + 1)`` readings after its onset (NAB gives 10 % of the data to
-windows), cut before the next fault. The detections are the alarm events' first rows;
-those after a window while its fault lasts (plus `events.TAIL`), or in an invisible
-fault, are neutral.
-
-Motes light: dropouts (zeros) are filled with the mote's last reading first
-(`faults.fill_dropouts`): a missing reading is known to the device, not a fault.
+``python -m benchmarks anomaly-events [--seeds 20] [--data FILE ...] [--epoch S] [--warmup N]
+[--only NAME ...] [--jobs 2] [--out DIR]``. Per dataset (rows = readings, columns = sensors):
+each detector is built from the clean warm-up rows (Motes light: the first device-day, 2,787
+readings, dropouts filled; a ``--data`` matrix: its first third) and fed the other rows one by
+one, ``update(x, t)`` with ``t = row * epoch`` seconds; once on the clean rows (alarm events
+per device-day) and once per seed on the rows with that seed's faults (`inject`). Metrics
+(`events`) are pooled over the seeds; NAB (`nab`) sums the seeds before normalising. A fault's
+NAB window runs from its first faulty row for ``max(0.1 * n_scored / n_faults, window + 1)``
+readings, cut before the next fault; detections after it while the fault lasts (plus
+`events.TAIL`), or in an invisible fault, are neutral.
 """
 
 from __future__ import annotations
@@ -39,6 +21,7 @@ import io
 import lzma
 import math
 import multiprocessing
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -48,60 +31,32 @@ from typing import Protocol
 
 import numpy as np
 
+from benchmarks.anomaly import events as ev
 from benchmarks.anomaly.baselines import HalfSpaceTreesDetector, RobustZ, StaticLimits
-from benchmarks.anomaly.events import (
-    DELAY_WINDOW,
-    TAIL,
-    AlarmEvent,
-    classify_events,
-    match_faults,
-    merge_alarms,
-)
 from benchmarks.anomaly.faults import fill_dropouts
-from benchmarks.anomaly.inject import (
-    CONSTANT_KINDS,
-    KINDS,
-    Fault,
-    FaultConfig,
-    inject,
-    noise_sigma,
-)
+from benchmarks.anomaly.inject import CONSTANT_KINDS, KINDS, Fault, FaultConfig, inject, noise_sigma
 from benchmarks.anomaly.nab import Stream, nab_score
 from benchmarks.reporting import Check, checks_table, figure, prose, save_figure, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_float, positive_int
 from edge_runtime.datasets import load_dataset
 
-__all__ = [
-    "DAPHNET",
-    "DAY_S",
-    "Dataset",
-    "Detector",
-    "DetectorResult",
-    "detectors",
-    "evaluate",
-    "load_matrix",
-    "main",
-    "motes",
-    "nab_stream",
-    "plot",
-    "render",
-    "run_stream",
-]
+__all__ = ["DAPHNET", "DAY_S", "Dataset", "Detector", "DetectorResult", "detectors",
+           "evaluate", "load_matrix", "main", "motes", "nab_stream", "plot", "provenance", "render",
+           "run_stream"]
 
-#: Seconds in a device-day.
-DAY_S = 86400.0
-#: Motes light's epoch (s): 2,787 readings per device-day.
-MOTES_EPOCH = 31.0
-#: The stored results (`benchmarks.schema`) next to ``anomaly_events.md``.
+DAY_S = 86400.0  # seconds in a device-day
+MOTES_EPOCH = 31.0  # Motes light's epoch (s): 2,787 readings per device-day
 RESULT_FILE = "anomaly_events.json"
-#: The second real dataset shipped with the benchmark (see benchmarks/anomaly/data/README.md).
+#: The second real dataset shipped with the benchmark (see data/README.md); 64 Hz.
 DAPHNET = Path(__file__).with_name("data") / "daphnet-s06r02e0.csv.xz"
-#: Its epoch: 64 Hz accelerometers.
 DAPHNET_EPOCH = 1.0 / 64.0
-#: The detector of issue 25 (built in parallel); its row is skipped while it is absent.
+#: The runtime's fault detector; its row is skipped while it is absent.
 FAULT_DETECTOR = ("edge_runtime.fpca.faults", "FaultDetector")
 NEW = "FaultDetector (issue 25)"
+#: Kind groups of the tables and the plot.
+GROUPS = {"SHORT": ("short",), "NOISE": ("noise",), "CONSTANT": CONSTANT_KINDS,
+          "DRIFT": ("drift",)}
 
 
 class Detector(Protocol):
@@ -125,7 +80,8 @@ class Dataset:
 
 @dataclass
 class DetectorResult:
-    """Everything measured for one detector on one dataset (pooled over seeds)."""
+    """Everything measured for one detector on one dataset (pooled over seeds); counts of
+    faults per kind, delays in readings."""
 
     name: str
     visible: dict[str, int] = field(default_factory=dict)
@@ -172,6 +128,34 @@ class DetectorResult:
         d = [x for k, v in self.delays.items() if k != "short" for x in v]
         return float(np.median(d)) if d else float("nan")
 
+    def add_clean(self, alarms: np.ndarray, start: int, epoch: float) -> None:
+        """Count the clean run: ``alarms`` (n,) bool, rows from ``start`` scored."""
+        self.clean_events = len(ev.merge_alarms(alarms[start:], np.zeros(len(alarms) - start, int)))
+        self.clean_readings = len(alarms) - start
+        self.clean_days = self.clean_readings * epoch / DAY_S
+        self.clean_share = float(alarms[start:].mean())
+
+    def add_faulty(
+        self, alarms: np.ndarray, sensors: np.ndarray, faults: list[Fault], start: int
+    ) -> Stream:
+        """Count one faulty run (alarm and suspect per row, (n,)); its NAB `Stream`."""
+        events = ev.merge_alarms(alarms, sensors)
+        for f in faults:
+            self.injected[f.kind] = self.injected.get(f.kind, 0) + 1
+        for m in ev.match_faults(faults, events):
+            k = m.fault.kind
+            self.visible[k] = self.visible.get(k, 0) + 1
+            if m.detected:
+                self.detected[k] = self.detected.get(k, 0) + 1
+                self.delays.setdefault(k, []).append(int(m.delay or 0))
+                self.n_detected += 1
+                self.identified += int(bool(m.identified))
+        n_true, n_false, n_neutral = ev.classify_events(events, faults)
+        self.true_events += n_true
+        self.false_events += n_false
+        self.neutral_events += n_neutral
+        return nab_stream(events, faults, len(alarms) - start, len(alarms))
+
 
 def motes() -> Dataset:
     """Motes light (7712 x 48 lux), dropouts filled, warm-up = the first device-day."""
@@ -180,45 +164,26 @@ def motes() -> Dataset:
 
 
 def load_matrix(path: Path, epoch: float, warmup: int | None = None) -> Dataset:
-    """A matrix from ``path``: ``.npy``, or text (comma or whitespace separated, an
-    optional header line, ``.xz``/``.gz`` compressed); rows = readings.
-
-    Parameters
-    ----------
-    path : Path
-    epoch : float
-        Seconds between readings.
-    warmup : int or None
-        Warm-up rows; None means a third of the rows.
-
-    Returns
-    -------
-    Dataset
-    """
+    """Rows of readings from ``.npy`` or text (comma or whitespace separated, an optional
+    header line, ``.xz``/``.gz``); ``epoch`` in s; ``warmup`` rows (None: a third)."""
     if path.suffix == ".npy":
         data = np.load(path).astype(np.float64)
     else:
-        opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
-        with opener(path, "rt") as fh:
+        with {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)(path, "rt") as fh:
             text = fh.read()
         first = text.split("\n", 1)[0]
-        skip = 0 if _numeric(first) else 1
+        try:
+            [float(v) for v in first.replace(",", " ").split()]
+            skip = 0
+        except ValueError:
+            skip = 1
         delimiter = "," if "," in first else None
         data = np.loadtxt(io.StringIO(text), delimiter=delimiter, skiprows=skip, ndmin=2)
-    n = data.shape[0]
-    return Dataset(path.name, data, n // 3 if warmup is None else warmup, epoch)
-
-
-def _numeric(line: str) -> bool:
-    try:
-        [float(v) for v in line.replace(",", " ").split()]
-    except ValueError:
-        return False
-    return True
+    return Dataset(path.name, data, data.shape[0] // 3 if warmup is None else warmup, epoch)
 
 
 def detectors() -> tuple[dict[str, Factory], str]:
-    """The detector factories, and a note on the issue-25 detector if it is absent."""
+    """The detector factories, and a note on the runtime's detector if it is absent."""
     out: dict[str, Factory] = {}
     note = ""
     try:
@@ -236,15 +201,8 @@ def detectors() -> tuple[dict[str, Factory], str]:
 def run_stream(
     detector: Detector, data: np.ndarray, start: int, epoch: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Feed rows ``[start, n)`` of ``data`` (n, n_features) to ``detector`` one by one.
-
-    Returns
-    -------
-    alarms : ndarray of shape (n,), bool
-        False on the warm-up rows.
-    sensors : ndarray of shape (n,), int
-        Suspected sensor per row, -1 where none.
-    """
+    """Feed rows ``[start, n)`` of ``data`` (n, d) to ``detector``: alarm (bool, False on
+    the warm-up) and suspected sensor (int, -1 for none) per row, both shape (n,)."""
     n = data.shape[0]
     alarms = np.zeros(n, dtype=bool)
     sensors = np.full(n, -1, dtype=np.int64)
@@ -255,80 +213,40 @@ def run_stream(
     return alarms, sensors
 
 
-def nab_stream(events: list[AlarmEvent], faults: list[Fault], n_scored: int, n: int) -> Stream:
-    """The NAB view of one faulty run (windows and neutral spans as in the module).
-
-    Parameters
-    ----------
-    events : list of AlarmEvent
-    faults : list of Fault
-        Sorted by start.
-    n_scored : int
-        Rows after the warm-up (for NAB's window size).
-    n : int
-        Rows of the matrix.
-
-    Returns
-    -------
-    Stream
-    """
+def nab_stream(events: list[ev.AlarmEvent], faults: list[Fault], n_scored: int, n: int) -> Stream:
+    """The NAB view of one faulty run of ``n`` rows, ``n_scored`` after the warm-up, its
+    ``faults`` sorted by start (windows and neutral spans as in the module)."""
     visible = [f for f in faults if f.onset is not None]
     size = max(1, int(0.1 * n_scored / max(len(visible), 1)))
     windows, neutral = [], []
     starts = [f.start for f in faults] + [n]
     for k, f in enumerate(faults):
-        onset = f.onset
-        if onset is None:
-            neutral.append((f.start, f.end + TAIL - 1))
+        if f.onset is None:
+            neutral.append((f.start, f.end + ev.TAIL - 1))
             continue
-        width = max(size, DELAY_WINDOW[f.kind] + 1)
-        right = min(onset + width - 1, starts[k + 1] - 1, n - 1)
+        right = min(f.onset + max(size, ev.DELAY_WINDOW[f.kind] + 1) - 1, starts[k + 1] - 1, n - 1)
         windows.append((f.start, right))
-        span_end = max(f.end, onset + DELAY_WINDOW[f.kind] + 1) + TAIL - 1
+        span_end = max(f.end, f.onset + ev.DELAY_WINDOW[f.kind] + 1) + ev.TAIL - 1
         if span_end > right:
             neutral.append((right + 1, span_end))
     return Stream([e.start for e in events], windows, neutral)
 
 
 def evaluate(
-    name: str,
-    factory: Factory,
-    ds: Dataset,
-    seeds: int,
-    config: FaultConfig | None = None,
+    name: str, factory: Factory, ds: Dataset, seeds: int, config: FaultConfig | None = None,
     log: Callable[[str], None] = print,
 ) -> DetectorResult:
     """One detector on one dataset: the clean run and ``seeds`` faulty runs."""
     t0 = time.perf_counter()
-    res = DetectorResult(name)
-    start = ds.warmup
+    res, start = DetectorResult(name), ds.warmup
     warm = ds.data[:start]
     sigma = noise_sigma(warm)
-    alarms, _ = run_stream(factory(warm), ds.data, start, ds.epoch)
-    res.clean_events = len(merge_alarms(alarms[start:], np.zeros(len(alarms) - start, int)))
-    res.clean_readings = ds.data.shape[0] - start
-    res.clean_days = res.clean_readings * ds.epoch / DAY_S
-    res.clean_share = float(alarms[start:].mean())
+    res.add_clean(run_stream(factory(warm), ds.data, start, ds.epoch)[0], start, ds.epoch)
     streams = []
     for seed in range(seeds):
         inj = inject(ds.data, start=start, seed=seed, sigma=sigma, config=config)
         alarms, sensors = run_stream(factory(warm), inj.data, start, ds.epoch)
-        events = merge_alarms(alarms, sensors)
-        for f in inj.faults:
-            res.injected[f.kind] = res.injected.get(f.kind, 0) + 1
-        for m in match_faults(inj.faults, events):
-            k = m.fault.kind
-            res.visible[k] = res.visible.get(k, 0) + 1
-            if m.detected:
-                res.detected[k] = res.detected.get(k, 0) + 1
-                res.delays.setdefault(k, []).append(int(m.delay or 0))
-                res.n_detected += 1
-                res.identified += int(bool(m.identified))
-        n_true, n_false, n_neutral = classify_events(events, inj.faults)
-        res.true_events += n_true
-        res.false_events += n_false
-        res.neutral_events += n_neutral
-        streams.append(nab_stream(events, inj.faults, ds.data.shape[0] - start, len(alarms)))
+        streams.append(res.add_faulty(alarms, sensors, inj.faults, start))
     res.nab = nab_score(streams)
     res.nab_seeds = [nab_score([s]) for s in streams]
     res.seconds = time.perf_counter() - t0
@@ -340,72 +258,64 @@ def _f(x: float, digits: int = 2) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def _numbers(r: DetectorResult) -> list[str]:
+    return [*(_f(r.recall(kinds)) for kinds in GROUPS.values()), _f(r.clean_per_day, 1),
+            _f(r.precision), _f(r.median_delay, 1), _f(r.identification), _f(r.nab, 1)]
+
+
 def main_table(results: list[DetectorResult]) -> str:
     """One row per detector: recall per kind (window), clean events/day, precision,
     median delay, identification, NAB."""
-    w = DELAY_WINDOW
-    header = [
-        "detector",
-        f"SHORT recall (delay {w['short']})",
-        f"NOISE recall (<= {w['noise']})",
-        f"CONSTANT recall (<= {w['stuck_rail']})",
-        f"DRIFT recall (<= {w['drift']})",
-        "clean alarm events / device-day",
-        "event precision",
-        "median delay (readings)",
-        "identification",
-        "NAB (standard)",
-    ]
-    rows = [
-        [
-            r.name,
-            _f(r.recall(("short",))),
-            _f(r.recall(("noise",))),
-            _f(r.recall(CONSTANT_KINDS)),
-            _f(r.recall(("drift",))),
-            _f(r.clean_per_day, 1),
-            _f(r.precision),
-            _f(r.median_delay, 1),
-            _f(r.identification),
-            _f(r.nab, 1),
-        ]
-        for r in results
-    ]
-    return table(header, rows, align="l" + "r" * (len(header) - 1))
+    w = ev.DELAY_WINDOW
+    header = ["detector", f"SHORT recall (delay {w['short']})", f"NOISE recall (<= {w['noise']})",
+              f"CONSTANT recall (<= {w['stuck_rail']})", f"DRIFT recall (<= {w['drift']})",
+              "clean alarm events / device-day", "event precision", "median delay (readings)",
+              "identification", "NAB (standard)"]
+    return table(header, [[r.name, *_numbers(r)] for r in results], align="l" + "r" * 9)
+
+
+def _detail(r: DetectorResult) -> list[str]:
+    cells = [r.name]
+    for k in KINDS:
+        d, vis, inj = r.delays.get(k, []), r.visible.get(k, 0), r.injected.get(k, 0)
+        seen = f"{vis}" if vis == inj else f"{vis} of {inj}"
+        cells.append(f"{r.detected.get(k, 0)}/{seen}" + (f", {np.median(d):.0f}" if d else ""))
+    s = r.nab_seeds
+    nab = f"{np.nanmedian(s):.1f} [{np.nanmin(s):.1f}, {np.nanmax(s):.1f}]" if s else "n/a"
+    return [*cells, f"{r.true_events} / {r.false_events} / {r.neutral_events}",
+            f"{1000 * r.clean_events / max(r.clean_readings, 1):.2f}", f"{r.clean_share:.4f}",
+            nab, f"{r.seconds:.0f}"]
 
 
 def detail_table(results: list[DetectorResult]) -> str:
     """Per kind: detected / visible (injected) and median delay; events and timing."""
-    header = [
-        "detector",
-        *KINDS,
-        "true / false / neutral events",
-        "clean events / 1000 readings",
-        "clean alarm share",
-        "NAB per seed: median [min, max]",
-        "s",
-    ]
-    rows = []
-    for r in results:
-        cells = [r.name]
-        for k in KINDS:
-            d = r.delays.get(k, [])
-            med = f", {np.median(d):.0f}" if d else ""
-            vis = r.visible.get(k, 0)
-            inj = r.injected.get(k, 0)
-            seen = f"{vis}" if vis == inj else f"{vis} of {inj}"
-            cells.append(f"{r.detected.get(k, 0)}/{seen}{med}")
-        cells.append(f"{r.true_events} / {r.false_events} / {r.neutral_events}")
-        cells.append(f"{1000 * r.clean_events / max(r.clean_readings, 1):.2f}")
-        cells.append(f"{r.clean_share:.4f}")
-        if r.nab_seeds:
-            lo, med, hi = np.nanmin(r.nab_seeds), np.nanmedian(r.nab_seeds), np.nanmax(r.nab_seeds)
-            cells.append(f"{med:.1f} [{lo:.1f}, {hi:.1f}]")
-        else:
-            cells.append("n/a")
-        cells.append(f"{r.seconds:.0f}")
-        rows.append(cells)
-    return table(header, rows, align="l" + "r" * (len(header) - 1))
+    header = ["detector", *KINDS, "true / false / neutral events", "clean events / 1000 readings",
+              "clean alarm share", "NAB per seed: median [min, max]", "s"]
+    return table(header, [_detail(r) for r in results], align="l" + "r" * (len(header) - 1))
+
+
+#: The Done-when items of the runtime's detector that are a share at least a target.
+AT_LEAST: list[tuple[str, Callable[[DetectorResult], float], float]] = [
+    ("SHORT recall at the faulty reading", lambda r: r.recall(("short",)), 0.95),
+    ("NOISE recall within 20 readings", lambda r: r.recall(("noise",)), 0.8),
+    ("CONSTANT recall within 10 readings of the truth moving away",
+     lambda r: r.recall(CONSTANT_KINDS), 0.9),
+    ("identification of detected events", lambda r: r.identification, 0.9),
+    ("event precision", lambda r: r.precision, 0.8),
+]
+
+
+def done_when(results: list[DetectorResult]) -> list[Check]:
+    """The Done-when items of the runtime's detector (one n/a item when it is absent)."""
+    new = next((r for r in results if r.name == NEW), None)
+    if new is None:
+        return [Check(f"{NEW} present", "absent", "present", None)]
+    best = max((r.nab for r in results if r.name != NEW), default=float("nan"))
+    day = new.clean_per_day
+    out = [Check("clean alarm events / device-day", _f(day), "<= 2", day <= 2)]
+    out += [Check(item, _f(get(new)), f">= {t:g}", get(new) >= t) for item, get, t in AT_LEAST]
+    nab = f"{_f(new.nab, 1)} vs best baseline {_f(best, 1)}"
+    return [*out, Check("NAB score above every baseline", nab, "> best baseline", new.nab > best)]
 
 
 def _remarks(ds: Dataset, results: list[DetectorResult]) -> list[str]:
@@ -414,100 +324,44 @@ def _remarks(ds: Dataset, results: list[DetectorResult]) -> list[str]:
     for r in results:
         if r.clean_events == 0 and r.true_events + r.false_events + r.neutral_events == 0:
             out += [f"{r.name} raised no alarm at all: its NAB is the null detector's.", ""]
-    if DAY_S / ds.epoch > 100_000:
-        out += [
-            f"At {1 / ds.epoch:g} readings per second a device-day is "
-            f"{DAY_S / ds.epoch:,.0f} readings: compare clean events per 1000 readings.",
-            "",
-        ]
+    day = DAY_S / ds.epoch
+    if day > 100_000:
+        out += [f"At {1 / ds.epoch:g} readings per second a device-day is {day:,.0f} readings: "
+                "compare clean events per 1000 readings.", ""]
     return out
 
 
-def done_when(results: list[DetectorResult]) -> list[Check]:
-    """Issue 25's Done-when items for the issue-25 detector (or, if absent, for each row
-    marked n/a)."""
-    new = next((r for r in results if r.name == NEW), None)
-    base = [r for r in results if r.name != NEW]
-    if new is None:
-        return [Check(f"{NEW} present", "absent", "present", None)]
-    best = max((r.nab for r in base), default=float("nan"))
-    return [
-        Check(
-            "clean alarm events / device-day", _f(new.clean_per_day), "<= 2", new.clean_per_day <= 2
-        ),
-        Check(
-            "SHORT recall at the faulty reading",
-            _f(new.recall(("short",))),
-            ">= 0.95",
-            new.recall(("short",)) >= 0.95,
-        ),
-        Check(
-            "NOISE recall within 20 readings",
-            _f(new.recall(("noise",))),
-            ">= 0.8",
-            new.recall(("noise",)) >= 0.8,
-        ),
-        Check(
-            "CONSTANT recall within 10 readings of the truth moving away",
-            _f(new.recall(CONSTANT_KINDS)),
-            ">= 0.9",
-            new.recall(CONSTANT_KINDS) >= 0.9,
-        ),
-        Check(
-            "identification of detected events",
-            _f(new.identification),
-            ">= 0.9",
-            new.identification >= 0.9,
-        ),
-        Check("event precision", _f(new.precision), ">= 0.8", new.precision >= 0.8),
-        Check(
-            "NAB score above every baseline",
-            f"{_f(new.nab, 1)} vs best baseline {_f(best, 1)}",
-            "> best baseline",
-            new.nab > best,
-        ),
-    ]
+Section = tuple[Dataset, list[DetectorResult], int]
 
 
-def render(sections: list[tuple[Dataset, list[DetectorResult], int]], note: str) -> str:
-    """The Markdown report: per dataset the main table, the details and the checks."""
+def render(sections: list[Section], note: str) -> str:
+    """The Markdown report: per (dataset, results, seeds) the main table, details, checks."""
     cfg = FaultConfig()
     counts = ", ".join(f"{v} {k}" for k, v in cfg.counts.items())
-    parts = prose("anomaly_events", "intro", counts=counts, cfg=cfg, tail=TAIL)
-    if note:
-        parts += ["", note]
+    parts = prose("anomaly_events", "intro", counts=counts, cfg=cfg, tail=ev.TAIL)
+    parts += ["", note] if note else []
     for ds, results, seeds in sections:
         n, d = ds.data.shape
         parts += prose(
             "anomaly_events", "dataset", ds=ds, n=n, d=d, day=DAY_S / ds.epoch,
             last_warm=ds.warmup - 1, last_row=n - 1, days=(n - ds.warmup) * ds.epoch / DAY_S,
             seeds=seeds, main_table=main_table(results), detail_table=detail_table(results),
-        )  # fmt: skip
-        parts += [
-            *_remarks(ds, results),
-            f"Done-when (issue 25), {ds.name}:",
-            "",
-            checks_table(done_when(results)),
-        ]
+        )
+        parts += [*_remarks(ds, results), f"Done-when (issue 25), {ds.name}:", "",
+                  checks_table(done_when(results))]
     return "\n".join(parts) + "\n"
 
 
-def plot(sections: list[tuple[Dataset, list[DetectorResult], int]], path: Path) -> Path:
+def plot(sections: list[Section], path: Path) -> Path:
     """Recall per fault kind and NAB score per detector, one panel row per dataset (PNG)."""
     fig, axes = figure(len(sections), 2, figsize=(11.0, 3.2 * len(sections)), squeeze=False)
-    groups = [
-        ("SHORT", ("short",)),
-        ("NOISE", ("noise",)),
-        ("CONSTANT", CONSTANT_KINDS),
-        ("DRIFT", ("drift",)),
-    ]
     for row, (ds, results, _) in enumerate(sections):
         ax_r, ax_n = axes[row]
         width = 0.8 / max(len(results), 1)
         for k, r in enumerate(results):
-            xs = np.arange(len(groups)) + k * width
-            ax_r.bar(xs, [np.nan_to_num(r.recall(g)) for _, g in groups], width, label=r.name)
-        ax_r.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, [g for g, _ in groups])
+            recalls = [np.nan_to_num(r.recall(g)) for g in GROUPS.values()]
+            ax_r.bar(np.arange(len(GROUPS)) + k * width, recalls, width, label=r.name)
+        ax_r.set_xticks(np.arange(len(GROUPS)) + 0.4 - width / 2, list(GROUPS))
         ax_r.set_ylim(0, 1)
         ax_r.set_ylabel("recall within the window")
         ax_r.set_title(ds.name)
@@ -521,79 +375,57 @@ def plot(sections: list[tuple[Dataset, list[DetectorResult], int]], path: Path) 
     return save_figure(fig, path)
 
 
-def _evaluate_safe(
-    task: tuple[str, Factory, Dataset, int],
-) -> tuple[DetectorResult | None, str]:
-    """`evaluate` of one (name, factory, dataset, seeds); a detector's own exception is
-    returned as text (its row is skipped) rather than ending the benchmark."""
-    name, factory, ds, seeds = task
+def _evaluate_safe(task: tuple[str, Factory, Dataset, int]) -> tuple[DetectorResult | None, str]:
+    """`evaluate` of (name, factory, dataset, seeds); a detector's exception comes back as
+    text (its row is skipped) rather than ending the benchmark."""
     try:
-        return evaluate(name, factory, ds, seeds), ""
+        return evaluate(*task), ""
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _provenance(seeds: int) -> str:
+def provenance(seeds: int) -> str:
     """When and on what the run was made (commit, and the detector module's git state)."""
-    import subprocess
 
     def git(*args: str) -> str:
         try:
-            out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
         except OSError:
             return ""
-        return out.stdout.strip()
+        return done.stdout.strip()
 
     module = FAULT_DETECTOR[0].replace(".", "/") + ".py"
     state = git("status", "--porcelain", "--", module)
     state = {"": "as committed", "??": "not yet committed"}.get(state[:2].strip(), "modified")
-    return (
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seeds} seeds, at commit "
-        f"{git('rev-parse', '--short', 'HEAD') or 'unknown'}; `{module}` {state}."
-    )
+    return (f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seeds} seeds, at commit "
+            f"{git('rev-parse', '--short', 'HEAD') or 'unknown'}; `{module}` {state}.")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.events")
-    parser.add_argument("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
-    parser.add_argument(
-        "--data",
-        type=Path,
-        action="append",
-        default=[],
-        help="also run on this matrix (rows = readings; .npy, .csv, .txt, .xz, .gz)",
-    )
-    parser.add_argument(
-        "--epoch", type=positive_float, default=None, help="seconds per --data reading"
-    )
-    parser.add_argument("--warmup", type=positive_int, default=None, help="warm-up rows of --data")
-    parser.add_argument("--no-motes", action="store_true", help="skip Motes light")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
-    parser.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=2,
-        help="detectors run in parallel processes (default 2)",
-    )
+    parser = argparse.ArgumentParser(prog="python -m benchmarks anomaly-events")
+    add = parser.add_argument
+    add("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
+    add("--data", type=Path, action="append", default=[],
+        help="also run on this matrix (rows = readings; .npy, .csv, .txt, .xz, .gz)")
+    add("--epoch", type=positive_float, default=None, help="seconds per --data reading")
+    add("--warmup", type=positive_int, default=None, help="warm-up rows of --data")
+    add("--no-motes", action="store_true", help="skip Motes light")
+    add("--out", type=Path, default=Path("benchmarks/report"))
+    add("--only", action="append", default=[],
+        help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)")
+    add("--jobs", type=positive_int, default=2,
+        help="detectors run in parallel processes (default 2)")
     args = parser.parse_args(argv)
     datasets = [] if args.no_motes else [motes()]
     for path in args.data:
-        epoch = args.epoch
-        if epoch is None:
-            epoch = DAPHNET_EPOCH if path.resolve() == DAPHNET.resolve() else MOTES_EPOCH
+        daphnet = path.resolve() == DAPHNET.resolve()
+        epoch = args.epoch or (DAPHNET_EPOCH if daphnet else MOTES_EPOCH)
         datasets.append(load_matrix(path, epoch, args.warmup))
     factories, note = detectors()
     if args.only:
-        factories = {
-            k: v for k, v in factories.items() if any(o.lower() in k.lower() for o in args.only)
-        }
+        factories = {k: v for k, v in factories.items()
+                     if any(o.lower() in k.lower() for o in args.only)}
     notes = [note] if note else []
     if note:
         print(note)
@@ -610,25 +442,18 @@ def main(argv: list[str] | None = None) -> None:
         results = []
         for name, (res, error) in zip(factories, outcomes, strict=True):
             if res is None:
-                failed = f"{name} raised on {ds.name}: {error}"
-                print(f"  {failed}")
-                notes.append(f"{failed} (its row is skipped).")
+                print(f"  {name} raised on {ds.name}: {error}")
+                notes.append(f"{name} raised on {ds.name}: {error} (its row is skipped).")
             else:
                 results.append(res)
         sections.append((ds, results, args.seeds))
-    notes.append(_provenance(args.seeds))
-    stored = [
-        {"dataset": {"name": ds.name, "shape": ds.data.shape, "warmup": ds.warmup,
-                     "epoch": ds.epoch}, "seeds": seeds, "detectors": results}
-        for ds, results, seeds in sections
-    ]  # fmt: skip
-    write_result(
-        args.out / RESULT_FILE,
-        "anomaly-events",
-        {"seeds": args.seeds, "note": " ".join(notes)},
-        {"sections": stored},
-        {f"{s['dataset']['name']}: {r.name}": r.nab for s in stored for r in s["detectors"]},
-    )
+    notes.append(provenance(args.seeds))
+    stored = [{"dataset": {"name": ds.name, "shape": ds.data.shape, "warmup": ds.warmup,
+                           "epoch": ds.epoch}, "seeds": seeds, "detectors": results}
+              for ds, results, seeds in sections]
+    nabs = {f"{s['dataset']['name']}: {r.name}": r.nab for s in stored for r in s["detectors"]}
+    write_result(args.out / RESULT_FILE, "anomaly-events",
+                 {"seeds": args.seeds, "note": " ".join(notes)}, {"sections": stored}, nabs)
     print(render_stored(args.out))
     print(f"wrote {args.out / 'anomaly_events.md'}")
 
@@ -643,8 +468,7 @@ def render_stored(out: Path) -> str:
         # the report reads only the matrix's shape: a zero-size stand-in of that shape
         data = np.broadcast_to(np.float64(0.0), tuple(info["shape"]))
         ds = Dataset(info["name"], data, info["warmup"], info["epoch"])
-        detectors = revive(list[DetectorResult], section["detectors"])
-        sections.append((ds, detectors, section["seeds"]))
+        sections.append((ds, revive(list[DetectorResult], section["detectors"]), section["seeds"]))
     text = render(sections, doc["parameters"]["note"])
     (out / "anomaly_events.md").write_text(text)
     try:

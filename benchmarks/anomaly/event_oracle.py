@@ -1,31 +1,14 @@
-"""How far any per-reading statistic can go under issue 25's clean-alarm budget (hindsight).
+"""How far any per-reading statistic can go under the clean-alarm budget, in hindsight.
 
-``python -m benchmarks.anomaly.event_oracle [--seeds 20] [--out DIR]``
-
-For each per-reading, per-sensor statistic ``S`` (an ``(n, d)`` array, larger = more
-suspicious; `statistics` computes them all, causal, from a model fitted on the warm-up
-only) a reading alarms at threshold ``c`` when ``max_j S[t, j] > c`` (any sensor), and
-consecutive alarms are one event, as in `benchmarks.anomaly.events`. The *hindsight
-limit* at a budget of ``B`` clean events per device-day is the smallest ``c`` such that
-every threshold ``>= c`` gives at most ``B`` events per device-day on the *clean* scored
-rows (`hindsight_threshold`; "every threshold above" because the event count is not
-monotone in ``c``: below the smallest reading everything is one event). It is computed
-from the very stream it is applied to, so no limit computed by a detector from the
-warm-up or on line can be better calibrated.
-
-At that ``c`` the statistic is run on each seed's faulty stream (`benchmarks.anomaly.
-inject`, default `FaultConfig`, the event benchmark's protocol and seeds) and scored with
-`events.merge_alarms` and `events.match_faults`: a visible fault is detected by an event
-*starting* between its first row and its onset plus the kind's window (SHORT 0, NOISE 20,
-CONSTANT 10, drift 199), CONSTANT faults count from the first reading whose truth moved
-more than one sigma away (`Fault.visible`). The best recall over the statistics is an
-upper bound (up to the recall's own non-monotonicity in ``c``, see below) on what a
-detector that thresholds any one of them can reach under the budget; a detector that
-ORs several rules spends the one budget on all of them.
-
-Caveat: with the "event starts in the window" rule the recall is not monotone in ``c``
-either (a lower threshold can start an event one reading before a spike and swallow it);
-the recall is taken at the hindsight limit, not maximised over thresholds.
+``python -m benchmarks anomaly-oracle [--seeds 20] [--out DIR]``. Each per-sensor statistic
+(`statistics`: causal, from a model of the warm-up) alarms at threshold ``c`` when its max
+over the sensors exceeds ``c``; consecutive alarms are one event. Its *hindsight limit* at a
+budget of B clean events per device-day is the smallest ``c`` such that every threshold
+``>= c`` gives at most B events per device-day on the clean scored rows (the count is not
+monotone in ``c``): computed on the stream it is applied to, so no limit a detector computes
+can be better calibrated. At that ``c`` each seed's faulty stream (the event benchmark's
+protocol and seeds) is scored with `events.merge_alarms` and `events.match_faults`; the recall
+is taken at the limit, not maximised over thresholds (it is not monotone either).
 """
 
 from __future__ import annotations
@@ -38,58 +21,27 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.anomaly.event_bench import DAY_S, Dataset, motes
+from benchmarks.anomaly.event_bench import DAY_S, GROUPS, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
 from benchmarks.reporting import prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_int
 
-__all__ = [
-    "BUDGETS",
-    "GROUPS",
-    "TARGETS",
-    "Model",
-    "OracleResult",
-    "evaluate",
-    "fit_model",
-    "hindsight_threshold",
-    "main",
-    "render",
-    "statistics",
-]
+__all__ = ["BUDGETS", "GROUPS", "TARGETS", "Model", "OracleResult", "evaluate", "fit_model",
+           "hindsight_threshold", "main", "render", "statistics"]
 
-#: Clean alarm events per device-day at which the hindsight limit is taken (issue 25: 2).
+#: Clean alarm events per device-day at which the hindsight limit is taken (the target: 2).
 BUDGETS = (2.0, 5.0, 20.0)
-#: Kinds reported, grouped as issue 25's targets are (DRIFT has no target there).
-GROUPS = {
-    "SHORT": ("short",),
-    "NOISE": ("noise",),
-    "CONSTANT": CONSTANT_KINDS,
-    "DRIFT": ("drift",),
-}
-#: Issue 25's recall targets at 2 clean events per device-day.
+#: The recall targets at 2 clean events per device-day, by kind group (`GROUPS`).
 TARGETS = {"SHORT": 0.95, "NOISE": 0.8, "CONSTANT": 0.9}
-#: Directions of the cross-sensor model of changes (FaultDetector's default on 48 motes).
-RANK = 8
-#: Directions of the cross-sensor model of log levels (FaultDetector's RAIL rule).
-LEVEL_RANK = 2
-#: Readings of the local RMS (the detector's local half-life) and its floor (x global).
-LOCAL = 30
-LOCAL_FLOOR = 0.3
-#: Rolling windows of the NOISE statistics, and the context before them.
-NOISE_WINDOWS = (5, 10, 20)
-NOISE_CONTEXT = 100
-#: |z| is clipped here in the clipped NOISE statistics (a spike is not noise).
-CLIP = 6.0
-#: CONSTANT: readings a value must repeat before it is scored, and after which a sensor
-#: is dead (muted), as FaultDetector's min_run and mute_after.
-MIN_RUN = 3
-MUTE_AFTER = 100
-#: Rows between refits of the refitted level model (FaultDetector's ``refresh``).
-REFIT = 1024
-#: Score given where a rule is certain (a reading at 0 for MIN_RUN readings).
-CERTAIN = 1e6
+#: As FaultDetector's: directions of the cross-sensor models of changes and of log levels;
+#: readings of the local RMS and its floor (x global); NOISE windows, their context and the
+#: clip of |z| (a spike is not noise); CONSTANT's min_run and mute_after; rows between refits
+#: of the refitted level model; the score where a rule is certain (0 for MIN_RUN readings).
+RANK, LEVEL_RANK, LOCAL, LOCAL_FLOOR = 8, 2, 30, 0.3
+NOISE_WINDOWS, NOISE_CONTEXT, CLIP = (5, 10, 20), 100, 6.0
+MIN_RUN, MUTE_AFTER, REFIT, CERTAIN = 3, 100, 1024, 1e6
 
 
 @dataclass(frozen=True)
@@ -110,25 +62,34 @@ def _transform(x: np.ndarray, domain: str, c: float) -> np.ndarray:
 
 def _diff(x: np.ndarray) -> np.ndarray:
     """First differences with a zero first row: ``out[t] = x[t] - x[t - 1]``."""
-    out = np.zeros_like(x)
-    out[1:] = np.diff(x, axis=0)
-    return out
+    return np.concatenate([np.zeros_like(x[:1]), np.diff(x, axis=0)])
 
 
 def _loo_basis(z: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Top ``rank`` right singular vectors of ``z`` (n, d) and their leverages (d,)."""
-    rank = min(rank, z.shape[1] - 1)
-    _, _, vt = np.linalg.svd(z, full_matrices=False)
-    v = vt[:rank].T
-    h = np.minimum((v**2).sum(1), 0.99)
-    return v, h
+    v = np.linalg.svd(z, full_matrices=False)[2][: min(rank, z.shape[1] - 1)].T
+    return v, np.minimum((v**2).sum(1), 0.99)
+
+
+def _loo(z: np.ndarray, v: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Leave-one-out residual of ``z`` (n, d) off the basis ``v`` with leverages ``h``."""
+    return (z - (z @ v) @ v.T) / (1.0 - h)
+
+
+def _rms(a: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(a**2, axis=0)) + 1e-12
+
+
+def _level_model(y: np.ndarray) -> dict[str, np.ndarray]:
+    """The rank-`LEVEL_RANK` model of log levels ``y`` (n, d): mean, basis, leverages, RMS."""
+    mu = y.mean(0)
+    v, h = _loo_basis(y - mu, LEVEL_RANK)
+    return {"mu": mu, "V": v, "h": h, "rms": _rms(_loo(y - mu, v, h))}
 
 
 def fit_model(warm: np.ndarray, log_offset: float | None = None) -> Model:
-    """Fit the statistics' warm-up quantities on clean rows ``warm`` (n, d), non-negative.
-
-    ``log_offset`` None: the median of the sensors' robust sigma (FaultDetector's
-    `auto_log_offset`; 14.4 lux on Motes light)."""
+    """The statistics' warm-up quantities from clean rows ``warm`` (n, d), non-negative;
+    ``log_offset`` None: the median of the sensors' robust sigma (14.4 lux on Motes light)."""
     warm = np.asarray(warm, dtype=np.float64)
     sigma = noise_sigma(warm)
     c = float(np.median(sigma)) if log_offset is None else float(log_offset)
@@ -137,20 +98,9 @@ def fit_model(warm: np.ndarray, log_offset: float | None = None) -> Model:
         y = _transform(warm, dom, c)
         dy = np.diff(y, axis=0)
         v, h = _loo_basis(dy, RANK)
-        loo = (dy - (dy @ v) @ v.T) / (1.0 - h)
-        dsig = noise_sigma(y) if dom == "log" else sigma
-        domains[dom] = {
-            "V": v,
-            "h": h,
-            "sigma": dsig,
-            "rms": np.sqrt(np.mean(dy**2, axis=0)) + 1e-12,
-            "loo_rms": np.sqrt(np.mean(loo**2, axis=0)) + 1e-12,
-        }
-    y = _transform(warm, "log", c)
-    mu = y.mean(0)
-    v, h = _loo_basis(y - mu, LEVEL_RANK)
-    res = ((y - mu) - ((y - mu) @ v) @ v.T) / (1.0 - h)
-    level = {"mu": mu, "V": v, "h": h, "rms": np.sqrt(np.mean(res**2, axis=0)) + 1e-12}
+        domains[dom] = {"V": v, "h": h, "sigma": noise_sigma(y) if dom == "log" else sigma,
+                        "rms": _rms(dy), "loo_rms": _rms(_loo(dy, v, h))}
+    level = _level_model(_transform(warm, "log", c))
     return Model(warm.shape[0], sigma, warm.max(0), c, domains, level)
 
 
@@ -158,40 +108,25 @@ def _rolling_mean(a: np.ndarray, w: int, lag: int = 0) -> np.ndarray:
     """Mean of ``a[t - lag - w + 1 .. t - lag]`` per row (fewer rows at the top), axis 0."""
     cs = np.zeros((a.shape[0] + 1, a.shape[1]))
     np.cumsum(a, axis=0, out=cs[1:])
-    t = np.arange(a.shape[0])
-    hi = np.clip(t - lag + 1, 0, None)
+    hi = np.clip(np.arange(a.shape[0]) - lag + 1, 0, None)
     lo = np.clip(hi - w, 0, None)
-    cnt = np.maximum(hi - lo, 1)[:, None]
-    return (cs[hi] - cs[lo]) / cnt
+    return (cs[hi] - cs[lo]) / np.maximum(hi - lo, 1)[:, None]
 
 
 def _run_lengths(same: np.ndarray) -> np.ndarray:
     """Consecutive True values ending at each row, per column (``same`` (n, d) bool)."""
-    n = same.shape[0]
-    t = np.arange(n)[:, None]
+    t = np.arange(same.shape[0])[:, None]
     last_break = np.maximum.accumulate(np.where(same, -1, t), axis=0)
     return t - last_break
 
 
 def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
-    """Every statistic of the oracle on readings ``x`` (n, d): name -> (n, d), >= 0.
-
-    Causal: row ``t`` uses rows ``<= t`` and the warm-up model. Per domain (``lux``: the
-    readings; ``log``: ``log(x + c)``):
-
-    - SHORT: ``abs(diff) / sigma`` (global robust sigma of non-zero changes), ``abs(diff)`` over
-      the local RMS of the previous 30 changes (floored at 0.3 x the global RMS), the
-      leave-one-out residual ``loo`` of a rank-8 PCA of the warm-up changes (the change
-      the other sensors do not explain) over its global RMS, and over the same local RMS.
-    - NOISE: for w in 5, 10, 20 the RMS of the last w ``diff / sigma``, of ``loo / RMS``
-      clipped at 6, and of ``diff`` over the RMS of the 100 changes before the window
-      (floored at ``sigma``).
-    - CONSTANT: run length of repeated values (all runs; only runs < 100 readings), the
-      change the other sensors predicted over the run (``|sum of diff - loo|`` / RMS of
-      ``loo``, runs of 3 to 99), the same with 0 for 3 readings as certain, the move of
-      the level residual (rank-2 PCA of log levels) since the run began, and the level
-      residual while at the warm-up rail or at 0 for 2+ readings.
-    """
+    """Every statistic on readings ``x`` (n, d): name -> (n, d), >= 0; row ``t`` uses rows
+    ``<= t`` and ``model``. Per domain (``lux``, ``log``: ``log(x + c)``): SHORT, |change|
+    over the global or local RMS, and the leave-one-out residual ``loo`` of a rank-8 PCA of
+    the changes (what the other sensors do not explain); NOISE, RMS over 5, 10, 20 readings;
+    CONSTANT, run lengths of repeated values, the move the other sensors predicted over a run,
+    and the rank-2 log-level residual's move over a run or at the rail or 0."""
     x = np.asarray(x, dtype=np.float64)
     out: dict[str, np.ndarray] = {}
     dx = _diff(x)
@@ -203,11 +138,11 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
     for dom, m in model.domains.items():
         y = _transform(x, dom, model.log_offset)
         d = dx if dom == "lux" else _diff(y)
-        loo = (d - (d @ m["V"]) @ m["V"].T) / (1.0 - m["h"])
+        loo = _loo(d, m["V"], m["h"])
         ad = np.abs(d)
-        local_d = np.maximum(np.sqrt(_rolling_mean(d**2, LOCAL, lag=1)), LOCAL_FLOOR * m["rms"])
-        local_l = np.maximum(
-            np.sqrt(_rolling_mean(loo**2, LOCAL, lag=1)), LOCAL_FLOOR * m["loo_rms"]
+        local_d, local_l = (
+            np.maximum(np.sqrt(_rolling_mean(v**2, LOCAL, lag=1)), LOCAL_FLOOR * m[key])
+            for v, key in ((d, "rms"), (loo, "loo_rms"))
         )
         out[f"{dom} abs(diff) / sigma"] = ad / m["sigma"]
         out[f"{dom} abs(diff) / local RMS"] = ad / local_d
@@ -219,9 +154,8 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
             ctx = np.maximum(np.sqrt(_rolling_mean(d**2, NOISE_CONTEXT, lag=w)), m["sigma"])
             out[f"{dom} RMS{w}(diff) / sigma"] = np.sqrt(_rolling_mean(z2, w))
             out[f"{dom} RMS{w}(clip loo / RMS)"] = np.sqrt(_rolling_mean(zl2, w))
-            out[f"{dom} RMS{w}(diff) / RMS of the 100 before"] = (
-                np.sqrt(_rolling_mean(d**2, w)) / ctx
-            )
+            rms = np.sqrt(_rolling_mean(d**2, w))
+            out[f"{dom} RMS{w}(diff) / RMS of the 100 before"] = rms / ctx
         # CONSTANT: the change the other sensors predicted while this one repeated.
         pred = d - loo
         cs = np.zeros((x.shape[0] + 1, x.shape[1]))
@@ -230,14 +164,13 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
         acc = cs[1:] - cs[t + 1 - run, np.arange(x.shape[1])]
         drift = np.where(live, np.abs(acc) / m["loo_rms"], 0.0)
         out[f"{dom} abs(predicted move) over run"] = drift
-        out[f"{dom} abs(predicted move) over run, or 0 for 3"] = np.where(
-            (at_zero >= MIN_RUN) & (run < MUTE_AFTER), CERTAIN, drift
-        )
+        certain = (at_zero >= MIN_RUN) & (run < MUTE_AFTER)
+        out[f"{dom} abs(predicted move) over run, or 0 for 3"] = np.where(certain, CERTAIN, drift)
     out["run length"] = run.astype(np.float64)
     out["run length (< 100)"] = np.where(run < MUTE_AFTER, run, 0).astype(np.float64)
     lv = model.level
     yc = _transform(x, "log", model.log_offset) - lv["mu"]
-    res = (yc - (yc @ lv["V"]) @ lv["V"].T) / (1.0 - lv["h"]) / lv["rms"]
+    res = _loo(yc, lv["V"], lv["h"]) / lv["rms"]
     rows = np.arange(x.shape[0])[:, None]
     begin = np.maximum(rows - run, 0)
     out["abs(level residual move) over run"] = np.where(
@@ -247,9 +180,8 @@ def statistics(x: np.ndarray, model: Model) -> dict[str, np.ndarray]:
     at_rail = (_run_lengths(x >= model.rail - tol) >= 2) | (at_zero >= 2)
     at_rail &= run < MUTE_AFTER
     out["abs(level residual) at rail or 0 (2+)"] = np.where(at_rail, np.abs(res), 0.0)
-    out["abs(level residual, refit) at rail or 0 (2+)"] = np.where(
-        at_rail, np.abs(_refit_level_residual(x, model)), 0.0
-    )
+    refit = np.abs(_refit_level_residual(x, model))
+    out["abs(level residual, refit) at rail or 0 (2+)"] = np.where(at_rail, refit, 0.0)
     return out
 
 
@@ -258,63 +190,36 @@ def _refit_level_residual(x: np.ndarray, model: Model) -> np.ndarray:
     `REFIT` rows on the `start` rows before (causal; the warm-up model until then)."""
     y = _transform(x, "log", model.log_offset)
     out = np.zeros_like(y)
-    lv = model.level
-    mu, v, h, rms = lv["mu"], lv["V"], lv["h"], lv["rms"]
     for lo in range(model.start, y.shape[0], REFIT):
-        if lo > model.start:
-            past = y[lo - model.start : lo]
-            mu = past.mean(0)
-            v, h = _loo_basis(past - mu, LEVEL_RANK)
-            r = ((past - mu) - ((past - mu) @ v) @ v.T) / (1.0 - h)
-            rms = np.sqrt(np.mean(r**2, axis=0)) + 1e-12
-        yc = y[lo : lo + REFIT] - mu
-        out[lo : lo + REFIT] = (yc - (yc @ v) @ v.T) / (1.0 - h) / rms
-    return out
-
+        lv = _level_model(y[lo - model.start : lo]) if lo > model.start else model.level
+        out[lo : lo + REFIT] = _loo(y[lo : lo + REFIT] - lv["mu"], lv["V"], lv["h"]) / lv["rms"]
     return out
 
 
 def hindsight_threshold(score: np.ndarray, max_events: float) -> float:
     """Smallest ``c`` such that every threshold ``>= c`` alarms (``score > c``) in at most
-    ``max_events`` runs of consecutive readings.
-
-    Parameters
-    ----------
-    score : ndarray of shape (n,)
-        Per-reading score (the max over sensors) on the clean scored rows.
-    max_events : float
-
-    Returns
-    -------
-    float
-        One of the values of ``score`` (the largest one when even a single exceedance
-        would be too many: nothing alarms then).
-    """
+    ``max_events`` runs of consecutive readings, ``score`` (n,) the max over the sensors on
+    the clean scored rows; one of its values (the largest when nothing may alarm)."""
     s = np.asarray(score, dtype=np.float64)
     prev = np.concatenate([[-np.inf], s[:-1]])
     starts = prev < s  # an event starts at t for thresholds in [prev, s)
-    a = np.sort(prev[starts])
-    b = np.sort(s[starts])
-    cand = np.unique(s)
+    a, b, cand = np.sort(prev[starts]), np.sort(s[starts]), np.unique(s)
     count = np.searchsorted(a, cand, "right") - np.searchsorted(b, cand, "right")
     bad = np.flatnonzero(count > max_events)
-    if bad.size == 0:
-        return float(cand[0])
-    return float(cand[min(bad[-1] + 1, cand.size - 1)])
+    return float(cand[min(bad[-1] + 1, cand.size - 1)] if bad.size else cand[0])
 
 
-#: The stored results (`benchmarks.schema`) next to ``anomaly_oracle.md``.
 RESULT_FILE = "anomaly_oracle.json"
+
+
+Union = tuple[tuple[str, ...], dict[str, int]]  # statistics ORed, detected faults per kind
 
 
 @dataclass
 class OracleResult:
-    """Per statistic and budget: the hindsight limit and detected / visible per kind.
-
-    ``unions[group][budget]`` is the best OR of 2 or 3 statistics found (the max of the
-    statistics each divided by its own limit at ``budget``, itself thresholded at its
-    hindsight limit at ``budget``): names and detected counts per kind.
-    """
+    """Per statistic and budget: the hindsight limit and detected / visible per kind;
+    ``unions[group][budget]``: the best OR of 2 or 3 statistics (the max of each over its own
+    limit, thresholded at its hindsight limit) found, its names and detected counts."""
 
     clean_days: float
     seeds: int
@@ -322,18 +227,17 @@ class OracleResult:
     thresholds: dict[str, dict[float, float]] = field(default_factory=dict)
     detected: dict[str, dict[float, dict[str, int]]] = field(default_factory=dict)
     visible: dict[str, int] = field(default_factory=dict)
-    unions: dict[str, dict[float, tuple[tuple[str, ...], dict[str, int]]]] = field(
-        default_factory=dict
-    )
+    unions: dict[str, dict[float, Union]] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def _ratio(self, got: dict[str, int], kinds: tuple[str, ...]) -> float:
+    def ratio(self, got: dict[str, int], kinds: tuple[str, ...]) -> float:
+        """Faults of ``kinds`` in ``got`` / visible ones (NaN if none was visible)."""
         v = sum(self.visible.get(k, 0) for k in kinds)
         return sum(got.get(k, 0) for k in kinds) / v if v else float("nan")
 
     def recall(self, stat: str, budget: float, kinds: tuple[str, ...]) -> float:
         """Detected / visible faults of ``kinds`` (NaN if none was visible)."""
-        return self._ratio(self.detected[stat][budget], kinds)
+        return self.ratio(self.detected[stat][budget], kinds)
 
     def best(self, budget: float, kinds: tuple[str, ...]) -> tuple[float, list[str]]:
         """The best recall over the statistics and the statistics reaching it (NaN and
@@ -347,12 +251,10 @@ class OracleResult:
     def union(self, group: str, budget: float) -> tuple[float, tuple[str, ...]]:
         """Recall of the best OR found for ``group`` (a key of `GROUPS`) and its members."""
         names, got = self.unions[group][budget]
-        return self._ratio(got, GROUPS[group]), names
+        return self.ratio(got, GROUPS[group]), names
 
 
-#: Statistics per kind group (the best single ones) whose pairs and triples are ORed.
-UNION_TOP = 5
-#: Suffix of the per-sensor normalised variants.
+UNION_TOP = 5  # the best single statistics per group whose pairs and triples are ORed
 PER_SENSOR = ", per sensor / warm-up q99.9"
 
 
@@ -361,13 +263,8 @@ def _scored(alarms: np.ndarray, start: int) -> np.ndarray:
     return np.concatenate([np.zeros(start, dtype=bool), alarms])
 
 
-def _with_per_sensor(
-    stats: dict[str, np.ndarray], norms: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    out = dict(stats)
-    for name, s in stats.items():
-        out[name + PER_SENSOR] = s / norms[name]
-    return out
+def _with_per_sensor(stats: dict[str, np.ndarray], norms: dict) -> dict[str, np.ndarray]:
+    return {**stats, **{name + PER_SENSOR: s / norms[name] for name, s in stats.items()}}
 
 
 def _count(faults: list, alarms: np.ndarray, got: dict[str, int]) -> None:
@@ -378,18 +275,13 @@ def _count(faults: list, alarms: np.ndarray, got: dict[str, int]) -> None:
 
 
 def evaluate(
-    ds: Dataset,
-    seeds: int,
-    budgets: tuple[float, ...] = BUDGETS,
+    ds: Dataset, seeds: int, budgets: tuple[float, ...] = BUDGETS,
     config: FaultConfig | None = None,
 ) -> OracleResult:
-    """The hindsight limit of every statistic on ``ds``'s clean stream, and its recall
-    on ``seeds`` faulty streams (`inject` with the event benchmark's seeds 0..).
-
-    Every statistic also comes divided, per sensor, by its 99.9 % quantile over the
-    warm-up rows (a per-sensor calibration a detector could make)."""
-    t0 = time.perf_counter()
-    start = ds.warmup
+    """The hindsight limit of every statistic on ``ds``'s clean stream and its recall on
+    ``seeds`` faulty streams (the event benchmark's seeds 0..); each statistic also comes
+    divided, per sensor, by its 99.9 % quantile over the warm-up rows."""
+    t0, start = time.perf_counter(), ds.warmup
     warm = ds.data[:start]
     model = fit_model(warm)
     days = (ds.data.shape[0] - start) * ds.epoch / DAY_S
@@ -400,10 +292,8 @@ def evaluate(
         q = np.quantile(s[1:start], 0.999, axis=0)
         pos = q[q > 0]
         norms[name] = np.where(q > 0, q, pos.min() if pos.size else 1.0)
-    clean_max = {}
-    for name, s in _with_per_sensor(clean, norms).items():
-        ms = s[start:].max(1)
-        clean_max[name] = ms
+    clean_max = {name: s[start:].max(1) for name, s in _with_per_sensor(clean, norms).items()}
+    for name, ms in clean_max.items():
         res.thresholds[name] = {b: hindsight_threshold(ms, b * days) for b in budgets}
         res.detected[name] = {b: {} for b in budgets}
     sigma = noise_sigma(warm)
@@ -413,51 +303,44 @@ def evaluate(
         for f in inj.faults:
             if f.onset is not None:
                 res.visible[f.kind] = res.visible.get(f.kind, 0) + 1
-        kept = {}
-        for name, s in _with_per_sensor(statistics(inj.data, model), norms).items():
-            ms = s[start:].max(1)
-            kept[name] = ms
+        stats = _with_per_sensor(statistics(inj.data, model), norms)
+        kept = {name: s[start:].max(1) for name, s in stats.items()}
+        for name, ms in kept.items():
             for b, c in res.thresholds[name].items():
                 _count(inj.faults, _scored(ms > c, start), res.detected[name][b])
         runs.append((inj.faults, kept))
     for group, kinds in GROUPS.items():
         res.unions[group] = {}
         for b in budgets:
-            ranked = sorted(res.thresholds, key=lambda s: -res.recall(s, b, kinds))
-            top = ranked[:UNION_TOP]
+            top = sorted(res.thresholds, key=lambda s: -res.recall(s, b, kinds))[:UNION_TOP]
             for k in kinds:  # and the best for each kind of the group (CONSTANT's three)
                 own = max(res.thresholds, key=lambda s, k=k: res.recall(s, b, (k,)))
                 if own not in top:
                     top.append(own)
-            best: tuple[tuple[str, ...], dict[str, int]] = ((), {})
+            best: Union = ((), {})
             best_r = -1.0
-            for size in (2, 3):
-                for names in combinations(top, size):
-                    scale = {s: max(res.thresholds[s][b], 1e-12) for s in names}
-                    union = np.max([clean_max[s] / c for s, c in scale.items()], axis=0)
-                    limit = hindsight_threshold(union, b * days)
-                    got: dict[str, int] = {}
-                    for faults, kept in runs:
-                        u = np.max([kept[s] / c for s, c in scale.items()], axis=0)
-                        _count(faults, _scored(u > limit, start), got)
-                    r = res._ratio(got, kinds)
-                    if r > best_r:
-                        best, best_r = (names, got), r
+            for names in (*combinations(top, 2), *combinations(top, 3)):
+                scale = {s: max(res.thresholds[s][b], 1e-12) for s in names}
+                union = np.max([clean_max[s] / c for s, c in scale.items()], axis=0)
+                limit = hindsight_threshold(union, b * days)
+                got: dict[str, int] = {}
+                for faults, kept in runs:
+                    u = np.max([kept[s] / c for s, c in scale.items()], axis=0)
+                    _count(faults, _scored(u > limit, start), got)
+                r = res.ratio(got, kinds)
+                if r > best_r:
+                    best, best_r = (names, got), r
             res.unions[group][b] = best
     res.seconds = time.perf_counter() - t0
     return res
 
 
 def _clean_glitches(ds: Dataset, res: OracleResult, k: int = 10) -> tuple[str, str]:
-    """The largest clean-stream events of the best SHORT statistic (per-sensor variants
-    aside) at the first budget: what a spike limit must stay above. Returns its name and
-    a table."""
+    """The name of the best SHORT statistic (per-sensor variants aside) at the first budget
+    and a table of its ``k`` largest clean-stream events: what a spike limit must exceed."""
     budget = res.budgets[0]
-    ranked = sorted(
-        (s for s in res.thresholds if not s.endswith(PER_SENSOR)),
-        key=lambda s: -res.recall(s, budget, ("short",)),
-    )
-    name = ranked[0]
+    name = sorted((s for s in res.thresholds if not s.endswith(PER_SENSOR)),
+                  key=lambda s: -res.recall(s, budget, ("short",)))[0]
     start = ds.warmup
     z = statistics(ds.data, fit_model(ds.data[:start]))[name]
     limit = res.thresholds[name][budget]
@@ -473,122 +356,83 @@ def _clean_glitches(ds: Dataset, res: OracleResult, k: int = 10) -> tuple[str, s
         rows.append([t, j, f"{z[t, j] / limit:.2f}", int((z[t] > limit).sum()), vals])
         if len(rows) == k:
             break
-    return name, table(
-        ["row", "sensor", "score / limit", "sensors over the limit", "readings t-2 .. t+2"],
-        rows,
-        align="rrrrl",
-    )
+    header = ["row", "sensor", "score / limit", "sensors over the limit", "readings t-2 .. t+2"]
+    return name, table(header, rows, align="rrrrl")
 
 
 def render(ds: Dataset, res: OracleResult, note: str = "", stamp: str | None = None) -> str:
     """The Markdown report; ``stamp``: when the run was made (default: now, UTC)."""
-    n, d = ds.data.shape
-    cfg = FaultConfig()
-    head = [
-        "fault kind (window, readings)",
-        "clean events / device-day",
-        "target",
-        "best single statistic: recall",
-        "which",
-        "best OR of 2-3: recall",
-        "which",
-    ]
+    (n, d), cfg, budgets = ds.data.shape, FaultConfig(), res.budgets
     rows = []
     for g, kinds in GROUPS.items():
-        for b in res.budgets:
+        for b in budgets:
             r, names = res.best(b, kinds)
             if not names:  # no visible fault of the kind
                 continue
             more = f" (+{len(names) - 1} tie)" if len(names) > 1 else ""
             ru, members = res.union(g, b)
             target = f">= {TARGETS[g]:g}" if g in TARGETS and b == 2.0 else "-"
-            rows.append(
-                [
-                    f"{g} ({DELAY_WINDOW[kinds[0]]})",
-                    f"{b:g}",
-                    target,
-                    f"**{r:.2f}**",
-                    names[0] + more,
-                    f"{ru:.2f}",
-                    " OR ".join(members),
-                ]
-            )
-    glitch_stat, glitch_table = _clean_glitches(ds, res)
+            rows.append([f"{g} ({DELAY_WINDOW[kinds[0]]})", f"{b:g}", target, f"**{r:.2f}**",
+                         names[0] + more, f"{ru:.2f}", " OR ".join(members)])
+    head = ["fault kind (window, readings)", "clean events / device-day", "target",
+            "best single statistic: recall", "which", "best OR of 2-3: recall", "which"]
     verdicts = []
     for g, target in TARGETS.items():
-        kinds = GROUPS[g]
-        got = {b: max(res.best(b, kinds)[0], res.union(g, b)[0]) for b in res.budgets}
+        got = {b: max(res.best(b, GROUPS[g])[0], res.union(g, b)[0]) for b in budgets}
         if any(np.isnan(v) for v in got.values()):
             continue
-        within = [b for b in res.budgets if got[b] >= target]
-        verdicts.append(
-            f"{g}: at most {got[res.budgets[0]]:.2f} at {res.budgets[0]:g} events/day against "
-            f"{target:g} ("
-            + (f"reached from {within[0]:g} events/day" if within else "not reached at any budget")
-            + ", "
-            + ", ".join(f"{v:.2f} at {b:g}" for b, v in got.items())
-            + ")."
-        )
-    sub_rows = []
-    for k in CONSTANT_KINDS:
-        cells = [k, str(res.visible.get(k, 0))]
-        for b in res.budgets:
-            r, names = res.best(b, (k,))
-            cells.append(f"{r:.2f} {names[0]}" if names else "n/a")
-        sub_rows.append(cells)
-    per_stat = []
-    for s in res.thresholds:
-        cells = [s]
-        for kinds in GROUPS.values():
-            cells.append(" / ".join(f"{res.recall(s, b, kinds):.2f}" for b in res.budgets))
-        cells.append(" / ".join(f"{res.thresholds[s][b]:.3g}" for b in res.budgets))
-        per_stat.append(cells)
-    kinds_line = ", ".join(
-        f"{k} {res.visible.get(k, 0)}" for kinds in GROUPS.values() for k in kinds
-    )
+        within = [b for b in budgets if got[b] >= target]
+        reached = "not reached at any budget"
+        reached = f"reached from {within[0]:g} events/day" if within else reached
+        each = ", ".join(f"{v:.2f} at {b:g}" for b, v in got.items())
+        verdicts.append(f"- {g}: at most {got[budgets[0]]:.2f} at {budgets[0]:g} events/day "
+                        f"against {target:g} ({reached}, {each}).")
+    best_of = [(k, [res.best(b, (k,)) for b in budgets]) for k in CONSTANT_KINDS]
+    sub_rows = [[k, str(res.visible.get(k, 0)),
+                 *(f"{r:.2f} {names[0]}" if names else "n/a" for r, names in best)]
+                for k, best in best_of]
+    per_stat = [[s, *(" / ".join(f"{res.recall(s, b, kinds):.2f}" for b in budgets)
+                      for kinds in GROUPS.values()),
+                 " / ".join(f"{res.thresholds[s][b]:.3g}" for b in budgets)]
+                for s in res.thresholds]
+    kinds_line = ", ".join(f"{k} {res.visible.get(k, 0)}" for ks in GROUPS.values() for k in ks)
     run = f"Run {stamp or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {res.seeds} seeds"
-    constant_align = "lr" + "l" * len(res.budgets)
-    constant_header = ["kind", "visible", *(f"{b:g} events/day" for b in res.budgets)]
-    stat_align = "l" + "r" * (len(GROUPS) + 1)
+    constant_header = ["kind", "visible", *(f"{b:g} events/day" for b in budgets)]
+    glitch_stat, glitch_table = _clean_glitches(ds, res)
     parts = prose(
         "anomaly_oracle", "report", last_seed=res.seeds - 1, name=ds.name, n=n, d=d,
         last_warm=ds.warmup - 1, warmup=ds.warmup, last_row=n - 1, days=res.clean_days,
         allowed=int(2 * res.clean_days), seeds=res.seeds, kinds=kinds_line,
         spike_lo=cfg.short_size[0], spike_hi=cfg.short_size[1],
-        best_table=table(head, rows, align="lrlrlrl"),
-        verdicts="\n".join(f"- {v}" for v in verdicts),
-        constant_table=table(constant_header, sub_rows, align=constant_align),
-        budgets=" / ".join(f"{b:g}" for b in res.budgets),
-        stat_table=table(["statistic", *GROUPS, "threshold"], per_stat, align=stat_align),
-        budget=res.budgets[0], glitch_stat=glitch_stat,
-        limit=res.thresholds[glitch_stat][res.budgets[0]], glitch_table=glitch_table,
-        run=f"{run}, {res.seconds:.0f} s. {note}".rstrip(),
-    )  # fmt: skip
+        best_table=table(head, rows, align="lrlrlrl"), verdicts="\n".join(verdicts),
+        constant_table=table(constant_header, sub_rows, align="lr" + "l" * len(budgets)),
+        budgets=" / ".join(f"{b:g}" for b in budgets),
+        stat_table=table(["statistic", *GROUPS, "threshold"], per_stat,
+                         align="l" + "r" * (len(GROUPS) + 1)),
+        budget=budgets[0], glitch_stat=glitch_stat, limit=res.thresholds[glitch_stat][budgets[0]],
+        glitch_table=glitch_table, run=f"{run}, {res.seconds:.0f} s. {note}".rstrip(),
+    )
     return "\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.anomaly.event_oracle")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks anomaly-oracle")
     parser.add_argument("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
     args = parser.parse_args(argv)
     ds = motes()
-    res = evaluate(ds, args.seeds)
-    write_result(
-        args.out / RESULT_FILE,
-        "anomaly-oracle",
-        {"seeds": args.seeds, "dataset": ds.name},
-        {"result": res},
-        {},
-    )
+    parameters = {"seeds": args.seeds, "dataset": ds.name}
+    write_result(args.out / RESULT_FILE, "anomaly-oracle", parameters,
+                 {"result": evaluate(ds, args.seeds)}, {})
     print(render_stored(args.out))
     print(f"wrote {args.out / 'anomaly_oracle.md'}")
 
 
 def render_stored(out: Path) -> str:
     """Rewrite ``out/anomaly_oracle.md`` from ``out/anomaly_oracle.json`` and the Motes light
-    matrix (the clean stream the glitch table is drawn from), measuring nothing."""
+    matrix (the clean stream of the glitch table), measuring nothing; ValueError if the
+    results are of another dataset."""
     doc = read_result(out / RESULT_FILE, "anomaly-oracle")
     ds = motes()
     if doc["parameters"]["dataset"] != ds.name:

@@ -1,25 +1,13 @@
-"""Event-level metrics of a streaming detector against injected faults (issue 25).
+"""Event-level metrics of a streaming detector against injected faults (`inject`).
 
-Alarms are per reading; consecutive alarmed readings merge into one *alarm event*
-(`merge_alarms`), whose suspected sensor is the one the detector named at its first
-reading. Against the faults of `benchmarks.anomaly.inject`:
-
-- **Detection** (`match_faults`): a visible fault is detected when an alarm event *starts*
-  in ``[fault.start, onset + window]``, ``onset`` being the fault's first visible row and
-  ``window`` the kind's detection-delay window (`DELAY_WINDOW`, readings). Requiring the
-  event to start there (not merely to overlap) keeps a detector that alarms all the time
-  from detecting everything. Delay = ``max(0, event start - onset)`` readings.
-- **Identification**: the share of detected faults whose event names the faulty sensor.
-- **Event precision** (`classify_events`): an alarm event on the faulty stream is true
-  when it starts inside a visible fault's span ``[start, max(end, onset + window + 1) +
-  TAIL)`` (``TAIL`` readings after a fault ends cover the jump back to the truth),
-  neutral when it starts in an invisible fault's span ``[start, end + TAIL)``, and
-  false otherwise; precision = true / (true + false).
-- **Clean alarm events per device-day**: events on the same stream with no fault,
-  divided by the stream's length in device-days (2,787 Motes readings of 31 s).
-
-No point adjustment anywhere (Kim et al., AAAI 2022). ``python -m
-benchmarks.anomaly.events`` runs the benchmark (`benchmarks.anomaly.event_bench`).
+Consecutive alarmed readings are one *alarm event* (`merge_alarms`), naming the sensor the
+detector named at its first reading. A visible fault is detected when an event *starts* in
+``[fault.start, onset + window]`` (`DELAY_WINDOW`, readings; starting, not overlapping, so a
+detector alarming all the time detects nothing new); delay = event start - onset, at least 0.
+An event on the faulty stream is true when it starts in a visible fault's span ``[start,
+max(end, onset + window + 1) + TAIL)``, neutral in an invisible fault's ``[start, end +
+TAIL)``, false otherwise (`classify_events`). No point adjustment (Kim et al., AAAI 2022).
+``python -m benchmarks.anomaly.events`` runs the event benchmark (`event_bench`).
 """
 
 from __future__ import annotations
@@ -30,30 +18,15 @@ import numpy as np
 
 from benchmarks.anomaly.inject import Fault
 
-__all__ = [
-    "DELAY_WINDOW",
-    "TAIL",
-    "AlarmEvent",
-    "Match",
-    "classify_events",
-    "match_faults",
-    "merge_alarms",
-]
+__all__ = ["DELAY_WINDOW", "TAIL", "AlarmEvent", "Match", "classify_events", "match_faults",
+           "merge_alarms"]
 
 #: Detection-delay window per kind, readings after the onset (inclusive): a spike must be
 #: flagged at its own reading, noise within 20 readings, a CONSTANT fault within 10 of the
 #: truth moving away, a drift before it ends (its 200 readings).
-DELAY_WINDOW = {
-    "short": 0,
-    "noise": 20,
-    "stuck_rail": 10,
-    "stuck_zero": 10,
-    "stuck_last": 10,
-    "drift": 199,
-}
-
-#: Readings after a fault ends during which a new alarm event is still the fault's.
-TAIL = 10
+DELAY_WINDOW = {"short": 0, "noise": 20, "stuck_rail": 10, "stuck_zero": 10, "stuck_last": 10,
+                "drift": 199}
+TAIL = 10  # readings after a fault ends during which a new alarm event is still the fault's
 
 
 @dataclass(frozen=True)
@@ -68,17 +41,9 @@ class AlarmEvent:
 
 @dataclass(frozen=True)
 class Match:
-    """A visible fault and whether (and how) it was detected.
-
-    Attributes
-    ----------
-    fault : Fault
-    detected : bool
-    delay : int or None
-        Readings from the onset to the detecting event's start (None if missed).
-    identified : bool or None
-        Whether the detecting event named ``fault.sensor`` (None if missed).
-    """
+    """A visible fault, whether it was detected, the delay in readings from its onset to
+    the detecting event's start and whether that event named ``fault.sensor`` (None if
+    missed)."""
 
     fault: Fault
     detected: bool
@@ -87,20 +52,8 @@ class Match:
 
 
 def merge_alarms(alarms: np.ndarray, sensors: np.ndarray) -> list[AlarmEvent]:
-    """Merge consecutive alarmed readings into events.
-
-    Parameters
-    ----------
-    alarms : ndarray of shape (n_samples,), bool
-        Alarm per reading (row).
-    sensors : ndarray of shape (n_samples,), int
-        Suspected sensor per reading, -1 for none.
-
-    Returns
-    -------
-    list of AlarmEvent
-        In time order; rows are indices into ``alarms``.
-    """
+    """The events, in time order, of ``alarms`` (n_samples,) bool with the suspected
+    sensor per reading ``sensors`` (n_samples,) int (-1: none); rows index ``alarms``."""
     a = np.asarray(alarms, dtype=bool)
     edges = np.diff(np.concatenate([[0], a.astype(np.int8), [0]]))
     starts = np.flatnonzero(edges == 1)
@@ -108,36 +61,16 @@ def merge_alarms(alarms: np.ndarray, sensors: np.ndarray) -> list[AlarmEvent]:
     return [AlarmEvent(int(s), int(e), int(sensors[s])) for s, e in zip(starts, ends, strict=True)]
 
 
-def _span_end(fault: Fault) -> int:
-    onset = fault.onset
-    assert onset is not None
-    return max(fault.end, onset + DELAY_WINDOW[fault.kind] + 1) + TAIL
-
-
 def match_faults(faults: list[Fault], events: list[AlarmEvent]) -> list[Match]:
-    """Match each visible fault with the first alarm event starting in its window.
-
-    Parameters
-    ----------
-    faults : list of Fault
-        Invisible faults (``onset is None``) are skipped.
-    events : list of AlarmEvent
-        In time order, rows of the same matrix as the faults.
-
-    Returns
-    -------
-    list of Match
-        One per visible fault, in the order of ``faults``.
-    """
+    """One `Match` per visible fault of ``faults`` (in their order): the first of the
+    ``events`` (in time order, rows of the same matrix) starting in its window."""
     starts = np.array([e.start for e in events], dtype=np.int64)
     out = []
     for f in faults:
-        onset = f.onset
-        if onset is None:
+        if (onset := f.onset) is None:
             continue
-        last = onset + DELAY_WINDOW[f.kind]
         k = int(np.searchsorted(starts, f.start))
-        if k < len(events) and starts[k] <= last:
+        if k < len(events) and starts[k] <= onset + DELAY_WINDOW[f.kind]:
             ev = events[k]
             out.append(Match(f, True, max(0, ev.start - onset), ev.sensor == f.sensor))
         else:
@@ -146,18 +79,9 @@ def match_faults(faults: list[Fault], events: list[AlarmEvent]) -> list[Match]:
 
 
 def classify_events(events: list[AlarmEvent], faults: list[Fault]) -> tuple[int, int, int]:
-    """Count true, false and neutral alarm events (see the module).
-
-    Parameters
-    ----------
-    events : list of AlarmEvent
-    faults : list of Fault
-
-    Returns
-    -------
-    (n_true, n_false, n_neutral) : tuple of int
-    """
-    true_spans = [(f.start, _span_end(f)) for f in faults if f.onset is not None]
+    """(true, false, neutral) counts of ``events`` against ``faults`` (see the module)."""
+    true_spans = [(f.start, max(f.end, f.onset + DELAY_WINDOW[f.kind] + 1) + TAIL)
+                  for f in faults if f.onset is not None]
     neutral_spans = [(f.start, f.end + TAIL) for f in faults if f.onset is None]
     n_true = n_false = n_neutral = 0
     for ev in events:

@@ -1,27 +1,9 @@
-"""Seeded fault injection into a sensor matrix, with ground-truth labels per reading.
-
-A *reading* is one row (one time step of the whole fleet, ``n_features`` motes). Three
-fault kinds, each on one mote chosen at random per event, at non-overlapping times:
-
-- **spike**: a single reading of one mote offset by ``spike_offset`` lux (default +3000
-  lux: a glitch well outside the Motes light range, whose maximum is 1847 lux, the
-  sensor's saturation).
-- **stuck**: one mote repeats its last value (the reading just before the stretch), or
-  with ``stuck_value`` set reports that constant (a stuck-at fault, the CONSTANT fault of
-  Sharma, Golubchik & Govindan, ACM TOSN 2010), for ``stuck_length`` steps (default 50,
-  about 25 minutes at the Intel Lab's 31 s epoch).
-  A stretch where the mote's true readings stay near that value is no fault anyone
-  could see, so the stuck mote is drawn (seeded) among those whose mean absolute change
-  over the stretch is at least ``stuck_min_effect`` lux (default 50), and a placement of
-  the events where some stuck stretch has no such mote (a dark night) is redrawn; the
-  whole stretch is labelled, including steps where the change happens to be small.
-- **drift**: a linear offset from 0 to ``drift_total`` lux (default +300, i.e. 0.75
-  lux per step) added to one mote over ``drift_length`` steps (default 400), a
-  slowly decalibrating sensor; the whole stretch is labelled, including its first steps
-  where the offset is a few lux.
-
-Events are placed in rows ``[start, n_samples)`` on a grid of slots so they never
-overlap; everything is drawn from ``numpy.random.default_rng(seed)``.
+"""Section (i)'s seeded fault injection, with ground-truth labels per reading (row): spikes
+(+3000 lux, outside Motes light's range), stuck motes (the last value, or ``stuck_value``:
+a stuck-at fault, Sharma, Golubchik & Govindan, ACM TOSN 2010; drawn among the motes whose
+mean absolute change over the stretch is at least ``stuck_min_effect``) and linear drifts,
+one mote per event, at non-overlapping random times in rows ``[start, n)``; every step of an
+event is labelled. Everything is drawn from ``numpy.random.default_rng(seed)``.
 """
 
 from __future__ import annotations
@@ -41,25 +23,7 @@ MAX_LAYOUTS = 1000
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """Fault magnitudes and counts (lux and steps); defaults as in the module docstring.
-
-    Attributes
-    ----------
-    n_spikes, n_stuck, n_drift : int
-        Number of events of each kind, >= 0.
-    spike_offset : float
-        Lux added to a spiked reading.
-    stuck_length : int
-        Steps a stuck mote repeats its last value.
-    stuck_min_effect : float
-        Minimum mean absolute change (lux) over a stuck stretch for a mote to be chosen.
-    drift_length : int
-        Steps of a drift.
-    drift_total : float
-        Offset (lux) reached at the last step of a drift.
-    stuck_value : float or None
-        None: a stuck mote repeats its last value; a number: it reports this constant.
-    """
+    """Fault counts and sizes (lux, steps; ``stuck_value`` None: the last value)."""
 
     n_spikes: int = 100
     n_stuck: int = 8
@@ -74,17 +38,8 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class FaultyData:
-    """The faulty matrix and its ground truth.
-
-    Attributes
-    ----------
-    data : ndarray of shape (n_samples, n_features), float64
-        The input with faults injected (a copy).
-    labels : ndarray of shape (n_samples,), int8
-        Index into `KINDS` per reading (row): 0 = none.
-    motes : ndarray of shape (n_samples,), int
-        The faulty mote per reading, -1 where none.
-    """
+    """``data`` (n_samples, n_features) float64, a faulty copy; ``labels`` (n_samples,) int8,
+    index into `KINDS` per row (0: none); ``motes`` (n_samples,) the faulty mote or -1."""
 
     data: np.ndarray
     labels: np.ndarray
@@ -92,23 +47,10 @@ class FaultyData:
 
 
 def fill_dropouts(data: np.ndarray) -> np.ndarray:
-    """Replace zeros (dropouts in Motes light) by the mote's last non-zero reading.
-
-    Causal (a device can do it as readings arrive); leading zeros take the mote's first
-    non-zero reading. A mote with no non-zero reading is left at 0.
-
-    Parameters
-    ----------
-    data : array-like of shape (n_samples, n_features)
-
-    Returns
-    -------
-    ndarray of shape (n_samples, n_features), float64
-        A new array.
-    """
-    x = np.array(data, dtype=np.float64, copy=True)
-    if x.ndim != 2:
-        raise ValueError(f"data must be 2-D (n_samples, n_features), got shape {x.shape}")
+    """A float64 copy of ``data`` (n_samples, n_features) with each zero (a Motes light
+    dropout) replaced by the mote's last non-zero reading (leading zeros: its first; a mote
+    never non-zero stays 0). Causal, as a device can do it. Raises ValueError if not 2-D."""
+    x = _matrix(data)
     steps = np.arange(x.shape[0])
     for j in range(x.shape[1]):
         col = x[:, j]
@@ -123,41 +65,20 @@ def fill_dropouts(data: np.ndarray) -> np.ndarray:
 def inject_faults(
     data: np.ndarray, *, start: int = 0, seed: int = 0, config: FaultConfig | None = None
 ) -> FaultyData:
-    """Inject ``config``'s spikes, stuck stretches and drifts into rows ``[start, n)``.
+    """Inject ``config``'s events (None: ``FaultConfig()``) into rows ``[start, n)`` of a
+    copy of ``data`` (n_samples, n_features, lux); the same ``seed``, the same faults.
 
-    Parameters
-    ----------
-    data : array-like of shape (n_samples, n_features)
-        Clean readings (lux), finite; not modified.
-    start : int, default=0
-        First row that may be faulty (e.g. the end of a training prefix).
-    seed : int, default=0
-        Seed of `numpy.random.default_rng`; the same seed gives the same faults.
-    config : FaultConfig or None, default=None
-        None means ``FaultConfig()``.
-
-    Returns
-    -------
-    FaultyData
-
-    Raises
-    ------
-    ValueError
-        If ``data`` is not 2-D, ``start`` is out of range or the events do not fit in
-        ``n_samples - start`` rows, or no mote changes enough over a stuck stretch.
+    Raises ValueError if ``data`` is not 2-D, ``start`` is out of range, the events do not
+    fit, or no placement in `MAX_LAYOUTS` draws finds a changing mote for every stuck stretch.
     """
-    cfg = FaultConfig() if config is None else config
-    x = np.array(data, dtype=np.float64, copy=True)
-    if x.ndim != 2:
-        raise ValueError(f"data must be 2-D (n_samples, n_features), got shape {x.shape}")
+    cfg, x = FaultConfig() if config is None else config, _matrix(data)
     n = x.shape[0]
     if not 0 <= start < n:
         raise ValueError(f"start must be in [0, {n}), got {start}")
     rng = np.random.default_rng(seed)
     # One slot per event, long enough for the event plus a clean step after it.
-    lengths = (
-        [1] * cfg.n_spikes + [cfg.stuck_length] * cfg.n_stuck + [cfg.drift_length] * cfg.n_drift
-    )
+    lengths = [1] * cfg.n_spikes + [cfg.stuck_length] * cfg.n_stuck
+    lengths += [cfg.drift_length] * cfg.n_drift
     kinds = [1] * cfg.n_spikes + [2] * cfg.n_stuck + [3] * cfg.n_drift
     need = sum(length + 1 for length in lengths)
     if need > n - start:
@@ -172,12 +93,15 @@ def inject_faults(
     )
 
 
+def _matrix(data: np.ndarray) -> np.ndarray:
+    x = np.array(data, dtype=np.float64, copy=True)
+    if x.ndim != 2:
+        raise ValueError(f"data must be 2-D (n_samples, n_features), got shape {x.shape}")
+    return x
+
+
 def _try_layout(
-    clean: np.ndarray,
-    start: int,
-    lengths: list[int],
-    kinds: list[int],
-    cfg: FaultConfig,
+    clean: np.ndarray, start: int, lengths: list[int], kinds: list[int], cfg: FaultConfig,
     rng: np.random.Generator,
 ) -> FaultyData | None:
     """One random placement of the events, or None if a stuck stretch has no visible mote."""
@@ -187,9 +111,7 @@ def _try_layout(
     order = rng.permutation(len(lengths))
     # Spread the free rows at random between the slots.
     gaps = rng.multinomial(n - start - need, np.full(len(lengths) + 1, 1.0 / (len(lengths) + 1)))
-    labels = np.zeros(n, dtype=np.int8)
-    motes = np.full(n, -1, dtype=np.int64)
-    row = start
+    labels, motes, row = np.zeros(n, dtype=np.int8), np.full(n, -1, dtype=np.int64), start
     for slot, event in enumerate(order):
         row += int(gaps[slot])
         kind, length = kinds[event], lengths[event]
@@ -210,7 +132,6 @@ def _try_layout(
         else:
             mote = int(rng.integers(d))
             x[span, mote] += np.linspace(cfg.drift_total / length, cfg.drift_total, length)
-        labels[span] = kind
-        motes[span] = mote
+        labels[span], motes[span] = kind, mote
         row += length + 1
     return FaultyData(x, labels, motes)

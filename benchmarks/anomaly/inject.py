@@ -1,37 +1,12 @@
-"""Issue 25's fault model: seeded SHORT, NOISE, CONSTANT and DRIFT faults, one sensor at a time.
-
-A *reading* is one row (one time step of all sensors), a *sensor* one column (feature).
-Faults go into the rows after a clean warm-up; each is one `Fault` with its ground truth.
-
-Noise scale of a sensor
-    ``sigma_j`` is the robust sigma of the sensor's first differences over the warm-up,
-    ``1.4826 * median(|diff|)`` taken over the *non-zero* differences. Zero differences are
-    readings held at the converter's resolution: on Motes light 31-55 % of each mote's
-    differences are exactly 0, and with them the MAD is 0 for 27 of the 48 motes, which
-    would make every fault size 0. `noise_sigma` computes it.
-
-Kinds (defaults in `FaultConfig`; sizes in units of ``sigma_j``)
-
-- ``short``: one reading offset by ``U(5, 10) * sigma_j``, sign drawn at random (upwards
-  when downwards would cross the sensor's lowest clean value).
-- ``noise``: Gaussian noise of standard deviation ``U(2, 4)`` times the *local* sigma added
-  over ``U(20, 60)`` readings. The local sigma is the robust sigma of the sensor's non-zero
-  first differences over the 100 readings before the fault, floored at ``sigma_j`` (a
-  dark, flat night would otherwise make the added noise smaller than the resolution).
-- ``stuck_rail``, ``stuck_zero``, ``stuck_last``: the sensor reports its rail (the
-  column's largest clean value: on Motes light mostly the 1847.36 lux saturation), 0, or
-  its last value before the fault, for ``U(20, 80)`` readings. A CONSTANT reading is
-  faulty only where the true signal is more than ``frozen_noise * sigma_j`` away from
-  the reported constant (`Fault.visible`); a fault with no such reading is *invisible*:
-  nothing is wrong to detect, it is excluded from recall, and alarms during it are
-  neither true nor false.
-- ``drift``: a linear offset from 0 to ``U(10, 20) * sigma_j`` (random sign) over 200
-  readings.
-
-Placement: the faults of one seed are shuffled and laid out in order over the rows
-``[start, n)`` with at least ``guard`` clean readings after each, the free rows spread
-at random between them (`numpy.random.default_rng(seed)`), each on a sensor drawn
-uniformly.
+"""The event benchmark's fault model: seeded SHORT (one reading offset), NOISE (added noise),
+CONSTANT (``stuck_rail``, ``stuck_zero``, ``stuck_last``: the sensor reports its rail, 0 or
+its last value) and DRIFT (a linear offset) faults, one sensor (column) at a time, laid out in
+random order at least ``guard`` readings apart after a clean warm-up. Sizes are in units of
+``sigma_j``, the sensor's robust sigma of its *non-zero* first differences over the warm-up
+(`noise_sigma`: held readings make the plain MAD 0 for 27 of 48 motes); ranges in
+`FaultConfig`, the rules in ``templates/anomaly_events.md``. A CONSTANT reading counts only
+where the truth is more than ``frozen_noise sigma_j`` away (`Fault.visible`); a fault with no
+such reading is invisible: out of recall, its alarms neither true nor false.
 """
 
 from __future__ import annotations
@@ -40,16 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = [
-    "CONSTANT_KINDS",
-    "KINDS",
-    "Fault",
-    "FaultConfig",
-    "Injected",
-    "inject",
-    "local_sigma",
-    "noise_sigma",
-]
+__all__ = ["CONSTANT_KINDS", "KINDS", "Fault", "FaultConfig", "Injected", "inject",
+           "local_sigma", "noise_sigma"]
 
 #: Fault kinds, in table order.
 KINDS = ("short", "noise", "stuck_rail", "stuck_zero", "stuck_last", "drift")
@@ -62,42 +29,13 @@ MAD_TO_SIGMA = 1.4826
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """How many faults of each kind per seed, and their sizes (units of ``sigma_j``).
+    """Faults per kind per seed (``counts``) and their sizes: ranges ``(lo, hi)`` of the
+    spike (``sigma_j``), the noise (local sigmas) and the drift (``sigma_j``), lengths in
+    readings, ``noise_context`` readings for the local sigma, ``frozen_noise`` (``sigma_j``)
+    and ``guard`` clean readings after each fault."""
 
-    Attributes
-    ----------
-    counts : dict of str to int
-        Faults per kind per seed (keys of `KINDS`).
-    short_size : tuple of float
-        Range of the spike's offset, ``sigma_j``.
-    noise_factor : tuple of float
-        Range of the added noise's standard deviation, in local sigmas.
-    noise_length : tuple of int
-        Range of the noise fault's length, readings (inclusive).
-    noise_context : int
-        Readings before the fault over which the local sigma is measured.
-    stuck_length : tuple of int
-        Range of a CONSTANT fault's length, readings (inclusive).
-    frozen_noise : float
-        A CONSTANT reading is faulty where ``|truth - constant| > frozen_noise * sigma_j``.
-    drift_size : tuple of float
-        Range of the drift's final offset, ``sigma_j``.
-    drift_length : int
-        Readings of a drift.
-    guard : int
-        Clean readings at least after each fault before the next one starts.
-    """
-
-    counts: dict[str, int] = field(
-        default_factory=lambda: {
-            "short": 8,
-            "noise": 4,
-            "stuck_rail": 2,
-            "stuck_zero": 2,
-            "stuck_last": 3,
-            "drift": 1,
-        }
-    )
+    counts: dict[str, int] = field(default_factory=lambda: {
+        "short": 8, "noise": 4, "stuck_rail": 2, "stuck_zero": 2, "stuck_last": 3, "drift": 1})
     short_size: tuple[float, float] = (5.0, 10.0)
     noise_factor: tuple[float, float] = (2.0, 4.0)
     noise_length: tuple[int, int] = (20, 60)
@@ -111,24 +49,10 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault and its ground truth (row indices of the full matrix).
-
-    Attributes
-    ----------
-    kind : str
-        One of `KINDS`.
-    sensor : int
-        The faulty column.
-    start, end : int
-        First and one-past-last faulty row written.
-    visible : ndarray of shape (n_visible,), int
-        Rows in ``[start, end)`` that are faulty to an observer: all of them except for
-        CONSTANT kinds, where only rows whose truth is more than the sensor's noise away
-        from the constant count. Empty: an invisible fault.
-    size : float
-        Spike offset, noise standard deviation, constant value or final drift offset
-        (units of the readings).
-    """
+    """One injected fault (``kind`` of `KINDS`) on column ``sensor``, rows ``[start, end)``
+    of the full matrix; ``visible`` (int rows) those faulty to an observer (all but where a
+    CONSTANT fault's truth is within the noise; empty: invisible); ``size`` the offset, noise
+    standard deviation, constant or final drift, units of the readings."""
 
     kind: str
     sensor: int
@@ -152,27 +76,12 @@ class Injected:
 
 
 def noise_sigma(data: np.ndarray) -> np.ndarray:
-    """Each sensor's robust sigma of its non-zero first differences (see the module).
-
-    Parameters
-    ----------
-    data : ndarray of shape (n_samples, n_features)
-        Clean readings, ``n_samples >= 2``.
-
-    Returns
-    -------
-    ndarray of shape (n_features,)
-        ``1.4826 * median(|diff|)`` over the non-zero differences, units of the readings;
-        a sensor that never changes gets the smallest positive value of the others (1.0
-        if none).
-    """
+    """``1.4826 median |diff|`` over each sensor's non-zero first differences of ``data``
+    (n_samples >= 2, n_features): shape (n_features,), units of the readings; a sensor that
+    never changes gets the smallest positive value of the others (1.0 if none)."""
     diff = np.diff(np.asarray(data, dtype=np.float64), axis=0)
-    out = np.array(
-        [
-            MAD_TO_SIGMA * float(np.median(np.abs(c[c != 0]))) if np.any(c != 0) else 0.0
-            for c in diff.T
-        ]
-    )
+    out = np.array([MAD_TO_SIGMA * float(np.median(np.abs(c[c != 0]))) if np.any(c != 0)
+                    else 0.0 for c in diff.T])
     positive = out[out > 0]
     out[out == 0] = positive.min() if positive.size else 1.0
     return out
@@ -187,69 +96,35 @@ def local_sigma(column: np.ndarray, floor: float) -> float:
     return max(floor, MAD_TO_SIGMA * float(np.median(np.abs(diff))))
 
 
-def _draw_length(rng: np.random.Generator, bounds: tuple[int, int]) -> int:
-    return int(rng.integers(bounds[0], bounds[1] + 1))
-
-
 def inject(
-    clean: np.ndarray,
-    *,
-    start: int,
-    seed: int,
-    sigma: np.ndarray,
+    clean: np.ndarray, *, start: int, seed: int, sigma: np.ndarray,
     config: FaultConfig | None = None,
 ) -> Injected:
-    """Inject one seed's faults into rows ``[start, n)`` of ``clean``.
-
-    Parameters
-    ----------
-    clean : ndarray of shape (n_samples, n_features)
-        Clean readings, finite; not modified.
-    start : int
-        First row that may be faulty (the end of the warm-up), ``>= 1``.
-    seed : int
-        Seed of `numpy.random.default_rng`: the same seed gives the same faults.
-    sigma : ndarray of shape (n_features,)
-        The sensors' noise scale (`noise_sigma` of the warm-up), units of the readings.
-    config : FaultConfig or None, default=None
-        None means ``FaultConfig()``.
-
-    Returns
-    -------
-    Injected
-        The faulty copy and its faults sorted by start row.
-
-    Raises
-    ------
-    ValueError
-        If the faults (at their longest) and guards do not fit in ``n_samples - start``.
-    """
-    cfg = FaultConfig() if config is None else config
-    x = np.array(clean, dtype=np.float64, copy=True)
+    """A copy of ``clean`` (n_samples, n_features) with one ``seed``'s faults (``config``,
+    None: ``FaultConfig()``) in rows ``[start, n)``, ``start >= 1``, sized by ``sigma``
+    (n_features,), `noise_sigma` of the warm-up; the faults sorted by start row. Raises
+    ValueError if the faults and guards do not fit in ``n_samples - start`` rows."""
+    cfg, x = FaultConfig() if config is None else config, np.array(clean, dtype=np.float64)
     n, d = x.shape
     if not 1 <= start < n:
         raise ValueError(f"start must be in [1, {n}), got {start}")
     rng = np.random.default_rng(seed)
     kinds = [k for k in KINDS for _ in range(cfg.counts.get(k, 0))]
     kinds = [kinds[i] for i in rng.permutation(len(kinds))]
-    lengths = []
-    for kind in kinds:
-        if kind == "short":
-            lengths.append(1)
-        elif kind == "noise":
-            lengths.append(_draw_length(rng, cfg.noise_length))
-        elif kind == "drift":
-            lengths.append(cfg.drift_length)
-        else:
-            lengths.append(_draw_length(rng, cfg.stuck_length))
+
+    def draw_length(kind: str) -> int:  # drawn in the order of the faults
+        if kind in ("short", "drift"):
+            return 1 if kind == "short" else cfg.drift_length
+        lo, hi = cfg.noise_length if kind == "noise" else cfg.stuck_length
+        return int(rng.integers(lo, hi + 1))
+
+    lengths = [draw_length(kind) for kind in kinds]
     need = sum(lengths) + cfg.guard * len(kinds)
     if need > n - start:
         raise ValueError(f"faults need {need} rows after start {start}, only {n - start} left")
     gaps = rng.multinomial(n - start - need, np.full(len(kinds) + 1, 1.0 / (len(kinds) + 1)))
-    floor = np.min(clean[:start], axis=0)
-    rail = np.max(clean, axis=0)
-    faults = []
-    row = start
+    floor, rail = np.min(clean[:start], axis=0), np.max(clean, axis=0)
+    faults, row = [], start
     for i, (kind, length) in enumerate(zip(kinds, lengths, strict=True)):
         row += int(gaps[i])
         j = int(rng.integers(d))

@@ -1,22 +1,11 @@
-"""Precision and recall of the runtime's Q / T^2 flags on a stream with injected faults.
+"""Precision and recall of the leaf's Q / T^2 flags on a stream with injected faults.
 
-Protocol (`score_faults`): the model is fitted on clean training readings by
-``FPCAEdge(d, rank, oversample, center=True)`` (the runtime's model is such a subspace);
-`AnomalyScorer` uses its tracked subspace (``rank + oversample`` directions) with ``rank``
-model directions and the training ``total_energy`` (the untracked eigenvalues spread
-evenly), at significance ``alpha`` -- the leaf's flag rule, ``Q > Q_alpha`` or
-``T^2 > T^2_alpha``. Faults (`faults.inject_faults`) go into the stream from row
-``start``; those rows are scored with the fixed model.
-
-A flagged reading (row) counts as a detection of the fault covering it; false positives
-are flags on clean readings. Per kind: ``recall = flagged / readings of that kind``,
-``precision = flagged of that kind / (flagged of that kind + false positives)``, i.e.
-every false alarm is charged to every kind (one mixed replay). The ``clean`` row gives
-the false-alarm rate on clean readings: precision depends on it and on how many faulty
-readings there are.
-
-``python -m benchmarks.anomaly.precision_recall`` prints the Motes light table (model on
-the clean first half, faults in the second, both dropout handlings).
+`score_faults`: ``FPCAEdge(d, rank, oversample, center=True)`` fitted on clean readings gives
+the leaf's rule (`AnomalyScorer`: ``Q > Q_alpha or T^2 > T^2_alpha``); faults
+(`faults.inject_faults`) go into the stream from row ``start``, scored with the fixed model.
+Per kind: recall = flagged / readings of that kind, precision = flagged of that kind /
+(flagged of that kind + flagged clean readings): every false alarm is charged to every kind
+(one mixed replay). ``python -m benchmarks anomaly-flags`` prints the Motes light table.
 """
 
 from __future__ import annotations
@@ -28,28 +17,14 @@ import numpy as np
 from benchmarks.anomaly.faults import KINDS, FaultConfig, fill_dropouts, inject_faults
 from benchmarks.reporting import table
 from edge_runtime.datasets import load_dataset
-from edge_runtime.fpca import FPCAEdge
+from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.fpca.scoring import AnomalyScorer, total_energy
 
-__all__ = [
-    "ALPHA",
-    "OVERSAMPLE",
-    "RANK",
-    "SEED",
-    "Row",
-    "fit_scorer",
-    "main",
-    "markdown_table",
-    "motes",
-    "run",
-    "score_faults",
-]
+__all__ = ["ALPHA", "OVERSAMPLE", "RANK", "SEED", "Row", "fit", "fit_scorer", "main",
+           "markdown_table", "motes", "per_kind", "run", "score_faults"]
 
 #: The runtime's defaults: topology rank 10, leaf oversampling 10, ``score_alpha`` 0.01.
-RANK = 10
-OVERSAMPLE = 10
-ALPHA = 0.01
-SEED = 0
+RANK, OVERSAMPLE, ALPHA, SEED = 10, 10, 0.01, 0
 
 
 @dataclass(frozen=True)
@@ -65,7 +40,8 @@ class Row:
 
 
 def motes(dropouts: str) -> np.ndarray:
-    """Motes light (7712 x 48 lux), dropouts kept (``"raw"``) or filled (``"filled"``)."""
+    """Motes light (7712 x 48 lux), dropouts kept (``"raw"``) or filled (``"filled"``);
+    raises ValueError for another value."""
     if dropouts not in ("raw", "filled"):
         raise ValueError(f"dropouts must be 'raw' or 'filled', got {dropouts!r}")
     data = np.array(load_dataset("motes-light"), dtype=np.float64)
@@ -73,100 +49,50 @@ def motes(dropouts: str) -> np.ndarray:
 
 
 def fit_scorer(
-    train: np.ndarray,
-    *,
-    rank: int = RANK,
-    oversample: int = OVERSAMPLE,
-    alpha: float = ALPHA,
+    train: np.ndarray, *, rank: int = RANK, oversample: int = OVERSAMPLE, alpha: float = ALPHA
 ) -> AnomalyScorer:
-    """The leaf's scorer for a model fitted on ``train`` (the protocol of the module).
+    """The leaf's scorer for a model fitted on ``train`` (n_train > rank, n_features): the
+    tracked subspace (``rank + oversample`` directions) with ``rank`` model directions and
+    ``total_energy(train, centered=True)``, Q (Jackson-Mudholkar) and T^2 (F) limits at
+    ``alpha``. Raises ValueError as `FPCAEdge` and `AnomalyScorer` do."""
+    return fit(train, rank, oversample, alpha)[1]
 
-    ``FPCAEdge(d, rank, oversample=oversample, center=True)`` fitted on ``train``; its
-    tracked subspace (``rank + oversample`` directions) with ``rank`` model directions
-    and ``total_energy(train, centered=True)``, so the Q limit (Jackson & Mudholkar 1979,
-    `edge_runtime.fpca.scoring.q_limit`) and the T^2 limit (F-based,
-    `edge_runtime.fpca.scoring.t2_limit`) are the library's, at significance ``alpha``.
 
-    Parameters
-    ----------
-    train : ndarray of shape (n_train, n_features)
-        Clean readings (lux, or any unit: Q is in its square), finite, ``n_train > rank``.
-    rank : int, default=RANK
-        Model directions ``r`` (scores, T^2).
-    oversample : int, default=OVERSAMPLE
-        Extra tracked directions ``p``, whose eigenvalues enter the Q limit.
-    alpha : float, default=ALPHA
-        Significance in (0, 1) of both limits.
+def fit(
+    train: np.ndarray, rank: int, oversample: int, alpha: float
+) -> tuple[Subspace, AnomalyScorer]:
+    """The tracked subspace fitted on ``train`` and `fit_scorer`'s scorer of it."""
+    model = FPCAEdge(train.shape[1], rank, oversample=oversample, center=True).fit(train)
+    model = model.tracked_subspace
+    energy = total_energy(train, centered=True)
+    return model, AnomalyScorer(model, alpha, rank=rank, total_energy=energy)
 
-    Returns
-    -------
-    AnomalyScorer
-        ``flags(x)`` is the leaf's rule ``Q > Q_alpha or T^2 > T^2_alpha``.
 
-    Raises
-    ------
-    ValueError
-        As `FPCAEdge` and `AnomalyScorer` (too few rows, a rank above ``n_features``).
-    """
-    est = FPCAEdge(train.shape[1], rank, oversample=oversample, center=True).fit(train)
-    return AnomalyScorer(
-        est.tracked_subspace, alpha, rank=rank, total_energy=total_energy(train, centered=True)
-    )
+def per_kind(flags: np.ndarray, labels: np.ndarray) -> list[tuple[int, int, float]]:
+    """Per index of `faults.KINDS` (0: clean): readings, flagged readings and precision
+    (NaN for clean or with no flag), from ``flags`` (n,) bool and ``labels`` (n,) int."""
+    false_pos = int(np.sum(flags & (labels == 0)))
+    out = []
+    for k in range(len(KINDS)):
+        hit, total = int(np.sum(flags & (labels == k))), int(np.sum(labels == k))
+        out.append((total, hit, hit / (hit + false_pos) if k and hit + false_pos else np.nan))
+    return out
 
 
 def score_faults(
-    train: np.ndarray,
-    stream: np.ndarray,
-    *,
-    start: int,
-    setting: str,
-    seed: int = SEED,
-    config: FaultConfig | None = None,
-    rank: int = RANK,
-    oversample: int = OVERSAMPLE,
+    train: np.ndarray, stream: np.ndarray, *, start: int, setting: str, seed: int = SEED,
+    config: FaultConfig | None = None, rank: int = RANK, oversample: int = OVERSAMPLE,
     alpha: float = ALPHA,
 ) -> list[Row]:
-    """Fit on ``train``, inject faults into ``stream[start:]``, flag; one row per kind.
-
-    Parameters
-    ----------
-    train : ndarray of shape (n_train, n_features)
-        Clean readings the model is fitted on.
-    stream : ndarray of shape (n_samples, n_features)
-        Clean readings to inject faults into; rows ``[start, n_samples)`` are scored.
-    start : int
-        First scored (and possibly faulty) row of ``stream``.
-    setting : str
-        The ``setting`` column of the rows (e.g. ``"Motes, filled"``).
-    seed : int, default=SEED
-        Seed of the fault placement (`faults.inject_faults`).
-    config : FaultConfig or None, default=None
-        Fault magnitudes and counts; None means ``FaultConfig()`` (lux).
-    rank, oversample, alpha
-        As `fit_scorer`.
-
-    Returns
-    -------
-    list of Row
-        ``clean`` first (``recall`` = the false-alarm rate, ``precision`` NaN), then one
-        row per fault kind of `faults.KINDS`.
-    """
+    """Fit on ``train`` (n_train, d), inject faults (seeded, ``config`` or the lux
+    defaults) into rows ``[start, n)`` of ``stream`` (n, d) and flag them: one `Row` per
+    kind, ``clean`` first (its recall is the false-alarm rate, its precision NaN)."""
     scorer = fit_scorer(train, rank=rank, oversample=oversample, alpha=alpha)
     faulty = inject_faults(stream, start=start, seed=seed, config=config)
-    flags = scorer.flags(faulty.data[start:])
-    labels = faulty.labels[start:]
-    false_pos = int(np.sum(flags & (labels == 0)))
-    rows = []
-    for k, kind in enumerate(KINDS):
-        mask = labels == k
-        hit = int(np.sum(flags & mask))
-        total = int(mask.sum())
-        if k == 0:
-            rows.append(Row(setting, "clean", total, hit, hit / total, float("nan")))
-            continue
-        precision = hit / (hit + false_pos) if hit + false_pos else float("nan")
-        rows.append(Row(setting, kind, total, hit, hit / total if total else 0.0, precision))
-    return rows
+    counts = per_kind(scorer.flags(faulty.data[start:]), faulty.labels[start:])
+    return [Row(setting, "clean" if k == 0 else KINDS[k], total, hit,
+                hit / total if total or k == 0 else 0.0, precision)
+            for k, (total, hit, precision) in enumerate(counts)]
 
 
 def run(
@@ -175,36 +101,24 @@ def run(
     """Motes light: fit on the clean first half (3856 readings), faults in the second."""
     data = motes(dropouts)
     n_train = data.shape[0] // 2
-    return score_faults(
-        data[:n_train],
-        data,
-        start=n_train,
-        setting=f"Motes, {dropouts}",
-        seed=seed,
-        config=config,
-    )
+    return score_faults(data[:n_train], data, start=n_train, setting=f"Motes, {dropouts}",
+                        seed=seed, config=config)
 
 
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
-    cells = []
-    for r in rows:
-        recall = f"{r.recall:.3f}" + (" (false-alarm rate)" if r.kind == "clean" else "")
-        precision = "" if r.kind == "clean" else f"{r.precision:.3f}"
-        cells.append([r.setting, r.kind, r.readings, r.flagged, recall, precision])
-    return table(
-        ["setting", "kind", "readings", "flagged", "recall", "precision"], cells, align="llrrrr"
-    )
+    cells = [[r.setting, r.kind, r.readings, r.flagged,
+              f"{r.recall:.3f}" + (" (false-alarm rate)" if r.kind == "clean" else ""),
+              "" if r.kind == "clean" else f"{r.precision:.3f}"] for r in rows]
+    header = ["setting", "kind", "readings", "flagged", "recall", "precision"]
+    return table(header, cells, align="llrrrr")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the Motes table for both dropout handlings (alpha = 0.01, seed 0); ``argv`` is
-    ignored (no options)."""
+    """Print the Motes table for both dropout handlings; ``argv`` is ignored (no options)."""
     rows = run("filled") + run("raw")
-    print(
-        f"Motes light, FPCAEdge(rank={RANK}, oversample={OVERSAMPLE}, center=True) on the "
-        f"first half, alpha={ALPHA}, seed={SEED}, flags = Q > Q_lim or T^2 > T2_lim\n"
-    )
+    print(f"Motes light, FPCAEdge(rank={RANK}, oversample={OVERSAMPLE}, center=True) on the "
+          f"first half, alpha={ALPHA}, seed={SEED}, flags = Q > Q_lim or T^2 > T2_lim\n")
     print(markdown_table(rows))
 
 

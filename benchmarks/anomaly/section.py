@@ -1,16 +1,7 @@
-"""Benchmark (i): anomaly flags on the devices against injected faults with ground truth.
-
-Three measurements, all at the runtime's defaults (rank 10, oversampling 10, alpha 0.01):
-
-1. **Motes light** (`precision_recall.run`): the leaf's flag rule with its
-   Jackson-Mudholkar / F limits, model fitted on the clean first half, faults
-   (`faults.FaultConfig` defaults, seed 0) in the second half, dropouts filled and raw.
-2. **Oracle** (`oracle.oracle`): the recall an ideally calibrated limit would reach at a
-   clean false-alarm rate of 1 % and 0.1 %, per fault variant, with the model fitted on all
-   the clean readings -- an upper bound for any alpha = 0.01 limit on this data.
-3. **Synthetic control** (`synthetic_control`): the same fault generator on Gaussian
-   low-rank readings, where the limits' assumptions hold: what the detector does when the
-   data fit the model.
+"""Section (i) of REPORT.md: the leaf's anomaly flags against injected faults, at the
+runtime's defaults (rank 10, oversampling 10, alpha 0.01): on Motes light
+(`precision_recall.run`), the oracle's upper bound (`oracle.oracle`), and a synthetic
+control where the limits' assumptions hold (`synthetic_control`).
 """
 
 from __future__ import annotations
@@ -26,13 +17,8 @@ from benchmarks.anomaly.faults import FaultConfig
 from benchmarks.anomaly.oracle import OracleRow
 from benchmarks.anomaly.precision_recall import Row
 
-__all__ = [
-    "SYNTH_CONFIG",
-    "AnomalyBenchResults",
-    "run_anomaly_benchmark",
-    "synthetic_control",
-    "synthetic_readings",
-]
+__all__ = ["SYNTH_CONFIG", "AnomalyBenchResults", "run_anomaly_benchmark", "synthetic_control",
+           "synthetic_readings"]
 
 #: Synthetic control: 48 features, a rank-5 Gaussian signal (standard deviations 10, 8,
 #: 6, 4, 3 along random orthonormal directions) plus isotropic noise of standard deviation
@@ -42,15 +28,8 @@ SYNTH_SIGNAL_SD = (10.0, 8.0, 6.0, 4.0, 3.0)
 SYNTH_MEAN = 100.0
 #: Faults in noise units: spikes +10, stuck at 115 (mean + 15), drift to +10; 600 spikes
 #: and 12 stuck stretches of 50 (15 % of the test readings each), 2 drifts of 400.
-SYNTH_CONFIG = FaultConfig(
-    n_spikes=600,
-    n_stuck=12,
-    n_drift=2,
-    spike_offset=10.0,
-    stuck_min_effect=5.0,
-    stuck_value=SYNTH_MEAN + 15.0,
-    drift_total=10.0,
-)
+SYNTH_CONFIG = FaultConfig(n_spikes=600, n_stuck=12, n_drift=2, spike_offset=10.0,
+                           stuck_min_effect=5.0, stuck_value=SYNTH_MEAN + 15.0, drift_total=10.0)
 
 
 @dataclass
@@ -81,9 +60,7 @@ def synthetic_readings(n_samples: int, seed: int) -> np.ndarray:
 
 def synthetic_control(seed: int = precision_recall.SEED) -> list[Row]:
     """`precision_recall.score_faults` on `synthetic_readings` with `SYNTH_CONFIG`."""
-    n = SYNTH_SHAPE[0]
-    train = synthetic_readings(n, seed=100 + seed)
-    test = synthetic_readings(n, seed=200 + seed)
+    train, test = (synthetic_readings(SYNTH_SHAPE[0], seed=s + seed) for s in (100, 200))
     return precision_recall.score_faults(
         train, test, start=0, setting="Synthetic", seed=seed, config=SYNTH_CONFIG
     )
@@ -91,24 +68,17 @@ def synthetic_control(seed: int = precision_recall.SEED) -> list[Row]:
 
 def _roc(faulty: np.ndarray, clean: np.ndarray) -> list[list[float]]:
     rates = np.logspace(-4, 0, 41)
-    thresholds = np.quantile(clean, 1.0 - rates)
-    recalls = [float(np.mean(faulty > t)) for t in thresholds]
-    return [rates.tolist(), recalls]
+    return [rates.tolist(), [float(np.mean(faulty > t)) for t in np.quantile(clean, 1 - rates)]]
 
 
 def run_anomaly_benchmark(log: Callable[[str], None] = print) -> AnomalyBenchResults:
     """Run the three measurements (about 10 s)."""
-    res = AnomalyBenchResults(
-        precision_recall.RANK,
-        precision_recall.OVERSAMPLE,
-        precision_recall.ALPHA,
-        precision_recall.SEED,
-    )
+    pr = precision_recall
+    res = AnomalyBenchResults(pr.RANK, pr.OVERSAMPLE, pr.ALPHA, pr.SEED)
     log("anomaly: Motes light with injected faults")
-    res.motes = precision_recall.run("filled") + precision_recall.run("raw")
+    res.motes = pr.run("filled") + pr.run("raw")
     log("anomaly: oracle thresholds")
-    rows, faulty, clean = oracle_mod.oracle(precision_recall.motes("filled"))
-    res.oracle = rows
+    res.oracle, faulty, clean = oracle_mod.oracle(pr.motes("filled"))
     res.oracle_clean_flagged = float(np.mean(clean > 1.0))
     res.roc = {name: _roc(s, clean) for name, s in faulty.items()}
     log("anomaly: synthetic control")
