@@ -89,14 +89,9 @@ def io_counters(pid: int | None = None) -> dict[str, int]:
     """I/O counters of ``pid`` (default: this process) by their ``/proc/PID/io`` names (bytes
     through system calls, the calls, bytes from / to storage); psutil.NoSuchProcess if gone."""
     io = psutil.Process(pid).io_counters()
-    return {
-        "rchar": io.read_chars,
-        "wchar": io.write_chars,
-        "syscr": io.read_count,
-        "syscw": io.write_count,
-        "read_bytes": io.read_bytes,
-        "write_bytes": io.write_bytes,
-    }
+    names = {"rchar": "read_chars", "wchar": "write_chars", "syscr": "read_count",
+             "syscw": "write_count", "read_bytes": "read_bytes", "write_bytes": "write_bytes"}
+    return {proc_name: getattr(io, name) for proc_name, name in names.items()}
 
 
 def descendants(pid: int) -> list[tuple[int, float]]:
@@ -202,16 +197,10 @@ def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = Non
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
-    return CommandResult(
-        returncode=code,
-        wall_s=wall,
-        cpu_s=None if usage is None else usage.ru_utime + usage.ru_stime,
-        max_rss_bytes=max(peaks.values()) if peaks else None,
-        total_rss_bytes=sum(peaks.values()) if peaks else None,
-        stdout=stdout,
-        stderr_tail=stderr[-2000:],
-        log_events=log_events_of(stderr),
-    )
+    cpu = None if usage is None else usage.ru_utime + usage.ru_stime
+    peak, total = (max(peaks.values()), sum(peaks.values())) if peaks else (None, None)
+    tail, events = stderr[-2000:], log_events_of(stderr)
+    return CommandResult(code, wall, cpu, peak, total, stdout, tail, events)
 
 
 def log_events_of(text: str) -> dict[str, int]:

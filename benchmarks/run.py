@@ -10,6 +10,7 @@ nothing and redraws the report from it. See ``benchmarks/README.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import math
@@ -90,21 +91,16 @@ def _environment(sizes: Sizes) -> dict[str, str]:
     import sklearn
     from threadpoolctl import threadpool_info
 
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown"
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
     pools = {f"{i['internal_api']} {i.get('version') or ''}".strip() for i in threadpool_info()}
     return {
         "run": f"{sizes.name} ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})",
         "machine": f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}",
         "python": sys.version.split()[0],
-        "numpy / scipy / scikit-learn": f"{np.__version__} / {scipy.__version__} / "
-        f"{sklearn.__version__}",
+        "numpy / scipy / scikit-learn": " / ".join(m.__version__ for m in (np, scipy, sklearn)),
         "BLAS/OpenMP pools": ", ".join(sorted(pools)) + " (limited to 1 thread for the whole run)",
     }
 
@@ -246,17 +242,14 @@ def run_suite(
     if update:
         res = results.load_results(out_dir / "results.json")
         if res.mode != sizes.name:
-            raise ValueError(
-                f"--update: {out_dir / 'results.json'} is a {res.mode!r} run, this is "
-                f"{sizes.name!r}"
-            )
+            stored = out_dir / "results.json"
+            raise ValueError(f"--update: {stored} is a {res.mode!r} run, this is {sizes.name!r}")
         results.clear_results(res, names)
         # keep the original run and earlier re-runs of other benchmarks, drop this one's
         base, *reruns = res.environment.get("run", "").split("; re-ran ")
         kept = [r for r in reruns if not set(r.split(":")[0].split(", ")) <= set(names)]
-        environment["run"] = "; re-ran ".join(
-            [base, *kept, f"{', '.join(names)}: {environment['run']}"]
-        )
+        now = f"{', '.join(names)}: {environment['run']}"
+        environment["run"] = "; re-ran ".join([base, *kept, now])
         res.environment = environment
     else:
         oversample = accuracy.default_oversample(48, sizes.rank, sizes.block_size)

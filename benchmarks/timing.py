@@ -197,13 +197,8 @@ def aggregator_times(
 
     def arrival(k: int) -> Callable[[], None]:
         # n_updates + 1 arrivals (one warm-up), drawn up front; bounded by the iterator
-        plan = iter(
-            zip(
-                rng.integers(0, k, size=n_updates + 1).tolist(),
-                rng.integers(0, len(pool), size=n_updates + 1).tolist(),
-                strict=True,
-            )
-        )
+        keys = rng.integers(0, k, size=n_updates + 1).tolist()
+        plan = iter(zip(keys, rng.integers(0, len(pool), size=n_updates + 1).tolist(), strict=True))
         tree = trees[k]
 
         def run() -> None:
@@ -213,14 +208,10 @@ def aggregator_times(
 
         return run
 
-    def remerge(k: int) -> Callable[[], None]:
-        return lambda: merge_many(kids[k], rank=rank)
-
     with single_thread():
         update_t = time_side_by_side({str(k): arrival(k) for k in children}, n_updates)
-        many_t = time_side_by_side(
-            {str(k): remerge(k) for k in children}, repeats_many, warmup=False
-        )
+        remerge = {str(k): lambda k=k: merge_many(kids[k], rank=rank) for k in children}
+        many_t = time_side_by_side(remerge, repeats_many, warmup=False)
     return [
         AggregatorRow(k, update_t[str(k)], many_t[str(k)], int(np.median(merges[k])))
         for k in children
