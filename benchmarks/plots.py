@@ -47,9 +47,7 @@ def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> Non
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_ratio_label))
-    ax.set_title(title)
-    ax.set_xlabel("samples seen")
-    ax.set_ylabel("error ratio (log scale of ratio - 1)")
+    ax.set(title=title, xlabel="samples seen", ylabel="error ratio (log scale of ratio - 1)")
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -124,8 +122,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             plain_log_axis(ax.yaxis)
             ax.set_xticks(x, [str(v) for v in x])
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel(label)
-            ax.set_ylabel("ms per merge")
+            ax.set(xlabel=label, ylabel="ms per merge")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle("Merge time (one BLAS thread)")
@@ -158,9 +155,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             ax.plot(*zip(*ipca, strict=True), "s--", label="IncrementalPCA")
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("stream length (samples)")
-        ax.set_ylabel("peak allocated (KiB, tracemalloc)")
-        ax.set_title(f"Peak memory, d = 48, r = {res.rank}")
+        ax.set(xlabel="stream length (samples)", ylabel="peak allocated (KiB, tracemalloc)",
+               title=f"Peak memory, d = 48, r = {res.rank}")  # fmt: skip
         ax.grid(True, alpha=0.3)
         ax.legend()
         save(fig, "memory.png")

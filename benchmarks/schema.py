@@ -72,11 +72,7 @@ def revive(tp: Any, value: Any) -> Any:
         return tuple(revive(a, v) for a, v in zip(items, value, strict=True))
     if origin is dict:
         return {revive(args[0], k): revive(args[1], v) for k, v in value.items()}
-    if tp is float:
-        return float(value)
-    if tp is int:
-        return int(value)
-    return value
+    return tp(value) if tp in (float, int) else value
 
 
 def environment() -> dict[str, str]:
@@ -103,23 +99,14 @@ def environment() -> dict[str, str]:
 
 
 def write_result(
-    path: Path,
-    name: str,
-    parameters: Mapping[str, Any],
-    rows: Mapping[str, Any],
-    medians: Mapping[str, float],
-    env: Mapping[str, Any] | None = None,
-    derived: Sequence[str] = (),
-) -> dict[str, Any]:
+    path: Path, name: str, parameters: Mapping[str, Any], rows: Mapping[str, Any],
+    medians: Mapping[str, float], env: Mapping[str, Any] | None = None, derived: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     """Write a result file to ``path`` (folders created) and return its content; ``env``
     defaults to `environment` now; ``derived`` as in `to_json`."""
-    doc = {
-        "name": name,
-        "parameters": to_json(parameters),
-        "rows": to_json(rows, derived),
-        "medians": to_json(medians),
-        "environment": to_json(environment() if env is None else env),
-    }
+    env = environment() if env is None else env
+    doc = {"name": name, "parameters": to_json(parameters), "rows": to_json(rows, derived),
+           "medians": to_json(medians), "environment": to_json(env)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
@@ -129,8 +116,7 @@ def read_result(path: Path, name: str | None = None) -> dict[str, Any]:
     """The result file at ``path``, non-finite floats restored; ValueError if it lacks a key of
     `KEYS` or holds another benchmark's results than ``name``'s."""
     doc = json.loads(path.read_text(encoding="utf-8"))
-    missing = [k for k in KEYS if k not in doc]
-    if missing:
+    if missing := [k for k in KEYS if k not in doc]:
         raise ValueError(f"{path} is not a result file: no {', '.join(missing)}")
     if name is not None and doc["name"] != name:
         raise ValueError(f"{path} holds the results of {doc['name']!r}, not of {name!r}")

@@ -19,13 +19,9 @@ __all__ = ["BlockPower"]
 
 
 class BlockPower(Baseline):
-    """Block power method: memory two ``(n_features, rank)`` arrays; time ``O(n_features
-    rank)`` per sample plus a QR per block.
-
-    ``block_size`` ``B`` >= 1, default ``max(rank, n_features)`` as the FPCA paper's own
-    comparison (``mitliag_pm.m``: ``B = d``); ``seed`` seeds ``Q_0``; ``n_blocks_`` counts
-    the iterations.
-    """
+    """Block power method: memory two ``(n_features, rank)`` arrays. ``block_size`` ``B`` >= 1,
+    default ``max(rank, n_features)`` as the FPCA paper's comparison (``mitliag_pm.m``: ``B =
+    d``); ``seed`` seeds ``Q_0``; ``n_blocks_`` counts the iterations."""
 
     name = "BlockPower"
     _shown = ("block_size",)

@@ -36,12 +36,8 @@ def _svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class FrequentDirections(Baseline):
-    """Frequent Directions sketch: memory the ``(m, n_features)`` sketch, flat in the stream.
-
-    ``ell`` >= ``rank`` (default ``2 rank``, the equal-state setting); ``variant`` ``"fast"``
-    or ``"exact"`` (module docstring). ``n_shrinks_`` counts the shrinks (SVDs). ValueError
-    for ``ell < rank`` or an unknown variant.
-    """
+    """Frequent Directions: memory the ``(m, n_features)`` sketch. ``ell`` >= ``rank`` (default
+    ``2 rank``, equal state), ``variant`` ``"fast"`` or ``"exact"``; ``n_shrinks_`` counts SVDs."""
 
     name = "FD"
     _shown = ("ell", "variant")

@@ -29,28 +29,17 @@ SCHEDULES = ("inverse", "constant")
 
 
 class GROUSE(Baseline):
-    """GROUSE subspace tracking: ``O(n_features * rank)`` memory and time per sample (a Python
-    loop over the samples).
-
-    ``eta`` > 0 is ``C``: 100 with ``normalize`` recovers static subspaces in one pass (it must
-    be large against 1 / eigengap, as for Oja's rule); drifting streams favour small ``C``, and
-    about 0.1 with ``"constant"``. ``n_skipped_`` counts samples that gave no step (in or
-    orthogonal to the span, or ``theta >= pi / 2``). ValueError for a bad ``eta``/``schedule``.
-    """
+    """GROUSE: ``O(n_features rank)`` memory and time per sample. ``eta`` > 0 is ``C`` (100 with
+    ``normalize`` recovers static subspaces in one pass; drifting streams favour small ``C``,
+    about 0.1 with ``"constant"``); ``n_skipped_`` counts samples that gave no step."""
 
     name = "GROUSE"
     _shown = ("eta", "schedule")
 
     def __init__(
-        self,
-        n_features: int,
-        rank: int,
-        *,
-        eta: float = 100.0,
-        schedule: str = "inverse",
-        normalize: bool = True,
-        seed: int = 0,
-    ) -> None:
+        self, n_features: int, rank: int, *, eta: float = 100.0, schedule: str = "inverse",
+        normalize: bool = True, seed: int = 0,
+    ) -> None:  # fmt: skip
         super().__init__(n_features, rank)
         self.eta = float(eta)
         if not (self.eta > 0.0 and math.isfinite(self.eta)):

@@ -17,15 +17,9 @@ __all__ = ["IncrementalPCA"]
 
 
 class IncrementalPCA(Baseline):
-    """``sklearn.decomposition.IncrementalPCA(n_components=rank)``, one ``partial_fit`` per
-    full batch of ``batch_size`` rows whatever the chunking; the rows of an incomplete batch
-    wait. Memory: the ``(batch_size, n_features)`` buffer and ``O(n_features * rank)`` state.
-
-    ``batch_size`` >= ``rank`` (scikit-learn's requirement), default ``max(rank, 50)``
-    (FPCA-Edge's block size). ``estimator_`` is the wrapped estimator; ``n_samples_seen_``
-    counts pending rows too. Raises ImportError without scikit-learn (``pip install
-    'edge-runtime[bench]'``), TypeError / ValueError for bad sizes.
-    """
+    """``sklearn.decomposition.IncrementalPCA(n_components=rank)`` (``estimator_``) fitted per
+    full batch of ``batch_size`` >= ``rank`` rows (default ``max(rank, 50)``, FPCA-Edge's block)
+    whatever the chunking. ImportError without scikit-learn."""
 
     name = "IncrementalPCA"
     centers = True

@@ -26,12 +26,9 @@ __all__ = ["SPIRIT"]
 
 
 class SPIRIT(Baseline):
-    """SPIRIT / PASTd (TrackW): ``O(n_features * rank)`` memory and time per sample (a Python
-    loop over the samples).
-
-    ``forget`` is ``lambda`` in (0, 1] (the paper's 0.96); ``init_energy`` > 0 is ``d_0``
-    (0.01 as the authors' code, in squared data units). ValueError when out of range.
-    """
+    """SPIRIT / PASTd: ``O(n_features rank)`` memory and time per sample. ``forget`` is
+    ``lambda`` in (0, 1] (the paper's 0.96), ``init_energy`` > 0 is ``d_0`` (0.01, as the
+    authors' code)."""
 
     name = "SPIRIT"
     _shown = ("forget",)
