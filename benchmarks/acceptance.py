@@ -179,19 +179,15 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
 async def main_async(args: argparse.Namespace) -> int:
     out = Path(args.out)
     rates = parse_rates(args.rates)
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     scratch = Path(tempfile.mkdtemp(prefix="edge-acceptance-"))
-    keep = out / "acceptance-failures"
     env = environment(args)
     deployment = acc.motes_deployment(scratch / "deployment")
-    plan: list[tuple[int | None, float | None]] = []
-    if not args.no_baseline:
-        plan += [(None, rate) for rate in rates]
-    plan += [(seed, rate) for seed in seeds for rate in rates]
+    plan = [*([] if args.no_baseline else [(None, r) for r in rates]),
+            *[(seed, r) for seed in seeds for r in rates]]  # fmt: skip
     runs: list[dict] = []
     planned = len(plan)
-    previous = out / "acceptance.json"
-    if args.append and previous.exists():  # continue an earlier report (other seeds)
+    if args.append and (previous := out / "acceptance.json").exists():  # more seeds
         earlier = read_result(previous, "acceptance")
         runs = list(earlier["rows"]["runs"])
         planned += int(earlier["parameters"]["planned_runs"])
@@ -208,13 +204,12 @@ async def main_async(args: argparse.Namespace) -> int:
             )  # fmt: skip
             work = scratch / f"run-{i:03d}"
             result = await acc.run_scenario(deployment, work, rate=rate, faults=faults, seed=seed)
-            row = result.to_json()
-            row["rate_label"] = rate_label(rate)
-            row["kept"] = None
+            row = {**result.to_json(), "rate_label": rate_label(rate), "kept": None}
             if result.passed:
                 shutil.rmtree(work, ignore_errors=True)
             else:
-                dest = keep / f"seed{seed}-{rate_label(rate).replace('/', '')}-{i:03d}"
+                name = f"seed{seed}-{rate_label(rate).replace('/', '')}-{i:03d}"
+                dest = out / "acceptance-failures" / name
                 shutil.rmtree(dest, ignore_errors=True)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(work), dest)
@@ -234,19 +229,15 @@ def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
     commit = _git("rev-parse", args.commit).strip()
     snapshot = Path(tempfile.mkdtemp(prefix="edge-acceptance-src-"))
     try:
-        archive = subprocess.run(
-            ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True, timeout=120
-        )
-        subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True,
+                                 check=True, timeout=120).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
         for harness in HARNESS:  # this version of the harness, whatever the commit's
             (snapshot / harness).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / harness, snapshot / harness)
         env = {**os.environ, "PYTHONPATH": str(snapshot), "EDGE_ACCEPTANCE_COMMIT": commit}
-        child = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"],
-            cwd=snapshot,
-            env=env,
-        )
+        command = [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"]
+        child = subprocess.Popen(command, cwd=snapshot, env=env)
         try:
             return child.wait()
         except BaseException:  # Ctrl-C / SIGTERM: let the child stop its processes first
