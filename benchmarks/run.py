@@ -112,16 +112,16 @@ def _bench_accuracy(res: results.Results, sizes: Sizes, log: Callable[[str], Non
     pts = accuracy.checkpoints(x.shape[0], sizes.motes_points, step=b)
     res.motes = accuracy.run_trajectories(x, r, accuracy.method_factories(x.shape[1], r, b), pts)
     log("  motes: " + ", ".join(f"{k} {t.final:.4f}" for k, t in res.motes.items()))
-    res.federated = {
-        name: error_ratio(x, accuracy.federated_basis(x, r, oversample=over, block_size=b))
-        for name, over in [
-            (accuracy.FPCA, None), (accuracy.FPCA_NO_OVERSAMPLE, 0), (accuracy.FPCA_EQUAL_STATE, r)
-        ]
+    layouts: dict[str, dict[str, Any]] = {
+        accuracy.FPCA: {}, accuracy.FPCA_NO_OVERSAMPLE: {"oversample": 0},
+        accuracy.FPCA_EQUAL_STATE: {"oversample": r},
+        f"{accuracy.FPCA_CENTRED}, centred ratio": {"center": True},
     }  # fmt: skip
-    if accuracy.FPCA_CENTRED in res.motes:
-        res.federated[f"{accuracy.FPCA_CENTRED}, centred ratio"] = error_ratio(
-            x - x.mean(axis=0), accuracy.federated_basis(x, r, center=True, block_size=b)
-        )
+    res.federated = {
+        name: error_ratio(x - x.mean(axis=0) if kw.get("center") else x,
+                          accuracy.federated_basis(x, r, block_size=b, **kw))
+        for name, kw in layouts.items()
+    }  # fmt: skip
     log("  federated: " + ", ".join(f"{k} {v:.4f}" for k, v in res.federated.items()))
     d, n = sizes.synth_shape
     res.synth_shape = (d, n)
@@ -158,10 +158,8 @@ def _bench_aggregator(res: results.Results, sizes: Sizes, log: Callable[[str], N
         repeats_many=sizes.merge_many_repeats,
     )  # fmt: skip
     for row in res.aggregator:
-        log(
-            f"  k={row.n_children}: update {row.update * 1e3:.3f} ms "
-            f"({row.merges_per_update} merges), merge_many {row.merge_many * 1e3:.2f} ms"
-        )
+        log(f"  k={row.n_children}: update {row.update * 1e3:.3f} ms ({row.merges_per_update} "
+            f"merges), merge_many {row.merge_many * 1e3:.2f} ms")  # fmt: skip
     res.growth = timing.growth_check(res.aggregator)
 
 
