@@ -1,9 +1,5 @@
-"""``python -m benchmarks [NAME [ARGS ...]]``: the one entry point of the benchmarks.
-
-Without a name it lists the benchmarks; ``python -m benchmarks NAME --help`` gives a
-benchmark's options. ``python -m benchmarks render`` measures nothing: it rewrites every
-committed report (``benchmarks/report/``) from the JSON results stored next to it.
-"""
+"""``python -m benchmarks [NAME [ARGS ...]]``: the one entry point; without a name it lists the
+benchmarks, ``NAME --help`` gives a benchmark's options."""
 
 from __future__ import annotations
 
@@ -22,10 +18,7 @@ def _listing() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark named by ``argv[0]`` with the rest of ``argv``; list them without one.
-
-    Returns the benchmark's exit status (0 when it returns None); 2 for an unknown name.
-    """
+    """Run the benchmark ``argv[0]`` with the rest; its exit status, 2 for an unknown name."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "list"):
         print(_listing())

@@ -1,18 +1,9 @@
-"""Acceptance benchmark: the deployment as documented under many seeded fault schedules.
-
-``python -m benchmarks.acceptance --seeds 20`` runs `acceptance.scenario` (a
-secured Mosquitto with passwords and the generated ACL, one ``edge-runtime agent`` process
-per node with its own state directory, ``edge-runtime replay``) on the Motes light data for
-seeds ``0 .. N-1`` at each of three replay rates (default: as fast as possible, 1000/s and
-100/s), each seed a schedule of ``--faults-per-run`` faults at moments drawn by
-``random.Random(seed)`` (`acceptance.scenario.schedule`), plus one run without faults per rate. The
-runs are interleaved (seed 0 at every rate, then seed 1, ...) so that a run cut short still
-reports every rate. After every run it rewrites ``<out>/acceptance.md`` (Markdown tables:
-passes / runs per rate and per fault kind, median durations, every failure with its reason
-and kept log directory) and ``<out>/acceptance.json`` (every run). A passing run's work
-directory is deleted; a failing one's is kept under ``<out>/acceptance-failures/``.
-
-The exit status is 0 when every run passed, 1 otherwise.
+"""``python -m benchmarks acceptance --seeds 20``: the deployment as documented
+(`acceptance.scenario`: secured Mosquitto, one ``edge-runtime agent`` process per node, ``replay``
+of Motes light) under seeded fault schedules, seeds ``0 .. N-1`` interleaved over three replay
+rates, plus one run without faults per rate. After every run it rewrites ``acceptance.md`` and
+``acceptance.json`` in ``--out``; a failing run's directory is kept in ``acceptance-failures/``.
+Exit status 0 when every run passed.
 """
 
 from __future__ import annotations
@@ -40,23 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = ROOT / "benchmarks" / "report"
 HARNESS = (
-    "acceptance/__init__.py",
-    "acceptance/faults.py",
-    "acceptance/scenario.py",
-    "benchmarks/acceptance.py",
-    "benchmarks/reporting.py",
-    "benchmarks/templates/acceptance.md",
-)
+    "acceptance/__init__.py", "acceptance/faults.py", "acceptance/scenario.py",
+    "benchmarks/acceptance.py", "benchmarks/reporting.py", "benchmarks/templates/acceptance.md",
+)  # fmt: skip
 """Copied from the working tree into the archive of ``--commit``: the harness that runs."""
 DEFAULT_RATES = "max,1000,100"
 
 
 def parse_rates(text: str) -> list[float | None]:
-    out: list[float | None] = []
-    for word in text.split(","):
-        word = word.strip().lower()
-        out.append(None if word in ("max", "fast", "none") else float(word))
-    return out
+    words = [w.strip().lower() for w in text.split(",")]
+    return [None if w in ("max", "fast", "none") else float(w) for w in words]
 
 
 def rate_label(rate: float | None) -> str:
@@ -64,8 +48,7 @@ def rate_label(rate: float | None) -> str:
 
 
 def _median(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+    return statistics.median(vals) if (vals := [v for v in values if v is not None]) else None
 
 
 def _fmt(x: float | None, nd: int = 1) -> str:
@@ -118,17 +101,14 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
     """Write ``out/acceptance.json`` and ``out/acceptance.md``; ``parameters`` holds
     ``planned_runs`` and (runs made since the scenario moved) ``scenario``."""
     planned = int(parameters["planned_runs"])
-    medians = {
-        f"passed at {rate}": sum(r["passed"] for r in runs if r["rate_label"] == rate)
-        / sum(r["rate_label"] == rate for r in runs)
-        for rate in dict.fromkeys(r["rate_label"] for r in runs)
-    }
-    write_result(
-        out / "acceptance.json", "acceptance", parameters, {"runs": runs},
-        medians, env,
-    )  # fmt: skip
-    scenario = parameters.get("scenario", "tests/acceptance.py")
     rates = list(dict.fromkeys(r["rate_label"] for r in runs))
+    medians = {
+        f"passed at {rate}": sum(r["passed"] for r in at) / len(at)
+        for rate in rates
+        if (at := [r for r in runs if r["rate_label"] == rate])
+    }
+    write_result(out / "acceptance.json", "acceptance", parameters, {"runs": runs}, medians, env)
+    scenario = parameters.get("scenario", "tests/acceptance.py")
     faulted = [r for r in runs if r["faults"]]
     baseline = [r for r in runs if not r["faults"]]
     lines = prose(
@@ -163,20 +143,13 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
         cells = []
         for rate in rates:
             rs = [r for r in faulted if r["rate_label"] == rate and kind in kinds_of(r)]
-            cells.append(
-                f"{sum(r['passed'] for r in rs)} / {len(rs)} "
-                f"({_fmt(_median([r['replay_s'] for r in rs]))})"
-                if rs
-                else "-"
-            )
+            replay = _fmt(_median([r["replay_s"] for r in rs]))
+            cells.append(f"{sum(r['passed'] for r in rs)} / {len(rs)} ({replay})" if rs else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     noop = [r for r in faulted if any("already exited" in n for n in r.get("notes", []))]
     failed = [r for r in runs if not r["passed"]]
-    model_only = [
-        r
-        for r in failed
-        if all(f.startswith(("model differs", "error ratio")) for f in r["failures"])
-    ]
+    model = ("model differs", "error ratio")
+    model_only = [r for r in failed if all(f.startswith(model) for f in r["failures"])]
     worst = max((r["angle_rad"] or 0.0 for r in model_only), default=0.0)
     ratio = max(
         (abs(r["error_ratio"] / r["reference_error_ratio"] - 1) for r in model_only),
@@ -206,19 +179,15 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
 async def main_async(args: argparse.Namespace) -> int:
     out = Path(args.out)
     rates = parse_rates(args.rates)
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     scratch = Path(tempfile.mkdtemp(prefix="edge-acceptance-"))
-    keep = out / "acceptance-failures"
     env = environment(args)
     deployment = acc.motes_deployment(scratch / "deployment")
-    plan: list[tuple[int | None, float | None]] = []
-    if not args.no_baseline:
-        plan += [(None, rate) for rate in rates]
-    plan += [(seed, rate) for seed in seeds for rate in rates]
+    plan = [*([] if args.no_baseline else [(None, r) for r in rates]),
+            *[(seed, r) for seed in seeds for r in rates]]  # fmt: skip
     runs: list[dict] = []
     planned = len(plan)
-    previous = out / "acceptance.json"
-    if args.append and previous.exists():  # continue an earlier report (other seeds)
+    if args.append and (previous := out / "acceptance.json").exists():  # more seeds
         earlier = read_result(previous, "acceptance")
         runs = list(earlier["rows"]["runs"])
         planned += int(earlier["parameters"]["planned_runs"])
@@ -229,25 +198,18 @@ async def main_async(args: argparse.Namespace) -> int:
             if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                 print(f"deadline of {args.deadline_s:g} s reached: {len(plan) - i} runs not done")
                 break
-            faults = (
-                []
-                if seed is None
-                else acc.schedule(
-                    seed,
-                    deployment.topology,
-                    acc.expected_window_s(deployment, rate),
-                    n_faults=args.faults_per_run,
-                )
-            )
+            window = acc.expected_window_s(deployment, rate)
+            faults = [] if seed is None else acc.schedule(
+                seed, deployment.topology, window, n_faults=args.faults_per_run
+            )  # fmt: skip
             work = scratch / f"run-{i:03d}"
             result = await acc.run_scenario(deployment, work, rate=rate, faults=faults, seed=seed)
-            row = result.to_json()
-            row["rate_label"] = rate_label(rate)
-            row["kept"] = None
+            row = {**result.to_json(), "rate_label": rate_label(rate), "kept": None}
             if result.passed:
                 shutil.rmtree(work, ignore_errors=True)
             else:
-                dest = keep / f"seed{seed}-{rate_label(rate).replace('/', '')}-{i:03d}"
+                name = f"seed{seed}-{rate_label(rate).replace('/', '')}-{i:03d}"
+                dest = out / "acceptance-failures" / name
                 shutil.rmtree(dest, ignore_errors=True)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(work), dest)
@@ -267,19 +229,15 @@ def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
     commit = _git("rev-parse", args.commit).strip()
     snapshot = Path(tempfile.mkdtemp(prefix="edge-acceptance-src-"))
     try:
-        archive = subprocess.run(
-            ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True, timeout=120
-        )
-        subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True,
+                                 check=True, timeout=120).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
         for harness in HARNESS:  # this version of the harness, whatever the commit's
             (snapshot / harness).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / harness, snapshot / harness)
         env = {**os.environ, "PYTHONPATH": str(snapshot), "EDGE_ACCEPTANCE_COMMIT": commit}
-        child = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"],
-            cwd=snapshot,
-            env=env,
-        )
+        command = [sys.executable, "-m", "benchmarks.acceptance", *argv, "--in-place"]
+        child = subprocess.Popen(command, cwd=snapshot, env=env)
         try:
             return child.wait()
         except BaseException:  # Ctrl-C / SIGTERM: let the child stop its processes first
@@ -293,35 +251,21 @@ def in_snapshot(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.acceptance", description=__doc__)
-    parser.add_argument("--seeds", type=int, default=20, help="fault schedules per rate")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument(
-        "--rates",
-        default=DEFAULT_RATES,
-        help="comma-separated readings/s, 'max' = no --rate (default %(default)s)",
-    )
-    parser.add_argument("--faults-per-run", type=int, default=2)
-    parser.add_argument("--no-baseline", action="store_true", help="no run without faults")
-    parser.add_argument(
-        "--deadline-s", type=float, default=0.0, help="start no run after this many seconds"
-    )
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument(
-        "--report-only", action="store_true", help="rewrite acceptance.md from acceptance.json"
-    )
-    parser.add_argument(
-        "--append",
-        action="store_true",
-        help="add these runs to <out>/acceptance.json's (e.g. more seeds: --first-seed)",
-    )
-    parser.add_argument(
-        "--commit", default="HEAD", help="the committed runtime to run (default %(default)s)"
-    )
-    parser.add_argument(
-        "--in-place",
-        action="store_true",
-        help="run the working tree as it is instead of a git archive of --commit",
-    )
+    add = parser.add_argument
+    add("--seeds", type=int, default=20, help="fault schedules per rate")
+    add("--first-seed", type=int, default=0)
+    add("--rates", default=DEFAULT_RATES,
+        help="comma-separated readings/s, 'max' = no --rate (default %(default)s)")
+    add("--faults-per-run", type=int, default=2)
+    add("--no-baseline", action="store_true", help="no run without faults")
+    add("--deadline-s", type=float, default=0.0, help="start no run after this many seconds")
+    add("--out", default=str(DEFAULT_OUT))
+    add("--report-only", action="store_true", help="rewrite acceptance.md from acceptance.json")
+    add("--append", action="store_true",
+        help="add these runs to <out>/acceptance.json's (e.g. more seeds: --first-seed)")
+    add("--commit", default="HEAD", help="the committed runtime to run (default %(default)s)")
+    add("--in-place", action="store_true",
+        help="run the working tree as it is instead of a git archive of --commit")
     args = parser.parse_args(argv)
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")

@@ -1,12 +1,8 @@
 """Measuring helpers: side-by-side timing, running error ratios, peak memory.
 
-Timing on this kind of machine (2 shared, noisy cores) follows three rules, applied by
-`time_side_by_side`: every contender runs once untimed first (warm caches, LAPACK work
-space, BLAS thread pools); the contenders then alternate within each repeat, so a slow
-moment of the machine hits all of them; and the reported figure is the median over
-repeats. Callers wrap the timing in `single_thread` so both sides use one BLAS thread
-(small matrices are slower with more threads, and the two OpenBLAS copies of the numpy
-and scipy wheels would otherwise compete for the two cores).
+Timing on 2 shared, noisy cores (`time_side_by_side`): each contender runs once untimed, the
+contenders alternate within each repeat so a slow moment hits all of them, and the median is
+reported; callers wrap it in `single_thread` (small matrices are slower with more BLAS threads).
 """
 
 from __future__ import annotations
@@ -23,13 +19,7 @@ import numpy as np
 import scipy.linalg as sla
 from threadpoolctl import threadpool_limits
 
-__all__ = [
-    "GramTracker",
-    "basis_of",
-    "peak_memory",
-    "single_thread",
-    "time_side_by_side",
-]
+__all__ = ["GramTracker", "basis_of", "peak_memory", "single_thread", "time_side_by_side"]
 
 
 @contextlib.contextmanager
@@ -42,34 +32,14 @@ def single_thread() -> Iterator[None]:
 def time_side_by_side(
     contenders: Mapping[str, Callable[[], Any]], repeats: int, *, warmup: bool = True
 ) -> dict[str, float]:
-    """Median wall time in seconds of each callable, timed alternately.
-
-    Parameters
-    ----------
-    contenders : mapping of str to callable
-        Zero-argument callables; each call is one timed run.
-    repeats : int
-        Number of timed runs per contender, >= 1. Repeat ``i`` runs the contenders in
-        order, reversed on odd ``i`` (so neither side always goes first).
-    warmup : bool, default=True
-        Run each contender once untimed first.
-
-    Returns
-    -------
-    dict of str to float
-        Median seconds per call, by contender name.
-
-    Raises
-    ------
-    ValueError
-        If ``repeats < 1`` or there are no contenders.
-    """
+    """Median seconds per call of each zero-argument callable, by name, over ``repeats`` >= 1
+    rounds (in order, reversed on odd rounds; garbage collection off), after one untimed call
+    each with ``warmup``. ValueError without contenders or for ``repeats < 1``."""
     if repeats < 1 or not contenders:
         raise ValueError(f"need repeats >= 1 and contenders, got {repeats}, {list(contenders)}")
     names = list(contenders)
-    if warmup:
-        for name in names:
-            contenders[name]()
+    for name in names if warmup else ():
+        contenders[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     gc_was_enabled = gc.isenabled()
     gc.collect()
@@ -94,23 +64,13 @@ def basis_of(estimator: Any) -> np.ndarray:
 
 
 class GramTracker:
-    """Running error ratios of bases on a growing prefix of a stream, via its Gram matrix.
+    """Running error ratios on a growing prefix of a stream, from its Gram matrix.
 
-    Keeps ``G = X^T X`` (``(d, d)``), the column sums and the count of all rows added, so
-    the error of any orthonormal basis ``U`` on the rows seen so far is
-    ``(tr G - tr U^T G U) / n`` and the error of the exact (offline) rank-``r`` SVD is
-    ``(tr G - sum of the r largest eigenvalues of G) / n``: the ratio of the two is
-    `edge_runtime.fpca.error_ratio` on the prefix without keeping it or recomputing an
-    SVD of it. The centred variants use ``G - n mu mu^T`` (``mu`` the mean of the rows).
-
-    Precision: the errors are differences of ``tr G`` and a partial trace, accurate to
-    about ``1e-16 * tr G`` absolute, so a ratio is accurate to about ``1e-16 * tr G /
-    error``; `benchmarks.accuracy` checks the final value against ``error_ratio``.
-
-    Parameters
-    ----------
-    n_features : int
-        Dimension ``d``.
+    Keeps ``G = X^T X`` ``(d, d)``, the column sums and the row count, so the error of an
+    orthonormal ``U`` on the rows so far is ``tr G - tr U^T G U`` and that of the offline
+    rank-``r`` SVD ``tr G`` minus the ``r`` largest eigenvalues: their ratio is
+    `edge_runtime.fpca.error_ratio` on the prefix without an SVD of it (centred: ``G - n mu
+    mu^T``). Accurate to about ``1e-16 tr G / error``.
     """
 
     def __init__(self, n_features: int) -> None:
@@ -155,11 +115,8 @@ class GramTracker:
 
 
 def peak_memory(run: Callable[[], Any]) -> int:
-    """Peak bytes allocated (tracemalloc) while ``run()`` executes, from a fresh baseline.
-
-    Only allocations made during the call count: inputs created before it (e.g. the
-    stream's chunks) do not. tracemalloc must not be running already.
-    """
+    """Peak bytes allocated (tracemalloc) while ``run()`` executes, above what was allocated
+    before it; tracemalloc must not be running already."""
     gc.collect()
     tracemalloc.start()
     try:

@@ -1,9 +1,5 @@
-"""The PNG plots of ``REPORT.md``: those of sections (a)-(e) drawn here, the others by
-their sections' modules.
-
-`write_plots` writes every plot a `Results` has data for into the report's folder. Figures
-come from `benchmarks.reporting.figure` (the Agg canvas: no display, no global backend).
-"""
+"""The PNG plots of ``REPORT.md``: (a)-(e) drawn here, the others by their sections' modules,
+on `benchmarks.reporting.figure` (the Agg canvas)."""
 
 from __future__ import annotations
 
@@ -29,11 +25,8 @@ _FLOOR = 1e-7  # error ratio - 1 below this is drawn at the floor (log axis)
 
 
 def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> None:
-    """One curve per method (a fixed colour per position in ``trajs``), centred dotted.
-
-    Methods with identical curves (e.g. the default oversample equal to 2r) are drawn
-    once, labelled "A = B".
-    """
+    """One curve per method (a colour per position in ``trajs``), centred ratios dotted;
+    identical curves drawn once, labelled "A = B"."""
     colours = colormaps["tab10"].colors
     curves: dict[tuple[float, ...], tuple[list[str], int, Trajectory]] = {}
     for i, t in enumerate(trajs.values()):
@@ -54,9 +47,7 @@ def _plot_trajectories(ax: Any, trajs: dict[str, Trajectory], title: str) -> Non
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(_ratio_label))
-    ax.set_title(title)
-    ax.set_xlabel("samples seen")
-    ax.set_ylabel("error ratio (log scale of ratio - 1)")
+    ax.set(title=title, xlabel="samples seen", ylabel="error ratio (log scale of ratio - 1)")
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -67,9 +58,7 @@ def _ratio_label(y: float, _pos: object = None) -> str:
     k = round(math.log10(y))
     if abs(math.log10(y) - k) > 1e-9:
         return ""  # minor positions: unlabelled
-    if k < 0:
-        return "1." + "0" * (-k - 1) + "1"
-    return f"{1 + 10**k:g}"
+    return "1." + "0" * (-k - 1) + "1" if k < 0 else f"{1 + 10**k:g}"
 
 
 def write_plots(res: Results, out_dir: Path) -> list[Path]:
@@ -87,9 +76,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         save(fig, "accuracy_motes.png")
     if res.synth:
         alphas = list(res.synth)
-        ncol = 3
-        nrow = math.ceil(len(alphas) / ncol)
-        fig, axes = figure(nrow, ncol, figsize=(14, 4 * nrow), squeeze=False)
+        nrow = math.ceil(len(alphas) / 3)
+        fig, axes = figure(nrow, 3, figsize=(14, 4 * nrow), squeeze=False)
         for ax, a in zip(axes.flat, alphas, strict=False):
             _plot_trajectories(ax, res.synth[a], f"Synth(alpha={a:g})")
         for ax in list(axes.flat)[len(alphas) :]:
@@ -111,11 +99,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
         for x, r in zip(xs, shown, strict=True):
             top = max(r.fpca or 0.0, r.ipca or 0.0)
             ax.text(x, top * 1.1, "n/a" if r.ratio is None else f"{r.ratio:.1f}x", ha="center")
-        ax.set_xticks(
-            list(xs),
-            [f"d={r.n_features}\nr={r.rank}\nb={r.block_size}" for r in shown],
-            fontsize=7,
-        )
+        labels = [f"d={r.n_features}\nr={r.rank}\nb={r.block_size}" for r in shown]
+        ax.set_xticks(list(xs), labels, fontsize=7)
         ax.set_yscale("log")
         plain_log_axis(ax.yaxis)
         ax.set_ylim(top=2.0 * max(max(r.fpca or 0.0, r.ipca or 0.0) for r in shown))
@@ -137,8 +122,7 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             plain_log_axis(ax.yaxis)
             ax.set_xticks(x, [str(v) for v in x])
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel(label)
-            ax.set_ylabel("ms per merge")
+            ax.set(xlabel=label, ylabel="ms per merge")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle("Merge time (one BLAS thread)")
@@ -171,9 +155,8 @@ def write_plots(res: Results, out_dir: Path) -> list[Path]:
             ax.plot(*zip(*ipca, strict=True), "s--", label="IncrementalPCA")
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("stream length (samples)")
-        ax.set_ylabel("peak allocated (KiB, tracemalloc)")
-        ax.set_title(f"Peak memory, d = 48, r = {res.rank}")
+        ax.set(xlabel="stream length (samples)", ylabel="peak allocated (KiB, tracemalloc)",
+               title=f"Peak memory, d = 48, r = {res.rank}")  # fmt: skip
         ax.grid(True, alpha=0.3)
         ax.legend()
         save(fig, "memory.png")

@@ -1,16 +1,10 @@
-"""Process sampling for every benchmark, done once, with psutil: run a command, read a process's
-CPU time, memory, open files and I/O, stop what a benchmark started.
+"""Process sampling for every benchmark, done once with psutil: run a command to an end or a
+time limit, read a process's CPU time, memory, open files and I/O, stop what was started.
 
-`sample_process` reads one live process (psutil's ``cpu_times``, ``memory_info``,
-``num_fds`` and ``io_counters``; the peak resident set ``VmHWM``, which psutil does not
-expose, from ``/proc/PID/status``). `run_command` runs one command to completion or to a time
-limit and returns its exit status, wall time, CPU seconds (from ``wait4``: the process and
-the children it reaped, e.g. the Mosquitto that ``edge-runtime run`` starts) and peak memory
-(``VmHWM`` of the process and of each descendant, polled; ``wait4``'s ``ru_maxrss`` would
-count the parent's pages the child held between fork and exec). A run that exceeds the limit
-is interrupted (SIGINT, as Ctrl-C: ``run`` then stops its broker), then killed with its
-process group; its other descendants (the broker runs in a session of its own) are killed by
-pid, each only if it is still the process that was found (same creation time).
+`run_command` takes CPU seconds from ``wait4`` (the process and the children it reaped) and peak
+memory from each descendant's ``VmHWM``, polled (``ru_maxrss`` would count the parent's pages a
+child held between fork and exec). At the limit it sends SIGINT (``run`` then stops its broker),
+then SIGKILL to the process group and to each other descendant still the process found.
 """
 
 from __future__ import annotations
@@ -32,16 +26,9 @@ from pathlib import Path
 import psutil
 
 __all__ = [
-    "CommandResult",
-    "ProcessSample",
-    "descendants",
-    "edge_runtime_command",
-    "io_counters",
-    "log_events_of",
-    "run_command",
-    "sample_process",
-    "stop_processes",
-]
+    "CommandResult", "ProcessSample", "descendants", "edge_runtime_command", "io_counters",
+    "log_events_of", "run_command", "sample_process", "stop_processes",
+]  # fmt: skip
 
 _POLL_S = 0.05
 #: Seconds between two polls of the memory of a running command's processes.
@@ -58,22 +45,9 @@ def edge_runtime_command() -> list[str]:
 
 @dataclass(frozen=True)
 class ProcessSample:
-    """One reading of a live process's counters.
-
-    Attributes
-    ----------
-    cpu_s : float
-        User plus system CPU seconds so far.
-    rss_bytes : int
-        Resident set now (``VmRSS``).
-    peak_rss_bytes : int
-        Largest resident set so far (``VmHWM``; 0 where the kernel does not say).
-    fds : int
-        Open file descriptors now.
-    write_bytes : int or None
-        Bytes this process caused to be written to storage so far (``/proc/PID/io``);
-        None where the kernel does not count them.
-    """
+    """One reading of a live process: user + system CPU seconds, resident set now and its peak
+    (``VmHWM``; 0 where the kernel does not say), in bytes, open file descriptors, and bytes it
+    caused to be written to storage (``/proc/PID/io``; None where not counted)."""
 
     cpu_s: float
     rss_bytes: int
@@ -112,20 +86,12 @@ def sample_process(pid: int | None = None) -> ProcessSample | None:
 
 
 def io_counters(pid: int | None = None) -> dict[str, int]:
-    """I/O counters of ``pid`` (default: this process) under their ``/proc/PID/io`` names:
-    ``rchar`` / ``wchar`` (bytes read / written through system calls), ``syscr`` / ``syscw``
-    (those calls), ``read_bytes`` / ``write_bytes`` (bytes fetched from / sent to storage).
-
-    Raises psutil.NoSuchProcess if it is gone."""
+    """I/O counters of ``pid`` (default: this process) by their ``/proc/PID/io`` names (bytes
+    through system calls, the calls, bytes from / to storage); psutil.NoSuchProcess if gone."""
     io = psutil.Process(pid).io_counters()
-    return {
-        "rchar": io.read_chars,
-        "wchar": io.write_chars,
-        "syscr": io.read_count,
-        "syscw": io.write_count,
-        "read_bytes": io.read_bytes,
-        "write_bytes": io.write_bytes,
-    }
+    names = {"rchar": "read_chars", "wchar": "write_chars", "syscr": "read_count",
+             "syscw": "write_count", "read_bytes": "read_bytes", "write_bytes": "write_bytes"}
+    return {proc_name: getattr(io, name) for proc_name, name in names.items()}
 
 
 def descendants(pid: int) -> list[tuple[int, float]]:
@@ -151,28 +117,10 @@ def _kill_if_same(pid: int, created: float) -> None:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """How one command ended.
-
-    Attributes
-    ----------
-    returncode : int or None
-        Exit status; None when it was stopped at the time limit.
-    wall_s : float
-        Seconds from start to exit (or to the stop).
-    cpu_s : float or None
-        User plus system CPU seconds of the process and the children it reaped.
-    max_rss_bytes : int or None
-        Largest peak resident set (``VmHWM``) of one process of the tree, bytes.
-    total_rss_bytes : int or None
-        Sum over the processes of the tree of their peak resident sets, bytes: an upper
-        bound of the memory the command needed at once.
-    stdout : str
-    stderr_tail : str
-        The last lines of stderr (at most 2,000 characters).
-    log_events : dict of str to int
-        How many structured (JSON) log lines of each ``event`` stderr held, e.g.
-        ``publish_not_delivered`` (`log_events_of`).
-    """
+    """How one command ended: exit status (None: stopped at the time limit), wall seconds, CPU
+    seconds of it and the children it reaped, the largest and the summed peak resident sets
+    (``VmHWM``, bytes) of its process tree, stdout, the last 2,000 characters of stderr, and
+    how many JSON log lines of each ``event`` stderr held (`log_events_of`)."""
 
     returncode: int | None
     wall_s: float
@@ -192,11 +140,8 @@ class CommandResult:
 def _reap(
     pid: int, deadline: float, peaks: dict[int, int] | None = None
 ) -> tuple[int, os.struct_rusage] | None:
-    """``wait4`` ``pid`` until ``deadline`` (monotonic); None if it is still running.
-
-    With ``peaks``, records the largest ``VmHWM`` of ``pid`` and of each descendant every
-    `MEMORY_POLL_S` seconds (pid -> bytes).
-    """
+    """``wait4`` ``pid`` until ``deadline`` (monotonic); None if it still runs. Records the peak
+    ``VmHWM`` of it and its descendants in ``peaks`` (pid -> bytes) every `MEMORY_POLL_S`."""
     polled = -math.inf
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
@@ -222,10 +167,8 @@ def _kill_tree(pid: int, family: list[tuple[int, float]]) -> None:
 
 
 def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = None) -> CommandResult:
-    """Run ``args`` until it exits or ``timeout_s`` seconds (> 0) pass, then stop it.
-
-    stdout and stderr go to temporary files (no pipe can fill up and block the child).
-    """
+    """Run ``args`` until it exits or ``timeout_s`` seconds (> 0) pass, then stop it; output
+    goes to temporary files (no pipe can fill up and block the child)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.monotonic()
         proc = subprocess.Popen(list(args), stdout=out, stderr=err, cwd=cwd, start_new_session=True)
@@ -254,33 +197,24 @@ def run_command(args: Sequence[str], timeout_s: float, *, cwd: Path | None = Non
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
-    return CommandResult(
-        returncode=code,
-        wall_s=wall,
-        cpu_s=None if usage is None else usage.ru_utime + usage.ru_stime,
-        max_rss_bytes=max(peaks.values()) if peaks else None,
-        total_rss_bytes=sum(peaks.values()) if peaks else None,
-        stdout=stdout,
-        stderr_tail=stderr[-2000:],
-        log_events=log_events_of(stderr),
-    )
+    cpu = None if usage is None else usage.ru_utime + usage.ru_stime
+    peak, total = (max(peaks.values()), sum(peaks.values())) if peaks else (None, None)
+    tail, events = stderr[-2000:], log_events_of(stderr)
+    return CommandResult(code, wall, cpu, peak, total, stdout, tail, events)
 
 
 def log_events_of(text: str) -> dict[str, int]:
-    """Count the structured log lines of ``text`` (one JSON object per line, as the
-    runtime logs when its stderr is not a terminal) by their ``event``; other lines are
-    skipped."""
+    """Count the JSON log lines of ``text`` (the runtime's stderr off a terminal) by
+    ``event``; other lines are skipped."""
     counts: Counter[str] = Counter()
     for line in text.splitlines():
         if not line.startswith("{") or '"event"' not in line:
             continue
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        event = record.get("event") if isinstance(record, dict) else None
-        if isinstance(event, str):
-            counts[event] += 1
+            event = record.get("event") if isinstance(record, dict) else None
+            if isinstance(event, str):
+                counts[event] += 1
     return dict(sorted(counts.items()))
 
 

@@ -1,9 +1,6 @@
-"""Every benchmark by name: its command, the reports it writes and how they are re-rendered.
-
-`BENCHMARKS` maps the ``NAME`` of ``python -m benchmarks NAME`` to a `Benchmark`. Entry and
-render functions are named as ``"module:function"`` and imported only when used, so listing
-the benchmarks imports none of them (nor numpy, matplotlib or the runtime).
-"""
+"""Every benchmark by name (`BENCHMARKS`): its command, the reports it writes and how they are
+re-rendered. Functions are ``"module:function"`` strings imported only when used, so listing
+the benchmarks imports none of them (nor numpy, matplotlib or the runtime)."""
 
 from __future__ import annotations
 
@@ -21,22 +18,9 @@ REPORT_DIR = Path(__file__).resolve().parent / "report"
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One benchmark of the harness.
-
-    Attributes
-    ----------
-    entry : str
-        ``"module:function"``; the function takes the command's arguments (a list of str)
-        and returns an exit status (None counts as 0).
-    summary : str
-        One line for the listing of ``python -m benchmarks``.
-    render : str or None
-        ``"module:function"`` rewriting this benchmark's reports in a folder from the JSON
-        results stored there, measuring nothing; None when its report keeps no results.
-    reports : tuple of str
-        The reports it writes, relative to the report folder.
-    results : tuple of str
-        The result files ``render`` reads, relative to the report folder.
+    """One benchmark: ``entry`` takes the command's arguments and returns an exit status (None
+    is 0); ``summary`` is its line in the listing; ``render`` rewrites its ``reports`` in a
+    folder from the ``results`` stored there (None: it keeps none); paths relative to the folder.
     """
 
     entry: str
@@ -165,16 +149,10 @@ def _function(name: str) -> Callable[..., Any]:
 
 
 def render_all(argv: Sequence[str] = ()) -> int:
-    """``python -m benchmarks render [--out DIR] [NAME ...]``: rewrite the reports of the
-    named benchmarks (default: every one with a ``render`` whose results are stored, the
-    others listed as not rendered) in ``DIR`` (default `REPORT_DIR`) from the results stored
-    there. Returns 0.
-
-    Raises
-    ------
-    FileNotFoundError
-        If a benchmark named keeps no results in ``DIR``.
-    """
+    """``python -m benchmarks render [--out DIR] [NAME ...]``: rewrite the reports of the named
+    benchmarks (default: all with stored results; the others listed as not rendered) in ``DIR``
+    (default `REPORT_DIR`) from their results there. FileNotFoundError for a named benchmark
+    without them."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks render")

@@ -1,21 +1,12 @@
-"""Turn benchmark results into ``REPORT.md``: the Done-when tables, then one section per
-benchmark.
-
-`done_when` evaluates the Done-when criteria of issue 3 on one run's results,
-`privacy_done_when` those of issues 5 and 10 (differential privacy) and `fleet_done_when`
-those of issue 9 that the fleet benchmark measures; the report opens with those tables,
-then one section per benchmark (a)-(i) with its table and plot (section (f) comes from
-`benchmarks.privacy.report_section`, (g) from `benchmarks.fleet.report_section`, (h) from
-`benchmarks.fedpower.report_section`, (i) from `benchmarks.anomaly.report_section`;
-`fedpower_done_when` is issue 12's item). The results are `benchmarks.results.Results`;
-the plots come from `benchmarks.plots`; checks and tables from `benchmarks.reporting`.
-"""
+"""``REPORT.md`` from a `benchmarks.results.Results`: the Done-when tables, then one section
+per benchmark, (a)-(e) here and (f)-(i) from their families' ``report_section`` modules."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks.accuracy import FPCA, FPCA_EQUAL_STATE
 from benchmarks.anomaly import report_section as anomaly_report
@@ -28,12 +19,8 @@ from benchmarks.reporting import Check, checks_table, prose, table
 from benchmarks.results import Results
 
 __all__ = [
-    "done_when",
-    "fedpower_done_when",
-    "fleet_done_when",
-    "privacy_done_when",
-    "write_report",
-]
+    "done_when", "fedpower_done_when", "fleet_done_when", "privacy_done_when", "write_report",
+]  # fmt: skip
 
 #: Thresholds of the Done-when list of issue 3.
 MAX_RATIO = 1.01
@@ -52,11 +39,19 @@ def _fmt_ratio(x: float | None) -> str:
     return f"{x:.4f}" if x < 100 else f"{x:.3g}"
 
 
+def _na(fmt: str, scale: float = 1.0, none: str = "n/a") -> Callable[[Any], str]:
+    """A cell writer: ``value * scale`` in ``fmt``, ``none`` for None."""
+    return lambda v: none if v is None else format(v * scale, fmt)
+
+
+def _columns(rows: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], Any]]]) -> str:
+    """A Markdown table of ``rows``, one column per ``(header, cell of a row)``."""
+    return table([h for h, _ in columns], [[cell(r) for _, cell in columns] for r in rows])
+
+
 def privacy_done_when(res: Results) -> list[Check]:
     """The Done-when items of issues 5 and 10 (differential privacy), empty without (f)."""
-    if res.private_mode is None:
-        return []
-    return privacy_section.checks(res.private_mode)
+    return [] if res.private_mode is None else privacy_section.checks(res.private_mode)
 
 
 def fleet_done_when(res: Results) -> list[Check]:
@@ -77,142 +72,95 @@ def fedpower_done_when(res: Results) -> list[Check]:
     return [Check("The benchmark table is in REPORT.md", measured, "present", bool(fp.curves))]
 
 
-def _checks_section(title: str, checks: Sequence[Check], note: str) -> list[str]:
-    """A ``## Done-when check (TITLE)`` section of the report (its table, then ``note``) as
-    Markdown lines; none when ``checks`` is empty (that benchmark did not run)."""
-    if not checks:
-        return []
-    return [f"## Done-when check ({title})", "", checks_table(checks), "", note, ""]
+def _throughput_checks(res: Results) -> list[Check]:
+    checks = []
+    main = [r for r in res.throughput if (r.n_features, r.rank, r.block_size) == (48, 10, 50)]
+    if main := [r for r in main if r.ratio is not None]:
+        checks.append(Check(
+            "Throughput vs IncrementalPCA(partial_fit), d=48, r=10, b=50",
+            f"{main[0].ratio:.2f}x", f">= {MIN_SPEEDUP_D48:.0f}x", main[0].ratio >= MIN_SPEEDUP_D48,
+        ))  # fmt: skip
+    compared = [r for r in res.throughput if r.ipca is not None]
+    rated = [r for r in compared if r.ratio is not None]
+    measured = "no cell ran both"
+    if rated:
+        slow = min(rated, key=lambda r: r.ratio or 0.0)
+        measured = (
+            f"min {slow.ratio:.2f}x at d={slow.n_features}, r={slow.rank}, b={slow.block_size}"
+        )
+    if len(rated) < len(compared):
+        measured += f"; FPCA-Edge did not run in {len(compared) - len(rated)} cell(s)"
+    everywhere = bool(rated) and len(rated) == len(compared) and all(r.ratio > 1.0 for r in rated)
+    return [*checks, Check(
+        f"Faster than IncrementalPCA at every d, r, b of the grid ({len(compared)} "
+        "cells where IncrementalPCA runs)", measured, "> 1x everywhere", everywhere,
+    )]  # fmt: skip
 
 
 def done_when(res: Results) -> list[Check]:
     """Evaluate the Done-when items of issue 3 on ``res``."""
     checks: list[Check] = []
-    fpca = res.motes.get(FPCA)
-    if fpca is not None:
-        checks.append(
-            Check(
-                f"Single node, d=48, rank {res.rank}, b={res.block_size}, Motes light: "
-                "error ratio vs offline SVD",
-                f"{fpca.final:.5f} (oversample {res.oversample})",
-                f"<= {MAX_RATIO}",
-                fpca.final <= MAX_RATIO,
-            )
-        )
+    if (fpca := res.motes.get(FPCA)) is not None:
+        checks.append(Check(
+            f"Single node, d=48, rank {res.rank}, b={res.block_size}, Motes light: "
+            "error ratio vs offline SVD", f"{fpca.final:.5f} (oversample {res.oversample})",
+            f"<= {MAX_RATIO}", fpca.final <= MAX_RATIO,
+        ))  # fmt: skip
     if res.synth:
         worst = max(t[FPCA].final for t in res.synth.values())
-        checks.append(
-            Check(
-                "Same bound on other real sensor matrices",
-                f"no other real data here; Synth(alpha) worst {worst:.5f}",
-                f"<= {MAX_RATIO} (unseen data)",
-                None,
-            )
-        )
-    fd = res.motes.get(FrequentDirections.name)
-    eq = res.motes.get(FPCA_EQUAL_STATE)
+        checks.append(Check(
+            "Same bound on other real sensor matrices",
+            f"no other real data here; Synth(alpha) worst {worst:.5f}",
+            f"<= {MAX_RATIO} (unseen data)", None,
+        ))  # fmt: skip
+    fd, eq = res.motes.get(FrequentDirections.name), res.motes.get(FPCA_EQUAL_STATE)
     if fd is not None and eq is not None:
-        checks.append(
-            Check(
-                "Equal state (2r tracked directions) on Motes: FPCA-Edge vs Frequent Directions",
-                f"{eq.final:.5f} vs FD(ell={fd.n_tracked}) {fd.final:.5f}",
-                "FPCA-Edge <= FD",
-                eq.final <= fd.final,
-            )
-        )
-    fed = res.federated.get(FPCA)
-    if fed is not None:
-        checks.append(
-            Check(
-                "Federated (8 leaves, depth 2) on Motes: error ratio",
-                f"{fed:.5f}",
-                f"<= {MAX_RATIO}",
-                fed <= MAX_RATIO,
-            )
-        )
+        checks.append(Check(
+            "Equal state (2r tracked directions) on Motes: FPCA-Edge vs Frequent Directions",
+            f"{eq.final:.5f} vs FD(ell={fd.n_tracked}) {fd.final:.5f}", "FPCA-Edge <= FD",
+            eq.final <= fd.final,
+        ))  # fmt: skip
+    if (fed := res.federated.get(FPCA)) is not None:
+        checks.append(Check(
+            "Federated (8 leaves, depth 2) on Motes: error ratio", f"{fed:.5f}",
+            f"<= {MAX_RATIO}", fed <= MAX_RATIO,
+        ))  # fmt: skip
     if res.throughput:
-        main = [
-            r
-            for r in res.throughput
-            if (r.n_features, r.rank, r.block_size) == (48, 10, 50) and r.ratio is not None
-        ]
-        if main:
-            checks.append(
-                Check(
-                    "Throughput vs IncrementalPCA(partial_fit), d=48, r=10, b=50",
-                    f"{main[0].ratio:.2f}x",
-                    f">= {MIN_SPEEDUP_D48:.0f}x",
-                    main[0].ratio >= MIN_SPEEDUP_D48,
-                )
-            )
-        compared = [r for r in res.throughput if r.ipca is not None]
-        rated = [r for r in compared if r.ratio is not None]
-        if rated:
-            slowest = min(rated, key=lambda r: r.ratio or 0.0)
-            measured = (
-                f"min {slowest.ratio:.2f}x at d={slowest.n_features}, r={slowest.rank}, "
-                f"b={slowest.block_size}"
-            )
-        else:
-            measured = "no cell ran both"
-        if len(rated) < len(compared):
-            measured += f"; FPCA-Edge did not run in {len(compared) - len(rated)} cell(s)"
-        checks.append(
-            Check(
-                f"Faster than IncrementalPCA at every d, r, b of the grid ({len(compared)} "
-                "cells where IncrementalPCA runs)",
-                measured,
-                "> 1x everywhere",
-                bool(rated) and len(rated) == len(compared) and all(r.ratio > 1.0 for r in rated),
-            )
-        )
-    if res.merge is not None:
-        m = res.merge
-        checks.append(
-            Check(
-                f"Merge (Alg. 2) vs naive SVD of [U1 S1, U2 S2], d={m.n_features}, r={m.rank}",
-                f"{m.speedup:.2f}x faster, largest angle {m.max_angle:.1e} rad",
-                f">= {MIN_MERGE_SPEEDUP:.0f}x and < {MAX_MERGE_ANGLE:.0e} rad",
-                m.speedup >= MIN_MERGE_SPEEDUP and m.max_angle < MAX_MERGE_ANGLE,
-            )
-        )
-    if res.aggregator:
-        rows = res.aggregator
-        base = rows[0].update_per_log2k
-        worst = max(r.update_per_log2k for r in rows) / base
+        checks += _throughput_checks(res)
+    if (m := res.merge) is not None:
+        checks.append(Check(
+            f"Merge (Alg. 2) vs naive SVD of [U1 S1, U2 S2], d={m.n_features}, r={m.rank}",
+            f"{m.speedup:.2f}x faster, largest angle {m.max_angle:.1e} rad",
+            f">= {MIN_MERGE_SPEEDUP:.0f}x and < {MAX_MERGE_ANGLE:.0e} rad",
+            m.speedup >= MIN_MERGE_SPEEDUP and m.max_angle < MAX_MERGE_ANGLE,
+        ))  # fmt: skip
+    if rows := res.aggregator:
+        worst = max(r.update_per_log2k for r in rows) / rows[0].update_per_log2k
         merges_ok = all(r.merges_per_update <= math.ceil(math.log2(r.n_children)) for r in rows)
-        checks.append(
-            Check(
-                f"Aggregator update cost grows no faster than log k "
-                f"(k = {rows[0].n_children} .. {rows[-1].n_children})",
-                f"(t/log2 k) max / at k={rows[0].n_children}: {worst:.2f}; "
-                f"t ~ k^{res.growth[1]:.2f}; merges/update = log2 k: {merges_ok}",
-                f"<= {LOG_GROWTH_TOLERANCE} and merges <= ceil(log2 k)",
-                worst <= LOG_GROWTH_TOLERANCE and merges_ok,
-            )
-        )
+        checks.append(Check(
+            f"Aggregator update cost grows no faster than log k "
+            f"(k = {rows[0].n_children} .. {rows[-1].n_children})",
+            f"(t/log2 k) max / at k={rows[0].n_children}: {worst:.2f}; "
+            f"t ~ k^{res.growth[1]:.2f}; merges/update = log2 k: {merges_ok}",
+            f"<= {LOG_GROWTH_TOLERANCE} and merges <= ceil(log2 k)",
+            worst <= LOG_GROWTH_TOLERANCE and merges_ok,
+        ))  # fmt: skip
     if res.memory:
         peaks = [r.fpca for r in res.memory]
         spread = max(peaks) / min(peaks)
-        checks.append(
-            Check(
-                f"Memory flat over {res.memory[0].n_samples:,} .. "
-                f"{res.memory[-1].n_samples:,} samples (tracemalloc peak)",
-                f"{min(peaks) / 1024:.0f} .. {max(peaks) / 1024:.0f} KiB (max/min {spread:.3f})",
-                f"max/min <= {FLAT_MEMORY_TOLERANCE}",
-                spread <= FLAT_MEMORY_TOLERANCE,
-            )
-        )
+        checks.append(Check(
+            f"Memory flat over {res.memory[0].n_samples:,} .. "
+            f"{res.memory[-1].n_samples:,} samples (tracemalloc peak)",
+            f"{min(peaks) / 1024:.0f} .. {max(peaks) / 1024:.0f} KiB (max/min {spread:.3f})",
+            f"max/min <= {FLAT_MEMORY_TOLERANCE}", spread <= FLAT_MEMORY_TOLERANCE,
+        ))  # fmt: skip
     if res.motes:
         baselines = [n for n in res.motes if not n.startswith("FPCA")]
-        checks.append(
-            Check(
-                "Every baseline's error ratio beside FPCA-Edge's on Motes light",
-                f"{len(baselines)} baselines in table (a)",
-                "all 5",
-                len(baselines) >= 5 and all(math.isfinite(res.motes[n].final) for n in baselines),
-            )
-        )
+        checks.append(Check(
+            "Every baseline's error ratio beside FPCA-Edge's on Motes light",
+            f"{len(baselines)} baselines in table (a)", "all 5",
+            len(baselines) >= 5 and all(math.isfinite(res.motes[n].final) for n in baselines),
+        ))  # fmt: skip
     return checks
 
 
@@ -222,191 +170,100 @@ def _accuracy_section(res: Results) -> list[str]:
     )
     if res.motes:
         n, d = res.motes_shape
-        out += [f"### Motes light ({n} x {d}): final error ratios", ""]
-        rows = []
-        for t in res.motes.values():
-            rows.append(
-                [
-                    t.name,
-                    t.n_tracked,
-                    _fmt_ratio(t.final),
-                    _fmt_ratio(t.final_centred) if t.final_centred is not None else "",
-                    f"{t.seconds:.2f}",
-                ]
-            )
-        out.append(
-            table(
-                [
-                    "method",
-                    "tracked directions",
-                    "error ratio",
-                    "centred error ratio",
-                    "time in this run (s, indicative)",
-                ],
-                rows,
-            )
-        )
-        out += ["", "![Motes error ratio over time](accuracy_motes.png)", ""]
+        motes = _columns(list(res.motes.values()), [
+            ("method", lambda t: t.name), ("tracked directions", lambda t: t.n_tracked),
+            ("error ratio", lambda t: _fmt_ratio(t.final)),
+            ("centred error ratio", lambda t: "" if t.final_centred is None
+             else _fmt_ratio(t.final_centred)),
+            ("time in this run (s, indicative)", lambda t: f"{t.seconds:.2f}"),
+        ])  # fmt: skip
+        out += prose("report", "motes", n=n, d=d, table=motes)
     if res.federated:
-        header_fed = ["configuration", "error ratio"]
         rows = [[k, _fmt_ratio(v)] for k, v in res.federated.items()]
-        out += prose("report", "federated", rank=res.rank, table=table(header_fed, rows))
+        fed = table(["configuration", "error ratio"], rows)
+        out += prose("report", "federated", rank=res.rank, table=fed)
     if res.synth:
         d, n = res.synth_shape
-        alphas = list(res.synth)
-        names = list(next(iter(res.synth.values())))
-        out += prose("report", "synth", d=d, n=n)
+        runs = list(res.synth.values())
         rows = []
-        for name in names:
-            rows.append([name, *[_fmt_ratio(res.synth[a][name].final) for a in alphas]])
-            if res.synth[alphas[0]][name].final_centred is not None:
-                rows.append(
-                    [
-                        f"{name}, centred ratio",
-                        *[_fmt_ratio(res.synth[a][name].final_centred) for a in alphas],
-                    ]
-                )
-        out.append(table(["method", *[f"alpha={a:g}" for a in alphas]], rows))
-        out += ["", "![Synth error ratio over time](accuracy_synth.png)", ""]
+        for name in runs[0]:
+            rows.append([name, *[_fmt_ratio(r[name].final) for r in runs]])
+            if runs[0][name].final_centred is not None:
+                rows.append([f"{name}, centred ratio", *[_fmt_ratio(r[name].final_centred)
+                                                        for r in runs]])  # fmt: skip
+        synth = table(["method", *[f"alpha={a:g}" for a in res.synth]], rows)
+        out += prose("report", "synth", d=d, n=n, table=synth)
     return out
 
 
-def _throughput_section(res: Results) -> list[str]:
-    rows = [
-        [
-            r.n_features,
-            r.rank,
-            r.block_size,
-            f"{r.n_samples:,}",
-            "n/a" if r.fpca is None else f"{r.fpca:,.0f}",
-            "n/a" if r.ipca is None else f"{r.ipca:,.0f}",
-            "n/a" if r.ratio is None else f"{r.ratio:.2f}x",
-            r.note,
-        ]
-        for r in res.throughput
-    ]
-    header = [
-        "d", "r", "b", "samples", "FPCA-Edge samples/s", "IncrementalPCA samples/s", "ratio",
-        "note",
-    ]  # fmt: skip
-    return prose("report", "throughput", table=table(header, rows))
-
-
-def _merge_section(res: Results) -> list[str]:
-    rows = []
-    for m in [*([res.merge] if res.merge else []), *res.merge_sweep_d, *res.merge_sweep_r]:
-        rows.append(
-            [
-                m.n_features,
-                m.rank,
-                f"{m.merge * 1e3:.2f}",
-                f"{m.naive_scipy * 1e3:.2f}",
-                f"{m.naive_numpy * 1e3:.2f}",
-                f"{m.speedup:.2f}x",
-                f"{m.max_angle:.1e}",
-            ]
-        )
-    header = [
-        "d", "r", "Alg. 2 (ms)", "naive scipy (ms)", "naive numpy (ms)", "speedup",
-        "largest angle (rad)",
-    ]  # fmt: skip
-    return prose("report", "merge", table=table(header, rows))
-
-
-def _aggregator_section(res: Results) -> list[str]:
-    rows = [
-        [
-            r.n_children,
-            f"{r.update * 1e3:.3f}",
-            r.merges_per_update,
-            f"{r.update_per_log2k * 1e3:.3f}",
-            f"{r.merge_many * 1e3:.2f}",
-            f"{r.merge_many / r.update:.1f}x",
-        ]
-        for r in res.aggregator
-    ]
-    header = [
-        "k", "update (ms)", "merges/update", "update / log2 k (ms)", "merge_many (ms)",
-        "merge_many / update",
-    ]  # fmt: skip
-    per_doubling, exponent = res.growth
-    return prose(
-        "report", "aggregator", tracked=res.rank + res.oversample, table=table(header, rows),
-        per_doubling_ms=per_doubling * 1e3, exponent=exponent,
-    )  # fmt: skip
-
-
-def _memory_section(res: Results) -> list[str]:
-    rows = [
-        [
-            f"{r.n_samples:,}",
-            f"{r.fpca / 1024:.1f}",
-            "not run" if r.ipca is None else f"{r.ipca / 1024:.1f}",
-        ]
-        for r in res.memory
-    ]
-    header = ["samples", "FPCA-Edge peak (KiB)", "IncrementalPCA peak (KiB)"]
-    return prose(
-        "report", "memory", rank=res.rank, block_size=res.block_size, table=table(header, rows)
-    )
+def _sections(res: Results) -> list[str]:
+    """Sections (b)-(e), each where its benchmark ran."""
+    out = []
+    if res.throughput:
+        out += prose("report", "throughput", table=_columns(res.throughput, [
+            ("d", lambda r: r.n_features), ("r", lambda r: r.rank),
+            ("b", lambda r: r.block_size), ("samples", lambda r: f"{r.n_samples:,}"),
+            ("FPCA-Edge samples/s", lambda r: _na(",.0f")(r.fpca)),
+            ("IncrementalPCA samples/s", lambda r: _na(",.0f")(r.ipca)),
+            ("ratio", lambda r: _na(".2f")(r.ratio) + ("" if r.ratio is None else "x")),
+            ("note", lambda r: r.note),
+        ]))  # fmt: skip
+    if res.merge is not None:
+        merges = [res.merge, *res.merge_sweep_d, *res.merge_sweep_r]
+        out += prose("report", "merge", table=_columns(merges, [
+            ("d", lambda m: m.n_features), ("r", lambda m: m.rank),
+            ("Alg. 2 (ms)", lambda m: f"{m.merge * 1e3:.2f}"),
+            ("naive scipy (ms)", lambda m: f"{m.naive_scipy * 1e3:.2f}"),
+            ("naive numpy (ms)", lambda m: f"{m.naive_numpy * 1e3:.2f}"),
+            ("speedup", lambda m: f"{m.speedup:.2f}x"),
+            ("largest angle (rad)", lambda m: f"{m.max_angle:.1e}"),
+        ]))  # fmt: skip
+    if res.aggregator:
+        agg = _columns(res.aggregator, [
+            ("k", lambda r: r.n_children), ("update (ms)", lambda r: f"{r.update * 1e3:.3f}"),
+            ("merges/update", lambda r: r.merges_per_update),
+            ("update / log2 k (ms)", lambda r: f"{r.update_per_log2k * 1e3:.3f}"),
+            ("merge_many (ms)", lambda r: f"{r.merge_many * 1e3:.2f}"),
+            ("merge_many / update", lambda r: f"{r.merge_many / r.update:.1f}x"),
+        ])  # fmt: skip
+        out += prose(
+            "report", "aggregator", tracked=res.rank + res.oversample, table=agg,
+            per_doubling_ms=res.growth[0] * 1e3, exponent=res.growth[1],
+        )  # fmt: skip
+    if res.memory:
+        out += prose("report", "memory", rank=res.rank, block_size=res.block_size, table=_columns(
+            res.memory, [
+                ("samples", lambda r: f"{r.n_samples:,}"),
+                ("FPCA-Edge peak (KiB)", lambda r: f"{r.fpca / 1024:.1f}"),
+                ("IncrementalPCA peak (KiB)", lambda r: _na(".1f", 1 / 1024, "not run")(r.ipca)),
+            ]))  # fmt: skip
+    return out
 
 
 def write_report(res: Results, out_dir: Path) -> Path:
     """Write ``out_dir/REPORT.md`` for ``res``; returns its path."""
-    lines = [
-        "# FPCA-Edge benchmark report",
-        "",
-        "Generated by `python -m benchmarks.run"
-        + (" --quick" if res.mode == "quick" else "")
-        + "` (see `benchmarks/README.md` for what each benchmark measures and how to read it).",
-        "",
-        "## Done-when check (issue 3)",
-        "",
-        checks_table(done_when(res)),
-        "",
-    ]
-    lines += _checks_section(
-        "issues 5 and 10: differential privacy",
-        privacy_done_when(res),
-        "Details, the reasons and every number in section (f).",
-    )
-    lines += _checks_section(
-        "issue 9: flow control, measured by the fleet benchmark",
-        fleet_done_when(res),
-        "Details and every number in section (g).",
-    )
-    lines += _checks_section(
-        "issue 12: FedPower beside FPCA, measured by benchmark (h)",
-        fedpower_done_when(res),
-        "Details and every number in section (h).",
-    )
-    lines += _checks_section(
-        "issue 13: anomaly flags, measured by benchmark (i)",
-        anomaly_report.checks(res.anomaly),
-        "Blocked on this data: section (i) shows that no alpha = 0.01 limit reaches the "
-        "targets for one faulty mote among 48 on Motes light (oracle table), while the same "
-        "detector does on data that fit its model (synthetic control).",
-    )
-    lines += [
-        "## Environment",
-        "",
-        table(["", ""], [[k, v] for k, v in res.environment.items()]),
-        "",
-        "Time per benchmark (s): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items())
-        + ".",
-        "",
-    ]
-    if res.motes or res.synth:
-        lines += _accuracy_section(res)
-    if res.throughput:
-        lines += _throughput_section(res)
-    if res.merge is not None:
-        lines += _merge_section(res)
-    if res.aggregator:
-        lines += _aggregator_section(res)
-    if res.memory:
-        lines += _memory_section(res)
+    lines = prose("report", "head", quick=" --quick" if res.mode == "quick" else "")
+    for title, checks, note in [
+        ("issue 3", done_when(res), None),
+        ("issues 5 and 10: differential privacy", privacy_done_when(res),
+         "Details, the reasons and every number in section (f)."),
+        ("issue 9: flow control, measured by the fleet benchmark", fleet_done_when(res),
+         "Details and every number in section (g)."),
+        ("issue 12: FedPower beside FPCA, measured by benchmark (h)", fedpower_done_when(res),
+         "Details and every number in section (h)."),
+        ("issue 13: anomaly flags, measured by benchmark (i)", anomaly_report.checks(res.anomaly),
+         "Blocked on this data: section (i) shows that no alpha = 0.01 limit reaches the "
+         "targets for one faulty mote among 48 on Motes light (oracle table), while the same "
+         "detector does on data that fit its model (synthetic control)."),
+    ]:  # fmt: skip
+        if checks or note is None:
+            lines += [f"## Done-when check ({title})", "", checks_table(checks), ""]
+            lines += [note, ""] if note else []
+    seconds = ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items())
+    env = table(["", ""], [[k, v] for k, v in res.environment.items()])
+    lines += prose("report", "environment", table=env, seconds=seconds)
+    lines += _accuracy_section(res) if res.motes or res.synth else []
+    lines += _sections(res)
     if res.private_mode is not None:
         lines += privacy_report.section(res.private_mode)
     lines += fleet_report.section(

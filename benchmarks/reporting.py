@@ -1,16 +1,6 @@
-"""What every section of the benchmark reports shares: the Done-when `Check`, Markdown
-tables, and figures drawn without a display.
-
-`Check` is one Done-when item; `checks_table` renders a list of them (item, measured,
-target, result). `table` renders a Markdown table: every cell through ``str``, no
-escaping, so a cell may hold Markdown (``**FAIL**``) and must not hold ``|``. `figure`
-makes a matplotlib figure on the Agg canvas: no global backend switch, no pyplot state,
-so importing a report module never changes how anyone else's plots are drawn (and needs
-no display). `save_figure` writes it as PNG; `plain_log_axis` labels a log axis with
-plain numbers. matplotlib is imported only inside those three: modules that build checks
-or tables do not need it. `prose` reads a report's fixed text from a Markdown template in
-``benchmarks/templates/`` and fills in the measured numbers.
-"""
+"""What the reports share: Done-when `Check` tables, Markdown tables, figures drawn without a
+display (the Agg canvas, no pyplot state; matplotlib imported only by the figure functions),
+and `prose` from the Markdown templates in ``benchmarks/templates/``."""
 
 from __future__ import annotations
 
@@ -25,16 +15,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "DPI",
-    "Check",
-    "checks_table",
-    "figure",
-    "mark",
-    "plain_log_axis",
-    "prose",
-    "save_figure",
+    "DPI", "Check", "checks_table", "figure", "mark", "plain_log_axis", "prose", "save_figure",
     "table",
-]
+]  # fmt: skip
 
 #: The Markdown templates of the reports' prose (`prose`).
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -65,23 +48,9 @@ def mark(passed: bool | None) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """A Markdown table, one line per row, without a trailing newline.
-
-    Parameters
-    ----------
-    header : sequence of str
-        The column titles.
-    rows : sequence of sequences
-        The cells, each written with ``str`` (no escaping, no padding).
-    align : str or None
-        One letter per column, ``l`` (left), ``r`` (right) or ``c`` (centre); None: the
-        renderer's default (``|---|`` for every column).
-
-    Raises
-    ------
-    ValueError
-        If ``align`` does not give one known letter per column.
-    """
+    """A Markdown table without a trailing newline: cells through ``str`` (no escaping: a cell
+    may hold Markdown, not ``|``); ``align`` one letter per column, ``l``, ``r`` or ``c`` (None:
+    ``|---|`` each), else ValueError."""
     if align is None:
         rule = "|" + "---|" * len(header)
     else:
@@ -108,9 +77,8 @@ def checks_table(checks: Sequence[Check], *, item: str = "item") -> str:
 def figure(
     nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], squeeze: bool = True
 ) -> tuple[Figure, Any]:
-    """A new figure on the Agg canvas and its axes, as `matplotlib.pyplot.subplots` returns
-    them (one `Axes` for 1 x 1 with ``squeeze``, else an array), but outside pyplot: nothing
-    to close, the global backend untouched. ``figsize`` in inches (width, height)."""
+    """A figure on the Agg canvas and its axes as `matplotlib.pyplot.subplots` returns them, but
+    outside pyplot (nothing to close, the global backend untouched); ``figsize`` in inches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -127,9 +95,8 @@ def save_figure(fig: Figure, path: Path, *, dpi: float = DPI, tight: bool = Fals
 
 
 def plain_log_axis(axis: Any) -> None:
-    """Ticks of a log ``axis`` (``ax.xaxis`` or ``ax.yaxis``) at 1, 2, 5 x 10^k, labelled as
-    plain numbers with thousands separators (``2,000``, ``0.05``; no ``6 x 10^1``), minor
-    ticks unlabelled."""
+    """Ticks of a log ``axis`` at 1, 2, 5 x 10^k labelled as plain numbers (``2,000``,
+    ``0.05``), minor ticks unlabelled."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -139,8 +106,8 @@ def plain_log_axis(axis: Any) -> None:
 
 @functools.cache
 def _blocks(template: str) -> dict[str, str]:
-    """The blocks of ``templates/TEMPLATE.md`` by name: every line after a ``<!-- NAME -->``
-    line up to the next one (or the end of the file), newline-joined."""
+    """The blocks of ``templates/TEMPLATE.md`` by name: the lines after a ``<!-- NAME -->``
+    line up to the next one, newline-joined."""
     blocks: dict[str, list[str]] = {}
     lines: list[str] = []
     for line in (TEMPLATES / f"{template}.md").read_text(encoding="utf-8").splitlines():
@@ -152,22 +119,7 @@ def _blocks(template: str) -> dict[str, str]:
 
 
 def prose(template: str, block: str, /, **values: Any) -> list[str]:
-    """The Markdown lines of one block of a report's template, filled in.
-
-    Parameters
-    ----------
-    template : str
-        File name without ``.md`` in ``benchmarks/templates/``.
-    block : str
-        The block's name (its ``<!-- NAME -->`` line); a block ending with an empty line
-        returns a last line ``""``, as the report's line lists do.
-    **values
-        The ``{name}`` / ``{name:format}`` fields of the block (`str.format`; a literal
-        brace is doubled).
-
-    Raises
-    ------
-    KeyError
-        If the block or one of its fields is missing.
-    """
+    """The Markdown lines of block ``block`` of ``templates/TEMPLATE.md``, its ``{name}`` fields
+    filled from ``values`` (`str.format`); a block ending with an empty line ends with ``""``.
+    KeyError for a missing block or field."""
     return _blocks(template)[block].format(**values).split("\n")

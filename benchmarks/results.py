@@ -1,11 +1,5 @@
-"""What one run of the benchmark suite measured, and ``results.json`` read back.
-
-`Results` holds every benchmark's rows (a field per benchmark, `BENCHMARK_FIELDS`);
-`benchmarks.run` fills it and writes it as ``results.json``. `load_results` reads that file
-back into equal `Results` (for ``benchmarks.run --only ... --update`` and ``--render``;
-`save_results` writes it in the result schema of `benchmarks.schema`),
-`clear_results` resets the fields of benchmarks about to be re-run.
-"""
+"""`Results`: what one run of the suite measured, a field per benchmark (`BENCHMARK_FIELDS`),
+stored as ``results.json`` in the result schema (`save_results`) and read back (`load_results`)."""
 
 from __future__ import annotations
 
@@ -28,26 +22,15 @@ from benchmarks.schema import revive, write_result
 from benchmarks.timing import AggregatorRow, MergeRow, ThroughputRow
 
 __all__ = [
-    "BENCHMARK_FIELDS",
-    "DERIVED_PROPERTIES",
-    "PARAMETERS",
-    "Results",
-    "clear_results",
-    "load_results",
-    "save_results",
-]
+    "BENCHMARK_FIELDS", "DERIVED_PROPERTIES", "PARAMETERS", "Results", "clear_results",
+    "load_results", "save_results",
+]  # fmt: skip
 
 #: Properties of the result rows that ``results.json`` also records (not read back).
 DERIVED_PROPERTIES = (
-    "ratio",
-    "speedup",
-    "naive",
-    "update_per_log2k",
-    "covered",
-    "cpu_per_reading_s",
-    "cpu_share",
+    "ratio", "speedup", "naive", "update_per_log2k", "covered", "cpu_per_reading_s", "cpu_share",
     "bound_s",
-)
+)  # fmt: skip
 
 
 @dataclass
@@ -115,9 +98,9 @@ PARAMETERS = ("mode", "rank", "block_size", "oversample")
 
 
 def save_results(res: Results, path: Path) -> None:
-    """Write ``res`` to ``path`` in the result schema (`benchmarks.schema`): sizes as
-    parameters, every benchmark's field as rows (with `DERIVED_PROPERTIES`, for scripts),
-    the run's environment and seconds per benchmark as its environment."""
+    """Write ``res`` to ``path`` in the result schema: `PARAMETERS` as parameters, the
+    benchmarks' fields as rows (with `DERIVED_PROPERTIES`), environment and seconds as the
+    environment."""
     fields = [f.name for f in dataclasses.fields(res)]
     parameters = {k: getattr(res, k) for k in PARAMETERS}
     kept = (*PARAMETERS, "environment", "seconds")
@@ -127,14 +110,8 @@ def save_results(res: Results, path: Path) -> None:
 
 
 def load_results(path: Path) -> Results:
-    """Read a ``results.json`` written by ``benchmarks.run`` back into `Results` (the result
-    schema of `save_results`, or the flat layout written before it).
-
-    Raises
-    ------
-    ValueError
-        If the file is missing or not a results file.
-    """
+    """``results.json`` (the schema of `save_results`, or the flat layout before it) back as
+    `Results`; ValueError if the file is missing or not a results file."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -1,28 +1,16 @@
-"""Run the FPCA-Edge benchmark suite and write ``REPORT.md`` plus PNG plots.
+"""``python -m benchmarks suite``: the numerics benchmarks (a)-(f), (i), and on request the
+fleet (g) and FedPower (h); writes ``REPORT.md``, ``results.json`` and the PNGs to ``--out``.
 
-Usage::
-
-    python -m benchmarks.run [--quick] [--out DIR] [--only NAME ...] [--update]
-    python -m benchmarks.run --only fleet --update [--ks 8,32,128] [--repeats N] ...
-    python -m benchmarks.run --render [--out DIR]
-
-``--quick`` shrinks sizes and repeats (well under a minute; for smoke checks, not for
-numbers); the full run takes a few minutes on a 2-core machine. The output directory
-(default ``benchmarks/report``) receives ``REPORT.md``, ``results.json`` and the PNGs.
-``--only`` runs some benchmarks; with ``--update`` the others keep their results from
-the directory's ``results.json``, so one section of a full report can be re-run
-without re-timing the rest. The fleet benchmark (g) (``fleet-sweep``, ``fleet-motes``,
-``fleet-latency``, ``fleet-agent``, ``fleet-dtype``; ``fleet`` names all five) runs the
-runtime in subprocesses against Mosquitto and only when named in ``--only``; so does
-the FPCA vs FedPower benchmark (h) (``--only fedpower``, about a minute, numerics in one
-process). ``--render`` measures nothing: it rewrites ``REPORT.md`` and the PNGs from the
-directory's ``results.json`` (after a change to how results are presented). See
-``benchmarks/README.md`` for what each benchmark measures.
+``--quick`` shrinks sizes (for smoke checks, not numbers); ``--only NAME ...`` runs some
+benchmarks (``fleet`` names its five parts; fleet and fedpower run only when named); with
+``--update`` the others keep their results from ``OUT/results.json``; ``--render`` measures
+nothing and redraws the report from it. See ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import math
@@ -33,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,19 +36,9 @@ from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
 
 __all__ = [
-    "BENCHMARKS",
-    "DEFAULT_BENCHMARKS",
-    "FLEET",
-    "FULL",
-    "GROUPS",
-    "ON_REQUEST",
-    "QUICK",
-    "Sizes",
-    "expand_names",
-    "main",
-    "render",
-    "run_suite",
-]
+    "BENCHMARKS", "DEFAULT_BENCHMARKS", "FLEET", "FULL", "GROUPS", "ON_REQUEST", "QUICK", "Sizes",
+    "expand_names", "main", "render", "run_suite",
+]  # fmt: skip
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "report"
 
@@ -98,27 +77,13 @@ class Sizes:
 
 FULL = Sizes("full")
 QUICK = Sizes(
-    "quick",
-    motes_points=12,
-    synth_shape=(400, 1000),
-    synth_alphas=(0.1, 1.0, 3.0),
-    synth_points=8,
-    grid_blocks=6,
-    grid_work=96_000,
-    grid_repeats=3,
-    merge_repeats=3,
-    merge_sweep_d=(200, 800),
-    merge_sweep_r=(50, 100),
-    merge_sweep_repeats=1,
-    children=(4, 16, 64, 256),
-    child_updates=31,
-    merge_many_repeats=1,
-    memory_lengths=(10**3, 10**4),
-    memory_ipca_max=10**4,
-    privacy=privacy_section.QUICK,
-    fleet=scaling.QUICK,
-    fedpower=fedpower_section.QUICK,
-)
+    "quick", motes_points=12, synth_shape=(400, 1000), synth_alphas=(0.1, 1.0, 3.0),
+    synth_points=8, grid_blocks=6, grid_work=96_000, grid_repeats=3, merge_repeats=3,
+    merge_sweep_d=(200, 800), merge_sweep_r=(50, 100), merge_sweep_repeats=1,
+    children=(4, 16, 64, 256), child_updates=31, merge_many_repeats=1,
+    memory_lengths=(10**3, 10**4), memory_ipca_max=10**4, privacy=privacy_section.QUICK,
+    fleet=scaling.QUICK, fedpower=fedpower_section.QUICK,
+)  # fmt: skip
 
 
 def _environment(sizes: Sizes) -> dict[str, str]:
@@ -126,21 +91,16 @@ def _environment(sizes: Sizes) -> dict[str, str]:
     import sklearn
     from threadpoolctl import threadpool_info
 
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown"
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
     pools = {f"{i['internal_api']} {i.get('version') or ''}".strip() for i in threadpool_info()}
     return {
         "run": f"{sizes.name} ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})",
         "machine": f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}",
         "python": sys.version.split()[0],
-        "numpy / scipy / scikit-learn": f"{np.__version__} / {scipy.__version__} / "
-        f"{sklearn.__version__}",
+        "numpy / scipy / scikit-learn": " / ".join(m.__version__ for m in (np, scipy, sklearn)),
         "BLAS/OpenMP pools": ", ".join(sorted(pools)) + " (limited to 1 thread for the whole run)",
     }
 
@@ -152,19 +112,16 @@ def _bench_accuracy(res: results.Results, sizes: Sizes, log: Callable[[str], Non
     pts = accuracy.checkpoints(x.shape[0], sizes.motes_points, step=b)
     res.motes = accuracy.run_trajectories(x, r, accuracy.method_factories(x.shape[1], r, b), pts)
     log("  motes: " + ", ".join(f"{k} {t.final:.4f}" for k, t in res.motes.items()))
+    layouts: dict[str, dict[str, Any]] = {
+        accuracy.FPCA: {}, accuracy.FPCA_NO_OVERSAMPLE: {"oversample": 0},
+        accuracy.FPCA_EQUAL_STATE: {"oversample": r},
+        f"{accuracy.FPCA_CENTRED}, centred ratio": {"center": True},
+    }  # fmt: skip
     res.federated = {
-        accuracy.FPCA: error_ratio(x, accuracy.federated_basis(x, r, block_size=b)),
-        accuracy.FPCA_NO_OVERSAMPLE: error_ratio(
-            x, accuracy.federated_basis(x, r, oversample=0, block_size=b)
-        ),
-        accuracy.FPCA_EQUAL_STATE: error_ratio(
-            x, accuracy.federated_basis(x, r, oversample=r, block_size=b)
-        ),
-    }
-    if accuracy.FPCA_CENTRED in res.motes:
-        res.federated[f"{accuracy.FPCA_CENTRED}, centred ratio"] = error_ratio(
-            x - x.mean(axis=0), accuracy.federated_basis(x, r, center=True, block_size=b)
-        )
+        name: error_ratio(x - x.mean(axis=0) if kw.get("center") else x,
+                          accuracy.federated_basis(x, r, block_size=b, **kw))
+        for name, kw in layouts.items()
+    }  # fmt: skip
     log("  federated: " + ", ".join(f"{k} {v:.4f}" for k, v in res.federated.items()))
     d, n = sizes.synth_shape
     res.synth_shape = (d, n)
@@ -197,75 +154,47 @@ def _bench_merge(res: results.Results, sizes: Sizes, log: Callable[[str], None])
 
 def _bench_aggregator(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     res.aggregator = timing.aggregator_times(
-        sizes.children,
-        48,
-        sizes.rank + res.oversample,
-        n_updates=sizes.child_updates,
+        sizes.children, 48, sizes.rank + res.oversample, n_updates=sizes.child_updates,
         repeats_many=sizes.merge_many_repeats,
-    )
+    )  # fmt: skip
     for row in res.aggregator:
-        log(
-            f"  k={row.n_children}: update {row.update * 1e3:.3f} ms "
-            f"({row.merges_per_update} merges), merge_many {row.merge_many * 1e3:.2f} ms"
-        )
+        log(f"  k={row.n_children}: update {row.update * 1e3:.3f} ms ({row.merges_per_update} "
+            f"merges), merge_many {row.merge_many * 1e3:.2f} ms")  # fmt: skip
     res.growth = timing.growth_check(res.aggregator)
 
 
 def _bench_memory(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
     for n in sizes.memory_lengths:
-        row = memory.memory_row(
-            n, rank=sizes.rank, block_size=sizes.block_size, with_ipca=n <= sizes.memory_ipca_max
-        )
+        ipca = n <= sizes.memory_ipca_max
+        row = memory.memory_row(n, rank=sizes.rank, block_size=sizes.block_size, with_ipca=ipca)
         res.memory.append(row)
         log(f"  n={n:,}: FPCA-Edge {row.fpca / 1024:.1f} KiB")
 
 
-def _bench_privacy(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.private_mode = privacy_section.run_privacy(sizes.privacy, log)
+_Bench = Callable[[results.Results, Sizes, Callable[[str], None]], None]
 
 
-def _bench_fleet_sweep(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_sweep = scaling.run_sweep(sizes.fleet, log)
+def _store(field: str, run: Callable[[Sizes, Callable[[str], None]], Any]) -> _Bench:
+    """A benchmark that stores what ``run(sizes, log)`` returns in ``Results.FIELD``."""
+    return lambda res, sizes, log: setattr(res, field, run(sizes, log))
 
 
-def _bench_fleet_motes(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_motes = scaling.run_motes(sizes.fleet, log)
-
-
-def _bench_fleet_latency(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_latency = live.measure_latency(sizes.fleet, log)
-
-
-def _bench_fleet_agent(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_agent = live.measure_agent_cost(sizes.fleet, log)
-
-
-def _bench_fleet_dtype(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fleet_dtype = dtype.measure_dtypes(log)
-
-
-def _bench_anomaly(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.anomaly = anomaly_section.run_anomaly_benchmark(log)
-
-
-def _bench_fedpower(res: results.Results, sizes: Sizes, log: Callable[[str], None]) -> None:
-    res.fedpower = fedpower_section.run_fedpower_benchmark(sizes.fedpower, log)
-
-
-BENCHMARKS: dict[str, Callable[[results.Results, Sizes, Callable[[str], None]], None]] = {
+BENCHMARKS: dict[str, _Bench] = {
     "accuracy": _bench_accuracy,
     "throughput": _bench_throughput,
     "merge": _bench_merge,
     "aggregator": _bench_aggregator,
     "memory": _bench_memory,
-    "privacy": _bench_privacy,
-    "fleet-sweep": _bench_fleet_sweep,
-    "fleet-motes": _bench_fleet_motes,
-    "fleet-latency": _bench_fleet_latency,
-    "fleet-agent": _bench_fleet_agent,
-    "fleet-dtype": _bench_fleet_dtype,
-    "fedpower": _bench_fedpower,
-    "anomaly": _bench_anomaly,
+    "privacy": _store("private_mode", lambda s, log: privacy_section.run_privacy(s.privacy, log)),
+    "fleet-sweep": _store("fleet_sweep", lambda s, log: scaling.run_sweep(s.fleet, log)),
+    "fleet-motes": _store("fleet_motes", lambda s, log: scaling.run_motes(s.fleet, log)),
+    "fleet-latency": _store("fleet_latency", lambda s, log: live.measure_latency(s.fleet, log)),
+    "fleet-agent": _store("fleet_agent", lambda s, log: live.measure_agent_cost(s.fleet, log)),
+    "fleet-dtype": _store("fleet_dtype", lambda s, log: dtype.measure_dtypes(log)),
+    "fedpower": _store(
+        "fedpower", lambda s, log: fedpower_section.run_fedpower_benchmark(s.fedpower, log)
+    ),
+    "anomaly": _store("anomaly", lambda s, log: anomaly_section.run_anomaly_benchmark(log)),
 }
 #: The fleet benchmark (g): subprocesses and a broker, minutes at full size; run only on
 #: request (``--only fleet`` or some of its parts).
@@ -279,14 +208,8 @@ GROUPS: dict[str, tuple[str, ...]] = {"fleet": FLEET}
 
 
 def expand_names(only: Sequence[str] | None) -> list[str]:
-    """The benchmarks ``only`` names, groups expanded, in `BENCHMARKS` order (all of
-    `DEFAULT_BENCHMARKS` for None).
-
-    Raises
-    ------
-    ValueError
-        If a name is neither a benchmark nor a group.
-    """
+    """The benchmarks ``only`` names, groups expanded, in `BENCHMARKS` order (None: all of
+    `DEFAULT_BENCHMARKS`); ValueError for a name that is neither a benchmark nor a group."""
     if only is None:
         return list(DEFAULT_BENCHMARKS)
     unknown = [n for n in only if n not in BENCHMARKS and n not in GROUPS]
@@ -304,33 +227,12 @@ def run_suite(
     update: bool = False,
     log: Callable[[str], None] = print,
 ) -> results.Results:
-    """Run the benchmarks (all, or those named in ``only``) and write the report.
+    """Run the benchmarks ``only`` names (None: `DEFAULT_BENCHMARKS`) at ``sizes`` and write
+    ``REPORT.md``, ``results.json`` and the PNGs to ``out_dir``; progress lines to ``log``.
 
-    Parameters
-    ----------
-    sizes : Sizes
-        `FULL`, `QUICK` or a custom set.
-    out_dir : Path
-        Created if missing; receives ``REPORT.md``, ``results.json`` and PNGs.
-    only : sequence of str or None
-        Names from `BENCHMARKS` or `GROUPS`; None runs `DEFAULT_BENCHMARKS` (all but
-        the fleet benchmark and fedpower).
-    update : bool, default=False
-        Start from ``out_dir/results.json`` (a run of the same mode): the benchmarks not
-        in ``only`` keep their results there, those in ``only`` are replaced, and the
-        whole report is written again from the merged results.
-    log : callable
-        Progress lines go here.
-
-    Returns
-    -------
-    results.Results
-
-    Raises
-    ------
-    ValueError
-        If ``only`` names an unknown benchmark, or ``update`` finds no results file or
-        one from another mode.
+    With ``update`` the run starts from ``out_dir/results.json`` (same mode): the benchmarks
+    not named keep their results. ValueError for an unknown name, or with ``update`` for a
+    missing results file or one of another mode.
     """
     names = expand_names(only)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -338,26 +240,18 @@ def run_suite(
     if update:
         res = results.load_results(out_dir / "results.json")
         if res.mode != sizes.name:
-            raise ValueError(
-                f"--update: {out_dir / 'results.json'} is a {res.mode!r} run, this is "
-                f"{sizes.name!r}"
-            )
+            stored = out_dir / "results.json"
+            raise ValueError(f"--update: {stored} is a {res.mode!r} run, this is {sizes.name!r}")
         results.clear_results(res, names)
         # keep the original run and earlier re-runs of other benchmarks, drop this one's
         base, *reruns = res.environment.get("run", "").split("; re-ran ")
         kept = [r for r in reruns if not set(r.split(":")[0].split(", ")) <= set(names)]
-        environment["run"] = "; re-ran ".join(
-            [base, *kept, f"{', '.join(names)}: {environment['run']}"]
-        )
+        now = f"{', '.join(names)}: {environment['run']}"
+        environment["run"] = "; re-ran ".join([base, *kept, now])
         res.environment = environment
     else:
-        res = results.Results(
-            mode=sizes.name,
-            rank=sizes.rank,
-            block_size=sizes.block_size,
-            oversample=accuracy.default_oversample(48, sizes.rank, sizes.block_size),
-            environment=environment,
-        )
+        oversample = accuracy.default_oversample(48, sizes.rank, sizes.block_size)
+        res = results.Results(sizes.name, sizes.rank, sizes.block_size, oversample, environment)
     total = time.perf_counter()
     # One BLAS thread throughout: the timed parts need it (see benchmarks.measure), and
     # the untimed set-up runs small problems that two threads only slow down.
@@ -380,13 +274,7 @@ def run_suite(
 
 def render(out_dir: Path, *, log: Callable[[str], None] = print) -> results.Results:
     """Rewrite ``out_dir/REPORT.md`` and the PNGs from ``out_dir/results.json``, measuring
-    nothing (``results.json`` itself is left as it is).
-
-    Raises
-    ------
-    ValueError
-        If ``out_dir/results.json`` is missing or not a results file.
-    """
+    nothing; ValueError if that file is missing or not a results file."""
     res = results.load_results(out_dir / "results.json")
     plots.write_plots(res, out_dir)
     report.write_report(res, out_dir)
@@ -395,23 +283,31 @@ def render(out_dir: Path, *, log: Callable[[str], None] = print) -> results.Resu
 
 
 def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
+    if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+    return int(text)
 
 
 def _leaf_counts(text: str) -> tuple[int, ...]:
     """``"8,32,128"`` -> ``(8, 32, 128)``."""
-    try:
-        return tuple(_at_least_one(part.strip()) for part in text.split(","))
-    except argparse.ArgumentTypeError:
+    if not all(p.strip().isdigit() and int(p) >= 1 for p in text.split(",")):
         raise argparse.ArgumentTypeError(
             f"expected leaf counts >= 1 separated by commas, got {text!r}"
-        ) from None
+        )
+    return tuple(int(p) for p in text.split(","))
+
+
+#: The fleet options: flag, `scaling.FleetSizes` fields, type, help.
+_FLEET_OPTIONS = [
+    ("--ks", ("ks",), _leaf_counts, "leaf counts of the sweep, e.g. 8,32,128"),
+    ("--repeats", ("repeats", "large_repeats", "motes_repeats"), _at_least_one,
+     "runs per k and of the Motes demo (medians)"),
+    ("--readings-per-leaf", ("readings_per_leaf",), _at_least_one,
+     "synthetic readings per leaf (200)"),
+    ("--run-timeout", ("run_timeout_s",), float,
+     "stop a run after this many seconds and report it as stalled"),
+    ("--workers", ("workers",), _at_least_one, "--workers of edge-runtime run"),
+]  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -420,62 +316,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes and repeats (< 60 s)")
-    parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})"
-    )
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        choices=[*BENCHMARKS, *GROUPS],
-        help="run only these benchmarks (default: all but the fleet benchmark and fedpower; "
-        "'fleet' names its five parts)",
-    )
-    parser.add_argument(
-        "--render",
-        action="store_true",
-        help="measure nothing: rewrite REPORT.md and the PNGs of OUT from OUT/results.json",
-    )
-    parser.add_argument(
-        "--update",
-        action="store_true",
-        help="with --only: keep the other benchmarks' results from OUT/results.json "
-        "(same mode) and rewrite the whole report",
-    )
+    add = parser.add_argument
+    add("--quick", action="store_true", help="small sizes and repeats (< 60 s)")
+    add("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    add("--only", nargs="+", choices=[*BENCHMARKS, *GROUPS], help="run only these benchmarks "
+        "(default: all but the fleet benchmark and fedpower; 'fleet' names its five parts)")
+    add("--render", action="store_true",
+        help="measure nothing: rewrite REPORT.md and the PNGs of OUT from OUT/results.json")
+    add("--update", action="store_true", help="with --only: keep the other benchmarks' "
+        "results from OUT/results.json (same mode) and rewrite the whole report")
     group = parser.add_argument_group("fleet benchmark (with --only fleet or its parts)")
-    group.add_argument("--ks", type=_leaf_counts, help="leaf counts of the sweep, e.g. 8,32,128")
-    group.add_argument(
-        "--repeats", type=_at_least_one, help="runs per k and of the Motes demo (medians)"
-    )
-    group.add_argument(
-        "--readings-per-leaf", type=_at_least_one, help="synthetic readings per leaf (200)"
-    )
-    group.add_argument(
-        "--run-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="stop a run after this long and report it as stalled",
-    )
-    group.add_argument("--workers", type=_at_least_one, help="--workers of edge-runtime run")
+    for flag, _, kind, text in _FLEET_OPTIONS:
+        group.add_argument(flag, type=kind, help=text)
     args = parser.parse_args(argv)
     if args.update and not args.only:
         parser.error("--update needs --only")
+    fleet = {f: v for flag, fs, _, _ in _FLEET_OPTIONS for f in fs
+             if (v := getattr(args, flag[2:].replace("-", "_"))) is not None}  # fmt: skip
     if args.render:
-        measuring = [
-            flag
-            for flag, value in (
-                ("--quick", args.quick),
-                ("--only", args.only),
-                ("--update", args.update),
-                ("--ks", args.ks),
-                ("--repeats", args.repeats),
-                ("--readings-per-leaf", args.readings_per_leaf),
-                ("--run-timeout", args.run_timeout),
-                ("--workers", args.workers),
-            )
-            if value
-        ]
-        if measuring:
+        flags = ["--quick", "--only", "--update", *(f for f, *_ in _FLEET_OPTIONS)]
+        if measuring := [f for f in flags if getattr(args, f[2:].replace("-", "_"))]:
             parser.error(f"--render measures nothing: drop {', '.join(measuring)}")
         try:
             render(args.out)
@@ -483,17 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
         return 0
     sizes = QUICK if args.quick else FULL
-    fleet_options = {
-        "ks": args.ks,
-        "repeats": args.repeats,
-        "large_repeats": args.repeats,
-        "motes_repeats": args.repeats,
-        "readings_per_leaf": args.readings_per_leaf,
-        "run_timeout_s": args.run_timeout,
-        "workers": args.workers,
-    }
-    fleet_options = {k: v for k, v in fleet_options.items() if v is not None}
-    if fleet_options:
+    if fleet:
         if not set(expand_names(args.only)) & set(FLEET):
             parser.error(
                 "--ks, --repeats, --readings-per-leaf, --run-timeout and --workers "
@@ -501,17 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.run_timeout is not None and not args.run_timeout > 0:
             parser.error(f"--run-timeout must be > 0 seconds, got {args.run_timeout:g}")
-        sizes = dataclasses.replace(sizes, fleet=dataclasses.replace(sizes.fleet, **fleet_options))
+        sizes = dataclasses.replace(sizes, fleet=dataclasses.replace(sizes.fleet, **fleet))
     res = run_suite(sizes, args.out, only=args.only, update=args.update)
-    found = (
-        report.done_when(res)
-        + report.privacy_done_when(res)
-        + report.fleet_done_when(res)
-        + report.fedpower_done_when(res)
-    )
-    failed = [c for c in found if c.passed is False]
-    for c in failed:
-        print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")
+    found = [*report.done_when(res), *report.privacy_done_when(res),
+             *report.fleet_done_when(res), *report.fedpower_done_when(res)]  # fmt: skip
+    for c in found:
+        if c.passed is False:
+            print(f"Done-when not met: {c.item}: {c.measured} (target {c.target})")
     return 0
 
 

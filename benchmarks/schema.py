@@ -1,19 +1,10 @@
-"""The one result schema of the harness: what a benchmark stores so that its report can be
-rendered again without measuring.
+"""The one result schema: what a benchmark stores so that its report renders again unmeasured.
 
-A result file is JSON with five keys::
-
-    {"name": "secagg",                         # the benchmark's name in `registry.BENCHMARKS`
-     "parameters": {"seeds": 20, ...},         # what the command was asked to do
-     "rows": {"main": [{...}, ...], ...},      # every measured row, by table
-     "medians": {"<row label>": 2.38, ...},    # the headline numbers, for scripts
-     "environment": {"python": "3.11.2", ...}} # where and when it ran (`environment`)
-
-Rows are dataclasses when measured and plain JSON objects when stored (`to_json`); `revive`
-turns an object back into the dataclass it came from, so a renderer reads stored rows exactly
-as it reads fresh ones. NaN and infinities are stored as the strings ``"nan"``, ``"inf"`` and
-``"-inf"`` (JSON has no such numbers). ``results.json`` of the numerics suite (`benchmarks.run`)
-is written and read with the same two functions.
+A result file is JSON with the keys `KEYS`: ``name`` (in `registry.BENCHMARKS`), ``parameters``
+(what the command was asked), ``rows`` (measured rows by table), ``medians`` (headline numbers,
+for scripts) and ``environment`` (where and when). Rows are dataclasses when measured and JSON
+objects when stored (`to_json`); `revive` turns them back. Non-finite floats are stored as
+``"nan"``, ``"inf"``, ``"-inf"``.
 """
 
 from __future__ import annotations
@@ -38,10 +29,9 @@ KEYS = ("name", "parameters", "rows", "medians", "environment")
 
 
 def to_json(obj: Any, derived: Sequence[str] = ()) -> Any:
-    """``obj`` as JSON values: dataclasses as objects of their fields (plus those of the
-    properties named in ``derived`` a class has, for scripts; `revive` skips them), tuples as
-    lists, numpy scalars as numbers, non-finite floats as the strings ``"nan"``, ``"inf"``,
-    ``"-inf"`` (JSON has no such numbers)."""
+    """``obj`` as JSON values: dataclasses as objects of their fields (and of the properties in
+    ``derived`` they have, for scripts), tuples and sets as lists, numpy scalars as numbers,
+    non-finite floats as strings."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: to_json(getattr(obj, f.name), derived) for f in dataclasses.fields(obj)}
         for prop in derived:
@@ -62,10 +52,9 @@ def to_json(obj: Any, derived: Sequence[str] = ()) -> Any:
 
 
 def revive(tp: Any, value: Any) -> Any:
-    """``value`` (as `to_json` stored it) as the annotated type ``tp``: dataclasses field by
-    field from their annotations (keys that are not fields are skipped, missing fields take
-    their defaults), lists, sets, tuples and dicts (keys too) item by item, floats from numbers or
-    the strings of `to_json` (None in a float field: NaN)."""
+    """``value`` as `to_json` stored it, back as type ``tp``: dataclasses field by field (other
+    keys skipped, missing fields defaulted), containers item by item, floats from numbers or
+    strings (None in a float field: NaN)."""
     if value is None:
         return math.nan if tp is float else None
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -83,16 +72,11 @@ def revive(tp: Any, value: Any) -> Any:
         return tuple(revive(a, v) for a, v in zip(items, value, strict=True))
     if origin is dict:
         return {revive(args[0], k): revive(args[1], v) for k, v in value.items()}
-    if tp is float:
-        return float(value)
-    if tp is int:
-        return int(value)
-    return value
+    return tp(value) if tp in (float, int) else value
 
 
 def environment() -> dict[str, str]:
-    """Where and when a benchmark ran: UTC time, Python, machine, CPUs, load and the
-    repository's commit (with ``+`` when ``edge_runtime/`` has uncommitted changes)."""
+    """UTC time, Python, machine, CPUs, load and commit (``+``: ``edge_runtime/`` changed)."""
 
     def git(*args: str) -> str:
         try:
@@ -115,41 +99,24 @@ def environment() -> dict[str, str]:
 
 
 def write_result(
-    path: Path,
-    name: str,
-    parameters: Mapping[str, Any],
-    rows: Mapping[str, Any],
-    medians: Mapping[str, float],
-    env: Mapping[str, Any] | None = None,
-    derived: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Write one result file (`KEYS`) to ``path`` (folders created) and return its content;
-    ``env`` defaults to `environment` now (a benchmark adds e.g. its wall time ``wall_s``);
-    ``derived``: properties of the rows' dataclasses stored beside their fields (`to_json`)."""
-    doc = {
-        "name": name,
-        "parameters": to_json(parameters),
-        "rows": to_json(rows, derived),
-        "medians": to_json(medians),
-        "environment": to_json(environment() if env is None else env),
-    }
+    path: Path, name: str, parameters: Mapping[str, Any], rows: Mapping[str, Any],
+    medians: Mapping[str, float], env: Mapping[str, Any] | None = None, derived: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """Write a result file to ``path`` (folders created) and return its content; ``env``
+    defaults to `environment` now; ``derived`` as in `to_json`."""
+    env = environment() if env is None else env
+    doc = {"name": name, "parameters": to_json(parameters), "rows": to_json(rows, derived),
+           "medians": to_json(medians), "environment": to_json(env)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
 
 
 def read_result(path: Path, name: str | None = None) -> dict[str, Any]:
-    """The result file at ``path``, non-finite floats restored (`to_json` stores them as
-    strings).
-
-    Raises
-    ------
-    ValueError
-        If it lacks a key of `KEYS`, or is the result of another benchmark than ``name``.
-    """
+    """The result file at ``path``, non-finite floats restored; ValueError if it lacks a key of
+    `KEYS` or holds another benchmark's results than ``name``'s."""
     doc = json.loads(path.read_text(encoding="utf-8"))
-    missing = [k for k in KEYS if k not in doc]
-    if missing:
+    if missing := [k for k in KEYS if k not in doc]:
         raise ValueError(f"{path} is not a result file: no {', '.join(missing)}")
     if name is not None and doc["name"] != name:
         raise ValueError(f"{path} holds the results of {doc['name']!r}, not of {name!r}")
@@ -160,8 +127,7 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def _floats(value: Any) -> Any:
-    """``value`` with the strings `to_json` writes for non-finite floats turned back into
-    floats, so rows read without `revive` (plain objects) hold numbers too."""
+    """``value`` with the strings of non-finite floats turned back into floats."""
     if isinstance(value, str):
         return _NON_FINITE.get(value, value)
     if isinstance(value, dict):

@@ -1,15 +1,10 @@
 """Benchmarks (b), (c), (d): ingest throughput, merge time, aggregator update time.
 
-All timings run under `single_thread` (one BLAS thread for every library) and report
-medians of side-by-side repeats (`time_side_by_side`); the Done-when criteria use the
-ratios, which are stable across machines where absolute times are not.
-
-(b) samples/s of `FPCAEdge` against scikit-learn's ``IncrementalPCA.partial_fit`` with
-    the same batches (one batch = one FPCA-Edge block), from a fresh estimator to the
-    end of the stream.
-(c) `merge_subspaces` (Alg. 2) against the naive SVD of ``[U1 S1, U2 S2]``, with the
-    largest principal angle between the two results.
-(d) `MergeTree.update` of one child against `merge_many` over all ``k`` children.
+All under `single_thread`, medians of side-by-side repeats (`time_side_by_side`); the checks use
+ratios, which hold across machines where absolute times do not. (b) `FPCAEdge` against
+scikit-learn's ``IncrementalPCA.partial_fit`` on the same batches; (c) `merge_subspaces` (Alg. 2)
+against the naive SVD of ``[U1 S1, U2 S2]``; (d) `MergeTree.update` of one child against
+`merge_many` over all ``k`` children.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -28,23 +24,15 @@ from edge_runtime.fpca import FPCAEdge, merge_many, merge_subspaces, principal_a
 from edge_runtime.fpca.subspace import Subspace
 
 __all__ = [
-    "AggregatorRow",
-    "MergeRow",
-    "ThroughputRow",
-    "aggregator_times",
-    "growth_check",
-    "merge_times",
-    "throughput",
-]
+    "AggregatorRow", "MergeRow", "ThroughputRow", "aggregator_times", "growth_check",
+    "merge_times", "throughput",
+]  # fmt: skip
 
 
 @dataclass
 class ThroughputRow:
-    """Samples/s of FPCA-Edge and IncrementalPCA for one (d, r, b); None = not run.
-
-    ``note`` says why a side did not run (e.g. ``"r > d"``, or IncrementalPCA's
-    ``b >= r`` requirement).
-    """
+    """Samples/s of FPCA-Edge and IncrementalPCA for one (d, r, b); None = not run (``note``
+    says why, e.g. ``"r > d"`` or IncrementalPCA's ``b >= r``)."""
 
     n_features: int
     rank: int
@@ -61,67 +49,46 @@ class ThroughputRow:
 
 
 def throughput(
-    n_features: int,
-    rank: int,
-    block_size: int,
-    *,
-    n_blocks: int,
-    repeats: int,
-    seed: int = 0,
+    n_features: int, rank: int, block_size: int, *, n_blocks: int, repeats: int, seed: int = 0
 ) -> ThroughputRow:
-    """Samples/s of both estimators over ``n_blocks * block_size`` low-rank samples.
-
-    Each timed run builds a fresh estimator and feeds the stream one batch of
-    ``block_size`` rows per ``partial_fit`` call. IncrementalPCA(n_components=rank)
-    needs ``block_size >= rank`` for its first call; otherwise it is not run (None).
-    Neither runs when ``rank > n_features``; FPCA-Edge does not when it rejects the
-    parameters (the ValueError's message goes into ``note``).
-    """
+    """Samples/s of both, each timed run a fresh estimator fed ``n_blocks`` batches of
+    ``block_size`` low-rank rows. Neither runs when ``rank > n_features``; IncrementalPCA not
+    when ``block_size < rank``; FPCA-Edge not when it rejects the sizes (its message in
+    ``note``)."""
     n = n_blocks * block_size
     if rank > n_features:
         return ThroughputRow(n_features, rank, block_size, n, None, None, "r > d")
+    fpca_error = ""
     try:
         FPCAEdge(n_features, rank, block_size)
     except ValueError as exc:
         fpca_error = str(exc)
-    else:
-        fpca_error = ""
     x = low_rank(n, n_features, min(2 * rank, n_features), seed=seed)
     batches = [x[i : i + block_size] for i in range(0, n, block_size)]
 
-    def run_fpca() -> None:
-        est = FPCAEdge(n_features, rank, block_size)
-        for b in batches:
-            est.partial_fit(b)
+    def feed(make: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            est = make()
+            for b in batches:
+                est.partial_fit(b)
 
-    def run_ipca() -> None:
-        est = IncrementalPCA(n_components=rank, batch_size=block_size)
-        for b in batches:
-            est.partial_fit(b)
+        return run
 
-    contenders = {}
-    notes = []
+    contenders, notes = {}, []
     if fpca_error:
         notes.append(f"FPCAEdge: {fpca_error}")
     else:
-        contenders["fpca"] = run_fpca
+        contenders["fpca"] = feed(lambda: FPCAEdge(n_features, rank, block_size))
     if block_size >= rank:
-        contenders["ipca"] = run_ipca
+        contenders["ipca"] = feed(lambda: IncrementalPCA(n_components=rank, batch_size=block_size))
     else:
         notes.append("IncrementalPCA needs b >= r")
     times = {}
     if contenders:
         with single_thread():
             times = time_side_by_side(contenders, repeats)
-    return ThroughputRow(
-        n_features,
-        rank,
-        block_size,
-        n,
-        n / times["fpca"] if "fpca" in times else None,
-        n / times["ipca"] if "ipca" in times else None,
-        "; ".join(notes),
-    )
+    fpca, ipca = (n / times[k] if k in times else None for k in ("fpca", "ipca"))
+    return ThroughputRow(n_features, rank, block_size, n, fpca, ipca, "; ".join(notes))
 
 
 @dataclass
@@ -146,27 +113,20 @@ class MergeRow:
         return self.naive / self.merge
 
 
-def _naive_scipy(a: Subspace, b: Subspace, rank: int) -> np.ndarray:
+def _naive(a: Subspace, b: Subspace, rank: int, svd: Callable[..., Any]) -> np.ndarray:
+    """The first ``rank`` left singular vectors of ``[U1 S1, U2 S2]`` by ``svd``."""
     cat = np.hstack([a.basis * a.singular_values, b.basis * b.singular_values])
-    u = sla.svd(cat, full_matrices=False, check_finite=False, lapack_driver="gesdd")[0]
-    return u[:, :rank]
+    return svd(cat, full_matrices=False)[0][:, :rank]
 
 
-def _naive_numpy(a: Subspace, b: Subspace, rank: int) -> np.ndarray:
-    cat = np.hstack([a.basis * a.singular_values, b.basis * b.singular_values])
-    return np.linalg.svd(cat, full_matrices=False)[0][:, :rank]
+def _scipy_svd(a: np.ndarray, full_matrices: bool) -> Any:
+    return sla.svd(a, full_matrices=full_matrices, check_finite=False, lapack_driver="gesdd")
 
 
 def merge_inputs(n_features: int, rank: int, *, seed: int = 0) -> tuple[Subspace, Subspace]:
-    """Two overlapping rank-``rank`` subspaces of ``n_features`` dimensions to merge.
-
-    Both are offline rank-``rank`` SVDs of ``4 * rank`` samples drawn from one
-    distribution: Gaussian coefficients on ``4 * rank`` random directions with
-    power-law weights ``i ** -1`` (Synth(1)-like, restricted to a random
-    ``4 * rank``-dimensional subspace so that set-up stays cheap at large ``d``). The two
-    spans overlap (shared leading directions) without being equal, as the summaries of
-    two halves of one stream are.
-    """
+    """Two overlapping rank-``rank`` subspaces to merge: offline SVDs of two draws of ``4 rank``
+    samples from one distribution, Gaussian on ``4 rank`` random directions weighted ``1 / i``
+    (Synth(1)-like, cheap at large ``d``), as two halves of one stream."""
     rng = np.random.default_rng(seed)
     m = min(4 * rank, n_features)
     mix = rng.standard_normal((m, n_features)) / np.arange(1, m + 1)[:, None]
@@ -179,25 +139,21 @@ def merge_inputs(n_features: int, rank: int, *, seed: int = 0) -> tuple[Subspace
 
 
 def merge_times(n_features: int, rank: int, *, repeats: int, seed: int = 0) -> MergeRow:
-    """Time merging two rank-``rank`` subspaces (`merge_inputs`), Alg. 2 vs naive SVD.
-
-    As supplementary Fig. 5 (there: d = 800, r = 100). Naive: ``svd([U1 S1, U2 S2])``
-    (economy, both scipy's gesdd and numpy's; the faster is the reference), truncated
-    to ``rank`` columns. Alg. 2:
-    `merge_subspaces` as called by an aggregator (validation, signs and the
-    `Subspace` result included).
-    """
+    """Time merging `merge_inputs`, as supplementary Fig. 5 (d = 800, r = 100): Alg. 2 as an
+    aggregator calls it (checks, signs, `Subspace` result) against the economy SVD of ``[U1 S1,
+    U2 S2]`` by scipy's gesdd and by numpy, truncated to ``rank``."""
     a, b = merge_inputs(n_features, rank, seed=seed)
     with single_thread():
         times = time_side_by_side(
             {
                 "merge": lambda: merge_subspaces(a, b, rank),
-                "scipy": lambda: _naive_scipy(a, b, rank),
-                "numpy": lambda: _naive_numpy(a, b, rank),
+                "scipy": lambda: _naive(a, b, rank, _scipy_svd),
+                "numpy": lambda: _naive(a, b, rank, np.linalg.svd),
             },
             repeats,
         )
-    angle = float(principal_angles(merge_subspaces(a, b, rank).basis, _naive_scipy(a, b, rank))[0])
+    naive = _naive(a, b, rank, _scipy_svd)
+    angle = float(principal_angles(merge_subspaces(a, b, rank).basis, naive)[0])
     return MergeRow(n_features, rank, times["merge"], times["scipy"], times["numpy"], angle)
 
 
@@ -217,29 +173,12 @@ class AggregatorRow:
 
 
 def aggregator_times(
-    children: Sequence[int],
-    n_features: int,
-    rank: int,
-    *,
-    n_updates: int,
-    repeats_many: int,
+    children: Sequence[int], n_features: int, rank: int, *, n_updates: int, repeats_many: int,
     seed: int = 0,
-) -> list[AggregatorRow]:
-    """Time one child's arrival at a full `MergeTree` vs re-merging all children.
-
-    For every ``k`` in ``children`` a `MergeTree` over ``k`` slots is filled (untimed)
-    with child snapshots: offline rank-``rank`` SVDs of 50 low-rank samples each (what
-    a leaf tracking ``rank`` directions publishes). Then ``n_updates`` rounds each give
-    every tree one arrival (a random child's slot replaced by a fresh snapshot), the
-    trees side by side in alternating order, so a slow moment of the machine hits all
-    ``k`` alike; the median per ``k`` is reported. `merge_many` over all ``k`` children
-    at the same rank is timed likewise, ``repeats_many`` rounds.
-
-    Returns
-    -------
-    list of AggregatorRow
-        One per ``k``, in the order of ``children``.
-    """
+) -> list[AggregatorRow]:  # fmt: skip
+    """One `AggregatorRow` per ``k`` in ``children``: a `MergeTree` of ``k`` child snapshots
+    (rank-``rank`` SVDs of 50 low-rank samples) gets ``n_updates`` random arrivals, the trees
+    side by side, median per ``k``; `merge_many` over the ``k`` is timed ``repeats_many`` times."""
     from edge_runtime.fpca.merge_tree import MergeTree
 
     rng = np.random.default_rng(seed)
@@ -258,13 +197,8 @@ def aggregator_times(
 
     def arrival(k: int) -> Callable[[], None]:
         # n_updates + 1 arrivals (one warm-up), drawn up front; bounded by the iterator
-        plan = iter(
-            zip(
-                rng.integers(0, k, size=n_updates + 1).tolist(),
-                rng.integers(0, len(pool), size=n_updates + 1).tolist(),
-                strict=True,
-            )
-        )
+        keys = rng.integers(0, k, size=n_updates + 1).tolist()
+        plan = iter(zip(keys, rng.integers(0, len(pool), size=n_updates + 1).tolist(), strict=True))
         tree = trees[k]
 
         def run() -> None:
@@ -274,14 +208,10 @@ def aggregator_times(
 
         return run
 
-    def remerge(k: int) -> Callable[[], None]:
-        return lambda: merge_many(kids[k], rank=rank)
-
     with single_thread():
         update_t = time_side_by_side({str(k): arrival(k) for k in children}, n_updates)
-        many_t = time_side_by_side(
-            {str(k): remerge(k) for k in children}, repeats_many, warmup=False
-        )
+        remerge = {str(k): lambda k=k: merge_many(kids[k], rank=rank) for k in children}
+        many_t = time_side_by_side(remerge, repeats_many, warmup=False)
     return [
         AggregatorRow(k, update_t[str(k)], many_t[str(k)], int(np.median(merges[k])))
         for k in children
@@ -289,15 +219,8 @@ def aggregator_times(
 
 
 def growth_check(rows: Sequence[AggregatorRow]) -> tuple[float, float]:
-    """Least-squares fits of update time: slope in log2 k, and exponent p of t ~ k^p.
-
-    Returns
-    -------
-    (seconds per doubling of k, exponent p)
-        Growth no faster than log k shows as a constant cost per doubling and an
-        exponent at most about 0.29 (log2 k itself grows like k^0.29 over 4 .. 1024;
-        a fixed overhead per update lowers it further; linear growth gives 1).
-    """
+    """Least-squares fits of the update time: (seconds per doubling of k, exponent p of t ~
+    k^p); log k growth gives p <= about 0.29 over k = 4 .. 1024, linear growth 1."""
     k = np.array([r.n_children for r in rows], dtype=float)
     t = np.array([r.update for r in rows])
     per_doubling = float(np.polyfit(np.log2(k), t, 1)[0])

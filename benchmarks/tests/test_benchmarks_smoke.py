@@ -1,10 +1,6 @@
-"""The benchmark harness runs end to end on tiny sizes and its measuring parts are right.
-
-Benchmarks report numbers, they are not timed tests: nothing here checks a speed.
-These tests check that every benchmark runs and lands in the report, and that the
-pieces the numbers rest on (the running error ratio, the Synth generator, the
-checkpoints, the Done-when evaluation) compute what they claim.
-"""
+"""The suite runs end to end on tiny sizes and what its numbers rest on is right (the running
+error ratio, the Synth generator, the checkpoints, the Done-when evaluation); no speed is
+checked."""
 
 from __future__ import annotations
 
@@ -28,28 +24,12 @@ from benchmarks.timing import MergeRow, throughput
 from edge_runtime.fpca import error_ratio, offline_subspace
 
 TINY = dataclasses.replace(
-    QUICK,
-    name="tiny",
-    motes_points=4,
-    motes_rows=600,
-    synth_shape=(30, 300),
-    synth_alphas=(0.5, 2.0),
-    synth_points=3,
-    grid_d=(48, 100),
-    grid_r=(10, 50),
-    grid_b=(25, 50),
-    grid_blocks=2,
-    grid_work=0,
-    grid_repeats=1,
-    merge_repeats=1,
-    merge_sweep_d=(120,),
-    merge_sweep_r=(10,),
-    children=(4, 8),
-    child_updates=3,
-    memory_lengths=(500, 1000),
-    memory_ipca_max=500,
-    privacy=privacy_section.TINY,
-)
+    QUICK, name="tiny", motes_points=4, motes_rows=600, synth_shape=(30, 300),
+    synth_alphas=(0.5, 2.0), synth_points=3, grid_d=(48, 100), grid_r=(10, 50), grid_b=(25, 50),
+    grid_blocks=2, grid_work=0, grid_repeats=1, merge_repeats=1, merge_sweep_d=(120,),
+    merge_sweep_r=(10,), children=(4, 8), child_updates=3, memory_lengths=(500, 1000),
+    memory_ipca_max=500, privacy=privacy_section.TINY,
+)  # fmt: skip
 
 
 def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
@@ -72,8 +52,18 @@ def test_the_suite_writes_a_report_with_every_section_and_plot(tmp_path):
     assert all(t.final >= 1.0 - 1e-9 for t in res.motes.values())
 
 
-def test_update_reruns_one_benchmark_and_keeps_the_others_from_results_json(tmp_path):
-    run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
+def test_update_reruns_one_benchmark_keeps_the_others_and_reads_back_equal_results(tmp_path):
+    first = run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
+    back = results.load_results(tmp_path / "results.json")
+    assert back.merge == first.merge and back.private_mode is not None
+    for got, want in zip(back.private_mode.motes, first.private_mode.motes, strict=True):
+        assert (got.label, got.block_size, got.releases, got.error) == (
+            want.label, want.block_size, want.releases, want.error,
+        )  # fmt: skip
+        assert got.noise_std == pytest.approx(want.noise_std, nan_ok=True)  # NaN without noise
+    assert back.private_mode.synth == first.private_mode.synth
+    assert back.private_mode.state_choice == first.private_mode.state_choice
+    assert back.private_mode.motes_shape == first.private_mode.motes_shape == (7712, 48)
     before = json.loads((tmp_path / "results.json").read_text())["rows"]
     res = run_suite(TINY, tmp_path, only=["privacy"], update=True, log=lambda _: None)
 
@@ -115,25 +105,6 @@ def test_report_tables_render_cells_as_str_with_optional_alignment(tmp_path):
     fig, axes = figure(1, 2, figsize=(4, 2))
     assert type(fig.canvas).__name__ == "FigureCanvasAgg" and len(axes) == 2
     assert save_figure(fig, tmp_path / "f.png").stat().st_size > 1000
-
-
-def test_results_json_reads_back_into_equal_results(tmp_path):
-    res = run_suite(TINY, tmp_path, only=["merge", "privacy"], log=lambda _: None)
-    back = results.load_results(tmp_path / "results.json")
-    assert back.merge == res.merge
-    assert back.private_mode is not None and res.private_mode is not None
-    # rows compare field by field (noise_std is NaN for the rows without noise)
-    for got, want in zip(back.private_mode.motes, res.private_mode.motes, strict=True):
-        assert (got.label, got.block_size, got.releases, got.error) == (
-            want.label,
-            want.block_size,
-            want.releases,
-            want.error,
-        )
-        assert got.noise_std == pytest.approx(want.noise_std, nan_ok=True)
-    assert back.private_mode.synth == res.private_mode.synth
-    assert back.private_mode.state_choice == res.private_mode.state_choice
-    assert back.private_mode.motes_shape == res.private_mode.motes_shape == (7712, 48)
 
 
 def test_the_private_mode_beats_its_comparators_on_a_tiny_run():
@@ -181,36 +152,23 @@ def test_the_running_ratio_equals_error_ratio_on_every_prefix():
         )
 
 
-def test_synth_has_the_power_law_spectrum_and_unit_largest_row():
+def test_synth_has_the_power_law_spectrum_unit_largest_row_and_its_seed():
     x = synth(1.0, n_features=20, n_samples=20_000, seed=1)
     assert np.linalg.norm(x, axis=1).max() == pytest.approx(1.0)
-    s = np.linalg.svd(x, compute_uv=False)
-    # sigma_i ~ i^-1: the ratio of the first to the i-th is close to i
+    s = np.linalg.svd(x, compute_uv=False)  # sigma_i ~ i^-1: s_1 / s_i is close to i
     assert s[0] / s[[1, 4, 9, 19]] == pytest.approx([2, 5, 10, 20], rel=0.05)
-
-
-def test_synth_is_reproducible_from_its_seed_and_differs_across_seeds():
     assert np.array_equal(synth(0.5, 10, 50, seed=2), synth(0.5, 10, 50, seed=2))
     assert not np.array_equal(synth(0.5, 10, 50, seed=2), synth(0.5, 10, 50, seed=3))
 
 
 def test_checkpoints_are_increasing_block_multiples_ending_at_the_stream_length():
     pts = checkpoints(7712, 40)
-    assert pts == sorted(set(pts))
-    assert pts[-1] == 7712
-    assert all(p % 50 == 0 for p in pts[:-1])
+    assert pts == sorted(set(pts)) and pts[-1] == 7712 and all(p % 50 == 0 for p in pts[:-1])
 
 
 def test_side_by_side_timing_runs_every_contender_warmup_plus_repeats():
     calls = {"a": 0, "b": 0}
-
-    def bump(name):
-        def run():
-            calls[name] += 1
-
-        return run
-
-    times = time_side_by_side({"a": bump("a"), "b": bump("b")}, repeats=5)
+    times = time_side_by_side({k: lambda k=k: calls.__setitem__(k, calls[k] + 1) for k in calls}, 5)
     assert calls == {"a": 6, "b": 6}
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
 

@@ -40,14 +40,10 @@ def test_python_m_benchmarks_lists_every_benchmark_without_importing_one() -> No
     assert imported == "['benchmarks.__main__', 'benchmarks.registry']"
 
 
-def test_every_entry_and_render_names_a_function() -> None:
-    for bench in BENCHMARKS.values():
-        for target in filter(None, (bench.entry, bench.render)):
-            module, _, function = target.partition(":")
-            assert callable(getattr(importlib.import_module(module), function)), target
-
-
-def test_an_unknown_name_exits_2_and_lists_the_names(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_entry_and_render_names_a_function_and_an_unknown_name_exits_2(capsys) -> None:
+    for target in (t for b in BENCHMARKS.values() for t in (b.entry, b.render) if t):
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
     assert main(["no-such-benchmark"]) == 2
     assert "acceptance" in capsys.readouterr().err
 
@@ -89,7 +85,6 @@ def test_a_result_file_reads_back_into_the_rows_it_was_written_from(tmp_path: Pa
 
 def test_process_samples_count_cpu_memory_files_and_written_bytes(tmp_path: Path) -> None:
     before = sample_process()
-    assert before is not None
     (tmp_path / "f").write_bytes(os.urandom(1 << 16))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -100,8 +95,7 @@ def test_process_samples_count_cpu_memory_files_and_written_bytes(tmp_path: Path
         child.wait()
     assert sample_process(child.pid) is None
     after = sample_process()
-    assert after is not None
-    assert after.cpu_s >= before.cpu_s > 0
+    assert before is not None and after is not None and after.cpu_s >= before.cpu_s > 0
     assert after.peak_rss_bytes >= after.rss_bytes > 0
     counters = io_counters()
     assert set(counters) == {"rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes"}
