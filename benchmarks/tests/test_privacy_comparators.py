@@ -16,8 +16,14 @@ import pytest
 from benchmarks.privacy import horizon, leaves
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy import synth_table as st
-from benchmarks.privacy.dpdispca import dpdispca, dpdispca_noise_std, site_factor
-from benchmarks.privacy.mod_sulq import mod_sulq, mod_sulq_eigenpairs, symmetric_gaussian
+from benchmarks.privacy.comparators import (
+    dpdispca,
+    dpdispca_noise_std,
+    mod_sulq,
+    mod_sulq_eigenpairs,
+    site_factor,
+    symmetric_gaussian,
+)
 from benchmarks.synth import synth
 from edge_runtime.fpca import error_ratio, merge_many
 from edge_runtime.fpca.privacy import mod_sulq_noise_std
@@ -207,7 +213,7 @@ def test_the_horizon_table_is_sqrt_k_at_h_1_and_the_square_multiplier_at_segment
     assert horizon.best_horizon((1, 4, 16, 64), 4) == 4
 
 
-@pytest.mark.parametrize("module", ["mod_sulq", "dpdispca", "horizon"])
+@pytest.mark.parametrize("module", ["comparators", "horizon"])
 def test_the_docstring_examples_run(module):
     import doctest
     import importlib
