@@ -1,29 +1,15 @@
-"""The fault models of section (h): none, one straggler, one dead leaf.
+"""The fault models of section (h), each hitting one leaf (default the last: on Motes the latest
+time span); both methods see the same data under a fault, what differs is how each copes.
 
-A fault hits one leaf, ``leaf`` (the last one: on Motes the latest time span). Both
-methods see the same data under a fault; what differs is how each protocol copes.
+- `NONE`: every leaf has all its rows, every FedPower reply is on time.
+- `STRAGGLER`: the leaf reads at 1/`STRAGGLER_SLOWDOWN` the others' rate, so it has seen the
+  first ``ceil(n_l / 10)`` rows by the end (its Gram of them held from the start); FedPower gets
+  its reply only every 10th round (the others close at the timeout, or at K - 1 of K when it
+  was sampled); FPCA merges its smaller snapshot when it comes.
+- `DEAD`: the leaf dies after the start, never replies, publishes or receives; FedPower closes
+  every round that asked it at the timeout, FPCA's aggregator merges the others.
 
-``NONE``
-    Every leaf has all its rows; every FedPower reply arrives before its round closes.
-``STRAGGLER``
-    The leaf produces readings at 1/10 of the others' rate: by the end of the run it has
-    seen the first ``ceil(n_l / 10)`` of its ``n_l`` rows (`Fault.rows`), the others all
-    theirs. FedPower: the leaf is also 10 times slower to answer, so its reply makes it
-    into a round only every 10th round (rounds 10, 20, ...); in the other rounds it sends
-    nothing and a round that waits for it closes at the round timeout without it (full
-    participation: 7 of 8 replies; K of M with it sampled: K - 1). Its Gram (on its
-    fewer rows) is held from the start (the simulation does not grow it round by round).
-    FPCA: the leaf streams its fewer rows and its snapshot is merged when it comes, with
-    its smaller sample count; nothing waits for it.
-``DEAD``
-    The leaf dies right after the start: it never replies and never publishes, and is not
-    subscribed (receives no round message). FedPower closes every round that asked it at
-    the timeout (K of M: only when it was sampled); FPCA's aggregator merges its other
-    children.
-
-The error ratio under a fault is judged on the rows the fleet observed (`Fault.rows`
-of every leaf; a dead leaf observed nothing that reached anyone), against their
-offline rank-r SVD: the best any method can do with what reached it.
+Errors under a fault are judged on the rows that reached the fleet (`Fault.rows` of every leaf).
 """
 
 from __future__ import annotations
@@ -35,9 +21,7 @@ import numpy as np
 
 __all__ = ["DEAD", "FAULTS", "NONE", "STRAGGLER", "STRAGGLER_SLOWDOWN", "Fault"]
 
-NONE = "none"
-STRAGGLER = "straggler"
-DEAD = "dead"
+NONE, STRAGGLER, DEAD = "none", "straggler", "dead"
 FAULTS = (NONE, STRAGGLER, DEAD)
 #: The straggler's rate is 1/this of the others'; it answers every this-th round.
 STRAGGLER_SLOWDOWN = 10
@@ -45,7 +29,7 @@ STRAGGLER_SLOWDOWN = 10
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault model (module docstring) applied to leaf ``leaf``."""
+    """One fault model ``kind`` (`FAULTS`; ValueError otherwise) applied to leaf ``leaf``."""
 
     kind: str = NONE
     leaf: int = -1
@@ -61,9 +45,7 @@ class Fault:
         """The rows of leaf ``i`` (``part``, ``(n_l, d)``) that reach the method."""
         if not self._hit(i, n_leaves):
             return part
-        if self.kind == DEAD:
-            return part[:0]
-        return part[: math.ceil(part.shape[0] / STRAGGLER_SLOWDOWN)]
+        return part[: 0 if self.kind == DEAD else math.ceil(part.shape[0] / STRAGGLER_SLOWDOWN)]
 
     def connected(self, i: int, n_leaves: int) -> bool:
         """False for a dead leaf: it receives and sends nothing."""
@@ -71,6 +53,5 @@ class Fault:
 
     def replies(self, i: int, round_: int, n_leaves: int) -> bool:
         """Whether leaf ``i``'s FedPower reply to round ``round_`` (1-based) is on time."""
-        if not self._hit(i, n_leaves):
-            return True
-        return self.kind == STRAGGLER and round_ % STRAGGLER_SLOWDOWN == 0
+        hit = self._hit(i, n_leaves)
+        return not hit or (self.kind == STRAGGLER and round_ % STRAGGLER_SLOWDOWN == 0)
