@@ -1,15 +1,7 @@
-"""The fault models of section (h), each hitting one leaf (default the last: on Motes the latest
-time span); both methods see the same data under a fault, what differs is how each copes.
-
-- `NONE`: every leaf has all its rows, every FedPower reply is on time.
-- `STRAGGLER`: the leaf reads at 1/`STRAGGLER_SLOWDOWN` the others' rate, so it has seen the
-  first ``ceil(n_l / 10)`` rows by the end (its Gram of them held from the start); FedPower gets
-  its reply only every 10th round (the others close at the timeout, or at K - 1 of K when it
-  was sampled); FPCA merges its smaller snapshot when it comes.
-- `DEAD`: the leaf dies after the start, never replies, publishes or receives; FedPower closes
-  every round that asked it at the timeout, FPCA's aggregator merges the others.
-
-Errors under a fault are judged on the rows that reached the fleet (`Fault.rows` of every leaf).
+"""The fault models of section (h), each hitting one leaf (default the last): `NONE`;
+`STRAGGLER`, reading at 1/`STRAGGLER_SLOWDOWN` the rate, so it has its first tenth of rows and
+its FedPower reply makes every 10th round; `DEAD`, silent and unsubscribed from the start.
+``templates/fedpower.md`` says how each method copes; errors are judged on `Fault.rows`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """FedPower simulated round by round under a fault (`benchmarks.fedpower.faults`).
 
-`simulate` is `edge_runtime.fedpower.run_fedpower` (same server, numerics and random draws;
-without a fault the very same bases, tested) with a fault model and the bytes of every round:
-leaf ``i`` holds a `LocalGram` of `Fault.rows`; each round `FedPowerServer` (Algorithm 3: all
-``M`` leaves, or a uniform ``K`` of them) sends its round message, the asked leaves whose reply
-is on time iterate and reply, and the round closes with what arrived (at the quorum, or at the
-timeout of a fake clock, one second per round). Bytes: one round message per subscribed leaf
-(MQTT copies it to each; a dead leaf is not subscribed) plus one reply per leaf that replied,
-straight to the root. Cost per round: ``p`` products ``(d, d) x (d, r)`` per replying leaf.
+`simulate` is `edge_runtime.fedpower.run_fedpower` (same server, numerics and draws; without a
+fault the very same bases, tested) plus the fault and the bytes of every round: one round
+message per subscribed leaf and one reply per leaf that answered in time; a round closes at the
+quorum or at the timeout of a fake clock (one second per round).
 """
 
 from __future__ import annotations

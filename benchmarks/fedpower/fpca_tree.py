@@ -1,14 +1,8 @@
-"""FPCA on the section (h) tree: streaming leaves, two aggregators, one root.
-
-Each live leaf streams its rows (`Fault.rows`) through ``FPCAEdge(d, r, block_size)``, flushes
-and publishes its tracked subspace (``r + 10`` directions); two aggregators (first and second
-half of the leaves) merge their live children keeping every direction and the root merges them
-at rank ``r`` (section (f)'s tree). Private: every leaf is `leaves.fpca_leaf` (Gaussian
-mechanism, one release of all its rows, seed ``100 seed + i``). Bytes: encoded float32
-snapshots (`wire_bytes.snapshot_bytes`) under two policies that bracket a deployment:
-``final`` (each leaf once, each aggregator once after its children: the least FPCA sends, and a
-private leaf's only policy) and ``per block`` (each leaf after every block, each aggregator
-after every child snapshot: the most an unthrottled runtime sends). The root is the same.
+"""FPCA on the section (h) tree: streaming ``FPCAEdge(d, r, block_size)`` leaves (private:
+`leaves.fpca_leaf`, one release, seed ``100 seed + i``), two aggregators keeping every direction,
+the root at rank ``r``; a dead leaf publishes nothing. Bytes of encoded float32 snapshots
+(`wire_bytes.snapshot_bytes`) under the ``final`` and ``per block`` publish policies
+(``templates/fedpower.md``); the root is the same under both.
 """
 
 from __future__ import annotations

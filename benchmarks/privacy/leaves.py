@@ -1,12 +1,8 @@
-"""What one private leaf of the section (f) trees publishes, per mechanism: a `Subspace`.
-
-Every function takes one leaf's rows ``(n, d)`` (raw, or scaled to the unit ball for the
-hand-built leaves) and returns its published subspace in the data's units (singular values
-``C sqrt(lambda)`` for an eigenvalue ``lambda`` of a unit-ball Gram matrix ``sum x x^T``, ``C``
-the clip norm), so that `edge_runtime.fpca.merge_many` combines leaves of any kind. State (a),
-`running_sum_leaf`, is what ``FPCAEdge(mechanism="gaussian")`` keeps (`PrivateGram`); state (b),
-`merged_blocks_leaf`, truncates each block's release (`block_releases`: from the same generator,
-the very noise matrices of (a) at ``horizon=1``) and merges it (`merge_subspaces`, Alg. 2).
+"""What one private leaf of the section (f) trees publishes, per mechanism: a `Subspace` in
+the data's units (singular values ``C sqrt(lambda)`` of a unit-ball Gram eigenvalue, ``C`` the
+clip norm), so `merge_many` combines any kinds. State (a), `running_sum_leaf`, is what
+``FPCAEdge(mechanism="gaussian")`` keeps; state (b), `merged_blocks_leaf`, truncates each of
+the same releases (`block_releases`) and merges it (`merge_subspaces`, Alg. 2).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The Motes light tree of section (f): private leaves, two aggregators, one root.
 
-`load_motes`: ``load_dataset("motes-light")`` (7712 x 48, lux, uncentred) in ``leaves``
-contiguous parts, clipped at `MOTES_CLIP` (8230 lux, the 95th percentile of this dataset's row
-norms: fine for replaying a public dataset, never for a deployment, where the sensors' range
-sets it). Each leaf publishes a rank ``r + 10`` subspace (`benchmarks.privacy.leaves`), two
-aggregators merge half the leaves each keeping every direction (``merge_many(rank=None)``, as
-the runtime's aggregators do), the root merges them at rank ``r``. DPdisPCA (``S = leaves``),
-the central Analyze Gauss (one release of all rows: the best any tree of private leaves can
-hope for) and a random subspace skip the tree. Score: `error_ratio` of the root's basis on all
-rows, unclipped (1 = the offline rank-``r`` SVD).
+`load_motes` splits ``load_dataset("motes-light")`` (7712 x 48, lux) into contiguous leaves
+clipped at `MOTES_CLIP`; each leaf publishes a rank ``r + 10`` subspace (`leaves`), two
+aggregators keep every direction, the root merges at rank ``r``; DPdisPCA, the central Analyze
+Gauss and a random subspace skip the tree. Score: `error_ratio` on all rows, unclipped.
 """
 
 from __future__ import annotations

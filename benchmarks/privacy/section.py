@@ -282,6 +282,11 @@ class _Motes:
         return math.nan
 
 
+def _medians(values: Sequence[Summary | float]) -> str:
+    """Progress lines: medians (or numbers) with 3 decimals."""
+    return ", ".join(f"{getattr(v, 'median', v):.3f}" for v in values)
+
+
 def _motes_tables(res: PrivacyResults, motes: _Motes, log: Callable[[str], None]) -> None:
     s = motes.sizes
     for m in MOTES_METHODS:
@@ -290,16 +295,13 @@ def _motes_tables(res: PrivacyResults, motes: _Motes, log: Callable[[str], None]
             motes.summary(m),
         )  # fmt: skip
         res.motes.append(row)
-        log(f"  motes {row.label}: median {row.error.median:.3f}")
+        log(f"  motes {row.label}: median {_medians([row.error])}")
     for m in (ONE_RELEASE, BLOCKS_241) if s.precision_seeds > s.seeds else ():
         values = motes.errors(m, s.epsilon, s.precision_seeds)
         groups = [values[g * s.seeds : (g + 1) * s.seeds] for g in range(len(values) // s.seeds)]
         medians = [float(np.median(g)) for g in groups]
         res.precision.append(Precision(m.label, summarise(values), sorted(medians)))
-        log(
-            f"  precision {m.label}: median of {len(values)} seeds {np.median(values):.3f}, "
-            f"{s.seeds}-seed medians {min(medians):.3f}-{max(medians):.3f}"
-        )
+        log(f"  precision {m.label}: {s.seeds}-seed medians {_medians(sorted(medians))}")
     res.curves = [Curve(m.label, [motes.summary(m, e) for e in s.curve_epsilons])
                   for m in CURVE_METHODS]
 
@@ -320,10 +322,7 @@ def _state_table(res: PrivacyResults, motes: _Motes, log: Callable[[str], None])
                 diff = np.subtract(motes.errors(method, eps), a)
                 row.paired, row.b_worse = summarise(diff), int(np.count_nonzero(diff > 0))
             res.state_choice.append(row)
-            log(
-                f"  state ({state}) b={block} H={horizon}: median {row.error.median:.3f}, "
-                f"{memory.retained} B retained"
-            )
+            log(f"  state ({state}) b={block} H={horizon}: median {_medians([error])}")
 
 
 def _horizon_tables(res: PrivacyResults, motes: _Motes, log: Callable[[str], None]) -> None:
@@ -334,9 +333,7 @@ def _horizon_tables(res: PrivacyResults, motes: _Motes, log: Callable[[str], Non
         line = HorizonLine(block, motes.releases(mt.TreeMethod("", _G, block)))
         line.errors = [motes.summary(mt.TreeMethod("", _G, block, h)) for h in s.horizons]
         res.horizon_lines.append(line)
-        pairs = zip(s.horizons, line.errors, strict=True)
-        errors = ", ".join(f"H={h} {e.median:.3f}" for h, e in pairs)
-        log(f"  horizon, blocks of {block}: {errors}")
+        log(f"  horizon, blocks of {block}, H = {s.horizons}: {_medians(line.errors)}")
     res.block_horizons = list(s.block_horizons)
     for block in s.block_sizes:
         size = min(block, motes.n_leaf)
@@ -345,9 +342,8 @@ def _horizon_tables(res: PrivacyResults, motes: _Motes, log: Callable[[str], Non
             row.first_snapshot.append(motes.first_snapshot(size, h))
             row.root.append(motes.summary(mt.TreeMethod("", _G, size, h)))
         res.blocks.append(row)
-        first = ", ".join(f"{f.median:.3f}" for f in row.first_snapshot)
-        root = ", ".join(f"{r.median:.3f}" for r in row.root)
-        log(f"  block {size}: first snapshot {first}; root {root}")
+        log(f"  block {size}: first snapshot {_medians(row.first_snapshot)}; root "
+            + _medians(row.root))
 
 
 def run_privacy(sizes: PrivacySizes = FULL, log: Callable[[str], None] = print) -> PrivacyResults:

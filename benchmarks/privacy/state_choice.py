@@ -1,11 +1,6 @@
-"""What a private leaf keeps between blocks: memory of the two candidate states.
-
-(a) the running released ``d x d`` Gram sum (`PrivateGram`, what ``FPCAEdge(mechanism=
-"gaussian")`` keeps), its top eigenpairs published after every block; (b) every block's release
-truncated and merged into a rank ``r + oversample`` subspace (`leaves.merged_blocks_leaf`).
-Both release the same per block; their accuracy is measured on the Motes tree, their memory
-here with `tracemalloc` (numpy reports to it): the largest state held between two releases
-and the peak during the stream, in bytes, without the input rows and the published basis.
+"""Memory of the two candidate states of a private leaf (`leaves`: (a) the running released
+Gram sum, (b) merged per-block summaries), by `tracemalloc` (numpy reports to it): the largest
+state held between two releases and the peak during the stream, without the input rows.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Synth(1) table of section (f): q_A against epsilon, the paper's Fig. 3 setting.
 
-``q_A = |<v1, v1_hat>|``: ``v1`` the top eigenvector of ``(1/n) X^T X`` (no privacy),
-``v1_hat`` a method's first direction; 1 is perfect, a random direction gives `random_level`.
-Data: `benchmarks.synth.synth` (spectrum ``i**-alpha``, largest row norm 1, so clip norm 1
-clips nothing), fresh data and noise per trial, every method on the same data in a trial.
-Methods (`SYNTH_METHODS`): `FPCAEdge` (rank 5, one pass, ``flush()``) with the Gaussian
-mechanism in one block or ``n / 5`` blocks (H 1 or 5) or eq. (8) in one block; MOD-SuLQ and
-DPdisPCA (``S = 1``) on all rows.
+``q_A = |<v1, v1_hat>|`` (``v1`` the top eigenvector of ``(1/n) X^T X``, ``v1_hat`` a method's
+first direction; 1 is perfect, a random direction gives `random_level`) for the
+`SYNTH_METHODS` on `benchmarks.synth.synth` rows (largest norm 1: clip norm 1 clips nothing).
 """
 
 from __future__ import annotations
