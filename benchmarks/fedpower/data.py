@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.privacy.motes_tree import MOTES_CLIP
+from benchmarks.privacy.motes_tree import MOTES_CLIP, load_motes
 from benchmarks.synth import synth
 
 __all__ = ["MOTES", "SYNTH", "Dataset", "load"]
@@ -47,14 +47,10 @@ def load(
     """`MOTES` (its first ``motes_rows`` rows; None: all) or `SYNTH` (``synth_shape = (d, n)``,
     seed 0) in ``n_leaves`` contiguous leaves; ValueError for another ``name``."""
     if name == MOTES:
-        from edge_runtime.datasets import load_dataset
-
-        x = np.ascontiguousarray(load_dataset("motes-light")[:motes_rows], dtype=np.float64)
-        clip = MOTES_CLIP
-    elif name == SYNTH:
+        return Dataset(name, load_motes(motes_rows, n_leaves).parts, MOTES_CLIP)
+    if name == SYNTH:
         x = synth(synth_alpha, *synth_shape, seed=0)
         vt = np.linalg.svd(x, full_matrices=False)[2]
-        x, clip = x[np.argsort(np.arctan2(x @ vt[1], x @ vt[0]), kind="stable")], 1.0
-    else:
-        raise ValueError(f"unknown dataset {name!r}; choose {MOTES!r} or {SYNTH!r}")
-    return Dataset(name, tuple(np.array_split(x, n_leaves)), float(clip))
+        x = x[np.argsort(np.arctan2(x @ vt[1], x @ vt[0]), kind="stable")]
+        return Dataset(name, tuple(np.array_split(x, n_leaves)), 1.0)
+    raise ValueError(f"unknown dataset {name!r}; choose {MOTES!r} or {SYNTH!r}")

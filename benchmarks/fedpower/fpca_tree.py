@@ -15,7 +15,7 @@ import numpy as np
 
 from benchmarks.fedpower.faults import Fault
 from benchmarks.fedpower.wire_bytes import snapshot_bytes
-from benchmarks.privacy.leaves import fpca_leaf
+from benchmarks.privacy.leaves import fpca_leaf, streamed
 from edge_runtime.fpca import FPCAEdge, Subspace, merge_many
 from edge_runtime.wire import PrivacyParams
 
@@ -54,10 +54,7 @@ def fpca_run(
     subs: dict[int, Subspace] = {}
     for i, rows in _live_rows(parts, Fault() if fault is None else fault).items():
         if privacy is None:
-            est = FPCAEdge(rows.shape[1], rank, block_size)
-            est.partial_fit(rows)
-            est.flush()
-            subs[i] = est.tracked_subspace
+            subs[i] = streamed(FPCAEdge(rows.shape[1], rank, block_size), rows).tracked_subspace
         else:
             eps, delta = privacy
             subs[i] = fpca_leaf(rows, rank, block_size=rows.shape[0], epsilon=eps, delta=delta,

@@ -19,17 +19,18 @@ from edge_runtime.fpca.private_gram import PrivateGram, release_noise_std
 
 __all__ = [
     "KEY_WORDS", "block_releases", "eigen_subspace", "fpca_leaf", "merged_blocks_leaf",
-    "mod_sulq_leaf", "plain_leaf", "running_sum_leaf", "top_eigenpairs",
+    "mod_sulq_leaf", "plain_leaf", "running_sum_leaf", "streamed", "top_eigenpairs",
 ]  # fmt: skip
 
 #: Words of a segment key as `PrivateGram` draws them: `block_releases` replays its noise.
 KEY_WORDS = 4
 
 
-def _tracked(est: FPCAEdge, rows: np.ndarray) -> Subspace:
+def streamed(est: FPCAEdge, rows: np.ndarray) -> FPCAEdge:
+    """``est`` after ``partial_fit(rows)`` (rows ``(n, d)``) and a flush of the last block."""
     est.partial_fit(rows)
     est.flush()
-    return est.tracked_subspace
+    return est
 
 
 def fpca_leaf(
@@ -50,12 +51,12 @@ def fpca_leaf(
         rows.shape[1], rank, block_size, privacy=(epsilon, delta), clip_norm=clip_norm,
         mechanism=mechanism, horizon=horizon, random_state=seed,
     )  # fmt: skip
-    return _tracked(est, rows)
+    return streamed(est, rows).tracked_subspace
 
 
 def plain_leaf(rows: np.ndarray, rank: int) -> Subspace:
     """``FPCAEdge(d, rank)`` without privacy (default block and oversample), after a flush."""
-    return _tracked(FPCAEdge(rows.shape[1], rank), rows)
+    return streamed(FPCAEdge(rows.shape[1], rank), rows).tracked_subspace
 
 
 def top_eigenpairs(matrix: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

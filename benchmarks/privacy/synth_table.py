@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmarks.privacy.comparators import dpdispca, mod_sulq
+from benchmarks.privacy.leaves import streamed
 from benchmarks.privacy.stats import Summary, rng_for, seed_for, summarise
 from benchmarks.synth import synth
 from edge_runtime.fpca import FPCAEdge
@@ -76,9 +77,7 @@ def fpca_first_direction(
         x.shape[1], rank, block_size, privacy=(epsilon, delta), clip_norm=clip_norm,
         mechanism=mechanism, horizon=horizon, random_state=seed,
     )  # fmt: skip
-    est.partial_fit(x)
-    est.flush()
-    return est.subspace.basis[:, 0]
+    return streamed(est, x).subspace.basis[:, 0]
 
 
 def _direction(method: SynthMethod, x: np.ndarray, rank: int, eps: float, delta: float,
