@@ -1,10 +1,7 @@
-"""The two datasets of section (h), each split into contiguous leaves (rows ``(n, d)``, float64).
-
-`MOTES`: ``load_dataset("motes-light")`` (7712 x 48, lux, uncentred; 8 leaves of 964 rows, each
-a time span, as the runtime's Motes topology), clip norm `motes_tree.MOTES_CLIP`. `SYNTH`:
-`benchmarks.synth.synth` (power-law spectrum ``i**-alpha``, largest row norm 1, clip norm 1)
-with its rows sorted by their angle in the plane of the two leading principal directions, so
-leaf ``l`` sees sector ``[l, l+1) 2 pi / L``: non-i.i.d. leaves, where FedPower's OPT matters.
+"""The two datasets of section (h) in contiguous leaves (rows ``(n, d)``, float64): `MOTES`,
+Motes light as section (f) splits and clips it, and `SYNTH`, `benchmarks.synth.synth` with its
+rows sorted by angle in the plane of the two leading principal directions, so every leaf sees a
+different sector (non-i.i.d. leaves, where FedPower's OPT matters).
 """
 
 from __future__ import annotations

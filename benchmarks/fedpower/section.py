@@ -1,14 +1,9 @@
 """Benchmark (h): FPCA against FedPower, side by side (numerics in one process).
 
-`run_fedpower_benchmark` fills `FedPowerBenchResults` (``benchmarks.run --only fedpower``;
-`report_section` writes section (h)). On each dataset (`data`) and fault (`faults`): FPCA's
-tree (`fpca_tree`, block 50, rank 10 + the default oversample: error, messages and bytes of
-both publish policies) and FedPower (`fedpower_runs`) in the `METHODS` configurations, the
-error and cumulative bytes after every round; private, without faults, both at the same
-``(epsilon, delta)`` and clip norm (FedPower calibrated for ``T = rounds p`` iterations, so one
-run per horizon). Error ratio: `error_ratio` at rank 10 on the rows the fleet observed (1 is
-optimal); non-private numbers are medians over ``repeats`` runs (seeds 0..), private ones
-medians and quartiles over ``seeds``; wall time is the numerics only.
+`run_fedpower_benchmark` fills `FedPowerBenchResults` on each dataset (`data`) and fault
+(`faults`): FPCA's tree (`fpca_tree`) and FedPower (`fedpower_runs`) in the `METHODS`
+configurations, then both private at the same budget; `report_section` writes section (h),
+whose template says how each number is measured.
 """
 
 from __future__ import annotations

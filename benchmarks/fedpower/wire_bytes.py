@@ -1,11 +1,7 @@
-"""Bytes on the wire per message, payload only (MQTT headers and topics left out for both).
-
-FPCA: `snapshot_bytes`, a real `SubspaceMessage` encoded by `encode_subspace` in float32 (the
-runtime's wire default). FedPower: ``msgpack.packb`` of maps with the fields its round message
-(``v, round, node, d, r, p, basis``) and reply (``v, round, node, d, r, n, basis``, plus a
-``privacy`` map on a private leaf) need, the ``(d, r)`` basis as little-endian float32 bytes.
-The runtime's own encoders (``edge_runtime.wire.fedpower``) measured 2,035 and 2,017 bytes at
-d = 48, r = 10 against 1,959 and 1,963 here (epoch, timeout, seed and timestamp fields).
+"""Bytes on the wire per message, payload only: FPCA snapshots as `encode_subspace` writes
+them (float32), FedPower's round and reply as ``msgpack.packb`` of maps of their fields (the
+runtime's own encoders measured 2,035 and 2,017 bytes at d = 48, r = 10, against 1,959 and
+1,963 here: epoch, timeout, seed and timestamp fields).
 """
 
 from __future__ import annotations

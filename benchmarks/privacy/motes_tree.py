@@ -27,7 +27,7 @@ from edge_runtime.fpca.private_gram import PrivateGram
 __all__ = [
     "CENTRAL", "DPDISPCA", "EQ8", "GAUSSIAN", "MERGED_BLOCKS", "MOD_SULQ", "MOTES_CLIP",
     "ONE_RELEASE", "PLAIN", "RANDOM", "RUNNING_SUM", "MotesData", "TreeMethod", "block_rows",
-    "load_motes", "releases_per_leaf", "root_basis", "root_error", "tree_root",
+    "load_motes", "releases_per_leaf", "root_error", "tree_root",
 ]  # fmt: skip
 
 #: Clipping norm of the Motes light rows (lux): the 95th percentile of their norms.
@@ -134,28 +134,22 @@ def _leaf(data: MotesData, method: TreeMethod, i: int, rank: int, eps: float, de
     )  # fmt: skip
 
 
-def root_basis(
-    data: MotesData, method: TreeMethod, *, rank: int, epsilon: float, delta: float, seed: int
-) -> np.ndarray:
-    """The root's basis ``(d, rank)`` for one seed: leaf ``i`` of the `FPCAEdge` and state
-    kinds draws from seed ``100 seed + i``, the others from ``SeedSequence((kind tag, seed,
-    ...))``."""
-    d = data.n_features
-    if method.kind == RANDOM:
-        return np.linalg.qr(rng_for(4, seed).standard_normal((d, rank)))[0]
-    if method.kind == DPDISPCA:
-        return dpdispca(list(data.unit_parts), rank, epsilon, delta, rng_for(2, seed))
-    if method.kind == CENTRAL:
-        gram = PrivateGram(d, epsilon, delta, rng=rng_for(3, seed))
-        gram.release(np.concatenate(data.unit_parts))
-        return gram.top(rank)[0]
-    subs = [_leaf(data, method, i, rank, epsilon, delta, seed) for i in range(len(data.parts))]
-    return tree_root(subs, rank).basis[:, :rank]
-
-
 def root_error(
     data: MotesData, method: TreeMethod, *, rank: int, epsilon: float, delta: float, seed: int
 ) -> float:
-    """`error_ratio` of `root_basis` on all of ``data.x`` (1 is the offline SVD's)."""
-    basis = root_basis(data, method, rank=rank, epsilon=epsilon, delta=delta, seed=seed)
+    """`error_ratio` on all of ``data.x`` (1 is the offline SVD's) of the root's basis ``(d,
+    rank)`` for one seed: leaf ``i`` of the `FPCAEdge` and state kinds draws from seed
+    ``100 seed + i``, the others from ``SeedSequence((kind tag, seed, ...))``."""
+    d = data.n_features
+    if method.kind == RANDOM:
+        basis = np.linalg.qr(rng_for(4, seed).standard_normal((d, rank)))[0]
+    elif method.kind == DPDISPCA:
+        basis = dpdispca(list(data.unit_parts), rank, epsilon, delta, rng_for(2, seed))
+    elif method.kind == CENTRAL:
+        gram = PrivateGram(d, epsilon, delta, rng=rng_for(3, seed))
+        gram.release(np.concatenate(data.unit_parts))
+        basis = gram.top(rank)[0]
+    else:
+        subs = [_leaf(data, method, i, rank, epsilon, delta, seed) for i in range(len(data.parts))]
+        basis = tree_root(subs, rank).basis[:, :rank]
     return error_ratio(data.x, basis)

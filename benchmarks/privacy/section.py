@@ -1,10 +1,7 @@
 """Benchmark (f): the private mode measured and its defaults justified.
 
-`run_privacy` runs every table into `PrivacyResults` (rendered by `report_section`), `checks`
-evaluates the Done-when items on it. Tables: the Motes light tree (`motes_tree`, median and
-quartiles over seeds at epsilon 1, delta 1e-5, rank 10, clip 8230 lux, per method, and against
-epsilon for the plot); the state a private leaf keeps (`state_choice`); the default horizon and
-block size (`horizon`); Synth(1) q_A against epsilon (`synth_table`).
+`run_privacy` runs every table (`motes_tree`, `state_choice`, `horizon`, `synth_table`) into
+`PrivacyResults`, rendered by `report_section`; `checks` evaluates its Done-when items.
 """
 
 from __future__ import annotations
