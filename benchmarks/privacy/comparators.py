@@ -18,7 +18,7 @@ orthonormal, in decreasing order of eigenvalue.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -66,7 +66,9 @@ def symmetric_gaussian(n_features: int, std: float, rng: np.random.Generator) ->
     return upper + np.triu(upper, 1).T
 
 
-def _masked(x: object, std, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _masked(
+    x: object, std: Callable[[int, int], float], rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
     """``(1/n) X^T X + E``, ``E`` of std ``std(n, d)`` for unit-ball rows ``x``; and ``d``."""
     arr = unit_rows(x)
     n, d = arr.shape
