@@ -4,6 +4,7 @@ lines (prose in ``templates/privacy.md``, every number from the results); ``PLOT
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from benchmarks.privacy import horizon as hz
@@ -35,11 +36,6 @@ def _bytes(n: int) -> str:
     return f"{n:,} ({n / 1024:.1f} KiB)"
 
 
-def _text(name: str, /, **values: object) -> str:
-    """A one-line block of the template (an inline fragment)."""
-    return prose("privacy", name, **values)[0]
-
-
 def _sigma(p: sec.PrivacyResults) -> float:
     return release_noise_std(p.epsilon, p.delta, 1)
 
@@ -62,10 +58,10 @@ def _motes(p: sec.PrivacyResults) -> list[str]:
               "median", "IQR", "mean"]  # fmt: skip
     blocks = ", ".join(f"{b} at H = {h}" for h, b in p.default_blocks.items() if h in ("1", "64"))
     (lo1, hi1), (lor, hir) = p.leaf_top_eigenvalue, p.leaf_rank_eigenvalue
-    spectrum = "" if not math.isfinite(lo1) else _text(
-        "spectrum", lo1=lo1, hi1=hi1, rank=p.rank, lor=lor, hir=hir,
+    spectrum = "" if not math.isfinite(lo1) else prose(
+        "privacy", "spectrum", lo1=lo1, hi1=hi1, rank=p.rank, lor=lor, hir=hir,
         norm=_sigma(p) * math.sqrt(2 * p.motes_shape[1]),
-    )  # fmt: skip
+    )[0]  # fmt: skip
     med = {r.label: r.error.median for r in p.motes}
     get = {k: med.get(m.label, math.nan) for k, m in (
         ("one", sec.ONE_RELEASE), ("central", sec.CENTRAL), ("b241", sec.BLOCKS_241),
@@ -90,7 +86,7 @@ def _precision(p: sec.PrivacyResults) -> str:
         for q in p.precision
     )
     half = max((max(q.group_medians) - min(q.group_medians)) / 2 for q in p.precision)
-    return _text("precision", seeds=p.seeds, half=half, parts=parts)
+    return prose("privacy", "precision", seeds=p.seeds, half=half, parts=parts)[0]
 
 
 def _state(p: sec.PrivacyResults) -> list[str]:
@@ -176,29 +172,31 @@ def _horizon_text(p: sec.PrivacyResults) -> str:
     hs, h0, f = p.horizons, sec.DEFAULT_HORIZON, hz.noise_factor
     if h0 not in hs or 1 not in hs:
         return ""
-    text = _text("horizon-text", h0=h0, h0_1=f(h0, 1), h0_4=f(h0, 4), one_4=f(1, 4),
-                 h0_64=f(h0, 64), one_64=f(1, 64))  # fmt: skip
+    text = prose("privacy", "horizon-text", h0=h0, h0_1=f(h0, 1), h0_4=f(h0, 4),
+                 one_4=f(1, 4), h0_64=f(h0, 64), one_64=f(1, 64))[0]  # fmt: skip
     big = max(hs)
     if big > h0:
-        text += _text(
-            "horizon-big", big=big, h0=h0,
+        text += prose(
+            "privacy", "horizon-big", big=big, h0=h0,
             worse=max(f(big, k) / f(h0, k) for k in range(1, h0 + 1)) - 1,
             cross=next((k for k in range(1, 4097) if f(big, k) < f(h0, k)), None),
             big_256=f(big, 256), h0_256=f(h0, 256), big_1024=f(big, 1024), h0_1024=f(h0, 1024),
             regret_h0=_regret(p, p.noise_factors[hs.index(h0)]),
             regret_big=_regret(p, p.noise_factors[hs.index(big)]), times=big // h0,
-        )  # fmt: skip
+        )[0]  # fmt: skip
     for ln in p.horizon_lines:
         errs = {h: e.median for h, e in zip(hs, ln.errors, strict=True)}
         if h0 in errs and 1 in errs:
             best = min(errs, key=errs.__getitem__)
-            text += _text("horizon-motes", block=ln.block_size, releases=ln.releases, h0=h0,
-                          e_h0=errs[h0], e_one=errs[1], best=best, e_best=errs[best])  # fmt: skip
+            text += prose(
+                "privacy", "horizon-motes", block=ln.block_size, releases=ln.releases, h0=h0,
+                e_h0=errs[h0], e_one=errs[1], best=best, e_best=errs[best],
+            )[0]  # fmt: skip
     block = p.default_blocks.get(str(h0))
-    return text + _text(
-        "horizon-end", h0=h0, block=block, hours=h0 * (block or 0) / 3600,
+    return text + prose(
+        "privacy", "horizon-end", h0=h0, block=block, hours=h0 * (block or 0) / 3600,
         e_default=_med(_row_error(p, h0)), e_one=_med(_row_error(p, 1)),
-    )  # fmt: skip
+    )[0]  # fmt: skip
 
 
 def _row_error(p: sec.PrivacyResults, horizon: int) -> Summary | None:
@@ -214,19 +212,21 @@ def _block_text(p: sec.PrivacyResults) -> str:
     i = p.block_horizons.index(1)
     first = {b.block_size: b.first_snapshot[i].median for b in p.blocks}
     root = {b.block_size: b.root[i].median for b in p.blocks}
-    same = [(a.block_size, b.block_size, a.releases)
-            for a, b in zip(p.blocks, p.blocks[1:], strict=False) if a.releases == b.releases]
+    pairs = itertools.pairwise(p.blocks)
+    same = [prose("privacy", "block-same", a=a.block_size, b=b.block_size, k=a.releases)[0]
+            for a, b in pairs if a.releases == b.releases]  # fmt: skip
     default, small, large = p.default_blocks.get("1"), min(first), max(first)
-    text = _text(
-        "block-text", same=_text("block-same", a=same[0][0], b=same[0][1], k=same[0][2])
-        if same else "", root_large=root[large], large=large, root_small=root[small],
-        small=small, firsts=", ".join(f"{t}: {v:.3g}" for t, v in first.items()),
-    )  # fmt: skip
+    text = prose(
+        "privacy", "block-text", same=same[0] if same else "", root_large=root[large],
+        large=large, root_small=root[small], small=small,
+        firsts=", ".join(f"{t}: {v:.3g}" for t, v in first.items()),
+    )[0]  # fmt: skip
     if default in first:
-        text += _text(
-            "block-default", default=default, default_64=p.default_blocks.get("64", "?"),
-            times=first[default] / first[large], large=large, share=default / large,
-        )  # fmt: skip
+        text += prose(
+            "privacy", "block-default", default=default,
+            default_64=p.default_blocks.get("64", "?"), times=first[default] / first[large],
+            large=large, share=default / large,
+        )[0]  # fmt: skip
     return text
 
 
