@@ -45,7 +45,7 @@ def _motes(p: sec.PrivacyResults) -> list[str]:
     rows = [
         [
             r.label,
-            "-" if r.block_size == 0 else f"{r.block_size}{' (all)' * (r.block_size == n_leaf)}",
+            {n_leaf: f"{n_leaf} (all)", 0: "-"}.get(r.block_size, r.block_size),
             r.horizon if r.kind == mt.GAUSSIAN else "-",
             r.releases if r.block_size else "-",
             "-" if not math.isfinite(r.noise_std)
