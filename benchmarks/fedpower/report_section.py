@@ -44,12 +44,10 @@ def _get(res: FedPowerBenchResults, dataset: str, fault: str, steps: int, opt: b
 
 def _reach(curve: Curve, bound: float) -> tuple[str, str]:
     """First round (1-based) from which the error ratio stays <= ``bound``, and its kB."""
-    k = None
-    for r in range(len(curve.errors), 0, -1):
-        if curve.errors[r - 1] > bound:
-            break
-        k = r
-    return ("never", "-") if k is None else (str(k), _kb(curve.cum_bytes[k - 1]))
+    k = len(curve.errors)
+    while k > 0 and curve.errors[k - 1] <= bound:
+        k -= 1
+    return ("never", "-") if k == len(curve.errors) else (str(k + 1), _kb(curve.cum_bytes[k]))
 
 
 def _main_table(res: FedPowerBenchResults, dataset: str) -> list[str]:
