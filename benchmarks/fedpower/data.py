@@ -1,18 +1,7 @@
-"""The two datasets of section (h), each split into contiguous leaves.
-
-- **Motes light**: `edge_runtime.datasets.load_dataset("motes-light")` (7712 x 48,
-  lux, uncentred), ``n_leaves`` contiguous parts (8 leaves of 964 rows: each leaf a time
-  span of the fleet's readings, as the runtime's Motes topology splits them). Clip norm
-  `benchmarks.privacy.motes_tree.MOTES_CLIP` (8230 lux, section (f)).
-- **Synth, heterogeneous**: `benchmarks.synth.synth` ``(alpha, d, n)`` (i.i.d. Gaussian rows
-  with the power-law spectrum ``i ** -alpha``, largest row norm 1), rows *sorted by their
-  angle in the plane of the two leading offline principal directions* and then split into
-  contiguous leaves, so that leaf ``l`` sees the sector ``[l, l+1) * 2 pi / L`` of that
-  plane: every leaf's local leading eigenvectors differ from the others' (non-i.i.d.
-  leaves, the case where FedPower's OPT alignment matters; i.i.d. leaves would all
-  converge to nearly the same basis). Clip norm 1 (no row is clipped).
-
-Samples are rows, ``(n_samples, n_features)``, float64.
+"""The two datasets of section (h) in contiguous leaves (rows ``(n, d)``, float64): `MOTES`,
+Motes light as section (f) splits and clips it, and `SYNTH`, `benchmarks.synth.synth` with its
+rows sorted by angle in the plane of the two leading principal directions, so every leaf sees a
+different sector (non-i.i.d. leaves, where FedPower's OPT matters).
 """
 
 from __future__ import annotations
@@ -21,28 +10,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.privacy.motes_tree import MOTES_CLIP
+from benchmarks.privacy.motes_tree import MOTES_CLIP, load_motes
 from benchmarks.synth import synth
 
 __all__ = ["MOTES", "SYNTH", "Dataset", "load"]
 
-MOTES = "Motes light"
-SYNTH = "Synth het."
+MOTES, SYNTH = "Motes light", "Synth het."
 
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """One dataset split into leaves.
-
-    Attributes
-    ----------
-    name : str
-        `MOTES` or `SYNTH`.
-    parts : tuple of ndarray of shape (n_l, d)
-        The leaves' rows, contiguous; their concatenation is all the rows.
-    clip_norm : float
-        Row norm bound ``C`` for the private runs (readings' units).
-    """
+    """``name`` (`MOTES`, `SYNTH`), the leaves' contiguous ``parts`` and the clip norm ``C``."""
 
     name: str
     parts: tuple[np.ndarray, ...]
@@ -59,39 +37,17 @@ class Dataset:
         return int(self.parts[0].shape[1])
 
 
-def _sorted_by_angle(x: np.ndarray) -> np.ndarray:
-    """``x`` with its rows sorted by ``atan2(x v2, x v1)`` (``v1, v2``: top right singular
-    vectors of ``x``)."""
-    _, _, vt = np.linalg.svd(x, full_matrices=False)
-    angle = np.arctan2(x @ vt[1], x @ vt[0])
-    return x[np.argsort(angle, kind="stable")]
-
-
 def load(
-    name: str,
-    *,
-    n_leaves: int = 8,
-    motes_rows: int | None = None,
-    synth_shape: tuple[int, int] = (48, 8000),
-    synth_alpha: float = 1.0,
-) -> Dataset:
-    """`MOTES` (its first ``motes_rows`` rows; None: all) or `SYNTH` (``synth_shape = (d,
-    n)``, seed 0), split into ``n_leaves`` contiguous leaves.
-
-    Raises
-    ------
-    ValueError
-        For an unknown ``name``.
-    """
+    name: str, *, n_leaves: int = 8, motes_rows: int | None = None,
+    synth_shape: tuple[int, int] = (48, 8000), synth_alpha: float = 1.0,
+) -> Dataset:  # fmt: skip
+    """`MOTES` (its first ``motes_rows`` rows; None: all) or `SYNTH` (``synth_shape = (d, n)``,
+    seed 0) in ``n_leaves`` contiguous leaves; ValueError for another ``name``."""
     if name == MOTES:
-        from edge_runtime.datasets import load_dataset
-
-        x = np.ascontiguousarray(load_dataset("motes-light")[:motes_rows], dtype=np.float64)
-        clip = MOTES_CLIP
-    elif name == SYNTH:
-        d, n = synth_shape
-        x = _sorted_by_angle(synth(synth_alpha, d, n, seed=0))
-        clip = 1.0
-    else:
-        raise ValueError(f"unknown dataset {name!r}; choose {MOTES!r} or {SYNTH!r}")
-    return Dataset(name, tuple(np.array_split(x, n_leaves)), float(clip))
+        return Dataset(name, load_motes(motes_rows, n_leaves).parts, MOTES_CLIP)
+    if name == SYNTH:
+        x = synth(synth_alpha, *synth_shape, seed=0)
+        vt = np.linalg.svd(x, full_matrices=False)[2]
+        x = x[np.argsort(np.arctan2(x @ vt[1], x @ vt[0]), kind="stable")]
+        return Dataset(name, tuple(np.array_split(x, n_leaves)), 1.0)
+    raise ValueError(f"unknown dataset {name!r}; choose {MOTES!r} or {SYNTH!r}")

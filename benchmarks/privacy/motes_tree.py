@@ -1,26 +1,9 @@
 """The Motes light tree of section (f): private leaves, two aggregators, one root.
 
-Data: `edge_runtime.datasets.load_dataset("motes-light")` (7712 x 48, lux, uncentred),
-split into ``leaves`` contiguous parts (8 leaves of 964 rows). Every leaf clips its rows
-at ``C`` (`MOTES_CLIP`, 8230 lux: the clip norm of issue 10's measurements, the 95th
-percentile of this dataset's row norms: taken from the data, which is fine for replaying
-a public dataset but not for a deployment, where it must come from the sensors' range)
-and publishes a rank ``r + 10`` subspace (`leaves`: `FPCAEdge`'s tracked subspace, every
-direction of the released sum for ``"gaussian"``; ``r + 10`` directions for the
-hand-built leaves); two aggregators merge half of the leaves each keeping every
-direction they receive (`edge_runtime.fpca.merge_many` with ``rank=None``, as the
-runtime's aggregators do), the root merges the two at rank ``r``. The score is
-`edge_runtime.fpca.error_ratio` of the root's basis on all rows (unclipped): the mean
-squared residual over that of the offline rank-``r`` SVD, 1 is optimal.
-
-Methods (`TreeMethod.kind`): the tree with `FPCAEdge` leaves (``"gaussian"``,
-``"fpca-eq8"``), with symmetric MOD-SuLQ leaves, with the two leaf states of the
-state-choice table (``"running-sum"``, ``"merged-blocks"``: `PrivateGram` directly, the
-same noise matrices for the same seed) and without privacy (``"plain"``); and, without the tree,
-DPdisPCA over the leaves (`benchmarks.privacy.dpdispca`, one round, ``S = leaves``),
-the central Analyze Gauss (one Gaussian release of the Gram matrix of all rows, the
-noise of a single leaf: the best any tree of private leaves can hope for) and a random
-rank-``r`` subspace.
+`load_motes` splits ``load_dataset("motes-light")`` (7712 x 48, lux) into contiguous leaves
+clipped at `MOTES_CLIP`; each leaf publishes a rank ``r + 10`` subspace (`leaves`), two
+aggregators keep every direction, the root merges at rank ``r``; DPdisPCA, the central Analyze
+Gauss and a random subspace skip the tree. Score: `error_ratio` on all rows, unclipped.
 """
 
 from __future__ import annotations
@@ -31,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.privacy import leaves
-from benchmarks.privacy.dpdispca import dpdispca
+from benchmarks.privacy.comparators import dpdispca
 from benchmarks.privacy.stats import rng_for
 from edge_runtime.fpca import Subspace, error_ratio, merge_many
 from edge_runtime.fpca.privacy import (
@@ -42,41 +25,21 @@ from edge_runtime.fpca.privacy import (
 from edge_runtime.fpca.private_gram import PrivateGram
 
 __all__ = [
-    "CENTRAL",
-    "DPDISPCA",
-    "EQ8",
-    "GAUSSIAN",
-    "MERGED_BLOCKS",
-    "MOD_SULQ",
-    "MOTES_CLIP",
-    "ONE_RELEASE",
-    "PLAIN",
-    "RANDOM",
-    "RUNNING_SUM",
-    "MotesData",
-    "TreeMethod",
-    "block_rows",
-    "load_motes",
-    "releases_per_leaf",
-    "root_basis",
-    "root_error",
-    "tree_root",
-]
+    "CENTRAL", "DPDISPCA", "EQ8", "GAUSSIAN", "MERGED_BLOCKS", "MOD_SULQ", "MOTES_CLIP",
+    "ONE_RELEASE", "PLAIN", "RANDOM", "RUNNING_SUM", "MotesData", "TreeMethod", "block_rows",
+    "load_motes", "releases_per_leaf", "root_error", "tree_root",
+]  # fmt: skip
 
 #: Clipping norm of the Motes light rows (lux): the 95th percentile of their norms.
 MOTES_CLIP = 8230.0
 #: Directions a leaf publishes beyond ``r`` (`FPCAEdge`'s default oversample at r = 10).
 LEAF_OVERSAMPLE = 10
 
-GAUSSIAN = "gaussian"
-EQ8 = "fpca-eq8"
-MOD_SULQ = "mod-sulq"
-MERGED_BLOCKS = "merged-blocks"
-RUNNING_SUM = "running-sum"
-PLAIN = "plain"
-DPDISPCA = "dpdispca"
-CENTRAL = "central"
-RANDOM = "random"
+# `TreeMethod.kind`: FPCAEdge leaves, hand-built leaves, or no tree.
+GAUSSIAN, EQ8, MOD_SULQ, PLAIN = "gaussian", "fpca-eq8", "mod-sulq", "plain"
+MERGED_BLOCKS, RUNNING_SUM = "merged-blocks", "running-sum"
+DPDISPCA, CENTRAL, RANDOM = "dpdispca", "central", "random"
+_BLOCKWISE = (GAUSSIAN, EQ8, MERGED_BLOCKS, RUNNING_SUM)
 
 #: ``TreeMethod.block_size`` for one release of all of a leaf's rows.
 ONE_RELEASE = 0
@@ -84,22 +47,9 @@ ONE_RELEASE = 0
 
 @dataclass(frozen=True)
 class TreeMethod:
-    """One row of the Motes tables: how the leaves (or the central release) are private.
-
-    Attributes
-    ----------
-    label : str
-        Name in the report.
-    kind : str
-        `GAUSSIAN`, `EQ8`, `MOD_SULQ`, `RUNNING_SUM`, `MERGED_BLOCKS`, `PLAIN`,
-        `DPDISPCA`, `CENTRAL` or `RANDOM`.
-    block_size : int or None
-        Rows per release for the block-wise kinds: a positive int, `ONE_RELEASE` (the
-        leaf's rows at once) or None (what `FPCAEdge` picks when given no block size:
-        `gaussian_default_block_size` at ``horizon``, or eq. (8)'s `default_block_size`).
-    horizon : int
-        ``H`` of the continual release (`GAUSSIAN` and `RUNNING_SUM` only).
-    """
+    """One row of the Motes tables: ``kind`` (a constant above), rows per release
+    (`ONE_RELEASE`, or None: `FPCAEdge`'s default for the mechanism at ``horizon``) and the
+    continual-release horizon ``H`` (`GAUSSIAN`, `RUNNING_SUM`)."""
 
     label: str
     kind: str
@@ -109,13 +59,11 @@ class TreeMethod:
 
 @dataclass(frozen=True)
 class MotesData:
-    """The Motes light rows and their split into leaves."""
+    """Rows ``x`` ``(n, d)`` in lux, the leaves' contiguous ``parts``, the same clipped and
+    divided by ``clip_norm`` (``unit_parts``, norm <= 1)."""
 
-    #: ``(n, d)`` raw rows (lux).
     x: np.ndarray
-    #: The leaves' raw rows, contiguous, ``n / leaves`` each.
     parts: tuple[np.ndarray, ...]
-    #: The same rows clipped at `clip_norm` and divided by it (norm <= 1).
     unit_parts: tuple[np.ndarray, ...]
     clip_norm: float
 
@@ -141,7 +89,7 @@ def block_rows(
     method: TreeMethod, leaf_rows: int, n_features: int, epsilon: float, delta: float
 ) -> int:
     """Rows per release of ``method`` on a leaf of ``leaf_rows`` rows (0: not block-wise)."""
-    if method.kind not in (GAUSSIAN, EQ8, MERGED_BLOCKS, RUNNING_SUM):
+    if method.kind not in _BLOCKWISE:
         return 0
     if method.block_size == ONE_RELEASE:
         return leaf_rows
@@ -167,83 +115,41 @@ def tree_root(subspaces: Sequence[Subspace], rank: int) -> Subspace:
     return merge_many(middle, rank=rank)
 
 
-def _leaf(
-    data: MotesData,
-    method: TreeMethod,
-    i: int,
-    rank: int,
-    epsilon: float,
-    delta: float,
-    seed: int,
-) -> Subspace:
-    count = rank + LEAF_OVERSAMPLE
-    c = data.clip_norm
+def _leaf(data: MotesData, method: TreeMethod, i: int, rank: int, eps: float, delta: float,
+          seed: int) -> Subspace:  # fmt: skip
+    count, c, unit = rank + LEAF_OVERSAMPLE, data.clip_norm, data.unit_parts[i]
     if method.kind == PLAIN:
         return leaves.plain_leaf(data.parts[i], rank)
     if method.kind == MOD_SULQ:
-        return leaves.mod_sulq_leaf(
-            data.unit_parts[i], count, epsilon, delta, c, rng_for(1, seed, i)
-        )
-    block = block_rows(method, data.parts[i].shape[0], data.n_features, epsilon, delta)
-    if method.kind in (MERGED_BLOCKS, RUNNING_SUM):  # the same noise for the same seed
-        rng = np.random.default_rng(seed * 100 + i)
-        unit = data.unit_parts[i]
-        if method.kind == RUNNING_SUM:
-            return leaves.running_sum_leaf(
-                unit, block, count, epsilon, delta, c, rng, horizon=method.horizon
-            )
-        return leaves.merged_blocks_leaf(unit, block, count, epsilon, delta, c, rng)
+        return leaves.mod_sulq_leaf(unit, count, eps, delta, c, rng_for(1, seed, i))
+    block = block_rows(method, data.parts[i].shape[0], data.n_features, eps, delta)
+    rng = np.random.default_rng(seed * 100 + i)  # the same noise for both states
+    if method.kind == RUNNING_SUM:
+        return leaves.running_sum_leaf(unit, block, count, eps, delta, c, rng, method.horizon)
+    if method.kind == MERGED_BLOCKS:
+        return leaves.merged_blocks_leaf(unit, block, count, eps, delta, c, rng)
     return leaves.fpca_leaf(
-        data.parts[i],
-        rank,
-        block_size=block,
-        epsilon=epsilon,
-        delta=delta,
-        clip_norm=c,
-        mechanism=method.kind,
-        horizon=method.horizon,
-        seed=seed * 100 + i,
-    )
-
-
-def root_basis(
-    data: MotesData,
-    method: TreeMethod,
-    *,
-    rank: int,
-    epsilon: float,
-    delta: float,
-    seed: int,
-) -> np.ndarray:
-    """The root's rank-``rank`` basis, ``(d, rank)``, for one seed of ``method``.
-
-    Leaf ``i`` of the `FPCAEdge`, running-sum and merged-blocks kinds draws its noise
-    from seed ``100 seed + i``; the other kinds from ``SeedSequence((kind tag, seed,
-    ...))``.
-    """
-    d = data.n_features
-    if method.kind == RANDOM:
-        q, _ = np.linalg.qr(rng_for(4, seed).standard_normal((d, rank)))
-        return q
-    if method.kind == DPDISPCA:
-        return dpdispca(list(data.unit_parts), rank, epsilon, delta, rng_for(2, seed))
-    if method.kind == CENTRAL:
-        gram = PrivateGram(d, epsilon, delta, rng=rng_for(3, seed))
-        gram.release(np.concatenate(data.unit_parts))
-        return gram.top(rank)[0]
-    subs = [_leaf(data, method, i, rank, epsilon, delta, seed) for i in range(len(data.parts))]
-    return tree_root(subs, rank).basis[:, :rank]
+        data.parts[i], rank, block_size=block, epsilon=eps, delta=delta, clip_norm=c,
+        mechanism=method.kind, horizon=method.horizon, seed=seed * 100 + i,
+    )  # fmt: skip
 
 
 def root_error(
-    data: MotesData,
-    method: TreeMethod,
-    *,
-    rank: int,
-    epsilon: float,
-    delta: float,
-    seed: int,
+    data: MotesData, method: TreeMethod, *, rank: int, epsilon: float, delta: float, seed: int
 ) -> float:
-    """`error_ratio` of `root_basis` on all of ``data.x`` (1 is the offline SVD's)."""
-    basis = root_basis(data, method, rank=rank, epsilon=epsilon, delta=delta, seed=seed)
+    """`error_ratio` on all of ``data.x`` (1 is the offline SVD's) of the root's basis ``(d,
+    rank)`` for one seed: leaf ``i`` of the `FPCAEdge` and state kinds draws from seed
+    ``100 seed + i``, the others from ``SeedSequence((kind tag, seed, ...))``."""
+    d = data.n_features
+    if method.kind == RANDOM:
+        basis = np.linalg.qr(rng_for(4, seed).standard_normal((d, rank)))[0]
+    elif method.kind == DPDISPCA:
+        basis = dpdispca(list(data.unit_parts), rank, epsilon, delta, rng_for(2, seed))
+    elif method.kind == CENTRAL:
+        gram = PrivateGram(d, epsilon, delta, rng=rng_for(3, seed))
+        gram.release(np.concatenate(data.unit_parts))
+        basis = gram.top(rank)[0]
+    else:
+        subs = [_leaf(data, method, i, rank, epsilon, delta, seed) for i in range(len(data.parts))]
+        basis = tree_root(subs, rank).basis[:, :rank]
     return error_ratio(data.x, basis)

@@ -1,11 +1,10 @@
-"""Section (f) of ``REPORT.md``, from `benchmarks.privacy.section.PrivacyResults`.
-
-`section` returns the Markdown lines (tables and the findings, every number from the
-results); its plot ``PLOT`` is drawn by `benchmarks.privacy.plot`.
-"""
+"""Section (f) of ``REPORT.md`` from `benchmarks.privacy.section.PrivacyResults`: the Markdown
+lines (prose in ``templates/privacy.md``, every number from the results); ``PLOT`` is drawn by
+`benchmarks.privacy.plot`."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from benchmarks.privacy import horizon as hz
@@ -22,13 +21,11 @@ __all__ = ["PLOT", "section"]
 PLOT = "privacy_utility.png"
 
 
-def _num(value: float) -> str:
-    """3 decimals below 100, 4 significant digits above (error ratios of noisy snapshots)."""
-    return f"{value:.3f}" if abs(value) < 100 else f"{value:.4g}"
-
-
 def _med(s: Summary | None) -> str:
-    return "n/a" if s is None or s.n == 0 else _num(s.median)
+    """3 decimals below 100, 4 significant digits above; n/a without values."""
+    if s is None or s.n == 0:
+        return "n/a"
+    return f"{s.median:.3f}" if abs(s.median) < 100 else f"{s.median:.4g}"
 
 
 def _iqr(s: Summary) -> str:
@@ -39,137 +36,60 @@ def _bytes(n: int) -> str:
     return f"{n:,} ({n / 1024:.1f} KiB)"
 
 
-def _block(row: sec.TreeRow, n_leaf: int) -> str:
-    if row.block_size == 0:
-        return "-"
-    return f"{row.block_size} (all)" if row.block_size == n_leaf else str(row.block_size)
+def _sigma(p: sec.PrivacyResults) -> float:
+    return release_noise_std(p.epsilon, p.delta, 1)
 
 
-def _intro(p: sec.PrivacyResults) -> list[str]:
-    n, d = p.motes_shape
-    sigma = release_noise_std(p.epsilon, p.delta, 1)
-    return prose(
-        "privacy", "intro", epsilon=p.epsilon, delta=p.delta, sigma=sigma, n=n, d=d,
-        leaves=p.leaves, leaf_rows=n // max(p.leaves, 1), clip_norm=p.clip_norm,
-        clipped_rows=p.clipped_rows, rank=p.rank, seeds=p.seeds,
-    )  # fmt: skip
-
-
-def _noise_cell(value: float) -> str:
-    return f"{value:.2f}" if value < 100 else f"{value:.3g}"
-
-
-def _motes_table(p: sec.PrivacyResults) -> list[str]:
+def _motes(p: sec.PrivacyResults) -> list[str]:
     n_leaf = p.motes_shape[0] // max(p.leaves, 1)
-    blocks = ", ".join(f"{b} at H = {h}" for h, b in p.default_blocks.items() if h in ("1", "64"))
-    rows = []
-    for r in p.motes:
-        noise = "-" if not math.isfinite(r.noise_std) else _noise_cell(r.noise_std)
-        h = str(r.horizon) if r.kind == mt.GAUSSIAN else "-"
-        rows.append(
-            [
-                r.label,
-                _block(r, n_leaf),
-                h,
-                r.releases if r.block_size else "-",
-                noise,
-                f"**{r.error.median:.3f}**",
-                _iqr(r.error),
-                f"{r.error.mean:.3f}",
-            ]
-        )
-    return [
-        f"### Motes light tree: root error ratio at eps = {p.epsilon:g}, delta = {p.delta:g}",
-        "",
-        table(
-            [
-                "method",
-                "block (rows)",
-                "H",
-                "releases per leaf",
-                "noise std (Gram units)",
-                "median",
-                "IQR",
-                "mean",
-            ],
-            rows,
-        ),
-        "",
-        *prose("privacy", "noise-std", blocks=blocks, spectrum=_spectrum_text(p)),
+    rows = [
+        [
+            r.label,
+            {n_leaf: f"{n_leaf} (all)", 0: "-"}.get(r.block_size, r.block_size),
+            r.horizon if r.kind == mt.GAUSSIAN else "-",
+            r.releases if r.block_size else "-",
+            "-" if not math.isfinite(r.noise_std)
+            else f"{r.noise_std:.2f}" if r.noise_std < 100 else f"{r.noise_std:.3g}",
+            f"**{r.error.median:.3f}**", _iqr(r.error), f"{r.error.mean:.3f}",
+        ]
+        for r in p.motes
     ]
-
-
-def _spectrum_text(p: sec.PrivacyResults) -> str:
-    """How the leaves' spectrum compares with one release's noise."""
-    lo1, hi1 = p.leaf_top_eigenvalue
-    lor, hir = p.leaf_rank_eigenvalue
-    if not math.isfinite(lo1):
-        return ""
-    d = p.motes_shape[1]
-    sigma = release_noise_std(p.epsilon, p.delta, 1)
-    norm = sigma * math.sqrt(2 * d)
+    header = ["method", "block (rows)", "H", "releases per leaf", "noise std (Gram units)",
+              "median", "IQR", "mean"]  # fmt: skip
+    blocks = ", ".join(f"{b} at H = {h}" for h, b in p.default_blocks.items() if h in ("1", "64"))
+    (lo1, hi1), (lor, hir) = p.leaf_top_eigenvalue, p.leaf_rank_eigenvalue
+    spectrum = "" if not math.isfinite(lo1) else prose(
+        "privacy", "spectrum", lo1=lo1, hi1=hi1, rank=p.rank, lor=lor, hir=hir,
+        norm=_sigma(p) * math.sqrt(2 * p.motes_shape[1]),
+    )[0]  # fmt: skip
+    med = {r.label: r.error.median for r in p.motes}
+    get = {k: med.get(m.label, math.nan) for k, m in (
+        ("one", sec.ONE_RELEASE), ("central", sec.CENTRAL), ("b241", sec.BLOCKS_241),
+        ("c241", sec.CONTINUAL_241), ("b31", sec.BLOCKS_31), ("c31", sec.CONTINUAL_31),
+        ("eq8", sec.EQ8_241), ("rnd", sec.RANDOM), ("dpd", sec.DPDISPCA))}  # fmt: skip
+    eq8 = p.row(sec.EQ8_241.label)
+    ratio = math.nan if eq8 is None else eq8.noise_std / _sigma(p)
     return prose(
-        "privacy", "spectrum", lo1=lo1, hi1=hi1, rank=p.rank, lor=lor, hir=hir, norm=norm
-    )[0]
+        "privacy", "noise-std", epsilon=p.epsilon, delta=p.delta, table=table(header, rows),
+        blocks=blocks, spectrum=spectrum,
+    ) + prose("privacy", "findings", **get, ratio=ratio, precision=_precision(p))  # fmt: skip
 
 
-def _motes_findings(p: sec.PrivacyResults) -> list[str]:
-    def med(label: str) -> float:
-        r = p.row(label)
-        return math.nan if r is None else r.error.median
-
-    one, central = med(sec.ONE_RELEASE.label), med(sec.CENTRAL.label)
-    b241, c241 = med(sec.BLOCKS_241.label), med(sec.CONTINUAL_241.label)
-    b31, c31 = med(sec.BLOCKS_31.label), med(sec.CONTINUAL_31.label)
-    eq8, rnd = med(sec.EQ8_241.label), med(sec.RANDOM.label)
-    dpd = med(sec.DPDISPCA.label)
-    eq8_row = p.row(sec.EQ8_241.label)
-    ratio = (
-        math.nan
-        if eq8_row is None
-        else eq8_row.noise_std / release_noise_std(p.epsilon, p.delta, 1)
-    )
-    return prose(
-        "privacy", "findings", one=one, central=central, dpd=dpd, b241=b241, b31=b31,
-        c241=c241, c31=c31, eq8=eq8, rnd=rnd, ratio=ratio, precision=_precision_text(p),
-    )  # fmt: skip
-
-
-def _precision_text(p: sec.PrivacyResults) -> str:
+def _precision(p: sec.PrivacyResults) -> str:
     """How far a median over `seeds` seeds moves with the seeds (Done-when precision)."""
-    if not p.precision:
+    if not p.precision or not all(q.group_medians for q in p.precision):
         return ""
-    if not all(q.group_medians for q in p.precision):
-        return ""
-    parts = [
+    parts = "; ".join(
         f"{q.label}: {q.error.median:.3f} over {q.error.n} seeds, {p.seeds}-seed medians "
         f"{min(q.group_medians):.3f}-{max(q.group_medians):.3f} "
         f"({len(q.group_medians)} disjoint groups)"
         for q in p.precision
-    ]
-    half = max((max(q.group_medians) - min(q.group_medians)) / 2 for q in p.precision)
-    return (
-        f" A median over {p.seeds} seeds is itself noisy, by about +-{half:.2f} here: "
-        + "; ".join(parts)
-        + ". Targets within that distance of a number are met or missed by the draw."
     )
+    half = max((max(q.group_medians) - min(q.group_medians)) / 2 for q in p.precision)
+    return prose("privacy", "precision", seeds=p.seeds, half=half, parts=parts)[0]
 
 
-def _curve_table(p: sec.PrivacyResults) -> list[str]:
-    rows = [
-        [f"{e:g}", *[_med(c.errors[i]) for c in p.curves]] for i, e in enumerate(p.curve_epsilons)
-    ]
-    return [
-        f"### Root error ratio against epsilon (median over {p.seeds} seeds)",
-        "",
-        table(["epsilon", *[c.label for c in p.curves]], rows),
-        "",
-        f"![Private mode: error ratio against epsilon]({PLOT})",
-        "",
-    ]
-
-
-def _state_section(p: sec.PrivacyResults) -> list[str]:
+def _state(p: sec.PrivacyResults) -> list[str]:
     if not p.state_choice:
         return []
     names = {
@@ -177,178 +97,113 @@ def _state_section(p: sec.PrivacyResults) -> list[str]:
         "b": "(b) per-block releases truncated to r + 10 eigenpairs, merged (FPCA merge)",
     }
     rows = [
-        [
-            names[r.state],
-            r.block_size,
-            r.horizon,
-            f"**{r.error.median:.3f}**",
-            _iqr(r.error),
-            _bytes(r.retained_bytes),
-            _bytes(r.peak_bytes),
-        ]
+        [names[r.state], r.block_size, r.horizon, f"**{r.error.median:.3f}**", _iqr(r.error),
+         _bytes(r.retained_bytes), _bytes(r.peak_bytes)]
         for r in p.state_choice
-    ]
+    ]  # fmt: skip
     header = ["state", "block", "H", "median", "IQR", "retained (bytes)", "peak (bytes)"]
-    out = prose(
-        "privacy", "state", leaf_rows=p.motes_shape[0] // max(p.leaves, 1), d=p.motes_shape[1],
-        table=table(header, rows),
-    )  # fmt: skip
+    n, d = p.motes_shape
+    out = prose("privacy", "state", leaf_rows=n // max(p.leaves, 1), d=d, table=table(header, rows))
     a = {(r.block_size, r.horizon): r for r in p.state_choice if r.state == "a"}
-    b = {r.block_size: r for r in p.state_choice if r.state == "b"}
     pairs = [
-        (
-            blk,
-            a[(blk, 1)],
-            b[blk],
-            next((r for k, r in a.items() if k[0] == blk and k[1] > 1), None),
-        )
-        for blk in b
+        (blk, a[(blk, 1)], rb, next((r for k, r in a.items() if k[0] == blk and k[1] > 1), None))
+        for blk, rb in {r.block_size: r for r in p.state_choice if r.state == "b"}.items()
         if (blk, 1) in a
     ]
-    if pairs:
-        text = "; ".join(
-            f"blocks of {blk}: (a) {ra.error.median:.3f} at H 1"
-            + (f", {rc.error.median:.3f} at H {rc.horizon}" if rc is not None else "")
-            + f", (b) {rb.error.median:.3f}"
-            for blk, ra, rb, rc in pairs
-        )
-        d = p.motes_shape[1]
-        paired = "; ".join(
-            f"blocks of {blk}: {rb.paired.median:+.3f} (IQR {rb.paired.p25:+.3f} to "
-            f"{rb.paired.p75:+.3f}), (b) worse in {rb.b_worse} of {rb.paired.n} seeds"
-            for blk, _, rb, _ in pairs
-            if rb.paired is not None
-        )
-        out += prose(
-            "privacy", "chosen", text=text, paired=paired, low=16 * d * d, high=24 * d * d,
-            d=d, subspace=8 * d * (p.rank + 10), rank_b=p.rank + 10,
-        )  # fmt: skip
-    return out
+    if not pairs:
+        return out
+    text = "; ".join(
+        f"blocks of {blk}: (a) {ra.error.median:.3f} at H 1"
+        + (f", {rc.error.median:.3f} at H {rc.horizon}" if rc is not None else "")
+        + f", (b) {rb.error.median:.3f}"
+        for blk, ra, rb, rc in pairs
+    )
+    paired = "; ".join(
+        f"blocks of {blk}: {rb.paired.median:+.3f} (IQR {rb.paired.p25:+.3f} to "
+        f"{rb.paired.p75:+.3f}), (b) worse in {rb.b_worse} of {rb.paired.n} seeds"
+        for blk, _, rb, _ in pairs
+        if rb.paired is not None
+    )
+    return out + prose(
+        "privacy", "chosen", text=text, paired=paired, low=16 * d * d, high=24 * d * d, d=d,
+        subspace=8 * d * (p.rank + 10), rank_b=p.rank + 10,
+    )  # fmt: skip
 
 
-def _horizon_section(p: sec.PrivacyResults) -> list[str]:
+def _best(p: sec.PrivacyResults) -> list[float]:
+    """The least noise factor of the table's H at each of its k."""
+    return [min(row[j] for row in p.noise_factors) for j in range(len(p.releases))]
+
+
+def _regret(p: sec.PrivacyResults, factors: list[float]) -> float:
+    """Largest ratio of a row of noise factors to the least of the table's H, over the k."""
+    return max(f / b for f, b in zip(factors, _best(p), strict=True))
+
+
+def _horizon(p: sec.PrivacyResults) -> list[str]:
     if not p.noise_factors:
         return []
-    hs, ks = p.horizons, p.releases
-    best = [min(row[j] for row in p.noise_factors) for j in range(len(ks))]
-    rows = []
-    for h, factors in zip(hs, p.noise_factors, strict=True):
-        regret = max(f / b for f, b in zip(factors, best, strict=True))
-        cells = [
-            f"**{f:.2f}**" if f <= b + 1e-12 else f"{f:.2f}"
-            for f, b in zip(factors, best, strict=True)
-        ]
-        rows.append([f"H = {h}", *cells, f"{regret:.2f}"])
-    header = ["", *[f"k = {k}" for k in ks], "max / best"]
-    out = prose("privacy", "horizon", table=table(header, rows))
+    hs, best = p.horizons, _best(p)
+    rows = [
+        [f"H = {h}", *[f"**{f:.2f}**" if f <= b + 1e-12 else f"{f:.2f}"
+                       for f, b in zip(factors, best, strict=True)], f"{_regret(p, factors):.2f}"]
+        for h, factors in zip(hs, p.noise_factors, strict=True)
+    ]  # fmt: skip
+    out = prose("privacy", "horizon", table=table(["", *[f"k = {k}" for k in p.releases],
+                                                   "max / best"], rows))  # fmt: skip
     if p.horizon_lines:
-        lines = [
-            [
-                f"blocks of {ln.block_size} ({ln.releases} releases per leaf)",
-                *[_med(e) for e in ln.errors],
-            ]
-            for ln in p.horizon_lines
-        ]
-        out += [
-            f"Motes light, median root error ratio against H (eps = {p.epsilon:g}):",
-            "",
-            table(["", *[f"H = {h}" for h in hs]], lines),
-            "",
-        ]
+        lines = [[f"blocks of {ln.block_size} ({ln.releases} releases per leaf)",
+                  *[_med(e) for e in ln.errors]] for ln in p.horizon_lines]  # fmt: skip
+        out += prose("privacy", "horizon-lines", epsilon=p.epsilon,
+                     table=table(["", *[f"H = {h}" for h in hs]], lines))  # fmt: skip
     if p.blocks:
-        header = ["block (rows)", "releases per leaf"]
-        header += [f"first snapshot, H = {h}" for h in p.block_horizons]
-        header += [f"root, H = {h}" for h in p.block_horizons]
-        rows = [
-            [
-                b.block_size,
-                b.releases,
-                *[_med(s) for s in b.first_snapshot],
-                *[_med(s) for s in b.root],
-            ]
-            for b in p.blocks
-        ]
+        header = ["block (rows)", "releases per leaf", *[f"first snapshot, H = {h}" for h in
+                  p.block_horizons], *[f"root, H = {h}" for h in p.block_horizons]]  # fmt: skip
+        rows = [[b.block_size, b.releases, *map(_med, b.first_snapshot), *map(_med, b.root)]
+                for b in p.blocks]  # fmt: skip
         out += prose("privacy", "blocks", table=table(header, rows))
-    out += _defaults_text(p)
+    for text in (_horizon_text(p), _block_text(p)):
+        if text:
+            out += [text, ""]
     return out
-
-
-def _regret(p: sec.PrivacyResults, h: int) -> float:
-    """Largest ratio of H's noise to the least of the table's H over the table's k."""
-    row = p.noise_factors[p.horizons.index(h)]
-    best = [min(r[j] for r in p.noise_factors) for j in range(len(p.releases))]
-    return max(f / b for f, b in zip(row, best, strict=True))
-
-
-def _crossover(low: int, high: int, limit: int = 4096) -> int | None:
-    """The smallest k at which horizon ``high`` is less noisy than ``low`` (None: none)."""
-    return next(
-        (k for k in range(1, limit + 1) if hz.noise_factor(high, k) < hz.noise_factor(low, k)),
-        None,
-    )
 
 
 def _horizon_text(p: sec.PrivacyResults) -> str:
-    hs, h0 = p.horizons, sec.DEFAULT_HORIZON
+    hs, h0, f = p.horizons, sec.DEFAULT_HORIZON, hz.noise_factor
     if h0 not in hs or 1 not in hs:
         return ""
-    text = (
-        f"**Horizon.** The best H is about the number of releases a leaf makes (bold in "
-        f"the table). H = "
-        f"{h0} costs {hz.noise_factor(h0, 1):.2f} times the noise of H = 1 at the first "
-        f"release, breaks even by k = 4 ({hz.noise_factor(h0, 4):.2f} against "
-        f"{hz.noise_factor(1, 4):.2f}) and is the best of the table at k = 64 "
-        f"({hz.noise_factor(h0, 64):.2f}; H = 1: {hz.noise_factor(1, 64):.2f})."
-    )
+    text = prose("privacy", "horizon-text", h0=h0, h0_1=f(h0, 1), h0_4=f(h0, 4),
+                 one_4=f(1, 4), h0_64=f(h0, 64), one_64=f(1, 64))[0]  # fmt: skip
     big = max(hs)
     if big > h0:
-        cross = _crossover(h0, big)
-        worse = max(hz.noise_factor(big, k) / hz.noise_factor(h0, k) for k in range(1, h0 + 1))
-        text += (
-            f" H = {big} is at most {worse - 1:.0%} noisier up to k = {h0} and less noisy "
-            f"from k = {cross} on (k = 256: {hz.noise_factor(big, 256):.2f} against "
-            f"{hz.noise_factor(h0, 256):.2f}; k = 1024: {hz.noise_factor(big, 1024):.2f} "
-            f"against {hz.noise_factor(h0, 1024):.2f}); over the table both are within "
-            f"{_regret(p, h0):.2f} and {_regret(p, big):.2f} times the best H, and a release "
-            f"at step t of a segment regenerates t noise matrices (O(t d^2) work, up to "
-            f"{big // h0} times more at H = {big})."
-        )
+        text += prose(
+            "privacy", "horizon-big", big=big, h0=h0,
+            worse=max(f(big, k) / f(h0, k) for k in range(1, h0 + 1)) - 1,
+            cross=next((k for k in range(1, 4097) if f(big, k) < f(h0, k)), None),
+            big_256=f(big, 256), h0_256=f(h0, 256), big_1024=f(big, 1024), h0_1024=f(h0, 1024),
+            regret_h0=_regret(p, p.noise_factors[hs.index(h0)]),
+            regret_big=_regret(p, p.noise_factors[hs.index(big)]), times=big // h0,
+        )[0]  # fmt: skip
     for ln in p.horizon_lines:
-        errs = dict(zip(hs, ln.errors, strict=True))
+        errs = {h: e.median for h, e in zip(hs, ln.errors, strict=True)}
         if h0 in errs and 1 in errs:
-            best_h = min(errs, key=lambda h, e=errs: e[h].median)
-            text += (
-                f" On Motes with blocks of {ln.block_size} ({ln.releases} releases per "
-                f"leaf): H {h0} {errs[h0].median:.3f}, H 1 {errs[1].median:.3f}, best H "
-                f"{best_h} ({errs[best_h].median:.3f})."
-            )
+            best = min(errs, key=errs.__getitem__)
+            text += prose(
+                "privacy", "horizon-motes", block=ln.block_size, releases=ln.releases, h0=h0,
+                e_h0=errs[h0], e_one=errs[1], best=best, e_best=errs[best],
+            )[0]  # fmt: skip
     block = p.default_blocks.get(str(h0))
-    return text + (
-        f" So H = {h0} suits a leaf that makes up to about {h0} releases per segment; one "
-        f"that runs longer (at the default block of {block} rows and one reading a "
-        f"second, {h0} releases take {h0 * (block or 0) / 3600:.0f} hours) would have less "
-        f"noise with a longer horizon, and one that makes only a few releases with H = "
-        "1-4 would do better (the runtime defaults on this short Motes stream, 2 releases "
-        "per leaf: "
-        f"{_med(_row_error(p, h0))}, against {_med(_row_error(p, 1))} for the default "
-        "block at H = 1). Which default is better depends on the expected stream length; "
-        "these numbers do not make another one clearly better for every stream."
-    )
+    return text + prose(
+        "privacy", "horizon-end", h0=h0, block=block, hours=h0 * (block or 0) / 3600,
+        e_default=_med(_row_error(p, h0)), e_one=_med(_row_error(p, 1)),
+    )[0]  # fmt: skip
 
 
 def _row_error(p: sec.PrivacyResults, horizon: int) -> Summary | None:
     """The root error of the default-block row of the Motes table at ``horizon``."""
-    row = next(
-        (
-            r
-            for r in p.motes
-            if r.block_size == p.default_blocks.get(str(horizon))
-            and r.horizon == horizon
-            and "default block" in r.label
-        ),
-        None,
-    )
-    return None if row is None else row.error
+    block = p.default_blocks.get(str(horizon))
+    return next((r.error for r in p.motes if r.block_size == block and r.horizon == horizon
+                 and "default block" in r.label), None)  # fmt: skip
 
 
 def _block_text(p: sec.PrivacyResults) -> str:
@@ -357,63 +212,36 @@ def _block_text(p: sec.PrivacyResults) -> str:
     i = p.block_horizons.index(1)
     first = {b.block_size: b.first_snapshot[i].median for b in p.blocks}
     root = {b.block_size: b.root[i].median for b in p.blocks}
-    same = [
-        (a.block_size, b.block_size, a.releases)
-        for a, b in zip(p.blocks, p.blocks[1:], strict=False)
-        if a.releases == b.releases
-    ]
-    default = p.default_blocks.get("1")
-    small, large = min(first), max(first)
-    text = (
-        "**Block size.** After all rows the root depends on the block size only through "
-        "the number of releases per leaf (the final sum is the exact Gram matrix plus the "
-        "releases' noise"
-        + (
-            f": blocks of {same[0][0]} and {same[0][1]} both make {same[0][2]} releases and "
-            "give the same root"
-            if same
-            else ""
-        )
-        + f"), so larger blocks are always as accurate or more (H = 1: {root[large]:.3f} "
-        f"with {large} rows, {root[small]:.3f} with {small}). What the block size buys is "
-        "latency: a leaf publishes its first snapshot after one block, and that snapshot's "
-        "error ratio falls steeply with T ("
-        + ", ".join(f"{t}: {v:.3g}" for t, v in first.items())
-        + " at H = 1)."
-    )
+    pairs = itertools.pairwise(p.blocks)
+    same = [prose("privacy", "block-same", a=a.block_size, b=b.block_size, k=a.releases)[0]
+            for a, b in pairs if a.releases == b.releases]  # fmt: skip
+    default, small, large = p.default_blocks.get("1"), min(first), max(first)
+    text = prose(
+        "privacy", "block-text", same=same[0] if same else "", root_large=root[large],
+        large=large, root_small=root[small], small=small,
+        firsts=", ".join(f"{t}: {v:.3g}" for t, v in first.items()),
+    )[0]  # fmt: skip
     if default in first:
-        text += (
-            f" The default, {default} rows at H = 1 ({p.default_blocks.get('64', '?')} at "
-            f"H = 64), is where the release noise's spectral norm is a tenth of the "
-            "largest eigenvalue a block can have; on Motes its first snapshot is "
-            f"{first[default] / first[large]:.1f} times the error of a {large}-row one at "
-            f"{default / large:.0%} of the wait. It is a point on a monotone trade-off, not "
-            "an optimum, and nothing here makes another default clearly better."
-        )
+        text += prose(
+            "privacy", "block-default", default=default,
+            default_64=p.default_blocks.get("64", "?"), times=first[default] / first[large],
+            large=large, share=default / large,
+        )[0]  # fmt: skip
     return text
 
 
-def _defaults_text(p: sec.PrivacyResults) -> list[str]:
-    out = []
-    for text in (_horizon_text(p), _block_text(p)):
-        if text:
-            out += [text, ""]
-    return out
-
-
-def _synth_section(p: sec.PrivacyResults) -> list[str]:
+def _synth(p: sec.PrivacyResults) -> list[str]:
     if not p.synth:
         return []
     d, n = p.synth_shape
     level = random_level(d)
-    rows = []
-    for i, e in enumerate(p.synth_epsilons):
-        cells = [f"{c.q[i].mean:.4f} ± {c.q[i].std:.4f}" for c in p.synth]
-        rows.append([f"{e:g}", *cells, f"{level:.3f}"])
+    rows = [
+        [f"{e:g}", *[f"{c.q[i].mean:.4f} ± {c.q[i].std:.4f}" for c in p.synth], f"{level:.3f}"]
+        for i, e in enumerate(p.synth_epsilons)
+    ]
     return prose(
         "privacy", "synth", trials=p.synth_trials, d=d, n=n, delta=p.synth_delta,
-        rank=p.synth_rank, block=math.ceil(n / 5),
-        sigma=release_noise_std(0.1, p.synth_delta, 1),
+        rank=p.synth_rank, block=math.ceil(n / 5), sigma=release_noise_std(0.1, p.synth_delta, 1),
         classical=math.sqrt(2 * math.log(1.25 / p.synth_delta)) / 0.1,
         table=table(["epsilon", *[c.label for c in p.synth], "random direction"], rows),
     )  # fmt: skip
@@ -421,12 +249,18 @@ def _synth_section(p: sec.PrivacyResults) -> list[str]:
 
 def section(p: sec.PrivacyResults) -> list[str]:
     """The Markdown lines of section (f)."""
-    out = _intro(p)
+    n, d = p.motes_shape
+    out = prose(
+        "privacy", "intro", epsilon=p.epsilon, delta=p.delta, sigma=_sigma(p), n=n, d=d,
+        leaves=p.leaves, leaf_rows=n // max(p.leaves, 1), clip_norm=p.clip_norm,
+        clipped_rows=p.clipped_rows, rank=p.rank, seeds=p.seeds,
+    )  # fmt: skip
     if p.motes:
-        out += _motes_table(p) + _motes_findings(p)
+        out += _motes(p)
     if p.curves:
-        out += _curve_table(p)
-    out += _state_section(p) + _horizon_section(p) + _synth_section(p)
-    out.append(f"Wall time of this section: {p.seconds:.0f} s.")
-    out.append("")
-    return out
+        rows = [[f"{e:g}", *[_med(c.errors[i]) for c in p.curves]]
+                for i, e in enumerate(p.curve_epsilons)]  # fmt: skip
+        header = ["epsilon", *[c.label for c in p.curves]]
+        out += prose("privacy", "curves", seeds=p.seeds, table=table(header, rows), plot=PLOT)
+    out += _state(p) + _horizon(p) + _synth(p)
+    return [*out, f"Wall time of this section: {p.seconds:.0f} s.", ""]

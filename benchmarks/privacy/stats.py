@@ -27,16 +27,10 @@ def summarise(values: Sequence[float]) -> Summary:
     """The `Summary` of ``values`` (std with ``ddof = 1``; 0 for one value)."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
-        return Summary(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+        return Summary(0, *[math.nan] * 5)
     p25, median, p75 = (float(q) for q in np.percentile(v, [25, 50, 75]))
-    return Summary(
-        n=int(v.size),
-        mean=float(v.mean()),
-        std=float(v.std(ddof=1)) if v.size > 1 else 0.0,
-        median=median,
-        p25=p25,
-        p75=p75,
-    )
+    std = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return Summary(int(v.size), float(v.mean()), std, median, p25, p75)
 
 
 def rng_for(*key: int) -> np.random.Generator:

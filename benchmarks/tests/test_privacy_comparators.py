@@ -1,23 +1,19 @@
-"""The privacy comparators (MOD-SuLQ, DPdisPCA) and the pieces of benchmark (f).
-
-The comparators live in ``benchmarks/privacy`` (benchmarks, not runtime): these tests
-check that each computes what its paper describes (mask shape and scale, recovery
-without noise), that the leaves of the Motes tree recover the data without meaningful
-noise, and that the horizon table's formula is what `PrivateGram` does.
-"""
+"""The privacy comparators compute what their papers describe (mask shape and scale, recovery
+without noise), the Motes tree's leaves recover the data without meaningful noise, and the
+horizon table's formula is what `PrivateGram` does."""
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
 import pytest
 
-from benchmarks.privacy import horizon, leaves
+from benchmarks.privacy import comparators, horizon, leaves
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy import synth_table as st
-from benchmarks.privacy.dpdispca import dpdispca, dpdispca_noise_std, site_factor
-from benchmarks.privacy.mod_sulq import mod_sulq, mod_sulq_eigenpairs, symmetric_gaussian
+from benchmarks.privacy.comparators import dpdispca, mod_sulq, symmetric_gaussian
 from benchmarks.synth import synth
 from edge_runtime.fpca import error_ratio, merge_many
 from edge_runtime.fpca.privacy import mod_sulq_noise_std
@@ -27,8 +23,12 @@ from edge_runtime.fpca.private_gram import PrivateGram
 @pytest.fixture(scope="module")
 def data():
     x = synth(1.0, n_features=20, n_samples=5000, seed=7)
-    _, vectors = np.linalg.eigh(x.T @ x / len(x))
-    return x, vectors[:, -1]
+    return x, np.linalg.eigh(x.T @ x / len(x))[1][:, -1]
+
+
+@pytest.fixture(scope="module")
+def motes():
+    return mt.load_motes(rows=1600, n_leaves=4)
 
 
 def test_the_mod_sulq_mask_is_symmetric_with_entry_std_beta():
@@ -50,87 +50,65 @@ def test_mod_sulq_returns_the_top_eigenvectors_of_the_masked_second_moment(data)
     basis = mod_sulq(x, 5, 0.7, 0.05, np.random.default_rng(3))
     mask = symmetric_gaussian(d, mod_sulq_noise_std(0.7, 0.05, d, n), np.random.default_rng(3))
     values, vectors = np.linalg.eigh(x.T @ x / n + mask)
-    expected = vectors[:, ::-1][:, :5]
     assert basis.shape == (d, 5)
-    assert np.allclose(np.abs(np.sum(basis * expected, axis=0)), 1.0)
-    assert np.all(np.diff(values[::-1][:5]) <= 0)
-    basis2, top = mod_sulq_eigenpairs(x, 5, 0.7, 0.05, np.random.default_rng(3))
+    assert np.allclose(np.abs(np.sum(basis * vectors[:, ::-1][:, :5], axis=0)), 1.0)
+    basis2, top = comparators.mod_sulq_eigenpairs(x, 5, 0.7, 0.05, np.random.default_rng(3))
     assert np.array_equal(basis2, basis) and np.allclose(top, values[::-1][:5])
 
 
-def test_mod_sulq_and_dpdispca_recover_v1_without_meaningful_noise(data):
+def test_the_comparators_and_fpca_recover_v1_without_meaningful_noise(data):
     x, v1 = data
     rng = np.random.default_rng(1)
     assert st.q_a(v1, mod_sulq(x, 5, 1e6, 0.05, rng)[:, 0]) > 0.999
     assert st.q_a(v1, dpdispca([x], 5, 1e6, 0.05, rng)[:, 0]) > 0.999
     assert st.q_a(v1, dpdispca(np.array_split(x, 8), 5, 1e6, 0.05, rng)[:, 0]) > 0.999
-
-
-def test_fpca_in_the_synth_table_recovers_v1_without_meaningful_noise(data):
-    x, v1 = data
     for mechanism in ("gaussian", "fpca-eq8"):
         for b in (5000, 1000):
-            direction = st.fpca_first_direction(
-                x, 5, 1e6, 0.05, block_size=b, mechanism=mechanism, seed=0
-            )
-            assert st.q_a(v1, direction) > 0.999
+            v = st.fpca_first_direction(x, 5, 1e6, 0.05, block_size=b, mechanism=mechanism, seed=0)
+            assert st.q_a(v1, v) > 0.999
 
 
 def test_dpdispca_site_message_is_scaled_eigenvectors_and_tau_is_the_gaussian_mechanism():
-    assert dpdispca_noise_std(0.5, 0.05, 200) == pytest.approx(
-        math.sqrt(2 * math.log(1.25 / 0.05)) / (200 * 0.5)
-    )
+    tau = comparators.dpdispca_noise_std(0.5, 0.05, 200)
+    assert tau == pytest.approx(math.sqrt(2 * math.log(1.25 / 0.05)) / (200 * 0.5))
     x = synth(1.0, n_features=10, n_samples=2000, seed=2)
-    p = site_factor(x, 4, 1e6, 0.05, np.random.default_rng(0))
+    p = comparators.site_factor(x, 4, 1e6, 0.05, np.random.default_rng(0))
     values, vectors = np.linalg.eigh(x.T @ x / len(x))
     # P P^T is the rank-4 truncation of the (essentially unmasked) second moment
-    top = vectors[:, ::-1][:, :4] * values[::-1][:4]
-    assert np.allclose(p @ p.T, top @ vectors[:, ::-1][:, :4].T, atol=1e-6)
+    top = vectors[:, ::-1][:, :4]
+    assert np.allclose(p @ p.T, (top * values[::-1][:4]) @ top.T, atol=1e-6)
 
 
-def test_dpdispca_averages_the_sites_and_checks_its_inputs():
-    rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="at least one site"):
-        dpdispca([], 2, 1.0, 0.05, rng)
-    with pytest.raises(ValueError, match="same n_features"):
-        dpdispca([np.zeros((3, 4)), np.zeros((3, 5))], 2, 1.0, 0.05, rng)
-    with pytest.raises(ValueError, match="intermediate_rank"):
-        dpdispca([np.zeros((3, 4))], 3, 1.0, 0.05, rng, intermediate_rank=2)
+@pytest.mark.parametrize(
+    ("sites", "kwargs", "match"),
+    [
+        ([], {}, "at least one site"),
+        ([np.zeros((3, 4)), np.zeros((3, 5))], {}, "same n_features"),
+        ([np.zeros((3, 4))], {"rank": 3, "intermediate_rank": 2}, "intermediate_rank"),
+        ([np.eye(4)[:3] * 1.01], {}, "unit ball"),
+    ],
+)
+def test_dpdispca_checks_its_inputs(sites, kwargs, match):
+    args = {"rank": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        dpdispca(sites, epsilon=1.0, delta=0.05, rng=np.random.default_rng(0), **args)
 
 
-@pytest.mark.parametrize("method", ["mod_sulq", "dpdispca"])
-def test_the_comparators_refuse_rows_outside_the_unit_ball(method):
-    x = np.eye(4)[:3] * 1.01
-    rng = np.random.default_rng(0)
+def test_mod_sulq_refuses_rows_outside_the_unit_ball():
     with pytest.raises(ValueError, match="unit ball"):
-        if method == "mod_sulq":
-            mod_sulq(x, 2, 1.0, 0.05, rng)
-        else:
-            dpdispca([x], 2, 1.0, 0.05, rng)
+        mod_sulq(np.eye(4)[:3] * 1.01, 2, 1.0, 0.05, np.random.default_rng(0))
 
 
-def test_random_level_is_the_mean_q_a_of_random_directions():
+def test_q_a_is_sign_blind_in_zero_one_and_random_level_is_its_mean_for_random_directions():
     rng = np.random.default_rng(5)
     u = rng.standard_normal((20_000, 20))
     u /= np.linalg.norm(u, axis=1)[:, None]
     assert np.abs(u[:, 0]).mean() == pytest.approx(st.random_level(20), rel=0.02)
     assert st.random_level(20) == pytest.approx(0.181, abs=5e-4)
-
-
-def test_q_a_is_between_zero_and_one():
-    rng = np.random.default_rng(4)
-    for _ in range(200):
-        u, v = rng.standard_normal((2, 20))
-        u /= np.linalg.norm(u)
-        v /= np.linalg.norm(v)
-        assert 0.0 <= st.q_a(u, v) <= 1.0
-        assert st.q_a(u, -u) == pytest.approx(1.0)  # sign-blind
-        assert st.q_a(u, u * (1 + 1e-12)) == 1.0  # rounding above 1 is clipped
-
-
-@pytest.fixture(scope="module")
-def motes():
-    return mt.load_motes(rows=1600, n_leaves=4)
+    for a, b in zip(u[:200], u[200:400], strict=True):
+        assert 0.0 <= st.q_a(a, b) <= 1.0
+        assert st.q_a(a, -a) == pytest.approx(1.0)
+        assert st.q_a(a, a * (1 + 1e-12)) == 1.0  # rounding above 1 is clipped
 
 
 @pytest.mark.parametrize(
@@ -148,8 +126,7 @@ def motes():
     ids=lambda m: f"{m.kind}-{m.block_size}-{m.horizon}",
 )
 def test_every_tree_method_recovers_the_motes_subspace_without_meaningful_noise(motes, method):
-    ratio = mt.root_error(motes, method, rank=5, epsilon=1e6, delta=1e-5, seed=0)
-    assert ratio < 1.05
+    assert mt.root_error(motes, method, rank=5, epsilon=1e6, delta=1e-5, seed=0) < 1.05
 
 
 def test_the_tree_merges_halves_then_the_root_and_a_random_subspace_is_far_off(motes):
@@ -162,13 +139,11 @@ def test_the_tree_merges_halves_then_the_root_and_a_random_subspace_is_far_off(m
 
 
 def test_the_two_leaf_states_share_their_noise_and_agree_on_a_single_block(motes):
-    unit = motes.unit_parts[0]
-    c = motes.clip_norm
+    unit, c = motes.unit_parts[0], motes.clip_norm
 
     def both(block):
-        a = leaves.running_sum_leaf(unit, block, 10, 1.0, 1e-5, c, np.random.default_rng(3))
-        b = leaves.merged_blocks_leaf(unit, block, 10, 1.0, 1e-5, c, np.random.default_rng(3))
-        return a, b
+        return [f(unit, block, 10, 1.0, 1e-5, c, np.random.default_rng(3))
+                for f in (leaves.running_sum_leaf, leaves.merged_blocks_leaf)]  # fmt: skip
 
     a, b = both(unit.shape[0])  # one release: the same noisy matrix, truncated alike
     assert np.allclose(np.abs(a.basis.T @ b.basis), np.eye(10), atol=1e-8)
@@ -185,11 +160,9 @@ def test_the_two_leaf_states_share_their_noise_and_agree_on_a_single_block(motes
 
 
 def test_releases_per_leaf_counts_the_flushed_block_and_resolves_defaults():
-    g = mt.TreeMethod("g", mt.GAUSSIAN, 31)
-    assert mt.releases_per_leaf(g, 964, 48, 1.0, 1e-5) == 32  # 31 blocks + 3 rows
+    assert mt.releases_per_leaf(mt.TreeMethod("g", mt.GAUSSIAN, 31), 964, 48, 1.0, 1e-5) == 32
     assert mt.releases_per_leaf(mt.TreeMethod("g", mt.GAUSSIAN), 964, 48, 1.0, 1e-5) == 1
-    default = mt.TreeMethod("g", mt.GAUSSIAN, None, 64)
-    assert mt.block_rows(default, 964, 48, 1.0, 1e-5) == 799
+    assert mt.block_rows(mt.TreeMethod("g", mt.GAUSSIAN, None, 64), 964, 48, 1.0, 1e-5) == 799
     assert mt.releases_per_leaf(mt.TreeMethod("r", mt.RANDOM), 964, 48, 1.0, 1e-5) == 1
 
 
@@ -207,11 +180,7 @@ def test_the_horizon_table_is_sqrt_k_at_h_1_and_the_square_multiplier_at_segment
     assert horizon.best_horizon((1, 4, 16, 64), 4) == 4
 
 
-@pytest.mark.parametrize("module", ["mod_sulq", "dpdispca", "horizon"])
+@pytest.mark.parametrize("module", [comparators, horizon], ids=lambda m: m.__name__)
 def test_the_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    mod = importlib.import_module(f"benchmarks.privacy.{module}")
-    failed, attempted = doctest.testmod(mod)
+    failed, attempted = doctest.testmod(module)
     assert attempted > 0 and failed == 0
