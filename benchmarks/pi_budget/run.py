@@ -35,6 +35,7 @@ import aiomqtt
 import numpy as np
 import psutil
 
+from acceptance.scenario import unit_python_environment
 from benchmarks.processes import sample_process
 from benchmarks.reporting import prose
 from benchmarks.schema import read_result, write_result
@@ -67,7 +68,7 @@ ARCHES = ("aarch64", "armhf")
 RESULT_FILE = "pi_budget.json"
 BUDGETS = {"import": 0.15, "rss_start": 40.0, "rss_growth": 5.0, "cpu_100": 0.1}  # s, MB, ms
 #: What devices/edge-runtime-agent@.service sets for Python (-OO): every row runs the agent so.
-DEPLOYED_ENV = {"PYTHONOPTIMIZE": "2"}
+DEPLOYED_ENV = unit_python_environment()
 
 
 def rss_mb(pid: int) -> float:
