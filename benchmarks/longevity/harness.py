@@ -14,7 +14,6 @@ import tempfile
 import time
 import tracemalloc
 from collections import Counter, deque
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +42,9 @@ LEAF, AGGREGATOR = "pi-01", "site-a"
 SNAP, ECHO, WAKE_AGG, WAKE_LEAF = range(1, 5)
 
 
-class FsyncCounter:
-    """The counting test double of ``os.fsync`` (what `edge_runtime.atomicfile` calls)."""
+class FsyncCounter(contextlib.ContextDecorator):
+    """The counting test double of ``os.fsync`` (what `edge_runtime.atomicfile` calls), in place
+    while entered; ``real``: it also syncs."""
 
     def __init__(self, real: bool) -> None:
         self.calls, self.real, self._fsync = 0, real, os.fsync
@@ -54,16 +54,12 @@ class FsyncCounter:
         if self.real:
             self._fsync(fd)
 
+    def __enter__(self) -> FsyncCounter:
+        os.fsync = self  # type: ignore[assignment]
+        return self
 
-@contextlib.contextmanager
-def counting_fsync(real: bool = False) -> Iterator[FsyncCounter]:
-    """Replace ``os.fsync`` by a `FsyncCounter` (``real``: it also syncs) for the block."""
-    counter, saved = FsyncCounter(real), os.fsync
-    os.fsync = counter  # type: ignore[assignment]
-    try:
-        yield counter
-    finally:
-        os.fsync = saved  # type: ignore[assignment]
+    def __exit__(self, *exc: object) -> None:
+        os.fsync = self._fsync
 
 
 def _own_sample():  # this process, alive
@@ -351,7 +347,7 @@ def run_days(run: LongevityRun, data: np.ndarray, topology: Topology) -> list[Da
     out: list[DayStats] = []
     tmp = Path(tempfile.mkdtemp(prefix="longevity-", dir=str(_scratch_dir())))
     try:
-        with counting_fsync(run.real_fsync) as fsync:
+        with FsyncCounter(run.real_fsync) as fsync:
             if run.trace_memory:
                 tracemalloc.start()
             try:
