@@ -121,7 +121,8 @@ def render(out: Path) -> None:
     folder = out / "longevity"
     doc = read_result(folder / "longevity.json", "longevity")
     rows = dict(doc["rows"])
-    results = {"meta": doc["parameters"], **rows, **rows.pop("judgement")}
+    judgement = rows.pop("judgement")
+    results = {"meta": doc["parameters"], **rows, **judgement}
     results["_days"] = {name: revive(list[DayStats], days) for name, days in rows["days"].items()}
     _write_markdown(results, folder)
     days = read_result(folder / "longevity-days.json", "longevity")
