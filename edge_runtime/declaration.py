@@ -32,6 +32,7 @@ __all__ = [
     "declared",
     "describe_default",
     "markdown_table",
+    "type_name",
     "unknown_key_message",
     "validated",
     "value_text",
@@ -306,7 +307,7 @@ class Key:
         )
         if not ok:
             raise error(
-                f"{where}: {self.name} must be {KIND_NAMES[kind]}, got {_type_name(value)} "
+                f"{where}: {self.name} must be {KIND_NAMES[kind]}, got {type_name(value)} "
                 f"{value_text(value)}"
             )
         if kind == "float":
@@ -371,8 +372,9 @@ def _is_range(value: object) -> bool:
     )
 
 
-def _type_name(value: object) -> str:
-    """The TOML name of a value's type (``"integer"``, ``"array"``, ...), for messages."""
+def type_name(value: object) -> str:
+    """The TOML name of a value's type (``"integer"``, ``"array"``, ...; a date or time by
+    its Python class, ``"datetime"``, ``"date"``, ``"time"``), for messages."""
     names = ((bool, "boolean"), (int, "integer"), (float, "float"), (str, "string"))
     for kind, name in names:
         if isinstance(value, kind):

@@ -18,7 +18,7 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from edge_runtime.agents.fedpower.core import largest_angle
+from edge_runtime.agents.common.core.policy import largest_angle
 from edge_runtime.fpca import error_ratio
 from edge_runtime.monitor import ModelWatcher, covers, leaves_reporting, privacy_of
 from edge_runtime.replay import Replayer, ReplayStats

@@ -1,9 +1,13 @@
-"""Test helpers: small topologies with unique topic prefixes, synthetic data, MQTT probes."""
+"""Test helpers: small topologies with unique topic prefixes, synthetic data, MQTT probes,
+and the clean-up after failed TLS connections."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
+import warnings
+from collections.abc import Iterator
 
 import aiomqtt
 import numpy as np
@@ -70,3 +74,18 @@ async def collect_retained(host: str, port: int, topic: str, timeout_s: float = 
         except TimeoutError:
             return b""
     return b""
+
+
+def collect_failed_tls_sockets() -> Iterator[None]:
+    """The body of an autouse fixture for a module whose tests make TLS connections fail:
+    after each test, collect the TLS sockets paho-mqtt leaves to the garbage collector when
+    a connection fails or is refused, with their ``ResourceWarning`` ignored (as
+    `connect_error` in test_security.py does). Collected later, in another test of the same
+    worker, the strict warning filter would make that test fail.
+
+    Use: ``_collect_failed_tls_sockets = pytest.fixture(autouse=True)(collect_failed_tls_sockets)``.
+    """
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()

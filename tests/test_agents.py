@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 from helpers import collect_retained, low_rank_data, tree_topology
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent, create_agent
+from edge_runtime.agents import create_agent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import FPCAEdge, Subspace, merge_many, principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
 from edge_runtime.runner import run_topology
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import (
     SubspaceMessage,
     decode_subspace,

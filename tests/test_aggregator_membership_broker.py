@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from helpers import collect_retained, low_rank_data, tree_topology
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.fpca import FPCAEdge, merge_many, principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_subspace
 

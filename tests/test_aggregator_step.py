@@ -3,12 +3,16 @@
 `AggregatorCore.step(now, wall)` returns what happens at ``now`` in order (a site's running
 sum written, its slot's messages, the merge, the root's model, the status document, the next
 wake-up); the shell's executor (`AggregatorAgent.carry_out`) carries them out against MQTT
-and the disk. The same recorded trace (child snapshots and a secure-aggregation site's leaf
-messages, with their times) fed to the shell's executor and to a plain list executor gives
-the same sequence of actions (`describe`), for an aggregator and for a secure-aggregation
-site (slots skipped, and a slot released by real leaves, `SecAggRelease`, recorded once). The
-client is a stand-in that records what the agent publishes (no broker: the executor's
-publishes are what is compared); the state file is written to a real directory.
+and the disk, the simulation's (`edge_runtime.simulation.executor.carry_out`, which the
+fleet simulation runs every aggregator's step through) against its virtual broker and
+state directories. The same recorded trace (child snapshots and a secure-aggregation site's
+leaf messages, with their times) fed to both gives the same sequence of actions
+(`describe`) and the same publishes, topic by topic, for an aggregator and for a
+secure-aggregation site (slots skipped, and a slot released by real leaves,
+`SecAggRelease`, recorded once). The shell's client is a stand-in that records what the
+agent publishes (no broker: the executor's publishes are what is compared), its state file
+is written to a real directory; the simulation's side records the same of its node
+(`VirtualNode`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import StatusPolicy
 from edge_runtime.fpca import Subspace
 from edge_runtime.settings import AgentSettings
+from edge_runtime.simulation.executor import carry_out
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import SubspaceMessage
 
@@ -80,7 +85,8 @@ def snapshots(children: list[str], times: list[float]) -> Trace:
 
 def virtual_core(agent: AggregatorAgent) -> AggregatorCore:
     """The agent's core on the virtual clock (its start at 0 s, seeded ids), holding the
-    agent's release strategy."""
+    agent's release strategy. The simulation's side makes its core here too, for the same
+    configuration and strategy; that agent's own executor is never called."""
     config = agent.config
     core = AggregatorCore(
         config,
@@ -103,19 +109,50 @@ def step_times(until: float) -> list[float]:
     return [round(0.25 * k, 6) for k in range(int(until / 0.25) + 1)]
 
 
-def run_list(core: AggregatorCore, trace: Trace, until: float) -> list[tuple[object, ...]]:
-    """The plain executor: every action done at once, reported at the step's time."""
+class VirtualNode:
+    """The simulation's virtual broker and state directory as one node sees them
+    (`edge_runtime.simulation.executor.VirtualIO`): the topic of each publish, in order,
+    the retained messages by topic and the last state of each file."""
+
+    def __init__(self, topology: Topology, node_id: str) -> None:
+        self.topology = topology
+        self.node_id = node_id
+        self.topics: list[str] = []
+        self.retained: dict[str, object] = {}
+        self.files: dict[str, object] = {}
+
+    def topic(self, kind: str) -> str:
+        """Where the shell publishes ``kind`` (`AggregatorAgent.carry_out`)."""
+        topo, node = self.topology, self.node_id
+        special = {
+            "subspace": topo.subspace_topic(node),
+            "model": topo.model_topic(),
+            "status": topo.status_detail_topic(node),
+        }
+        return special.get(kind) or topo.secagg_topic(node, kind)
+
+    def publish(self, node: str, action: Publish) -> None:
+        assert node == self.node_id
+        topic = self.topic(action.kind)
+        self.topics.append(topic)
+        if action.retain:
+            self.retained[topic] = action.message
+
+    def write(self, node: str, action: WriteCheckpoint) -> None:
+        assert node == self.node_id
+        self.files[action.what] = action.state
+
+
+def run_simulated(
+    core: AggregatorCore, broker: VirtualNode, trace: Trace, until: float
+) -> list[tuple[object, ...]]:
+    """The simulation's executor (`carry_out`), on the virtual clock: what it did."""
     done: list[tuple[object, ...]] = []
     events = iter(trace)
     pending = next(events, None)
     for now in step_times(until):
         actions: list[Action] = core.step(now, WALL + now)
-        for action in actions:
-            if isinstance(action, Publish):
-                core.published(action, now)
-            elif isinstance(action, WriteCheckpoint):
-                core.checkpoint_written(action, now)
-        done += [describe(a) for a in actions]
+        done += [describe(a) for a in carry_out(broker, broker.node_id, core, actions, now)]
         while pending is not None and pending[0] <= now:  # arrivals until the next step
             pending[1](core, now)
             pending = next(events, None)
@@ -148,10 +185,11 @@ def tree() -> Topology:
     )
 
 
-async def test_the_shell_and_a_list_carry_out_the_same_aggregator_actions() -> None:
+async def test_the_shell_and_the_simulation_carry_out_the_same_aggregator_actions() -> None:
     trace = snapshots(["a", "b"], [0.1, 0.2, 0.3, 2.0, 2.1, 9.0])
-    listed = AggregatorAgent(tree(), "root", SETTINGS)
-    expected = run_list(virtual_core(listed), trace, until=40.0)
+    simulated = virtual_core(AggregatorAgent(tree(), "root", SETTINGS))
+    broker = VirtualNode(tree(), "root")
+    expected = run_simulated(simulated, broker, trace, until=40.0)
     shelled = AggregatorAgent(tree(), "root", SETTINGS)
     core = virtual_core(shelled)
     got, client = await run_shell(shelled, core, trace, until=40.0)
@@ -166,7 +204,10 @@ async def test_the_shell_and_a_list_carry_out_the_same_aggregator_actions() -> N
         "status": topo.status_detail_topic("root"),
     }
     assert client.topics == [topic[k] for k in kinds]  # each publish, in the core's order
+    assert broker.topics == client.topics
+    assert set(broker.retained) == {topic["subspace"], topic["model"], topic["status"]}
     assert core.snapshot is not None and core.snapshot.n_samples == 120
+    assert simulated.snapshot is not None and simulated.snapshot.n_samples == 120
     assert all(isinstance(a, Wake) for a in core.step(40.25, WALL + 40.25))  # nothing else due
 
 
@@ -204,13 +245,17 @@ def site_trace() -> Trace:
     return sorted(trace + snapshots(["plain"], [0.5, 3.0]), key=lambda event: event[0])
 
 
-async def test_the_shell_and_a_list_carry_out_the_same_site_actions(tmp_path: Path) -> None:
+async def test_the_shell_and_the_simulation_carry_out_the_same_site_actions(
+    tmp_path: Path,
+) -> None:
     pytest.importorskip("shamirs")
     trace = site_trace()
-    listed = AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path)
-    list_core = virtual_core(listed)
-    list_core.release.start(0.0)  # type: ignore[attr-defined]
-    expected = run_list(list_core, trace, until=14.0)
+    simulated = virtual_core(
+        AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path)
+    )
+    simulated.release.start(0.0)  # type: ignore[attr-defined]
+    broker = VirtualNode(site_tree(), "site")
+    expected = run_simulated(simulated, broker, trace, until=14.0)
     shelled = AggregatorAgent(
         site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path / "shell"
     )
@@ -239,9 +284,13 @@ async def test_the_shell_and_a_list_carry_out_the_same_site_actions(tmp_path: Pa
     topo = shelled.topology
     assert topo.secagg_topic("site", "secagg/roster") in client.topics
     assert topo.secagg_topic("site", "secagg/outcome") in client.topics
+    assert broker.topics == client.topics  # each publish, in the same order
     assert (tmp_path / "shell" / "site.secagg").is_file()  # the running sum, on disk
-    status = core.status_extra(14.0)["secagg"]
-    assert status["slots_skipped"] == 2 and status["state"]["written"] == 5  # type: ignore[index]
+    assert set(broker.files) == {"secagg-site"}  # and in the virtual state directory
+    assert list(tmp_path.iterdir()) == [tmp_path / "shell"]  # the simulation wrote no file
+    for site in (core, simulated):
+        status = site.status_extra(14.0)["secagg"]
+        assert status["slots_skipped"] == 2 and status["state"]["written"] == 5  # type: ignore[index]
 
 
 def released_trace() -> Trace:
@@ -321,16 +370,16 @@ def released_trace() -> Trace:
     return trace
 
 
-async def test_a_released_slot_gives_the_same_actions_to_the_shell_and_a_list(
+async def test_a_released_slot_gives_the_same_actions_to_the_shell_and_the_simulation(
     tmp_path: Path,
 ) -> None:
     trace = released_trace()
-    listed = AggregatorAgent(
-        site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path / "list"
+    simulated = virtual_core(
+        AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path / "sim")
     )
-    list_core = virtual_core(listed)
-    list_core.release.start(0.0)  # type: ignore[attr-defined]
-    expected = run_list(list_core, trace, until=14.0)
+    simulated.release.start(0.0)  # type: ignore[attr-defined]
+    broker = VirtualNode(site_tree(), "site")
+    expected = run_simulated(simulated, broker, trace, until=14.0)
     shelled = AggregatorAgent(site_tree(), "site", SETTINGS, n_features=D, state_dir=tmp_path)
     core = virtual_core(shelled)
     core.release.start(0.0)  # type: ignore[attr-defined]
@@ -349,4 +398,8 @@ async def test_a_released_slot_gives_the_same_actions_to_the_shell_and_a_list(
     assert merged.privacy is not None and merged.privacy.mechanism == "gaussian-secagg"
     assert core.status_extra(14.0)["secagg"]["slots_released"] == 1  # type: ignore[index]
     assert shelled.topology.secagg_topic("site", "secagg/unmask") in client.topics
+    assert broker.topics == client.topics  # each publish, in the same order
     assert (tmp_path / "site.secagg").is_file()
+    released = simulated.snapshot  # the simulated site merged the same release
+    assert released is not None and released.provenance == merged.provenance
+    assert simulated.status_extra(14.0)["secagg"]["slots_released"] == 1  # type: ignore[index]

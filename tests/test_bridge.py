@@ -19,10 +19,10 @@ from pathlib import Path
 import aiomqtt
 import numpy as np
 import pytest
-from helpers import low_rank_data, tree_topology
+from helpers import collect_failed_tls_sockets, low_rank_data, tree_topology
 
 from edge_runtime.acl import bridge_user, generate_acl
-from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents import create_agent
 from edge_runtime.bridge import (
     BridgeError,
     bridge_topics,
@@ -34,6 +34,7 @@ from edge_runtime.cli import main
 from edge_runtime.fpca import principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
 from edge_runtime.replay import Replayer
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology, parse_topology
 from edge_runtime.wire import SubspaceMessage
 
@@ -453,16 +454,5 @@ async def test_three_bridged_brokers_give_the_root_estimate_of_a_single_broker(
     assert len(await retained_leaf_snapshots(topology, site_brokers[sites[-1]])) == 2
 
 
-@pytest.fixture(autouse=True)
-def _collect_failed_tls_sockets():
-    """Collect, after each test here, the TLS sockets paho-mqtt leaves to the garbage
-    collector when a connection fails or is refused, with their ``ResourceWarning``
-    ignored (as `connect_error` in test_security.py does): collected later, in another
-    test of the same worker, the strict warning filter made that test fail."""
-    yield
-    import gc
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+# After each test here: the sockets of failed TLS connections, collected quietly.
+_collect_failed_tls_sockets = pytest.fixture(autouse=True)(collect_failed_tls_sockets)

@@ -21,7 +21,7 @@ from helpers import collect_retained
 from structlog.testing import capture_logs
 
 from edge_runtime.acl import generate_acl
-from edge_runtime.agents import AgentSettings, create_agent
+from edge_runtime.agents import create_agent
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.core.reconfigure import (
@@ -34,6 +34,7 @@ from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.cli import CliError
 from edge_runtime.cli.deploy import cmd_deploy, deployable_payload, read_deployed
 from edge_runtime.cli.parser import build_parser
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import parse_topology
 from edge_runtime.topology.deployed import NodeEntry, config_version
 from edge_runtime.topology.topics import config_node_topic

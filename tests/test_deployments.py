@@ -16,8 +16,10 @@ import pytest
 import structlog
 from helpers import low_rank_data
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import FPCAEdge
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import (
     SubspaceMessage,

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from acceptance.faults import Cluster, Monitor
-from edge_runtime.agents import AgentSettings
-from edge_runtime.agents.fedpower.core import largest_angle
+from edge_runtime.agents.common.core.policy import largest_angle
 from edge_runtime.agents.fedpower.shell.agents import (
     FedPowerAggregatorAgent,
     FedPowerLeafAgent,
@@ -22,6 +21,7 @@ from edge_runtime.agents.fedpower.shell.agents import (
 )
 from edge_runtime.fedpower.accounting import MECHANISM, fedpower_noise_std, power_step_sensitivity
 from edge_runtime.runner import run_topology
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import PrivacyParams, decode_subspace, encode_readings
 from edge_runtime.wire.fedpower import decode_round

@@ -15,15 +15,12 @@ import random
 import numpy as np
 import pytest
 
+from edge_runtime.agents.aggregator.core.guarantee import weakest_guarantee
 from edge_runtime.agents.common.core.node import publish_policy_for
-from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
-from edge_runtime.agents.fedpower.core import (
-    FedPowerLeafCore,
-    FedPowerRootCore,
-    GramEstimator,
-    largest_angle,
-    weakest_guarantee,
-)
+from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy, largest_angle
+from edge_runtime.agents.fedpower.core.estimator import GramEstimator
+from edge_runtime.agents.fedpower.core.leaf import FedPowerLeafCore
+from edge_runtime.agents.fedpower.core.root import FedPowerRootCore
 from edge_runtime.fedpower.accounting import (
     MECHANISM,
     fedpower_noise_std,

@@ -56,8 +56,10 @@ import pytest
 import structlog
 from helpers import collect_retained, low_rank_data, tree_topology
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import FPCAEdge
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import (
     SubspaceMessage,
     WireError,

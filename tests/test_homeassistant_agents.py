@@ -17,9 +17,11 @@ import aiomqtt
 import pytest
 from helpers import tree_topology
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.cli import main
 from edge_runtime.homeassistant import ENTITY_KEYS, discovery_messages
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import load_topology
 
 pytestmark = pytest.mark.mqtt

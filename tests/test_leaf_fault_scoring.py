@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from helpers import collect_retained
 
-from edge_runtime.agents import AgentSettings, LeafAgent
 from edge_runtime.agents.leaf.core.fault_scoring import SUSPECT_HOLD, FaultScoringCore
 from edge_runtime.agents.leaf.core.scoring import ScoringCore, encode_document
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import TopologyError, parse_topology
 from edge_runtime.topology.keys import DEFAULT_SCORE_WARMUP
 from edge_runtime.wire import encode_readings

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from helpers import collect_retained, low_rank_data
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.agents.leaf.core.scoring import RESIDUAL_FLOOR, ScoringCore, encode_document
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import AnomalyScorer, FPCAEdge
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import TopologyError, parse_topology
 from edge_runtime.wire import SubspaceMessage, encode_readings
 

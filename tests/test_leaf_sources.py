@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 from helpers import collect_retained
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.agents.common.core.reject_log import RejectLog as _RejectLog
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, merge_many, principal_angles
 from edge_runtime.monitor import ModelWatcher, covers
+from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import encode_readings

@@ -18,8 +18,10 @@ from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS, TICKS
 from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
-from edge_runtime.simulation import Feed, Simulation, SimulationConfig, balanced_topology
-from edge_runtime.simulation import low_rank_data as sim_data
+from edge_runtime.simulation.config import Feed, SimulationConfig
+from edge_runtime.simulation.engine import Simulation
+from edge_runtime.simulation.fleet import balanced_topology
+from edge_runtime.simulation.fleet import low_rank_data as sim_data
 from edge_runtime.topology import NodeConfig
 from edge_runtime.wire import SensorReadings
 

@@ -17,10 +17,11 @@ import aiomqtt
 import pytest
 from helpers import low_rank_data
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.dashboard import DashboardState
 from edge_runtime.dashboard.follower import Follower
 from edge_runtime.fpca import FPCAEdge
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import parse_topology
 from edge_runtime.wire import SubspaceMessage, encode_subspace
 

@@ -189,7 +189,6 @@ def test_copied_constants_equal_their_originals() -> None:
 @pytest.mark.parametrize(
     "package",
     [
-        "edge_runtime.agents",
         "edge_runtime.broker",
         "edge_runtime.fedpower",
         "edge_runtime.fpca",

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_runtime.agents import AgentSettings
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
 from edge_runtime.plots import PLOT_FILES, RunRecorder, write_plots
 from edge_runtime.runner import run_topology
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import load_topology
 
 needs_matplotlib = pytest.mark.skipif(

@@ -25,13 +25,14 @@ import numpy as np
 import pytest
 from helpers import collect_retained, low_rank_data
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
-from edge_runtime.agents.aggregator.shell.agent import weakest_privacy
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent, weakest_privacy
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.checkpoint import load_checkpoint, save_checkpoint
 from edge_runtime.fpca import FPCAEdge, Subspace
 from edge_runtime.fpca.privacy import noise_std
 from edge_runtime.fpca.private_gram import release_noise_std
 from edge_runtime.monitor import ModelWatcher, covers, privacy_of
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import DEFAULT_RELEASE_HORIZON, Topology, parse_topology
 from edge_runtime.wire import (
     PrivacyParams,

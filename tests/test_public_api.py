@@ -103,16 +103,6 @@ SURFACE: dict[str, set[str]] = {
 }
 """Each user-facing package and exactly the names its ``__all__`` lists."""
 
-NOT_YET_INTERNAL = {
-    "edge_runtime.agents": "being recomposed from parts (leaf, aggregator, FedPower)",
-    "edge_runtime.agents.fedpower.core": "being recomposed from parts (FedPower)",
-    "edge_runtime.secagg": "being turned into a release strategy",
-    "edge_runtime.simulation": "being moved onto the cores' step(now)",
-}
-"""Internal packages that still list names in ``__all__``, while the refactor of the agents,
-secure aggregation and the simulation runs; each is emptied when that lands, and no other
-package may be added here."""
-
 MODEL_NAMES = {"load_model"}
 """What a user imports from `edge_runtime.model` (a module, not a package)."""
 
@@ -153,11 +143,10 @@ def test_every_other_package_is_internal_with_an_empty_all() -> None:
     packages = _package_names()
     assert len(packages) > 20
     assert set(SURFACE) <= set(packages)
-    assert set(NOT_YET_INTERNAL) <= set(packages)
     exporting = {
         package: names
         for package in packages
-        if package not in SURFACE and package not in NOT_YET_INTERNAL
+        if package not in SURFACE
         for names in [_static_all(package)]
         if names
     }

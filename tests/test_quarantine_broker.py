@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from helpers import collect_retained
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, Subspace, error_ratio
 from edge_runtime.monitor import ModelWatcher
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import parse_topology
 from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_subspace
 

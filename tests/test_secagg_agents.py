@@ -22,8 +22,10 @@ import pytest
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import principal_angles
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_readings
 
@@ -113,7 +115,7 @@ async def test_a_secagg_site_releases_slots_to_the_root_and_survives_a_leaf_stop
                 for i in range(0, ROWS, 10):
                     await sensor.publish(topic, encode_readings(values[i : i + 10]), qos=1)
         await wait_for(
-            lambda: all(a.secagg.release.pending_rows == ROWS for a in leaves.values()),
+            lambda: all(a.release_shell.release.pending_rows == ROWS for a in leaves.values()),
             5,
             "the leaves' readings",
         )
@@ -139,7 +141,9 @@ async def test_a_secagg_site_releases_slots_to_the_root_and_survives_a_leaf_stop
             lambda: site.secagg.surplus_unmask_responses == 1, 5, "the 4th unmask response"
         )
         assert site.rejects["secagg_late"] == 0
-        assert all(a.secagg.release.ledger()["readings_released"] == ROWS for a in leaves.values())
+        assert all(
+            a.release_shell.release.ledger()["readings_released"] == ROWS for a in leaves.values()
+        )
 
         # slot 1: pi-3 stops once the slot started (after its advertisement was taken)
         await wait_for(lambda: site.secagg.site.slot is not None, 2 * SLOT_S, "slot 1 to start")
@@ -170,7 +174,7 @@ def test_a_secagg_leaf_with_a_state_directory_writes_no_checkpoint(tmp_path: Pat
     leaf = LeafAgent(secagg_topology(), "pi-0", n_features=D, state_dir=tmp_path)
     assert leaf.checkpoint_path is None
     assert not leaf.core.checkpointing
-    assert leaf.secagg is not None and leaf.secagg.revealed == {}
+    assert leaf.release_shell.revealed == {}
 
 
 def test_a_deployed_configuration_keeps_a_secagg_leafs_local_estimator_without_privacy() -> None:
@@ -191,7 +195,7 @@ def test_a_secagg_node_without_the_extra_stops_at_start_in_one_line(
 ) -> None:
     import importlib.util
 
-    from edge_runtime.secagg import SecAggError
+    from edge_runtime.secagg.errors import SecAggError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -24,10 +24,12 @@ from structlog.testing import capture_logs
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.agents.leaf.shell.secagg import LEDGER_SUFFIX, SecAggLeaf
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import encode_readings
 from edge_runtime.wire.secagg import decode_secagg, encode_secagg
 from tests.test_secagg_leaf_restart import (
@@ -233,7 +235,7 @@ async def test_a_leaf_stopped_after_its_masked_input_is_released_once(
                 LeafAgent(topology, leaf, settings, n_features=D, state_dir=state_dir)
             )
         # pi-0 "dies" right after its masked input is out: it handles nothing more
-        doomed = leaves["pi-0"].secagg
+        doomed = leaves["pi-0"].release_shell
         handle = doomed.handle
         dead = asyncio.Event()
 
@@ -268,22 +270,22 @@ async def test_a_leaf_stopped_after_its_masked_input_is_released_once(
 
         # a new incarnation, same state directory: the retained outcome of `slot`
         again = LeafAgent(topology, "pi-0", settings, n_features=D, state_dir=tmp_path)
-        assert again.secagg.release.unresolved_slots == [slot]
+        assert again.release_shell.release.unresolved_slots == [slot]
         await stack.enter_async_context(again)
         await again.wait_connected(5)
-        await wait_for(lambda: again.secagg.revealed, 5, "slot's retained outcome")
-        status = again.secagg.status()
+        await wait_for(lambda: again.release_shell.revealed, 5, "slot's retained outcome")
+        status = again.release_shell.status()
         assert status["readings_released"] == BROKER_ROWS and status["slots_released"] == 1
         assert status["slots_in_flight_unknown"] == 0  # slot's own outcome, pi-0 a survivor
         # a publisher re-sends the same readings: duplicates, never in a second slot
         payload = encode_readings(values, source="sensor", seq=0)
         await sensor.publish(topology.nodes["pi-0"].sensor_topic, payload, qos=1)
         await wait_for(
-            lambda: again.sequencer.duplicates + again.secagg.duplicates >= BROKER_ROWS,
+            lambda: again.sequencer.duplicates + again.release_shell.duplicates >= BROKER_ROWS,
             5,
             "the re-send dropped",
         )
-        assert again.secagg.release.pending_rows == 0
+        assert again.release_shell.release.pending_rows == 0
         # durable once its next step has seen the reveal (at once, unless the machine is busy)
         await wait_for(
             lambda: again.durable == {"sensor": BROKER_ROWS - 1}, 5, "the released rows durable"
@@ -293,7 +295,7 @@ async def test_a_leaf_stopped_after_its_masked_input_is_released_once(
         )
         await asyncio.sleep(0.5)
         assert site.secagg.counts == dict.fromkeys(IDS, BROKER_ROWS)
-        assert again.secagg.release.ledger()["readings_released"] == BROKER_ROWS
+        assert again.release_shell.release.ledger()["readings_released"] == BROKER_ROWS
 
 
 async def test_a_live_leaf_whose_round_ends_without_its_outcome_never_re_sends_it(

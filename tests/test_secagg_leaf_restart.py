@@ -26,12 +26,13 @@ from structlog.testing import capture_logs
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
 from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.agents.leaf.shell.secagg import (
     LEDGER_FORMAT,
     LEDGER_SUFFIX,
@@ -41,6 +42,7 @@ from edge_runtime.agents.leaf.shell.secagg import (
 from edge_runtime.secagg.aggregator_round import RoundTimeouts
 from edge_runtime.secagg.errors import SecAggError
 from edge_runtime.secagg.messages import KeyRoster, ShareDelivery, SlotOutcome, UnmaskRequest
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import encode_readings
 from edge_runtime.wire.secagg import decode_secagg, encode_secagg
@@ -407,7 +409,7 @@ async def test_a_restarted_leaf_continues_its_ledger_and_the_site_counts_every_r
             payload = encode_readings(values[:ROWS], source="sensor", seq=0)
             await sensor.publish(topology.nodes[leaf].sensor_topic, payload, qos=1)
         await wait_for(
-            lambda: all(a.secagg.release.pending_rows == ROWS for a in leaves.values()),
+            lambda: all(a.release_shell.release.pending_rows == ROWS for a in leaves.values()),
             5,
             "the leaves' readings",
         )
@@ -428,13 +430,15 @@ async def test_a_restarted_leaf_continues_its_ledger_and_the_site_counts_every_r
         # a publisher re-sends from 0 (the first ROWS are duplicates) and 10 new readings
         payload = encode_readings(values, source="sensor", seq=0)
         await sensor.publish(topology.nodes["pi-0"].sensor_topic, payload, qos=1)
-        await wait_for(lambda: again.secagg.release.pending_rows == 10, 5, "the new readings")
+        await wait_for(
+            lambda: again.release_shell.release.pending_rows == 10, 5, "the new readings"
+        )
         assert again.sequencer.duplicates == ROWS
 
         # a later slot reveals them: the site counts every reading pi-0 revealed
         await wait_for(
             lambda: site.secagg.counts["pi-0"] == ROWS + 10, 4 * SLOT_S, "the site's count"
         )
-        assert again.secagg.release.ledger()["readings_released"] == ROWS + 10
+        assert again.release_shell.release.ledger()["readings_released"] == ROWS + 10
         assert again.durable == {"sensor": ROWS + 9}
         assert site.secagg.counts == {"pi-0": ROWS + 10, "pi-1": ROWS, "pi-2": ROWS, "pi-3": ROWS}

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
-import edge_runtime.secagg as secagg
 from edge_runtime.secagg import masking
 from edge_runtime.secagg.aggregator_round import (
     AggregatorPhase,
@@ -432,13 +431,6 @@ def test_a_slot_releases_exactly_the_survivors_sum_or_nothing(n: int, data: st.D
         assert [int(v) for v in outcome.total] == _exact([inputs[node] for node in entered])
     else:
         assert not outcome.released and outcome.total is None
-
-
-def test_the_package_exports_exactly_its_public_names() -> None:
-    assert sorted(secagg.__all__) == secagg.__all__
-    for name in secagg.__all__:
-        assert getattr(secagg, name).__name__ == name
-    assert set(secagg.__all__) <= set(dir(secagg))
 
 
 def test_a_masked_input_after_the_deadline_is_refused_and_its_leaf_counted_dropped() -> None:

@@ -248,8 +248,10 @@ async def test_a_restarted_site_agent_keeps_slot_0_in_the_roots_model(
 ) -> None:
     import aiomqtt
 
-    from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+    from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+    from edge_runtime.agents.leaf.shell.agent import LeafAgent
     from edge_runtime.fpca import principal_angles
+    from edge_runtime.settings import AgentSettings
     from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_readings
     from tests.test_secagg_agents import LEAVES, ROWS, SLOT_S, D, data, secagg_topology, wait_for
 

@@ -55,13 +55,16 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 from aiomqtt.exceptions import MqttConnectError
+from helpers import collect_failed_tls_sockets
 from tls_material import TlsMaterial, make_tls_material
 
 from edge_runtime.acl import AclError, bridge_user, generate_acl
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.bridge import notification_topic
 from edge_runtime.broker import LOCAL_HOST, find_mosquitto, free_port
 from edge_runtime.datasets import load_dataset
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology, parse_topology
 from edge_runtime.wire import DEFAULT_MAX_PAYLOAD_BYTES, decode_subspace, encode_readings
 
@@ -1051,16 +1054,5 @@ def test_cli_acl_homeassistant_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert "topic read ha/status" in out
 
 
-@pytest.fixture(autouse=True)
-def _collect_failed_tls_sockets():
-    """Collect, after each test here, the TLS sockets paho-mqtt leaves to the garbage
-    collector when a connection fails or is refused, with their ``ResourceWarning``
-    ignored (as `connect_error` in test_security.py does): collected later, in another
-    test of the same worker, the strict warning filter made that test fail."""
-    yield
-    import gc
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+# After each test here: the sockets of failed TLS connections, collected quietly.
+_collect_failed_tls_sockets = pytest.fixture(autouse=True)(collect_failed_tls_sockets)

@@ -13,16 +13,9 @@ import pytest
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.fpca import error_ratio
-from edge_runtime.simulation import (
-    Faults,
-    Feed,
-    Link,
-    Simulation,
-    SimulationConfig,
-    SimulationResult,
-    balanced_topology,
-    low_rank_data,
-)
+from edge_runtime.simulation.config import Faults, Feed, Link, SimulationConfig, SimulationResult
+from edge_runtime.simulation.engine import Simulation
+from edge_runtime.simulation.fleet import balanced_topology, low_rank_data
 
 FEATURES, RANK, BLOCK, PER_LEAF = 16, 4, 50, 200
 FAULTY = Link(latency_s=0.02, jitter=1.0, drop=0.02, duplicate=0.05)

@@ -24,12 +24,13 @@ import pytest
 import structlog
 from helpers import collect_retained
 
-from edge_runtime.agents import AgentSettings, LeafAgent
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy, StatusPolicy
 from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import FPCAEdge, error_ratio, merge_many
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import (
     NodeConfig,
     Topology,

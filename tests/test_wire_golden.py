@@ -22,8 +22,9 @@ import structlog
 from golden.make_golden import CASES, GOLDEN_DIR, encode
 from helpers import low_rank_data, tree_topology
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.fpca import FPCAEdge
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import (
     REASONS,
     SCHEMA_VERSIONS,

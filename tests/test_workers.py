@@ -10,9 +10,9 @@ import signal
 import pytest
 from helpers import low_rank_data, tree_topology
 
-from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import free_port
 from edge_runtime.runner import run_topology, shared_loop_settings
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import parse_topology
 from edge_runtime.workers import (
     AgentHost,

@@ -9,8 +9,8 @@ import aiomqtt
 import numpy as np
 import pytest
 
-from edge_runtime.agents import AgentSettings
 from edge_runtime.monitor import ModelWatcher
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.topology.deployed import with_node
 from edge_runtime.wire import encode_readings

@@ -1,44 +1,8 @@
-"""The harness of the churn benchmark (`benchmarks.fleet.churn`, issue 23 Done-when 3).
-
-`build_fleet` makes the inputs: the depth-2 tree of `open_fleet_text` (every aggregator
-``open = true`` with ``[nodes.admit]`` bounds), each leaf's synthetic readings, and who
-retires and who joins, in waves. `run_once` runs them on a fresh plain `LocalMosquitto`,
-with churn or without:
-
-- **no churn**: the ``k`` declared leaves, ``readings_per_leaf`` rows of
-  `benchmarks.synth.low_rank` data each (d = 48, rank 10);
-- **churn**: the same, and while the replay is going, in ``waves`` waves at shares of
-  ``reference_s`` (the wall time of a run without churn: the waves fall at the same phases
-  of the run): ``join`` undeclared leaves start under the open aggregators (dealt
-  round-robin over them; each joined leaf's agent runs on the topology with itself added as
-  `Topology.admitted_leaf` of its parent, the aggregators on the file's, so they admit it on
-  its first snapshot) and get ``readings_per_leaf`` rows of their own; ``retire`` declared
-  leaves (spread over the aggregators) are retired with forgetting: their sensor feed stops,
-  their agents stop (final snapshot), then their retained subspace, status, status/detail,
-  confirm, scores and entry topics are cleared as ``edge-runtime retire --forget`` clears
-  them (`edge_runtime.cli.fleet.device_topics` and its ``clear_device_topics``, which checks
-  that each empty message came back), the wave's devices side by side (one clear, about
-  14 round trips to the broker, took up to a second on the loaded machine).
-
-The broker has no dynamic security plugin: Done-when 1 (`benchmarks.fleet.membership`)
-measures the ACL side; here `retire`'s disabling of the client is replaced by stopping the
-device's agent.
-
-Both runs host the agents as ``edge-runtime run`` does: spread over ``workers`` processes
-(`edge_runtime.workers.WorkerPool`, the groups of `assign_nodes`; with ``workers = 1`` an
-`AgentHost` in this process). A joining wave's agents start in the running worker with the
-fewest agents (`WorkerPool.add_agents`, on the topology with the wave's leaves added); a
-retiring wave's stop in theirs (`WorkerPool.remove_agents`). This process runs the replays
-(one `Replayer` for the kept leaves and one per retire wave in both runs, one per join wave
-in the churn run), the model watcher and the operator's clearing. Measured before the
-pool could start agents while it runs: with the 100 joining agents in this process, its
-loop, shared with the replays, delayed the whole fleet's readings (a churn run's CPU time
-1.6-1.7 x the run without churn, wall time 1.5-2.9 x, in three pairs on the loaded
-machine); with a worker process per join wave, each cost an interpreter start (0.85-1.1 s
-of CPU on 2 cores the devices would not share). Every wait is bounded
-(``run_timeout_s`` over the whole run, the replays' own confirmation timeouts,
-``settle_timeout_s`` for the root); the workers and the broker are stopped by their pids
-(`WorkerPool.close` / its exit, `LocalMosquitto.stop`), also on error.
+"""One run of the churn benchmark (`benchmarks.fleet.churn`) on a fresh plain `LocalMosquitto`:
+the declared leaves replayed, and with churn, in waves at shares of a run without churn's wall
+time, undeclared leaves joining the open aggregators and declared leaves retired with
+forgetting (topics cleared as ``retire --forget`` does). Agents are hosted as ``edge-runtime
+run`` hosts them (`WorkerPool`); every wait is bounded, every process stopped by pid.
 """
 
 from __future__ import annotations
@@ -49,7 +13,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiomqtt
@@ -72,14 +36,8 @@ from edge_runtime.wire import SubspaceMessage
 from edge_runtime.workers import AgentHost, WorkerPool, WorkerReport, assign_nodes, cpu_time_s
 
 __all__ = [
-    "ChurnPlan",
-    "Fleet",
-    "RunResult",
-    "StepError",
-    "build_fleet",
-    "open_fleet_text",
-    "run_once",
-]
+    "ChurnPlan", "Fleet", "RunResult", "StepError", "build_fleet", "open_fleet_text", "run_once",
+]  # fmt: skip
 
 
 class StepError(RuntimeError):
@@ -88,41 +46,17 @@ class StepError(RuntimeError):
 
 @dataclass(frozen=True)
 class ChurnPlan:
-    """Sizes, schedule and bounds of one churn benchmark.
+    """Sizes, schedule and bounds (seconds) of the churn benchmark.
 
-    Attributes
-    ----------
-    leaves, join, retire : int
-        Declared leaves ``k``; undeclared leaves that join; declared leaves that retire.
-    readings_per_leaf, n_features : int
-        Rows each leaf (declared or joined) gets, and their width ``d``.
-    workers : int
-        Processes hosting the tree's other agents (1: all in this process).
-    waves : int
-        Join waves and retire waves (each of about ``join / waves``, ``retire / waves``).
-    join_from, join_to, retire_from, retire_to : float
-        Shares of the reference time (`run_once`) at which the first and the last wave
-        start, counted from the first reading sent. Not shares of the readings sent: the
-        replay sends every reading long before the leaves have learnt them (at 1024 leaves
-        in about a quarter of the run), and the root's coverage grows in jumps (a leaf
-        publishes when its sample count doubles, and when idle).
-    admit_range : float
-        The open aggregators admit leaves of ``valid_range = [-admit_range, admit_range]``.
-    admit_rate : float
-        ... and of ``max_reading_rate`` (readings/s) this.
-    keepalive_s : int
-        MQTT keepalive of every client, seconds (at least `shared_loop_settings`'). The
-        benchmark hosts about 500 agents per process on 2 cores shared with other work; at
-        the runtime's 6 s the broker dropped every client of one worker at once in 3 of 6
-        runs (a loop late by 1.5 keepalives; 144 to 433 ``connection_lost`` lines, in runs
-        with churn and without), which measures the host, not the churn: a device runs one
-        agent per loop. An MQTT operation's bound (``timeout_s``) is at least this too, as
-        `shared_loop_settings` makes it (a PUBACK 10 s late ended the root's connection once
-        a minute under that load). for the root to reach exact coverage.
-    run_timeout_s : float
-        Bound of one whole run (start, replay, settle, stop), seconds.
-    seed : int
-        Seed of the synthetic data.
+    ``leaves`` declared, ``join`` undeclared joining, ``retire`` declared retiring, in
+    ``waves`` waves each; ``readings_per_leaf`` rows of ``n_features`` each; ``workers``
+    agent host processes (1: this one). The first and last wave start at ``*_from`` /
+    ``*_to`` shares of the reference time (not of the readings sent: the replay is done
+    long before the root's coverage, which grows in jumps). Open aggregators admit
+    ``valid_range = +-admit_range`` and ``max_reading_rate = admit_rate``. ``keepalive_s``:
+    MQTT keepalive and operation bound of every client; ~500 agents share a worker's loop
+    on 2 loaded cores, and at the runtime's 6 s the broker dropped a whole worker's
+    clients in 3 of 6 runs (it measured the host, not the churn).
     """
 
     leaves: int = 1024
@@ -150,37 +84,22 @@ class ChurnPlan:
 
 
 def open_fleet_text(k: int, *, admit_range: float = 100.0, admit_rate: float = 100.0) -> str:
-    """TOML of `fleet_topology_text` (``k`` leaves, fan-out ``ceil(sqrt(k))``) with every
-    aggregator but the root ``open = true`` and a ``[nodes.admit]`` table: ``valid_range =
-    [-admit_range, admit_range]`` (reading units) and ``max_reading_rate = admit_rate``
-    (readings/s)."""
-    fan = math.isqrt(k - 1) + 1 if k > 1 else 1
+    """TOML of `fleet_topology_text` (fan-out ``ceil(sqrt(k))``) with every aggregator but
+    the root ``open = true``, admitting ``valid_range = [-admit_range, admit_range]`` and
+    ``max_reading_rate = admit_rate`` (readings/s)."""
     admit = (
         f"open = true\n[nodes.admit]\nvalid_range = [{-admit_range:g}, {admit_range:g}]\n"
         f"max_reading_rate = {admit_rate:g}\n"
     )
-    return fleet_topology_text(k, fan_out=fan).replace(
-        'parent = "root"\n', 'parent = "root"\n' + admit
-    )
+    text = fleet_topology_text(k, fan_out=math.isqrt(k - 1) + 1 if k > 1 else 1)
+    return text.replace('parent = "root"\n', 'parent = "root"\n' + admit)
 
 
 @dataclass(frozen=True)
 class Fleet:
-    """The inputs of both runs.
-
-    Attributes
-    ----------
-    topology : Topology
-        The open tree of `open_fleet_text` (what the aggregators and declared leaves run).
-    rows : dict of leaf id to ndarray of shape (readings_per_leaf, n_features), float64
-        Each leaf's readings, declared and joining.
-    kept : list of str
-        Declared leaves that never retire.
-    retire_waves : list of list of str
-        Declared leaves retiring, per wave.
-    join_waves : list of dict of leaf id to NodeConfig
-        Joining leaves per wave, each as its open parent admits it.
-    """
+    """The inputs of both runs: the open tree, each leaf's rows ``(readings_per_leaf,
+    n_features)``, the declared leaves kept, those retiring per wave, and the joining
+    leaves per wave as their open parent admits them."""
 
     topology: Topology
     rows: dict[str, np.ndarray]
@@ -199,17 +118,9 @@ def _chunks(items: list, n: int) -> list[list]:
 
 
 def build_fleet(plan: ChurnPlan) -> Fleet:
-    """The topology, the data and who joins and retires (see `Fleet`).
-
-    Retiring leaves are every ``leaves // retire``-th declared leaf (so they are spread
-    over the aggregators); joining leaves are ``join-000``... dealt round-robin over the
-    aggregators; both are cut into ``waves`` contiguous waves.
-
-    Raises
-    ------
-    ValueError
-        If ``retire`` is not below ``leaves``, or a count is negative.
-    """
+    """Every ``leaves // retire``-th declared leaf retires; ``join-000``... are dealt
+    round-robin over the aggregators; both cut into ``waves`` contiguous waves. Raises
+    ValueError unless ``join >= 0`` and ``0 <= retire < leaves``."""
     if plan.join < 0 or not 0 <= plan.retire < plan.leaves:
         raise ValueError(f"need join >= 0 and 0 <= retire < leaves, got {plan}")
     text = open_fleet_text(plan.leaves, admit_range=plan.admit_range, admit_rate=plan.admit_rate)
@@ -217,53 +128,39 @@ def build_fleet(plan: ChurnPlan) -> Fleet:
     declared = topology.leaves()
     retiring = declared[:: max(1, plan.leaves // max(1, plan.retire))][: plan.retire]
     sites = topology.children(topology.root)
-    width = len(str(max(plan.join - 1, 0)))
-    joining = {
-        f"join-{j:0{width}d}": topology.admitted_leaf(sites[j % len(sites)], f"join-{j:0{width}d}")
-        for j in range(plan.join)
-    }
-    n = plan.readings_per_leaf
-    ids = [*declared, *joining]
+    names = [f"join-{j:0{len(str(max(plan.join - 1, 0)))}d}" for j in range(plan.join)]
+    joining = {n: topology.admitted_leaf(sites[j % len(sites)], n) for j, n in enumerate(names)}
+    n, ids = plan.readings_per_leaf, [*declared, *joining]
     data = low_rank(len(ids) * n, plan.n_features, min(10, plan.n_features), seed=plan.seed)
     waves = max(1, plan.waves)
     return Fleet(
-        topology=topology,
-        rows={leaf: data[i * n : (i + 1) * n] for i, leaf in enumerate(ids)},
-        kept=[leaf for leaf in declared if leaf not in set(retiring)],
-        retire_waves=_chunks(retiring, waves),
-        join_waves=[{leaf: joining[leaf] for leaf in w} for w in _chunks(list(joining), waves)],
+        topology,
+        {leaf: data[i * n : (i + 1) * n] for i, leaf in enumerate(ids)},
+        [leaf for leaf in declared if leaf not in set(retiring)],
+        _chunks(retiring, waves),
+        [{leaf: joining[leaf] for leaf in w} for w in _chunks(list(joining), waves)],
     )
 
 
-def _view(topology: Topology, leaves: Mapping[str, NodeConfig]) -> Topology:
-    """``topology``'s aggregators with exactly ``leaves`` (what a replay, or a joined leaf's
-    own agent, is given: the open aggregators stay aggregators without their leaves)."""
-    aggregators = {n: topology.nodes[n] for n in topology.aggregators()}
-    return dataclasses.replace(topology, nodes={**aggregators, **leaves})
-
-
 def _feed(fleet: Fleet, leaves: Mapping[str, NodeConfig]) -> tuple[Topology, np.ndarray]:
-    """A view of ``leaves`` and its data, ordered so that its contiguous split gives each
-    leaf its own rows."""
-    view = _view(fleet.topology, leaves)
+    """The topology's aggregators with exactly ``leaves``, and their rows in its order."""
+    topology = fleet.topology
+    nodes = {**{n: topology.nodes[n] for n in topology.aggregators()}, **leaves}
+    view = dataclasses.replace(topology, nodes=nodes)
     return view, np.concatenate([fleet.rows[leaf] for leaf in view.leaves()])
 
 
 @dataclass
 class RunResult:
-    """One run (``churn`` or not): times in seconds, counts of readings and messages.
+    """One run (``churn`` or not), seconds and counts.
 
-    ``wall_s`` is from the first reading sent to the first exact root model (None: never
-    exact within ``settle_timeout_s``); ``total_s`` also counts starting and stopping the
-    agents; ``cpu_s`` is the CPU time (user + system) of this process, the workers and the
-    broker over the run (less sensitive than wall time to other loads on the machine).
-    ``readings`` are the readings sent (a retired leaf's up to its retirement);
-    ``messages`` / ``payload_bytes`` what every agent published (``leaf_messages``: the
-    leaves' share; the rest is the aggregators'). ``expected`` maps each
-    kept leaf to its accepted readings; ``provenance`` is the final root model's.
-    ``error_ratio`` compares that model with the offline SVD of the kept leaves' accepted
-    rows. ``retired_seen`` holds the retired leaves some root model named (before they were
-    forgotten). ``events`` lists the churn steps as they happened.
+    ``wall_s``: first reading sent -> first exact root model (None: never); ``total_s``
+    also starting and stopping; ``cpu_s``: this process, the workers and the broker.
+    ``readings`` sent; ``messages`` / ``payload_bytes`` every agent published
+    (``leaf_messages`` the leaves'); ``expected``: each kept leaf's accepted readings;
+    ``provenance`` and ``n_samples`` the final root model's, ``error_ratio`` against the
+    offline SVD of the kept rows; ``retired_seen``: retired leaves some model named;
+    ``events``: the churn steps.
     """
 
     churn: bool
@@ -302,43 +199,35 @@ class RunResult:
         return self.messages / self.readings if self.readings else math.nan
 
 
+def _sent(replayer: Replayer, leaves: list[str] | None = None) -> int:
+    """Readings ``replayer`` sent (to ``leaves`` only, if given)."""
+    sent = replayer.first_sent
+    return sum(int(np.isfinite(sent[lf]).sum()) for lf in sent if leaves is None or lf in leaves)
+
+
 class _Run:
-    """The state of one run in progress (see `run_once`)."""
+    """One run in progress (see `run_once`): kept leaves (a), retiring waves (b), joining
+    waves (c), each fed by its own `Replayer`."""
 
     def __init__(
-        self,
-        plan: ChurnPlan,
-        fleet: Fleet,
-        churn: bool,
-        settings: AgentSettings,
-        reference_s: float,
+        self, plan: ChurnPlan, fleet: Fleet, churn: bool, settings: AgentSettings, ref_s: float
     ) -> None:
         self.plan, self.fleet, self.churn, self.settings = plan, fleet, churn, settings
         self.result = RunResult(churn=churn, retired=fleet.retiring if churn else [])
-        self.a_view, self.a_data = _feed(fleet, {lf: fleet.topology.nodes[lf] for lf in fleet.kept})
-        self.b_feeds = [
-            _feed(fleet, {lf: fleet.topology.nodes[lf] for lf in wave})
-            for wave in fleet.retire_waves
-        ]
-        self.c_feeds = [_feed(fleet, wave) for wave in fleet.join_waves]
-        counted = [(self.a_view, self.a_data)] + (self.c_feeds if churn else self.b_feeds)
-        self.reference: list[np.ndarray] = []
-        for view, data in counted:
-            screening = screen_data(view, data)
+        nodes = fleet.topology.nodes
+        a = _feed(fleet, {lf: nodes[lf] for lf in fleet.kept})
+        b = [_feed(fleet, {lf: nodes[lf] for lf in wave}) for wave in fleet.retire_waves]
+        self.c_views = [_feed(fleet, wave) for wave in fleet.join_waves]
+        screenings = [screen_data(*feed) for feed in [a, *(self.c_views if churn else b)]]
+        for screening in screenings:
             self.result.expected.update(screening.accepted)
-            self.reference.append(screening.reference)
-        self.a_replayer = Replayer(self.a_view, self.a_data, settings)
-        self.b_replayers = [Replayer(view, data, settings) for view, data in self.b_feeds]
-        self.c_replayers = [Replayer(view, data, settings) for view, data in self.c_feeds]
-        self.a_expected = screen_data(self.a_view, self.a_data).accepted
-        self.a_total = max(1, sum(self.a_expected.values()))
-        self.covered_a = 0
-        self.reference_s = reference_s
-        self.covered_at: float | None = None
-        self.t0 = 0.0
+        self.reference = [screening.reference for screening in screenings]
+        self.a_expected = screenings[0].accepted
+        self.a, self.b, self.c = (Replayer(*a, settings), [Replayer(*f, settings) for f in b],
+                                  [Replayer(*f, settings) for f in self.c_views])  # fmt: skip
+        self.covered_a, self.covered_at, self.t0, self.reference_s = 0, None, 0.0, ref_s
         self.host: AgentHost | WorkerPool | None = None  # every agent, set by `run_once`
         self.b_tasks: list[asyncio.Task] = []
-        self.stack = contextlib.AsyncExitStack()
 
     def on_model(self, model: SubspaceMessage) -> None:
         prov = model.provenance
@@ -352,9 +241,8 @@ class _Run:
         await asyncio.sleep(max(0.0, self.t0 + share * self.reference_s - time.monotonic()))
 
     def note(self, text: str) -> None:
-        sent = sum(int(np.isfinite(t).sum()) for t in self.a_replayer.first_sent.values())
-        sent /= self.a_total
-        covered = self.covered_a / self.a_total
+        total = max(1, sum(self.a_expected.values()))
+        sent, covered = _sent(self.a) / total, self.covered_a / total
         self.result.events.append(
             f"t = {time.monotonic() - self.t0:6.2f} s, kept leaves' readings sent {sent:4.0%}, "
             f"in the root model {covered:4.0%}: {text}"
@@ -363,11 +251,11 @@ class _Run:
     @property
     def replayers(self) -> list[Replayer]:
         """Every replay of the run (the join waves' only in a churn run)."""
-        return [self.a_replayer, *self.b_replayers, *(self.c_replayers if self.churn else [])]
+        return [self.a, *self.b, *(self.c if self.churn else [])]
 
     @staticmethod
-    async def replay(replayer: Replayer, progress: Callable[[int], None] | None = None) -> None:
-        stats = await replayer.run(progress)
+    async def replay(replayer: Replayer) -> None:
+        stats = await replayer.run()
         if stats.error or stats.unconfirmed:
             raise StepError(
                 f"replay into {len(replayer.topology.leaves())} leaves: "
@@ -376,19 +264,17 @@ class _Run:
 
     async def join(self, wave: int, share: float) -> None:
         await self.when(share)
-        view, _ = self.c_feeds[wave]
+        view, _ = self.c_views[wave]
         assert self.host is not None
         await self.host.add_agents(view, view.leaves())  # a pool: the least crowded worker
         self.note(f"join wave {wave + 1}: {len(view.leaves())} undeclared leaves connected")
-        await self.replay(self.c_replayers[wave])
+        await self.replay(self.c[wave])
         self.note(f"join wave {wave + 1}: its readings confirmed")
 
     async def retire(self, wave: int, share: float) -> None:
         await self.when(share)
-        leaves = self.fleet.retire_waves[wave]
-        task = self.b_tasks[wave]
-        sent = self.b_replayers[wave].first_sent
-        fed = sum(int(np.isfinite(sent[leaf]).sum()) for leaf in leaves)
+        leaves, task = self.fleet.retire_waves[wave], self.b_tasks[wave]
+        fed = _sent(self.b[wave], leaves)
         task.cancel()  # their sensors stop (a no-op when their replay is over)
         await asyncio.wait([task])
         if not task.cancelled() and task.exception() is not None:
@@ -416,21 +302,19 @@ class _Run:
             self.t0 = time.monotonic()
             try:
                 async with asyncio.TaskGroup() as group:
-                    group.create_task(self.replay(self.a_replayer))
-                    for replayer in self.b_replayers:  # awaited below, or by `retire`
-                        self.b_tasks.append(asyncio.create_task(self.replay(replayer)))
+                    group.create_task(self.replay(self.a))
+                    # awaited by `retire`, or here without churn
+                    self.b_tasks = [asyncio.create_task(self.replay(r)) for r in self.b]
                     if self.churn:
-                        for i, share in enumerate(
-                            plan.at(plan.join_from, plan.join_to)[: len(self.c_feeds)]
-                        ):
+                        joins = plan.at(plan.join_from, plan.join_to)[: len(self.c)]
+                        retires = plan.at(plan.retire_from, plan.retire_to)[: len(self.b)]
+                        for i, share in enumerate(joins):
                             group.create_task(self.join(i, share))
-                        for i, share in enumerate(
-                            plan.at(plan.retire_from, plan.retire_to)[: len(self.b_feeds)]
-                        ):
+                        for i, share in enumerate(retires):
                             group.create_task(self.retire(i, share))
                     else:
                         for task in self.b_tasks:
-                            group.create_task(_await(task))
+                            group.create_task(asyncio.wait_for(task, None))
             finally:
                 for task in self.b_tasks:
                     task.cancel()
@@ -443,77 +327,48 @@ class _Run:
             return watcher.model
 
 
-async def _await(task: asyncio.Task) -> None:
-    await task
-
-
 async def run_once(
     plan: ChurnPlan, fleet: Fleet, *, churn: bool, reference_s: float = 0.0
 ) -> RunResult:
-    """One run of ``fleet`` on a fresh plain `LocalMosquitto`: with churn or without.
-
-    Parameters
-    ----------
-    plan : ChurnPlan
-    fleet : Fleet
-        From `build_fleet` of ``plan``.
-    churn : bool
-        Join and retire leaves during the run, or not.
-    reference_s : float, default 0
-        Seconds: the waves start at ``plan.join_from * reference_s`` ... after the first
-        reading was sent (`ChurnPlan`); the wall time of a run without churn
-        (`RunResult.wall_s`) puts them at the same phases of the run. Not used without churn.
-
-    Returns
-    -------
-    RunResult
-        With ``error`` set (one line) when a step failed or was not done in time.
-    """
+    """One run of ``fleet`` (from `build_fleet` of ``plan``) on a fresh plain
+    `LocalMosquitto`, with churn or without; with churn its waves start at shares of
+    ``reference_s`` seconds after the first reading was sent (`ChurnPlan`). A step that
+    failed or was late sets ``error`` (one line) of the result."""
     start, cpu_start = time.monotonic(), cpu_time_s()
     topology = fleet.topology
     groups = assign_nodes(topology, plan.workers)
     per_loop = max(map(len, groups)) + (math.ceil(plan.join / len(groups)) if churn else 0)
-    replayers = 2 + 2 * plan.waves
-    ensure_descriptors(
-        run_descriptors_needed(
-            len(topology.nodes) + plan.join + replayers, plan.workers, local_broker=True
-        )
-    )
+    agents = len(topology.nodes) + plan.join + 2 + 2 * plan.waves  # and the replays
+    ensure_descriptors(run_descriptors_needed(agents, plan.workers, local_broker=True))
     with LocalMosquitto() as broker:
         base = AgentSettings(
-            host=broker.host,
-            port=broker.port,
-            keepalive_s=plan.keepalive_s,
+            host=broker.host, port=broker.port, keepalive_s=plan.keepalive_s,
             timeout_s=max(AgentSettings.timeout_s, plan.keepalive_s),
-        )
-        settings = shared_loop_settings(base, per_loop)
-        run = _Run(plan, fleet, churn, settings, reference_s)
-        result = run.result
+        )  # fmt: skip
+        run = _Run(plan, fleet, churn, shared_loop_settings(base, per_loop), reference_s)
+        model, reports = None, []
         try:
-            async with asyncio.timeout(plan.run_timeout_s), run.stack:
-                host: AgentHost | WorkerPool
+            async with asyncio.timeout(plan.run_timeout_s):
                 if len(groups) == 1:
-                    host = AgentHost(topology, groups[0], settings, plan.n_features)
+                    host = AgentHost(topology, groups[0], run.settings, plan.n_features)
                 else:
-                    host = WorkerPool(topology, groups, settings, plan.n_features)
-                run.host = await run.stack.enter_async_context(host)
-                model = await host.guard(run.phase())
-                reports: list[WorkerReport] = await host.close()  # the removed agents too
+                    host = WorkerPool(topology, groups, run.settings, plan.n_features)
+                async with host:
+                    run.host = host
+                    model = await host.guard(run.phase())
+                    reports = await host.close()  # the removed agents too
             broker_cpu = sample_process(broker.pid) if broker.pid is not None else None
             run.result.cpu_s = (
-                cpu_time_s()
-                - cpu_start
+                cpu_time_s() - cpu_start
                 + sum(r.cpu_s for r in reports if r.pid != os.getpid())  # whole worker lives
                 + (0.0 if broker_cpu is None else broker_cpu.cpu_s)
-            )
+            )  # fmt: skip
         except (TimeoutError, StepError, EdgeRuntimeError, aiomqtt.MqttError, OSError) as exc:
-            result.error = _one_line(exc)
-            model, reports = None, []
+            run.result.error, model, reports = _one_line(exc), None, []
         except ExceptionGroup as group:  # a task of the run's TaskGroup failed
-            result.error = _one_line(group)
-            model, reports = None, []
+            run.result.error, model, reports = _one_line(group), None, []
     _summarise(run, model, reports, start)
-    return result
+    return run.result
 
 
 def _one_line(exc: BaseException) -> str:
@@ -525,23 +380,19 @@ def _one_line(exc: BaseException) -> str:
 def _summarise(
     run: _Run, model: SubspaceMessage | None, reports: list[WorkerReport], start: float
 ) -> None:
-    result = run.result
+    result, agents = run.result, [a for r in reports for a in r.agents]
     result.total_s = time.monotonic() - start
     if run.covered_at is not None:
         result.wall_s = run.covered_at - run.t0
-    result.readings = sum(
-        int(np.isfinite(t).sum()) for r in run.replayers for t in r.first_sent.values()
-    )
-    agents = [a for r in reports for a in r.agents]
-    result.messages = sum(a.messages_published for a in agents)
+    result.readings = sum(_sent(r) for r in run.replayers)
     aggregators = set(run.fleet.topology.aggregators())
+    result.messages = sum(a.messages_published for a in agents)
     result.leaf_messages = sum(a.messages_published for a in agents if a.node not in aggregators)
     result.payload_bytes = sum(a.bytes_published for a in agents)
     result.rejects = sum(a.rejects for a in agents)
     result.undelivered = sum(a.undelivered for a in agents)
     result.joined = [lf for wave in run.fleet.join_waves for lf in wave] if run.churn else []
     if model is not None:
-        result.provenance = dict(model.provenance)
-        result.n_samples = model.n_samples
+        result.provenance, result.n_samples = dict(model.provenance), model.n_samples
         if model.rank > 0:
             result.error_ratio = error_ratio(np.concatenate(run.reference), model.subspace.basis)

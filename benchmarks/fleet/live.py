@@ -1,26 +1,9 @@
-"""Fleet benchmark, every node its own process: latency to the root and the cost of an agent.
-
-Both parts start a private Mosquitto on a free loopback port (`LocalMosquitto`), one
-``edge-runtime agent --topology T --node N --broker URL`` process per node, wait until
-every node's retained status says ``online``, then start ``edge-runtime replay --topology T
---data F --broker URL --rate R``. An observer (an MQTT client in this process) subscribes to
-the leaves' sensor topics and to the root's model topic:
-
-- a reading's **publish time** is when its message reaches the observer (the broker
-  delivers it to the leaf at the same time); readings are told apart by their source
-  sequence numbers (a batch of m rows with first number s carries s .. s + m - 1);
-- a reading's **production time** is its place in the replay's fixed-rate schedule: leaf
-  l's reading j is due at ``t0_l + j / rate_l`` (``rate_l`` the leaf's share of the rate),
-  ``t0_l`` being the earliest start consistent with no reading arriving before it is due,
-  i.e. ``min_j (publish_j - j / rate_l)``; so batching or queueing inside the replay counts
-  as latency;
-- a reading is **at the root** when the first model arrives whose provenance covers it
-  (``provenance[l] > j``, provenance counting the leaf's readings in sequence order).
-
-`measure_latency` reports p50 / p95 of both latencies and compares p95 with the leaves'
-maximum publish interval + 1 s; `measure_agent_cost` feeds ``n`` leaves under one
-aggregator at a fixed rate each and reads every agent's CPU seconds and memory
-(`benchmarks.processes`) between the first reading and the moment the root covers all of them.
+"""Fleet benchmark, every node its own ``edge-runtime agent`` process against a private
+`LocalMosquitto`, fed by ``edge-runtime replay --rate R`` once all are online. An observer
+times each reading from its publish (arrival at the broker) and from its production (its slot
+in the replay's fixed-rate schedule, ``t0 + j / rate`` per leaf, so queueing in the replay
+counts) to the first root model whose provenance covers it; each agent's CPU and memory are
+sampled from the first reading to full coverage.
 """
 
 from __future__ import annotations
@@ -30,8 +13,9 @@ import math
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import aiomqtt
@@ -45,44 +29,26 @@ from benchmarks.processes import (
     sample_process,
     stop_processes,
 )
-from edge_runtime.agents import AgentSettings
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.datasets import load_dataset
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, load_topology
 from edge_runtime.wire import WireError, decode_readings, decode_subspace
 
 __all__ = [
-    "AgentCostResult",
-    "LatencyResult",
-    "ProcessCost",
-    "leaf_max_publish_interval",
-    "measure_agent_cost",
-    "measure_latency",
-]
+    "AgentCostResult", "LatencyResult", "ProcessCost", "leaf_max_publish_interval",
+    "measure_agent_cost", "measure_latency",
+]  # fmt: skip
 
-#: Seconds to wait for every agent to be online.
-ONLINE_TIMEOUT_S = 60.0
-#: Seconds, after the last reading is due, to wait for the root to cover everything.
-SETTLE_TIMEOUT_S = 90.0
+ONLINE_TIMEOUT_S = 60.0  #: seconds to wait for every agent to be online
+SETTLE_TIMEOUT_S = 90.0  #: seconds after the last reading is due for the root to cover all
 
 
 @dataclass
 class ProcessCost:
-    """What one agent process used between the first reading and full coverage.
-
-    Attributes
-    ----------
-    node, role : str
-        Node id; ``"leaf"``, ``"aggregator"`` or ``"root"``.
-    readings : int
-        Readings the node ingested (leaf) or covers (aggregator).
-    window_s : float
-        Length of the measured window, seconds.
-    cpu_s : float
-        User + system CPU seconds in the window (psutil; ``/proc/PID/stat`` on Linux).
-    rss_bytes, peak_rss_bytes : int
-        Resident set at the end (``VmRSS``) and the largest since start (``VmHWM``).
-    """
+    """What one agent process (``role`` leaf, aggregator or root) used in a window of
+    ``window_s`` seconds: CPU seconds (user + system), ``VmRSS`` at its end and ``VmHWM``
+    (bytes), for the ``readings`` it ingested (leaf) or covers (aggregator)."""
 
     node: str
     role: str
@@ -104,45 +70,40 @@ class ProcessCost:
 
 
 def leaf_max_publish_interval(topology: Topology) -> tuple[float | None, str]:
-    """The largest maximum publish interval of the topology's leaves, seconds.
+    """The largest maximum publish interval of the leaves, seconds (their
+    ``publish_max_interval_s``, else ``LEAF_PUBLISH.max_interval_s``), and where it came from."""
+    from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
 
-    Read from the node settings (``publish_max_interval_s``) and, where a node leaves it
-    unset, the leaf policy's default (``edge_runtime.agents.common.core.policy.LEAF_PUBLISH``).
-
-    Returns
-    -------
-    (float or None, str)
-        The interval (None when this version of the runtime has no such setting) and
-        where it came from.
-    """
-    try:
-        from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
-    except ImportError:
-        default, source = None, ""
-    else:
-        default = getattr(LEAF_PUBLISH, "max_interval_s", None)
-        source = "LEAF_PUBLISH.max_interval_s"
-    values: list[float] = []
+    source, values = "LEAF_PUBLISH.max_interval_s", []
     for leaf in topology.leaves():
-        own = getattr(topology.nodes[leaf], "publish_max_interval_s", None)
-        if own is not None:
-            values.append(float(own))
-            source = "publish_max_interval_s of the topology"
-        elif default is not None:
-            values.append(float(default))
-        else:
-            return None, "no maximum publish interval in this runtime"
+        own = topology.nodes[leaf].publish_max_interval_s
+        values.append(float(LEAF_PUBLISH.max_interval_s if own is None else own))
+        source = source if own is None else "publish_max_interval_s of the topology"
     return max(values), source
+
+
+def _spawn(folder: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """``edge-runtime ARGS`` in a session of its own, output to ``folder/NAME.log``."""
+    with (folder / f"{name}.log").open("wb") as out:
+        return subprocess.Popen(
+            [*edge_runtime_command(), *args], stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _loop_time(monotonic: float) -> float:
+    """A `time.monotonic` instant on the running loop's clock."""
+    return asyncio.get_running_loop().time() + (monotonic - time.monotonic())
 
 
 @dataclass
 class _Observation:
-    """What the observer saw of one live fleet run."""
+    """What the observer saw of one live fleet run (times from `time.monotonic`)."""
 
+    sent: dict[str, dict[int, float]]  # leaf -> source seq -> first publish time
+    covered_at: dict[str, list[float]]  # leaf -> time its j-th reading reached the root
     covered: bool = False
     replay_returncode: int | None = None
-    sent: dict[str, dict[int, float]] = field(default_factory=dict)
-    covered_at: dict[str, list[float]] = field(default_factory=dict)
     start: dict[str, ProcessSample | None] = field(default_factory=dict)
     end: dict[str, ProcessSample | None] = field(default_factory=dict)
     window: tuple[float, float] = (math.nan, math.nan)
@@ -154,44 +115,31 @@ class _LiveFleet:
     """Broker, one agent process per node, a replay process and the observer."""
 
     def __init__(self, topology_path: Path, data_path: Path, n_rows: int, rate: float) -> None:
-        self.topology_path = topology_path
+        self.topology_path, self.data_path, self.n_rows, self.rate = (
+            topology_path, data_path, n_rows, rate,
+        )  # fmt: skip
         self.topology = load_topology(topology_path)
-        self.data_path = data_path
-        self.rate = rate
         self.expected = {leaf: len(rows) for leaf, rows in self.topology.split_rows(n_rows).items()}
-        self.n_rows = n_rows
+        self.obs = _Observation({lf: {} for lf in self.expected}, {lf: [] for lf in self.expected})
 
     def run(self, folder: Path) -> _Observation:
+        obs, topo = self.obs, str(self.topology_path)
         procs: dict[str, subprocess.Popen[bytes]] = {}
-        spawned: list[subprocess.Popen[bytes]] = []
         with LocalMosquitto() as broker:
             try:
+                url = ["--topology", topo, "--broker", broker.url]
                 for node in self.topology.nodes:
-                    with (folder / f"{node}.log").open("wb") as out:
-                        procs[node] = subprocess.Popen(
-                            [
-                                *edge_runtime_command(),
-                                "agent",
-                                "--topology",
-                                str(self.topology_path),
-                                "--node",
-                                node,
-                                "--broker",
-                                broker.url,
-                            ],
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True,
-                        )
-                    spawned.append(procs[node])
+                    procs[node] = _spawn(folder, node, "agent", "--node", node, *url)
+                replay = ["replay", "replay", *url, "--data", str(self.data_path)]
+                replay += ["--rate", f"{self.rate:g}"]
                 settings = AgentSettings(host=broker.host, port=broker.port)
-                obs = asyncio.run(self._observe(settings, broker.url, procs, spawned, folder))
+                asyncio.run(self._observe(settings, procs, partial(_spawn, folder, *replay)))
             finally:
-                stop_processes(spawned)
+                stop_processes(list(procs.values()))
         if not obs.covered and not obs.error:
             obs.error = "the root did not cover every reading"
         for node, proc in procs.items():
-            if proc.returncode not in (0, None, -15):
+            if node != "replay" and proc.returncode not in (0, None, -15):
                 tail = (folder / f"{node}.log").read_text(errors="replace").strip()
                 obs.error += f"; agent {node} exited {proc.returncode}: {tail[-200:]}"
         return obs
@@ -199,160 +147,102 @@ class _LiveFleet:
     async def _observe(
         self,
         settings: AgentSettings,
-        url: str,
-        procs: Mapping[str, subprocess.Popen[bytes]],
-        spawned: list[subprocess.Popen[bytes]],
-        folder: Path,
-    ) -> _Observation:
-        topo = self.topology
-        obs = _Observation(
-            sent={leaf: {} for leaf in self.expected},
-            covered_at={leaf: [] for leaf in self.expected},
-        )
+        procs: dict[str, subprocess.Popen[bytes]],
+        start_replay: Callable[[], subprocess.Popen[bytes]],
+    ) -> None:
+        topo, obs = self.topology, self.obs
+        agents = dict(procs)
         sensors = {topo.nodes[leaf].sensor_topic: leaf for leaf in self.expected}
         statuses = {topo.status_topic(node): node for node in topo.nodes}
-        model_topic = topo.model_topic()
         online: set[str] = set()
         counters = dict.fromkeys(self.expected, 0)
-        replay: subprocess.Popen[bytes] | None = None
         started = time.monotonic()
-        deadline = started + ONLINE_TIMEOUT_S
         try:
             async with aiomqtt.Client(**settings.client_kwargs()) as client:
-                for topic in [*statuses, *sensors, model_topic]:
+                for topic in [*statuses, *sensors, topo.model_topic()]:
                     await client.subscribe(topic, qos=1)
-                async with asyncio.timeout_at(_loop_time(deadline)) as limit:
+                async with asyncio.timeout_at(_loop_time(started + ONLINE_TIMEOUT_S)) as limit:
                     async for message in client.messages:
-                        now = time.monotonic()
-                        topic = str(message.topic)
-                        payload = message.payload
+                        now, topic, payload = time.monotonic(), str(message.topic), message.payload
                         if not isinstance(payload, bytes | bytearray):
                             continue
                         if topic in statuses:
                             node = statuses[topic]
                             (online.add if payload == b"online" else online.discard)(node)
-                            if replay is None and len(online) == len(topo.nodes):
-                                replay = self._start_replay(url, folder)
-                                spawned.append(replay)
-                                due = self.n_rows / self.rate
-                                limit.reschedule(_loop_time(now + due + SETTLE_TIMEOUT_S))
+                            if "replay" not in procs and len(online) == len(topo.nodes):
+                                procs["replay"] = start_replay()
+                                due = now + self.n_rows / self.rate + SETTLE_TIMEOUT_S
+                                limit.reschedule(_loop_time(due))
                         elif topic in sensors:
                             if not obs.start:
-                                obs.start = {n: sample_process(p.pid) for n, p in procs.items()}
+                                obs.start = {n: sample_process(p.pid) for n, p in agents.items()}
                                 obs.window = (now, math.nan)
-                            self._on_readings(obs, sensors[topic], bytes(payload), now, counters)
-                        elif topic == model_topic and self._on_model(obs, bytes(payload), now):
-                            obs.end = {n: sample_process(p.pid) for n, p in procs.items()}
-                            obs.window = (obs.window[0], now)
-                            obs.covered = True
+                            self._on_readings(sensors[topic], bytes(payload), now, counters)
+                        elif self._on_model(bytes(payload), now):
+                            obs.end = {n: sample_process(p.pid) for n, p in agents.items()}
+                            obs.window, obs.covered = (obs.window[0], now), True
                             break
         except TimeoutError:
-            phase = "online" if replay is None else "covered"
-            obs.error = f"timed out waiting for the fleet to be {phase}"
-            if replay is None:
-                obs.error += f" ({len(online)} of {len(topo.nodes)} nodes online)"
+            if "replay" in procs:
+                obs.error = "timed out waiting for the fleet to be covered"
+            else:
+                obs.error = "timed out waiting for the fleet to be online "
+                obs.error += f"({len(online)} of {len(topo.nodes)} nodes online)"
         obs.wall_s = time.monotonic() - started
-        if replay is not None:
+        if (replay := procs.get("replay")) is not None:
             try:
                 obs.replay_returncode = await asyncio.to_thread(replay.wait, 60)
             except subprocess.TimeoutExpired:
                 obs.error += "; the replay did not exit within 60 s of full coverage"
-        return obs
 
-    def _start_replay(self, url: str, folder: Path) -> subprocess.Popen[bytes]:
-        with (folder / "replay.log").open("wb") as out:
-            return subprocess.Popen(
-                [
-                    *edge_runtime_command(),
-                    "replay",
-                    "--topology",
-                    str(self.topology_path),
-                    "--data",
-                    str(self.data_path),
-                    "--broker",
-                    url,
-                    "--rate",
-                    f"{self.rate:g}",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @staticmethod
-    def _on_readings(
-        obs: _Observation, leaf: str, payload: bytes, now: float, counters: dict[str, int]
-    ) -> None:
+    def _on_readings(self, leaf: str, payload: bytes, now: float, counters: dict[str, int]) -> None:
         try:
             readings = decode_readings(payload)
         except WireError:
             return
         first = counters[leaf] if readings.seq is None else readings.seq
-        rows = readings.values.shape[0]
-        counters[leaf] = first + rows
-        sent = obs.sent[leaf]
-        for seq in range(first, first + rows):
-            sent.setdefault(seq, now)  # a re-sent reading keeps its first publish time
+        counters[leaf] = first + readings.values.shape[0]
+        for seq in range(first, counters[leaf]):
+            self.obs.sent[leaf].setdefault(seq, now)  # a re-sent reading keeps its first time
 
-    def _on_model(self, obs: _Observation, payload: bytes, now: float) -> bool:
+    def _on_model(self, payload: bytes, now: float) -> bool:
         """Record newly covered readings; True once every reading is covered."""
         try:
             model = decode_subspace(payload)
         except WireError:
             return False
-        for leaf, at in obs.covered_at.items():
+        for leaf, at in self.obs.covered_at.items():
             covered = min(int(model.provenance.get(leaf, 0)), self.expected[leaf])
-            if covered > len(at):
-                at.extend([now] * (covered - len(at)))
-        return all(len(obs.covered_at[leaf]) == n for leaf, n in self.expected.items())
+            at.extend([now] * (covered - len(at)))
+        return all(len(self.obs.covered_at[leaf]) == n for leaf, n in self.expected.items())
 
-    def latencies(self, obs: _Observation) -> tuple[np.ndarray, np.ndarray]:
+    def latencies(self) -> tuple[np.ndarray, np.ndarray]:
         """(from publish, from production) latency of every covered reading, seconds."""
         from_publish: list[float] = []
         from_schedule: list[float] = []
-        for leaf, covered in obs.covered_at.items():
-            sent = obs.sent[leaf]
-            if not sent:
+        for leaf, covered in self.obs.covered_at.items():
+            if not (sent := self.obs.sent[leaf]):
                 continue
             leaf_rate = self.rate * self.expected[leaf] / self.n_rows
             t0 = min(t - j / leaf_rate for j, t in sent.items())
-            for j, at in enumerate(covered):
-                if j in sent:
-                    from_publish.append(at - sent[j])
-                from_schedule.append(at - (t0 + j / leaf_rate))
+            from_publish += [at - sent[j] for j, at in enumerate(covered) if j in sent]
+            from_schedule += [at - (t0 + j / leaf_rate) for j, at in enumerate(covered)]
         return np.asarray(from_publish), np.asarray(from_schedule)
 
-    def costs(self, obs: _Observation) -> list[ProcessCost]:
+    def costs(self) -> list[ProcessCost]:
         """Each agent's `ProcessCost` over the observation window (empty if incomplete)."""
-        window = obs.window[1] - obs.window[0]
-        out: list[ProcessCost] = []
-        for node in self.topology.nodes:
+        topo, obs, out = self.topology, self.obs, []
+        for node in topo.nodes:
             a, b = obs.start.get(node), obs.end.get(node)
             if a is None or b is None:
                 continue
-            if self.topology.is_leaf(node):
-                role, readings = "leaf", self.expected[node]
-            else:
-                role = "root" if node == self.topology.root else "aggregator"
-                readings = sum(self.expected[leaf] for leaf in self.topology.leaves_under(node))
-            out.append(
-                ProcessCost(
-                    node=node,
-                    role=role,
-                    readings=readings,
-                    window_s=window,
-                    cpu_s=b.cpu_s - a.cpu_s,
-                    rss_bytes=b.rss_bytes,
-                    peak_rss_bytes=b.peak_rss_bytes,
-                )
-            )
+            leaves = [node] if topo.is_leaf(node) else topo.leaves_under(node)
+            role = "leaf" if topo.is_leaf(node) else "root" if node == topo.root else "aggregator"
+            out.append(ProcessCost(
+                node, role, sum(self.expected[leaf] for leaf in leaves),
+                obs.window[1] - obs.window[0], b.cpu_s - a.cpu_s, b.rss_bytes, b.peak_rss_bytes,
+            ))  # fmt: skip
         return out
-
-
-def _loop_time(monotonic: float) -> float:
-    """A `time.monotonic` instant on the running loop's clock."""
-    loop = asyncio.get_running_loop()
-    return loop.time() + (monotonic - time.monotonic())
 
 
 def _percentile(values: np.ndarray, q: float) -> float | None:
@@ -363,10 +253,9 @@ def _percentile(values: np.ndarray, q: float) -> float | None:
 class LatencyResult:
     """Latency from a reading to the root, every node a process (`measure_latency`).
 
-    ``p50_s`` / ``p95_s`` / ``max_s`` count from the reading's production (its place in
-    the fixed-rate schedule); the ``*_from_publish_s`` from its arrival at the broker.
-    ``bound_s`` is the leaves' maximum publish interval + 1 s (None when the runtime has
-    none).
+    ``p50_s`` / ``p95_s`` / ``max_s`` count from the reading's production, the
+    ``*_from_publish_s`` from its arrival at the broker; ``bound_s`` is the leaves' maximum
+    publish interval + 1 s (None when the runtime has none).
     """
 
     topology: str
@@ -395,19 +284,16 @@ class LatencyResult:
         return None if m is None else m + 1.0
 
 
-def measure_latency(
-    sizes: FleetSizes,
-    log: Callable[[str], None] = print,
-    *,
-    topology_path: Path = MOTES_TOPOLOGY,
-) -> LatencyResult:
-    """Motes light through ``topologies/motes-light.toml`` (or ``topology_path``), every
-    node a process, replayed at ``sizes.latency_rate`` readings/s: p50 / p95 latency from
-    a reading to the root.
+def _fmt_s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
 
-    The data is the first ``sizes.latency_readings`` rows of Motes light (rounded down to
-    a multiple of the leaf count, so every leaf gets the same share and rate).
-    """
+
+def measure_latency(
+    sizes: FleetSizes, log: Callable[[str], None] = print, *, topology_path: Path = MOTES_TOPOLOGY
+) -> LatencyResult:
+    """The first ``sizes.latency_readings`` rows of Motes light (down to a multiple of the
+    leaf count) through ``topology_path``, every node a process, replayed at
+    ``sizes.latency_rate`` readings/s: p50 / p95 latency from a reading to the root."""
     topology = load_topology(topology_path)
     n_leaves = len(topology.leaves())
     n = max(n_leaves, sizes.latency_readings // n_leaves * n_leaves)
@@ -416,40 +302,22 @@ def measure_latency(
         np.savetxt(data_path, load_dataset("motes-light")[:n], fmt="%.17g")
         fleet = _LiveFleet(topology_path, data_path, n, sizes.latency_rate)
         obs = fleet.run(Path(tmp))
-    from_publish, from_schedule = fleet.latencies(obs)
+    publish, schedule = fleet.latencies()
     interval, source = leaf_max_publish_interval(topology)
-    result = LatencyResult(
-        topology=topology_path.name,
-        n_leaves=n_leaves,
-        n_processes=len(topology.nodes),
-        readings=n,
-        rate=sizes.latency_rate,
-        covered=obs.covered,
-        readings_at_root=sum(len(c) for c in obs.covered_at.values()),
-        p50_s=_percentile(from_schedule, 50),
-        p95_s=_percentile(from_schedule, 95),
-        max_s=_percentile(from_schedule, 100),
-        p50_from_publish_s=_percentile(from_publish, 50),
-        p95_from_publish_s=_percentile(from_publish, 95),
-        max_publish_interval_s=interval,
-        interval_source=source,
-        wall_s=obs.wall_s,
-        replay_returncode=obs.replay_returncode,
-        costs=fleet.costs(obs),
-        error=obs.error,
-    )
+    r = LatencyResult(
+        topology_path.name, n_leaves, len(topology.nodes), n, sizes.latency_rate, obs.covered,
+        sum(len(c) for c in obs.covered_at.values()), _percentile(schedule, 50),
+        _percentile(schedule, 95), _percentile(schedule, 100), _percentile(publish, 50),
+        _percentile(publish, 95), interval, source, obs.wall_s, obs.replay_returncode,
+        fleet.costs(), obs.error,
+    )  # fmt: skip
     log(
         f"  latency ({n} readings at {sizes.latency_rate:g}/s, {len(topology.nodes)} agent "
-        f"processes): p50 {_fmt_s(result.p50_s)}, p95 {_fmt_s(result.p95_s)} from production "
-        f"(from publish: p50 {_fmt_s(result.p50_from_publish_s)}, p95 "
-        f"{_fmt_s(result.p95_from_publish_s)}); bound {_fmt_s(result.bound_s)}"
-        + (f" -- {result.error}" if result.error else "")
+        f"processes): p50 {_fmt_s(r.p50_s)}, p95 {_fmt_s(r.p95_s)} from production (from "
+        f"publish: p50 {_fmt_s(r.p50_from_publish_s)}, p95 {_fmt_s(r.p95_from_publish_s)}); "
+        f"bound {_fmt_s(r.bound_s)}" + (r.error and f" -- {r.error}")
     )
-    return result
-
-
-def _fmt_s(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f} s"
+    return r
 
 
 @dataclass
@@ -475,34 +343,21 @@ def measure_agent_cost(sizes: FleetSizes, log: Callable[[str], None] = print) ->
     k = sizes.agent_leaves
     per_leaf = max(1, round(sizes.agent_rate * sizes.agent_seconds))
     with tempfile.TemporaryDirectory(prefix="fleet-agent-") as tmp:
-        topology_path, data_path = write_fleet_inputs(
-            k, Path(tmp) / "inputs", readings_per_leaf=per_leaf, fan_out=k
-        )
+        topology_path, data_path = write_fleet_inputs(k, Path(tmp) / "inputs", per_leaf, k)
         fleet = _LiveFleet(topology_path, data_path, k * per_leaf, sizes.agent_rate * k)
         obs = fleet.run(Path(tmp))
-    result = AgentCostResult(
-        n_leaves=k,
-        rate_per_leaf=sizes.agent_rate,
-        seconds=per_leaf / sizes.agent_rate,
-        covered=obs.covered,
-        costs=fleet.costs(obs),
-        error=obs.error,
-    )
+    seconds = per_leaf / sizes.agent_rate
+    result = AgentCostResult(k, sizes.agent_rate, seconds, obs.covered, fleet.costs(), obs.error)
     for role in ("leaf", "aggregator"):
-        rows = result.by_role(role)
-        if rows:
-            log(f"  {role}: {_cost_text(rows)}")
+        if rows := result.by_role(role):
+            cpu = float(np.median([c.cpu_per_reading_s or math.nan for c in rows]))
+            rss = float(np.median([c.rss_bytes for c in rows])) / 2**20
+            hwm = float(np.median([c.peak_rss_bytes for c in rows])) / 2**20
+            share = float(np.median([c.cpu_share for c in rows]))
+            log(
+                f"  {role}: {cpu * 1e3:.3f} ms CPU per reading, {share:.1%} of a core, RSS "
+                f"{rss:.1f} MiB (peak {hwm:.1f} MiB), median of {len(rows)}"
+            )
     if result.error:
         log(f"  agent cost: {result.error}")
     return result
-
-
-def _cost_text(rows: Sequence[ProcessCost]) -> str:
-    cpu = float(np.median([c.cpu_per_reading_s or math.nan for c in rows]))
-    rss = float(np.median([c.rss_bytes for c in rows])) / 2**20
-    hwm = float(np.median([c.peak_rss_bytes for c in rows])) / 2**20
-    share = float(np.median([c.cpu_share for c in rows]))
-    return (
-        f"{cpu * 1e3:.3f} ms CPU per reading, {share:.1%} of a core, RSS {rss:.1f} MiB "
-        f"(peak {hwm:.1f} MiB), median of {len(rows)}"
-    )

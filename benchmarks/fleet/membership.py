@@ -1,25 +1,9 @@
-"""Issue 23, Done-when bullets 1 and 2, measured as deployed against a dynsec Mosquitto.
-
-``python -m benchmarks.fleet.membership [--out DIR]``
-
-1. A `LocalMosquitto` with the dynamic security plugin; the Motes tree of
-   ``topologies/motes-light.toml`` with ``open = true`` on site-a and site-b, deployed with
-   ``edge-runtime deploy``; the 8 leaves enrolled with ``edge-runtime enroll``; the root, the
-   two sites, the replay and this script's observer each get their own client (one
-   connection per user name: ``use_username_as_clientid``). 11 ``edge-runtime agent``
-   processes without a topology file, each with its own ``--state-dir``; ``edge-runtime
-   replay --rate 200`` in the background.
-2. During the replay: ``enroll pi-09 --parent site-a``, pi-09 started with only the broker
-   URL, its credentials and its node id, fed rows of the Motes data on its sensor topic. The
-   time from its first snapshot to the root's model naming it in its provenance, against
-   ``publish_max_interval_s + 1 s``; the broker's and agents' PIDs before and after.
-3. After the replay: ``retire pi-04 --forget``: the time until the root's ``n_samples``
-   drops by exactly pi-04's count, and the root's error ratio on the rows it still covers;
-   the control ``retire pi-08`` (no ``--forget``) changes nothing in the root's ``n_samples``.
-
-Every wait is bounded; every process started here is stopped by its pid, also on error.
-Writes ``<out>/membership.md`` (default ``benchmarks/report``); when a step fails, also the
-processes' logs in ``<out>/membership-logs``.
+"""Enrol, join and forget leaves as deployed against a dynsec Mosquitto (``python -m
+benchmarks.fleet.membership [--out DIR]``, about a minute): the Motes tree with open sites,
+one ``edge-runtime agent`` process per node with its own user; during the replay ``enroll
+pi-09`` joins (time to the root model naming it, same PIDs), after it ``retire pi-04
+--forget`` (the root's ``n_samples`` drops by its count in time) and the control ``retire
+pi-08``. Writes ``membership.json`` and ``membership.md`` in ``--out``.
 """
 
 from __future__ import annotations
@@ -37,12 +21,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import aiomqtt
 import numpy as np
 
 from benchmarks.processes import edge_runtime_command, stop_processes
-from benchmarks.reporting import Check, checks_table
+from benchmarks.registry import REPORT_DIR
+from benchmarks.reporting import Check, checks_table, prose, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from edge_runtime.agents.common.core.policy import LEAF_PUBLISH
 from edge_runtime.broker import LocalMosquitto
@@ -53,39 +39,48 @@ from edge_runtime.runner import screen_data
 from edge_runtime.topology import load_topology
 from edge_runtime.wire import SubspaceMessage, decode_subspace, encode_readings
 
-REPO = Path(__file__).resolve().parents[2]
-SOURCE_TOPOLOGY = REPO / "topologies" / "motes-light.toml"
-DEFAULT_OUT = REPO / "benchmarks" / "report"
-INFRA_ROLE = "bench-infra"
-INFRA = ("root", "site-a", "site-b", "replay", "bench")
-NEWCOMER, NEWCOMER_PARENT = "pi-09", "site-a"
-NEWCOMER_ROWS = 640
+SOURCE_TOPOLOGY = REPORT_DIR.parents[1] / "topologies" / "motes-light.toml"
+INFRA = ("root", "site-a", "site-b", "replay", "bench")  #: users of the role "bench-infra"
+NEWCOMER, NEWCOMER_PARENT, NEWCOMER_ROWS = "pi-09", "site-a", 640
 FORGOTTEN, KEPT = "pi-04", "pi-08"
-RATE = 200.0
-CLI_TIMEOUT_S = 60.0
-ONLINE_TIMEOUT_S = 60.0
-REPLAY_TIMEOUT_S = 240.0
-COVER_TIMEOUT_S = 120.0
+RATE = 200.0  #: readings/s of the replay and of the newcomer's feed
+CLI_TIMEOUT_S, ONLINE_TIMEOUT_S, REPLAY_TIMEOUT_S, COVER_TIMEOUT_S = 60.0, 60.0, 240.0, 120.0
+T = TypeVar("T")
 
 
 class StepError(RuntimeError):
     """A step that did not happen within its bound; the message says which."""
 
 
+async def _until(found: Callable[[], T | None], timeout_s: float, error: Callable[[], str]) -> T:
+    """Poll ``found`` every 20 ms until it returns something; `StepError` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := found()) is not None:
+            return value
+        await asyncio.sleep(0.02)
+    raise StepError(error())
+
+
 def open_variant(text: str) -> str:
     """The topology's text with ``open = true`` on site-a and site-b (the rest as is)."""
-    out = text
     for site in ("site-a", "site-b"):
         block = f'id = "{site}"\nparent = "root"\n'
-        if block not in out:
+        if block not in text:
             raise StepError(f"{SOURCE_TOPOLOGY}: no [[nodes]] block {block!r}")
-        out = out.replace(block, block + "open = true\n")
-    return out
+        text = text.replace(block, block + "open = true\n")
+    return text
+
+
+def _describe(model: SubspaceMessage | None) -> str:
+    if model is None:
+        return "none"
+    return f"n_samples {model.n_samples}, provenance {dict(model.provenance)}"
 
 
 class Observer:
-    """One MQTT client (user ``bench``): follows the root's model and the newcomer's snapshot
-    and status, and publishes the newcomer's readings."""
+    """The client of user ``bench``: follows the root's model and the newcomer's snapshot
+    and status (times from `time.monotonic`), and publishes the newcomer's readings."""
 
     def __init__(self, broker: LocalMosquitto, password: str, prefix: str) -> None:
         self.client = aiomqtt.Client(
@@ -96,24 +91,19 @@ class Observer:
         self.models: list[tuple[float, SubspaceMessage]] = []
         self.newcomer_first: float | None = None
         self.newcomer_online = False
-        self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Observer:
         await self.client.__aenter__()
-        for topic in (
-            self.model_topic,
-            f"{self.newcomer_topic}/subspace",
-            f"{self.newcomer_topic}/status",
-        ):
-            await self.client.subscribe(topic, qos=1)
+        for topic in ("subspace", "status"):
+            await self.client.subscribe(f"{self.newcomer_topic}/{topic}", qos=1)
+        await self.client.subscribe(self.model_topic, qos=1)
         self._task = asyncio.create_task(self._listen())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                await self._task
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+            await self._task
         with contextlib.suppress(aiomqtt.MqttError):
             await self.client.__aexit__(None, None, None)
 
@@ -138,40 +128,22 @@ class Observer:
         self, test: Callable[[SubspaceMessage], bool], timeout_s: float, what: str
     ) -> tuple[float, SubspaceMessage]:
         """The first model (seen from now on, or the current one) passing ``test``."""
-        deadline, seen = time.monotonic() + timeout_s, max(0, len(self.models) - 1)
-        while time.monotonic() < deadline:
-            for when, model in self.models[seen:]:
-                if test(model):
-                    return when, model
-            seen = max(seen, len(self.models) - 1)
-            await asyncio.sleep(0.02)
-        raise StepError(
-            f"no root model {what} within {timeout_s:.0f} s (last: {_describe(self.model)})"
-        )
+        seen = max(0, len(self.models) - 1)
 
+        def found() -> tuple[float, SubspaceMessage] | None:
+            return next(((at, m) for at, m in self.models[seen:] if test(m)), None)
 
-def _describe(model: SubspaceMessage | None) -> str:
-    if model is None:
-        return "none"
-    return f"n_samples {model.n_samples}, provenance {dict(model.provenance)}"
+        def error() -> str:
+            return f"no root model {what} within {timeout_s:.0f} s (last: {_describe(self.model)})"
 
-
-async def wait_for(test: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll ``test`` until it holds; the time it took."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if test():
-            return time.monotonic() - start
-        await asyncio.sleep(0.02)
-    raise StepError(f"{what}: not within {timeout_s:.0f} s")
+        return await _until(found, timeout_s, error)
 
 
 class Bench:
     """The broker, the processes and their credentials; `close` stops them all."""
 
-    def __init__(self, out: Path, work: Path) -> None:
-        self.out, self.work = out, work
-        self.logs = work / "logs"
+    def __init__(self, work: Path) -> None:
+        self.work, self.logs = work, work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.broker = LocalMosquitto(dynsec=True)
         self.topology_path = work / "motes-light-open.toml"
@@ -180,30 +152,28 @@ class Bench:
         self.others: list[subprocess.Popen[bytes]] = []
         self.commands: list[str] = []
 
-    def env(self, user: str) -> dict[str, str]:
+    def env(self, user: str | None) -> dict[str, str]:
+        """This environment as ``user`` (None: the broker's admin), with its password."""
+        if user is None:
+            user = str(self.broker.admin_username)
+            self.passwords.setdefault(user, str(self.broker.admin_password))
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_MQTT_")}
         env["EDGE_MQTT_USERNAME"] = user
-        password_file = self.work / f"{user}.password"
-        if password_file.exists():
+        if (password_file := self.work / f"{user}.password").exists():
             env["EDGE_MQTT_PASSWORD_FILE"] = str(password_file)
         else:
             env["EDGE_MQTT_PASSWORD"] = self.passwords[user]
         return env
 
-    def admin_env(self) -> dict[str, str]:
-        self.passwords.setdefault("admin", str(self.broker.admin_password))
-        return self.env(str(self.broker.admin_username))
-
     async def cli(self, *args: str, user: str | None = None) -> str:
         """``edge-runtime ARGS --broker URL`` as ``user`` (default the admin), bounded; its
         stdout. A non-zero exit raises `StepError` with the command and its output."""
-        argv = [*edge_runtime_command(), *args, "--broker", self.broker.url]
         shown = "edge-runtime " + " ".join(args) + f" --broker {self.broker.url}"
         self.commands.append(shown)
-        env = self.admin_env() if user is None else self.env(user)
         proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
+            *edge_runtime_command(), *args, "--broker", self.broker.url, env=self.env(user),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
         try:
             async with asyncio.timeout(CLI_TIMEOUT_S):
                 out, err = await proc.communicate()
@@ -216,12 +186,11 @@ class Bench:
         return out.decode()
 
     def spawn(self, name: str, args: list[str], user: str) -> subprocess.Popen[bytes]:
-        argv = [*edge_runtime_command(), *args, "--broker", self.broker.url]
         self.commands.append(f"EDGE_MQTT_USERNAME={user} edge-runtime " + " ".join(args))
         with (self.logs / f"{name}.log").open("wb") as log:
             return subprocess.Popen(
-                argv, env=self.env(user), stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.work, start_new_session=True,
+                [*edge_runtime_command(), *args, "--broker", self.broker.url], env=self.env(user),
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.work, start_new_session=True,
             )  # fmt: skip
 
     def start_agent(self, node: str, state: bool = True) -> None:
@@ -233,109 +202,94 @@ class Bench:
 
     def pids(self) -> dict[str, int | None]:
         """The broker's and every agent's pid, None for one that has exited."""
-        found: dict[str, int | None] = {"broker": self.broker.pid if self.broker.running else None}
-        for node, proc in self.agents.items():
-            found[node] = proc.pid if proc.poll() is None else None
-        return found
+        found = {"broker": self.broker.pid if self.broker.running else None}
+        return found | {n: p.pid if p.poll() is None else None for n, p in self.agents.items()}
 
     def close(self) -> None:
         stop_processes([*self.others, *self.agents.values()])
         self.broker.stop()
 
+    async def setup(self, leaves: list[str]) -> None:
+        """Broker, clients, deployment, enrolment, the 11 agents (bullet 1's set-up)."""
+        self.broker.start()
+        self.topology_path.write_text(open_variant(SOURCE_TOPOLOGY.read_text()), encoding="utf-8")
+        kinds = ("publishClientSend", "publishClientReceive", "subscribePattern")
+        broker = self.broker
+        async with DynsecClient(
+            broker.host, broker.port, username=broker.admin_username, password=broker.admin_password
+        ) as dynsec:
+            role = "bench-infra"
+            await dynsec.create_role(
+                role, [Acl(k, "#") for k in kinds], textdescription="aggregators, replay, bench"
+            )
+            for user in INFRA:
+                self.passwords[user] = secrets.token_urlsafe(18)
+                await dynsec.create_client(user, password=self.passwords[user], roles=[role])
+        await self.cli("deploy", str(self.topology_path))
+        topology = load_topology(self.topology_path)
+        for leaf in leaves:
+            await self.enroll(leaf, topology.nodes[leaf].parent or "")
+        for node in ("root", "site-a", "site-b", *leaves):
+            self.start_agent(node)
 
-async def setup(bench: Bench, leaves: list[str]) -> None:
-    """Broker, clients, deployment, the 11 agents (bullet 1's set-up)."""
-    bench.broker.start()
-    bench.topology_path.write_text(open_variant(SOURCE_TOPOLOGY.read_text()), encoding="utf-8")
-    grants = [
-        Acl(kind, "#") for kind in ("publishClientSend", "publishClientReceive", "subscribePattern")
-    ]
-    async with DynsecClient(
-        bench.broker.host, bench.broker.port, username=bench.broker.admin_username,
-        password=bench.broker.admin_password,
-    ) as dynsec:  # fmt: skip
-        await dynsec.create_role(INFRA_ROLE, grants, textdescription="aggregators, replay, bench")
-        for user in INFRA:
-            bench.passwords[user] = secrets.token_urlsafe(18)
-            await dynsec.create_client(user, password=bench.passwords[user], roles=[INFRA_ROLE])
-    topo = str(bench.topology_path)
-    await bench.cli("deploy", topo)
-    topology = load_topology(bench.topology_path)
-    for leaf in leaves:
-        parent = topology.nodes[leaf].parent or ""
-        await bench.cli(
-            "enroll", leaf, "--parent", parent, "--topology", topo,
-            "--credentials-file", str(bench.work / f"{leaf}.password"),
-        )  # fmt: skip
-    for node in ("root", "site-a", "site-b", *leaves):
-        bench.start_agent(node)
+    async def enroll(self, leaf: str, parent: str) -> Path:
+        """``edge-runtime enroll LEAF``; the file its password went to."""
+        credentials = self.work / f"{leaf}.password"
+        args = ["--parent", parent, "--topology", str(self.topology_path)]
+        await self.cli("enroll", leaf, *args, "--credentials-file", str(credentials))
+        return credentials
+
+    async def retire(self, leaf: str, *forget: str) -> str:
+        """``edge-runtime retire LEAF [--forget]``; its output as one cell."""
+        out = await self.cli("retire", leaf, *forget, "--topology", str(self.topology_path))
+        return " / ".join(out.strip().splitlines())
 
 
 async def measure(bench: Bench, rows: list[list[str]], checks: list[Check]) -> None:
     """Bullets 1 and 2; appends what it measured to ``rows`` and ``checks``."""
     topology = load_topology(SOURCE_TOPOLOGY)
-    leaves = topology.leaves()
-    data = load_dataset("motes-light")
+    leaves, data = topology.leaves(), load_dataset("motes-light")
     screen = screen_data(topology, data)
-    expected = dict(screen.accepted)
     leaf_max = topology.nodes[leaves[0]].publish_max_interval_s or LEAF_PUBLISH.max_interval_s
     bound_s = leaf_max + 1.0
-    await setup(bench, leaves)
+    await bench.setup(leaves)
     async with Observer(bench.broker, bench.passwords["bench"], topology.prefix) as obs:
-        replay = bench.spawn(
-            "replay",
-            ["replay", "--topology", str(bench.topology_path), "--rate", f"{RATE:g}"],
-            "replay",
-        )
+        replay_args = ["replay", "--topology", str(bench.topology_path), "--rate", f"{RATE:g}"]
+        replay = bench.spawn("replay", replay_args, "replay")
         bench.others.append(replay)
         await obs.wait_model(lambda m: m.n_samples > 0, ONLINE_TIMEOUT_S, "with any samples")
         before = bench.pids()
         rows.append(["pids before enroll", _pids(before)])
 
         # Bullet 1: a device joins during the replay.
-        password_file = bench.work / f"{NEWCOMER}.password"
-        await bench.cli(
-            "enroll", NEWCOMER, "--parent", NEWCOMER_PARENT, "--topology",
-            str(bench.topology_path), "--credentials-file", str(password_file),
-        )  # fmt: skip
+        await bench.enroll(NEWCOMER, NEWCOMER_PARENT)
         bench.start_agent(NEWCOMER, state=False)
-        await wait_for(lambda: obs.newcomer_online, ONLINE_TIMEOUT_S, f"{NEWCOMER} online")
+        online = f"{NEWCOMER} online: not within {ONLINE_TIMEOUT_S:.0f} s"
+        await _until(lambda: obs.newcomer_online or None, ONLINE_TIMEOUT_S, lambda: online)
         fed = data[np.arange(NEWCOMER_ROWS) * (data.shape[0] // NEWCOMER_ROWS)]
-        sensor = f"sensors/{NEWCOMER}"
         for lo in range(0, NEWCOMER_ROWS, 64):
             payload = encode_readings(fed[lo : lo + 64], source=f"bench:{NEWCOMER}", seq=lo)
-            await obs.client.publish(sensor, payload, qos=1)
+            await obs.client.publish(f"sensors/{NEWCOMER}", payload, qos=1)
             await asyncio.sleep(64 / RATE)
-        await wait_for(
-            lambda: obs.newcomer_first is not None, bound_s * 4, f"{NEWCOMER}'s first snapshot"
-        )
-        first = obs.newcomer_first
-        assert first is not None
+        late = f"{NEWCOMER}'s first snapshot: not within {bound_s * 4:.0f} s"
+        first = await _until(lambda: obs.newcomer_first, bound_s * 4, lambda: late)
         seen_at, _ = await obs.wait_model(
             lambda m: m.provenance.get(NEWCOMER, 0) > 0, bound_s * 4, f"naming {NEWCOMER}"
         )
         latency = seen_at - first
-        replay_running = replay.poll() is None
-        checks.append(
-            Check(
-                f"{NEWCOMER} enrolled under {NEWCOMER_PARENT}, started with URL, credentials "
-                "and node id: its first snapshot -> root model with it in its provenance",
-                f"{latency:.2f} s (replay still running: {replay_running})",
-                f"<= publish_max_interval_s + 1 = {bound_s:g} s",
-                latency <= bound_s,
-            )
-        )
+        checks.append(Check(
+            f"{NEWCOMER} enrolled under {NEWCOMER_PARENT}, started with URL, credentials "
+            "and node id: its first snapshot -> root model with it in its provenance",
+            f"{latency:.2f} s (replay still running: {replay.poll() is None})",
+            f"<= publish_max_interval_s + 1 = {bound_s:g} s", latency <= bound_s,
+        ))  # fmt: skip
         after = bench.pids()
         rows.append(["pids after pi-09 joined", _pids(after)])
-        same = all(after[k] == v and v is not None for k, v in before.items())
-        checks.append(
-            Check(
-                "no broker or agent restarted (same PIDs before and after)",
-                f"{sum(after[k] == v for k, v in before.items())}/{len(before)} same",
-                "all same",
-                same,
-            )
-        )
+        checks.append(Check(
+            "no broker or agent restarted (same PIDs before and after)",
+            f"{sum(after[k] == v for k, v in before.items())}/{len(before)} same", "all same",
+            all(after[k] == v and v is not None for k, v in before.items()),
+        ))  # fmt: skip
 
         # Everything replayed and covered before the retirements.
         try:
@@ -343,68 +297,49 @@ async def measure(bench: Bench, rows: list[list[str]], checks: list[Check]) -> N
         except subprocess.TimeoutExpired:
             raise StepError(f"replay did not finish within {REPLAY_TIMEOUT_S:.0f} s") from None
         rows.append(["replay exit code", str(replay.returncode)])
-        full = {**expected, NEWCOMER: NEWCOMER_ROWS}
+        full = {**screen.accepted, NEWCOMER: NEWCOMER_ROWS}
         _, model = await obs.wait_model(
             lambda m: dict(m.provenance) == full, COVER_TIMEOUT_S, f"covering {full}"
         )
         rows.append(["root before retire", _describe(model)])
 
         # Bullet 2: retire pi-04 --forget.
-        count = model.provenance[FORGOTTEN]
-        n_before = model.n_samples
-        started = time.monotonic()
-        out = await bench.cli(
-            "retire", FORGOTTEN, "--forget", "--topology", str(bench.topology_path)
-        )
+        count, n_before, started = model.provenance[FORGOTTEN], model.n_samples, time.monotonic()
+        rows.append([f"retire {FORGOTTEN} --forget", await bench.retire(FORGOTTEN, "--forget")])
         returned = time.monotonic()
-        rows.append([f"retire {FORGOTTEN} --forget", " / ".join(out.strip().splitlines())])
         seen_at, model = await obs.wait_model(
             lambda m: FORGOTTEN not in m.provenance, bound_s * 4, f"without {FORGOTTEN}"
         )
         kept = [leaf for leaf in leaves if leaf != FORGOTTEN]
         split = topology.split_rows(data.shape[0])
-        reference = np.concatenate([data[split[leaf][screen.kept[leaf]]] for leaf in kept] + [fed])
+        reference = np.concatenate([data[split[lf][screen.kept[lf]]] for lf in kept] + [fed])
         ratio = error_ratio(reference, model.subspace.basis)
-        drop = n_before - model.n_samples
-        waited = seen_at - started
-        checks.append(
-            Check(
-                f"retire {FORGOTTEN} --forget: root n_samples drops by exactly its count",
-                f"{n_before} -> {model.n_samples} (-{drop}; {FORGOTTEN} had {count})",
-                f"-{count}",
-                drop == count and dict(model.provenance) == {k: full[k] for k in [*kept, NEWCOMER]},
-            )
-        )
-        checks.append(
-            Check(
-                f"retire {FORGOTTEN} --forget: time to the root model without it, and its "
-                "error ratio on the remaining leaves' rows",
-                f"{waited:.2f} s from the command's start (the command took "
-                f"{returned - started:.2f} s); error ratio {ratio:.6f} on "
-                f"{reference.shape[0]} rows",
-                f"<= {bound_s:g} s; <= 1.001",
-                waited <= bound_s and ratio <= 1.001,
-            )
-        )
+        drop, waited = n_before - model.n_samples, seen_at - started
+        checks.append(Check(
+            f"retire {FORGOTTEN} --forget: root n_samples drops by exactly its count",
+            f"{n_before} -> {model.n_samples} (-{drop}; {FORGOTTEN} had {count})", f"-{count}",
+            drop == count and dict(model.provenance) == {k: full[k] for k in [*kept, NEWCOMER]},
+        ))  # fmt: skip
+        checks.append(Check(
+            f"retire {FORGOTTEN} --forget: time to the root model without it, and its "
+            "error ratio on the remaining leaves' rows",
+            f"{waited:.2f} s from the command's start (the command took "
+            f"{returned - started:.2f} s); error ratio {ratio:.6f} on {reference.shape[0]} rows",
+            f"<= {bound_s:g} s; <= 1.001", waited <= bound_s and ratio <= 1.001,
+        ))  # fmt: skip
 
         # Control: retire without --forget changes nothing.
-        n_kept = model.n_samples
-        mark = len(obs.models)
-        out = await bench.cli("retire", KEPT, "--topology", str(bench.topology_path))
-        rows.append([f"retire {KEPT}", " / ".join(out.strip().splitlines())])
+        n_kept, mark = model.n_samples, len(obs.models)
+        rows.append([f"retire {KEPT}", await bench.retire(KEPT)])
         await asyncio.sleep(bound_s)
-        later = [m.n_samples for _, m in obs.models[mark:]]
-        final = obs.model
+        later, final = [m.n_samples for _, m in obs.models[mark:]], obs.model
         assert final is not None
-        checks.append(
-            Check(
-                f"control: retire {KEPT} (no --forget) leaves the root's n_samples as is",
-                f"{n_kept} -> {final.n_samples} over {bound_s:g} s ({len(later)} models, "
-                f"{KEPT} still {final.provenance.get(KEPT)})",
-                "unchanged",
-                all(n == n_kept for n in later) and final.provenance.get(KEPT) == full[KEPT],
-            )
-        )
+        checks.append(Check(
+            f"control: retire {KEPT} (no --forget) leaves the root's n_samples as is",
+            f"{n_kept} -> {final.n_samples} over {bound_s:g} s ({len(later)} models, "
+            f"{KEPT} still {final.provenance.get(KEPT)})", "unchanged",
+            all(n == n_kept for n in later) and final.provenance.get(KEPT) == full[KEPT],
+        ))  # fmt: skip
         rows.append(["pids at the end", _pids(bench.pids())])
 
 
@@ -412,32 +347,29 @@ def _pids(pids: dict[str, int | None]) -> str:
     return ", ".join(f"{k} {v}" for k, v in pids.items())
 
 
-def _cell(text: str) -> str:
-    return re.sub(r"[|\n]", " ", text)
-
-
 def render(checks: list[Check], rows: list[list[str]], commands: list[str], error: str) -> str:
-    lines = ["# Membership: enrol, join, forget (issue 23, Done-when 1 and 2)", ""]
-    lines += [checks_table(checks, item="Done-when"), ""]
-    if error:
-        lines += ["**Stopped early:**", "", "```", error.strip(), "```", ""]
-    lines += ["| step | observed |", "|---|---|"]
-    lines += [f"| {k} | {_cell(v)} |" for k, v in rows]
-    lines += ["", "Commands (broker URL and credentials from the run):", "", "```"]
-    lines += [*commands, "```", ""]
-    return "\n".join(lines)
+    """The Markdown of ``membership.md``: checks, what stopped it, steps, commands."""
+    stopped = ["**Stopped early:**", "", "```", error.strip(), "```", ""] if error else []
+    steps = table(["step", "observed"], [[k, re.sub(r"[|\n]", " ", v)] for k, v in rows])
+    return "\n".join(prose(
+        "membership", "report", checks=checks_table(checks, item="Done-when"),
+        stopped="".join(f"{line}\n" for line in stopped), steps=steps,
+        commands="\n".join(["```", *commands, "```"]),
+    ))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.fleet.membership``: run, write ``membership.md`` and print it;
+    exit 0 when every step ran and every check passes."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet.membership")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder")
+    parser.add_argument("--out", type=Path, default=REPORT_DIR, help="report folder")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[list[str]] = []
     checks: list[Check] = []
     error = ""
     with tempfile.TemporaryDirectory(prefix="membership-") as work:
-        bench = Bench(args.out, Path(work))
+        bench = Bench(Path(work))
         try:
             asyncio.run(measure(bench, rows, checks))
         except (StepError, aiomqtt.MqttError, OSError) as exc:
@@ -447,13 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             if error:
                 shutil.copytree(bench.logs, args.out / "membership-logs", dirs_exist_ok=True)
     write_result(
-        args.out / "membership.json",
-        "membership",
-        {"commands": bench.commands},
-        {"checks": checks, "steps": rows},
-        {},
-        {**environment(), "error": error},
-    )
+        args.out / "membership.json", "membership", {"commands": bench.commands},
+        {"checks": checks, "steps": rows}, {}, {**environment(), "error": error},
+    )  # fmt: skip
     print(render_stored(args.out))
     return 0 if not error and all(c.passed for c in checks) else 1
 

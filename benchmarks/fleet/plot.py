@@ -1,6 +1,5 @@
-"""The plot of section (g), ``fleet.png``, from the sweep: agent messages per reading and
-payload / raw bytes against the fleet size k (dotted: issue 9's targets), and wall time
-against k beside a line linear in k."""
+"""``fleet.png`` of section (g), from the sweep: agent messages per reading and payload / raw
+bytes against k (dotted: issue 9's targets), and wall time against k beside a linear line."""
 
 from __future__ import annotations
 
@@ -17,33 +16,25 @@ __all__ = ["write_plot"]
 
 def write_plot(sweep: SweepResult | None, out_dir: Path) -> list[Path]:
     """Draw ``fleet.png`` from the sweep (nothing without one); returns the paths written."""
-    if sweep is None:
-        return []
-    rows = [r for r in sweep.rows if r.medians.get("wall_s") is not None]
-    if not rows:
+    rows = [r for r in (sweep.rows if sweep else []) if r.medians.get("wall_s") is not None]
+    if sweep is None or not rows:
         return []
     k = [r.n_leaves for r in rows]
     fig, axes = figure(1, 2, figsize=(11, 4.2))
-    ax = axes[0]
     for key, style, label, target in (
         ("messages_per_reading", "o-", "agent messages / reading", MAX_MESSAGES_PER_READING),
         ("payload_ratio", "s-", "payload / raw bytes", MAX_SWEEP_PAYLOAD),
     ):
-        pts = [(r.n_leaves, r.medians[key]) for r in rows if r.medians.get(key) is not None]
-        if not pts:
-            continue
-        line = ax.plot(*zip(*pts, strict=True), style, label=label)[0]
-        ax.axhline(target, color=line.get_color(), linestyle=":", linewidth=1.0)
-    ax.set_yscale("log")
-    ax.set_ylabel("per reading / per raw byte (dotted: targets)")
-    ax.set_title("Traffic per reading")
-    ax = axes[1]
+        if pts := [(r.n_leaves, r.medians[key]) for r in rows if r.medians.get(key) is not None]:
+            line = axes[0].plot(*zip(*pts, strict=True), style, label=label)[0]
+            axes[0].axhline(target, color=line.get_color(), linestyle=":", linewidth=1.0)
+    axes[0].set(yscale="log", ylabel="per reading / per raw byte (dotted: targets)")
+    axes[0].set_title("Traffic per reading")
     wall = [r.medians["wall_s"] for r in rows]
-    ax.plot(k, wall, "o-", label="wall s (median)")
-    ax.plot(k, [wall[0] * x / k[0] for x in k], ":", color="gray", label="linear in k")
-    ax.set_yscale("log")
-    ax.set_ylabel("seconds")
-    ax.set_title(f"Wall time, {sweep.readings_per_leaf} readings per leaf")
+    axes[1].plot(k, wall, "o-", label="wall s (median)")
+    axes[1].plot(k, [wall[0] * x / k[0] for x in k], ":", color="gray", label="linear in k")
+    axes[1].set(yscale="log", ylabel="seconds")
+    axes[1].set_title(f"Wall time, {sweep.readings_per_leaf} readings per leaf")
     for ax in axes:
         plain_log_axis(ax.yaxis)
         ax.set_xscale("log", base=2)

@@ -1,9 +1,5 @@
-"""Section (g) of ``REPORT.md`` (the fleet benchmark) and issue 9's Done-when checks.
-
-`checks` evaluates the Done-when items of issue 9 that the fleet benchmark measures;
-`section` renders the Markdown of whichever parts ran; its plot ``PLOT`` is drawn by
-`benchmarks.fleet.plot`.
-"""
+"""Section (g) of ``REPORT.md``: issue 9's Done-when `checks` and the Markdown `section` of
+whichever fleet parts ran (prose in ``templates/fleet.md``; ``PLOT`` by `benchmarks.fleet.plot`)."""
 
 from __future__ import annotations
 
@@ -18,22 +14,34 @@ from benchmarks.reporting import Check, prose, table
 __all__ = ["PLOT", "checks", "section"]
 
 PLOT = "fleet.png"
-
-#: Targets of issue 9's Done-when list.
-DONE_K = 1024
-DONE_K_BASE = 128
+DONE_K, DONE_K_BASE = 1024, 128  #: issue 9's fleet size and the one its wall time grows from
 MAX_WALL_GROWTH = 12.0  # wall(1024) / wall(128); linear is 8
 MAX_ERROR_RATIO = 1.001
 MAX_MESSAGES_PER_READING = 0.05
 MAX_SWEEP_PAYLOAD = 1 / 5
 MAX_MOTES_PAYLOAD = 1 / 20
 MIN_MOTES_READINGS_PER_S = 22_000.0
+#: (header, metric, format) of the metric columns of the sweep and Motes tables.
+METRIC_COLUMNS = [
+    ("wall s", "wall_s", ".2f"), ("readings/s", "readings_per_s", ",.0f"),
+    ("agent msgs / reading", "messages_per_reading", ".4f"),
+    ("payload / raw", "payload_ratio", ".3f"), ("re-sent", "resent", ",.0f"),
+    ("undelivered", "undelivered", ",.0f"), ("peak RSS MiB", "peak_rss_bytes", ""),
+    ("error ratio", "error_ratio", ".6f"), ("latency p50 s", "latency_p50_s", ".2f"),
+    ("latency p95 s", "latency_p95_s", ".2f"),
+]  # fmt: skip
+COST_HEADER = [
+    "node", "processes", "readings/s through it", "CPU ms / reading", "CPU share of a core",
+    "RSS MiB", "peak RSS MiB",
+]  # fmt: skip
 
 
 def _fmt(value: float | None, fmt: str, scale: float = 1.0) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return format(value * scale, fmt)
+    return "n/a" if value is None or not math.isfinite(value) else format(value * scale, fmt)
+
+
+def _mib(value: float | None) -> str:
+    return _fmt(value, ",.0f", 1 / 2**20)
 
 
 def _all(conditions: Sequence[bool | None]) -> bool | None:
@@ -47,9 +55,7 @@ def _at_most(value: float | None, bound: float) -> bool | None:
     return None if value is None or not math.isfinite(value) else value <= bound
 
 
-def _row(sweep: SweepResult | None, k: int) -> SweepRow | None:
-    if sweep is None:
-        return None
+def _row(sweep: SweepResult, k: int) -> SweepRow | None:
     return next((r for r in sweep.rows if r.n_leaves == k), None)
 
 
@@ -62,49 +68,41 @@ def _wall_growth(sweep: SweepResult, k: int, base: int) -> float | None:
 
 
 def _runs_text(row: SweepRow) -> str:
-    ok = sum(r.covered for r in row.runs)
     stalled = sum(r.returncode is None for r in row.runs)
-    text = f"{ok}/{len(row.runs)}"
-    return text + (f" ({stalled} stalled)" if stalled else "")
+    return f"{sum(r.covered for r in row.runs)}/{len(row.runs)}" + (
+        f" ({stalled} stalled)" if stalled else ""
+    )
+
+
+def _ran(row: SweepRow) -> tuple[bool, bool]:
+    """(every run exited 0, every run covered), False without runs."""
+    runs = row.runs
+    return bool(runs) and all(r.returncode == 0 for r in runs), bool(runs) and all(
+        r.covered for r in runs
+    )
 
 
 def _sweep_checks(sweep: SweepResult) -> list[Check]:
-    out: list[Check] = []
+    target = "exit 0, covered, error ratio <= 1.001, 0 re-sent, 0 undelivered"
     top = _row(sweep, DONE_K)
     if top is None:
-        out.append(
-            Check(
-                f"k = {DONE_K} leaves in one run, defaults",
-                f"not run (ks: {', '.join(str(r.n_leaves) for r in sweep.rows)})",
-                "exit 0, covered, error ratio <= 1.001, 0 re-sent, 0 undelivered",
-                None,
-            )
-        )
+        ks = ", ".join(str(r.n_leaves) for r in sweep.rows)
+        item = f"k = {DONE_K} leaves in one run, defaults"
+        out = [Check(item, f"not run (ks: {ks})", target, None)]
     else:
         m = top.medians
-        exits = all(r.returncode == 0 for r in top.runs) and bool(top.runs)
-        covered = all(r.covered for r in top.runs) and bool(top.runs)
-        resent = m.get("resent")
-        undelivered = m.get("undelivered")
-        out.append(
+        resent, undelivered, ratio = m.get("resent"), m.get("undelivered"), m.get("error_ratio")
+        bounds = [_at_most(resent, 0), _at_most(undelivered, 0)]
+        out = [
             Check(
                 f"k = {DONE_K} leaves in one run (fan-out {top.fan_out}, depth 2, "
                 f"{top.readings_per_leaf} readings per leaf), defaults",
-                f"exit 0 and covered in {_runs_text(top)} runs; error ratio "
-                f"{_fmt(m.get('error_ratio'), '.6f')}; re-sent {_fmt(resent, '.0f')}; "
-                f"publish_not_delivered {_fmt(undelivered, '.0f')}",
-                "exit 0, covered, error ratio <= 1.001, 0 re-sent, 0 undelivered",
-                _all(
-                    [
-                        exits,
-                        covered,
-                        _at_most(m.get("error_ratio"), MAX_ERROR_RATIO),
-                        _at_most(resent, 0),
-                        _at_most(undelivered, 0),
-                    ]
-                ),
+                f"exit 0 and covered in {_runs_text(top)} runs; error ratio {_fmt(ratio, '.6f')}; "
+                f"re-sent {_fmt(resent, '.0f')}; publish_not_delivered {_fmt(undelivered, '.0f')}",
+                target,
+                _all([*_ran(top), _at_most(ratio, MAX_ERROR_RATIO), *bounds]),
             )
-        )
+        ]
     if sweep.large is not None:
         out.append(_large_check(sweep.large))
     growth = _wall_growth(sweep, DONE_K, DONE_K_BASE)
@@ -117,42 +115,25 @@ def _sweep_checks(sweep: SweepResult) -> list[Check]:
         )
     )
     for key, bound, item, target in (
-        (
-            "messages_per_reading",
-            MAX_MESSAGES_PER_READING,
-            "Agent messages per reading at every k of the sweep",
-            f"<= {MAX_MESSAGES_PER_READING}",
-        ),
-        (
-            "payload_ratio",
-            MAX_SWEEP_PAYLOAD,
-            "Payload / raw bytes at every k of the sweep",
-            "<= 1/5 (0.2)",
-        ),
+        ("messages_per_reading", MAX_MESSAGES_PER_READING, "Agent messages per reading", "<= 0.05"),
+        ("payload_ratio", MAX_SWEEP_PAYLOAD, "Payload / raw bytes", "<= 1/5 (0.2)"),
     ):
+        item += " at every k of the sweep"
         values = [(r.n_leaves, r.medians.get(key)) for r in sweep.rows]
         known = [(k, v) for k, v in values if v is not None]
         if not known:
             out.append(Check(item, "n/a", target, None))
             continue
         k_max, v_max = max(known, key=lambda kv: kv[1])
-        missing = [str(k) for k, v in values if v is None]
-        out.append(
-            Check(
-                item,
-                f"max {v_max:.4f} at k = {k_max}"
-                + (f"; n/a at k = {', '.join(missing)}" if missing else ""),
-                target,
-                _all([v_max <= bound, None if missing else True]),
-            )
-        )
+        missing = ", ".join(str(k) for k, v in values if v is None)
+        measured = f"max {v_max:.4f} at k = {k_max}" + (missing and f"; n/a at k = {missing}")
+        out.append(Check(item, measured, target, _all([v_max <= bound, None if missing else True])))
     return out
 
 
 def _motes_checks(motes: MotesResult) -> list[Check]:
-    m = motes.medians
+    m, n = motes.medians, len(motes.runs)
     payload, ratio, rate = m.get("payload_ratio"), m.get("error_ratio"), m.get("readings_per_s")
-    n = len(motes.runs)
     return [
         Check(
             f"Motes demo: payload / raw bytes at error ratio <= {MAX_ERROR_RATIO} (median of {n})",
@@ -187,14 +168,11 @@ def checks(
     sweep: SweepResult | None, motes: MotesResult | None, latency: LatencyResult | None
 ) -> list[Check]:
     """Issue 9's Done-when items measured by the parts that ran (empty if none did)."""
-    out: list[Check] = []
-    if sweep is not None:
-        out += _sweep_checks(sweep)
-    if motes is not None:
-        out += _motes_checks(motes)
-    if latency is not None:
-        out.append(_latency_check(latency))
-    return out
+    return (
+        ([] if sweep is None else _sweep_checks(sweep))
+        + ([] if motes is None else _motes_checks(motes))
+        + ([] if latency is None else [_latency_check(latency)])
+    )
 
 
 def _reported(rows: Sequence[SweepRow] | Sequence[MotesResult], key: str) -> bool:
@@ -202,16 +180,9 @@ def _reported(rows: Sequence[SweepRow] | Sequence[MotesResult], key: str) -> boo
     return any(key in run.summary for row in rows for run in row.runs)
 
 
-def _mib(value: float | None) -> str:
-    return _fmt(value, ",.0f", 1 / 2**20)
-
-
 def _large_check(row: SweepRow) -> Check:
     """Issue 21: the echo check reports no snapshot the broker delivered, at 10,240 leaves."""
-    m = row.medians
-    exits = all(r.returncode == 0 for r in row.runs) and bool(row.runs)
-    covered = all(r.covered for r in row.runs) and bool(row.runs)
-    logged = m.get("not_delivered_logged")
+    m, logged = row.medians, row.medians.get("not_delivered_logged")
     return Check(
         f"k = {row.n_leaves:,} leaves in one run (fan-out {row.fan_out}, "
         f"{row.readings_per_leaf} readings per leaf): no publish_not_delivered for a "
@@ -221,23 +192,19 @@ def _large_check(row: SweepRow) -> Check:
         f"undelivered {_fmt(m.get('undelivered'), '.0f')}, connection_lost "
         f"{_fmt(m.get('connection_lost_logged'), '.0f')})",
         "exit 0, covered, 0 publish_not_delivered",
-        _all([exits, covered, _at_most(logged, 0)]),
+        _all([*_ran(row), _at_most(logged, 0)]),
     )
 
 
-def _large_section(row: SweepRow) -> list[str]:
-    m = row.medians
-    outcome = "not run" if not row.runs else f"exit {row.runs[0].returncode}"
+def _metric_cells(
+    m: dict[str, float | None], columns: Sequence[tuple[str, str, str]], marks: dict[str, str]
+) -> list[str]:
+    """The cells of ``columns`` (`METRIC_COLUMNS`); ``marks``: a footnote mark per metric,
+    and under ``"rss"`` the metric shown as peak RSS."""
     return [
-        f"**k = {row.n_leaves:,} leaves in one run** ({row.n_sites} sites x fan-out "
-        f"{row.fan_out}, {row.readings_per_leaf} readings per leaf, issue 21): {outcome}, "
-        f"covered {_runs_text(row)}, wall {_fmt(m.get('wall_s'), '.1f')} s, error ratio "
-        f"{_fmt(m.get('error_ratio'), '.9f')}; publish_not_delivered logged "
-        f"{_fmt(m.get('not_delivered_logged'), '.0f')}, publish_delivered_late "
-        f"{_fmt(m.get('delivered_late_logged'), '.0f')}, connection_lost "
-        f"{_fmt(m.get('connection_lost_logged'), '.0f')} (log lines of the run at level "
-        "warning); the echo check's bound follows the load (`EchoTracker`).",
-        "",
+        (_mib(m.get(marks["rss"])) if key == "peak_rss_bytes" else _fmt(m.get(key), fmt))
+        + marks.get(key, "")
+        for _, key, fmt in columns
     ]
 
 
@@ -252,54 +219,20 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
         "fleet", "sweep", workers=workers, readings=sweep.readings_per_leaf,
         d=sweep.n_features, timeout=sweep.run_timeout_s,
     )  # fmt: skip
-    rows = []
-    for r in sweep.rows:
-        m = r.medians
-        rows.append(
-            [
-                f"{r.n_leaves} ({r.n_sites} x {r.fan_out})",
-                _runs_text(r),
-                _fmt(m.get("wall_s"), ".2f"),
-                _fmt(m.get("readings_per_s"), ",.0f") + ("*" if derived_rate else ""),
-                _fmt(m.get("messages_per_reading"), ".4f"),
-                _fmt(m.get("payload_ratio"), ".3f"),
-                _fmt(m.get("resent"), ",.0f"),
-                _fmt(m.get("undelivered"), ",.0f"),
-                _mib(m.get("process_total_rss_bytes" if own_rss else "peak_rss_bytes"))
-                + ("†" if own_rss else ""),
-                _fmt(m.get("error_ratio"), ".6f"),
-                _fmt(m.get("latency_p50_s"), ".2f"),
-                _fmt(m.get("latency_p95_s"), ".2f"),
-            ]
-        )
-    out.append(
-        table(
-            [
-                "k (sites x fan-out)",
-                "runs",
-                "wall s",
-                "readings/s",
-                "agent msgs / reading",
-                "payload / raw",
-                "re-sent",
-                "undelivered",
-                "peak RSS MiB",
-                "error ratio",
-                "latency p50 s",
-                "latency p95 s",
-            ],
-            rows,
-        )
-    )
-    notes = []
-    if derived_rate:
-        notes.append("\\* samples / wall s (the run does not report `readings_per_s`).")
-    if own_rss:
-        notes.append(
-            "† sum of the peak resident sets (`VmHWM`, polled every 0.5 s) of the run's "
-            "processes (the run, its Mosquitto, its workers); the run does not report "
-            "`peak_rss_bytes`."
-        )
+    marks = {"rss": "process_total_rss_bytes" if own_rss else "peak_rss_bytes"}
+    marks |= {"readings_per_s": "*"} if derived_rate else {}
+    marks |= {"peak_rss_bytes": "†"} if own_rss else {}
+    rows = [
+        [
+            f"{r.n_leaves} ({r.n_sites} x {r.fan_out})",
+            _runs_text(r),
+            *_metric_cells(r.medians, METRIC_COLUMNS, marks),
+        ]
+        for r in sweep.rows
+    ]
+    out.append(table(["k (sites x fan-out)", "runs", *(c[0] for c in METRIC_COLUMNS)], rows))
+    notes = [prose("fleet", "derived-rate")[0]] if derived_rate else []
+    notes += [prose("fleet", "own-rss")[0]] if own_rss else []
     growth = [
         f"wall(k = {r.n_leaves}) / wall(k = {r.n_leaves // 8}) = {g:.2f}"
         for r in sweep.rows
@@ -316,55 +249,34 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
     if failures:
         notes.append("Runs that did not cover every leaf: " + "; ".join(failures) + ".")
     out += ["", *[n + "\n" for n in notes], f"![Fleet sweep]({PLOT})", ""]
-    if sweep.large is not None:
-        out += _large_section(sweep.large)
+    if (row := sweep.large) is not None:
+        m = row.medians
+        out += prose(
+            "fleet", "large", row=row, runs=_runs_text(row),
+            outcome="not run" if not row.runs else f"exit {row.runs[0].returncode}",
+            wall=_fmt(m.get("wall_s"), ".1f"), ratio=_fmt(m.get("error_ratio"), ".9f"),
+            not_delivered=_fmt(m.get("not_delivered_logged"), ".0f"),
+            late=_fmt(m.get("delivered_late_logged"), ".0f"),
+            lost=_fmt(m.get("connection_lost_logged"), ".0f"),
+        )  # fmt: skip
     return out
 
 
 def _motes_section(motes: MotesResult) -> list[str]:
-    m = motes.medians
     derived = not _reported([motes], "readings_per_s")
-    out = [
-        "### Motes demo",
-        "",
-        "`edge-runtime run topologies/motes-light.toml --json` (7712 readings of d = 48 over 8 "
-        f"leaves, 2 sites), medians of {len(motes.runs)} run{'s' if len(motes.runs) > 1 else ''}"
-        + (
-            f", {sum(not r.covered for r in motes.runs)} of them not covered"
-            if any(not r.covered for r in motes.runs)
-            else ""
-        )
-        + ".",
-        "",
-        table(
-            [
-                "wall s",
-                "readings/s",
-                "agent msgs / reading",
-                "payload / raw",
-                "re-sent",
-                "error ratio",
-                "latency p50 s",
-                "latency p95 s",
-            ],
-            [
-                [
-                    _fmt(m.get("wall_s"), ".2f"),
-                    _fmt(m.get("readings_per_s"), ",.0f") + ("*" if derived else ""),
-                    _fmt(m.get("messages_per_reading"), ".4f"),
-                    _fmt(m.get("payload_ratio"), ".4f"),
-                    _fmt(m.get("resent"), ",.0f"),
-                    _fmt(m.get("error_ratio"), ".6f"),
-                    _fmt(m.get("latency_p50_s"), ".2f"),
-                    _fmt(m.get("latency_p95_s"), ".2f"),
-                ]
-            ],
-        ),
-        "",
+    columns = [
+        (h, key, ".4f" if key == "payload_ratio" else fmt)
+        for h, key, fmt in METRIC_COLUMNS
+        if key not in ("undelivered", "peak_rss_bytes")
     ]
-    if derived:
-        out += ["\\* samples / wall s (the run does not report `readings_per_s`).", ""]
-    return out
+    cells = _metric_cells(motes.medians, columns, {"readings_per_s": "*"} if derived else {})
+    uncovered = sum(not r.covered for r in motes.runs)
+    out = prose(
+        "fleet", "motes", n=len(motes.runs), s="s" if len(motes.runs) > 1 else "",
+        uncovered=f", {uncovered} of them not covered" if uncovered else "",
+        table=table([c[0] for c in columns], [cells]),
+    )  # fmt: skip
+    return out + ([prose("fleet", "derived-rate")[0], ""] if derived else [])
 
 
 def _latency_section(lat: LatencyResult) -> list[str]:
@@ -372,63 +284,44 @@ def _latency_section(lat: LatencyResult) -> list[str]:
         "readings at root", "p50 s", "p95 s", "max s", "p50 s from publish",
         "p95 s from publish", "max publish interval s", "bound s",
     ]  # fmt: skip
-    row = [
-        f"{lat.readings_at_root} / {lat.readings}", _fmt(lat.p50_s, ".2f"),
-        _fmt(lat.p95_s, ".2f"), _fmt(lat.max_s, ".2f"), _fmt(lat.p50_from_publish_s, ".2f"),
-        _fmt(lat.p95_from_publish_s, ".2f"), _fmt(lat.max_publish_interval_s, "g"),
-        _fmt(lat.bound_s, "g"),
-    ]  # fmt: skip
+    values = [lat.p50_s, lat.p95_s, lat.max_s, lat.p50_from_publish_s, lat.p95_from_publish_s]
+    row = [f"{lat.readings_at_root} / {lat.readings}", *(_fmt(v, ".2f") for v in values)]
+    row += [_fmt(lat.max_publish_interval_s, "g"), _fmt(lat.bound_s, "g")]
     out = prose(
-        "fleet", "latency", lat=lat, source=lat.interval_source or "n/a",
-        table=table(header, [row]),
-    )  # fmt: skip
-    if lat.error:
-        out += [f"Problem: {lat.error}.", ""]
+        "fleet", "latency", lat=lat, source=lat.interval_source or "n/a", table=table(header, [row])
+    )
+    return out + ([f"Problem: {lat.error}.", ""] if lat.error else [])
+
+
+def _cost_rows(costs: Sequence[ProcessCost]) -> list[list[str]]:
+    """One row per role (leaf, aggregator, root) present in ``costs``: medians (upper)."""
+
+    def med(values: list[float]) -> float | None:
+        values = sorted(v for v in values if math.isfinite(v))
+        return values[len(values) // 2] if values else None
+
+    out = []
+    for role in ("leaf", "aggregator", "root"):
+        if rows := [c for c in costs if c.role == role]:
+            out.append([
+                role, str(len(rows)), _fmt(med([c.readings / c.window_s for c in rows]), ",.0f"),
+                _fmt(med([c.cpu_per_reading_s or math.nan for c in rows]), ".3f", 1e3),
+                _fmt(med([c.cpu_share for c in rows]), ".1%"),
+                _mib(med([float(c.rss_bytes) for c in rows])),
+                _mib(med([float(c.peak_rss_bytes) for c in rows])),
+            ])  # fmt: skip
     return out
 
 
-def _cost_rows(costs: Sequence[ProcessCost], role: str) -> list[str] | None:
-    rows = [c for c in costs if c.role == role]
-    if not rows:
-        return None
-
-    def med(values: list[float]) -> float | None:
-        values = [v for v in values if math.isfinite(v)]
-        return sorted(values)[len(values) // 2] if values else None
-
-    return [
-        role,
-        str(len(rows)),
-        _fmt(med([c.readings / c.window_s for c in rows]), ",.0f"),
-        _fmt(med([c.cpu_per_reading_s or math.nan for c in rows]), ".3f", 1e3),
-        _fmt(med([c.cpu_share for c in rows]), ".1%"),
-        _mib(med([float(c.rss_bytes) for c in rows])),
-        _mib(med([float(c.peak_rss_bytes) for c in rows])),
-    ]
-
-
 def _agent_section(agent: AgentCostResult | None, lat: LatencyResult | None) -> list[str]:
-    out = ["### Cost of one agent process (what a Raspberry Pi pays)", ""]
-    header = [
-        "node",
-        "processes",
-        "readings/s through it",
-        "CPU ms / reading",
-        "CPU share of a core",
-        "RSS MiB",
-        "peak RSS MiB",
-    ]
+    out = prose("fleet", "cost-title")
     if agent is not None:
         out += prose("fleet", "agent", agent=agent)
-        rows = [
-            r for role in ("leaf", "aggregator", "root") if (r := _cost_rows(agent.costs, role))
-        ]
-        out += [table(header, rows), ""]
-        if agent.error:
-            out += [f"Problem: {agent.error}.", ""]
+        out += [table(COST_HEADER, _cost_rows(agent.costs)), ""]
+        out += [f"Problem: {agent.error}.", ""] if agent.error else []
     if lat is not None and lat.costs:
-        rows = [r for role in ("leaf", "aggregator", "root") if (r := _cost_rows(lat.costs, role))]
-        out += prose("fleet", "agent-latency", lat=lat, table=table(header, rows))
+        rows = table(COST_HEADER, _cost_rows(lat.costs))
+        out += prose("fleet", "agent-latency", lat=lat, table=rows)
     return out
 
 
@@ -438,10 +331,8 @@ def _dtype_section(dt: DtypeResult) -> list[str]:
         "bytes per aggregator snapshot", "angle to float64 (rad)",
     ]  # fmt: skip
     rows = [
-        [
-            r.data, r.dtype, f"{r.error_ratio:.9f}", _fmt(r.leaf_bytes, ",.0f"),
-            _fmt(r.aggregator_bytes, ",.0f"), f"{r.max_angle_to_float64:.1e}",
-        ]
+        [r.data, r.dtype, f"{r.error_ratio:.9f}", _fmt(r.leaf_bytes, ",.0f"),
+         _fmt(r.aggregator_bytes, ",.0f"), f"{r.max_angle_to_float64:.1e}"]
         for r in dt.rows
     ]  # fmt: skip
     return prose("fleet", "dtype", dt=dt, table=table(header, rows))
@@ -458,14 +349,9 @@ def section(
     if all(p is None for p in (sweep, motes, latency, agent, dtype)):
         return []
     out = prose("fleet", "intro")
-    if sweep is not None:
-        out += _sweep_section(sweep)
-    if motes is not None:
-        out += _motes_section(motes)
-    if latency is not None:
-        out += _latency_section(latency)
+    out += [] if sweep is None else _sweep_section(sweep)
+    out += [] if motes is None else _motes_section(motes)
+    out += [] if latency is None else _latency_section(latency)
     if agent is not None or (latency is not None and latency.costs):
         out += _agent_section(agent, latency)
-    if dtype is not None:
-        out += _dtype_section(dtype)
-    return out
+    return out + ([] if dtype is None else _dtype_section(dtype))

@@ -31,11 +31,13 @@ from typing import Any
 import aiomqtt
 import numpy as np
 
-from edge_runtime.agents import AgentSettings, AggregatorAgent, LeafAgent
+from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
+from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.broker import LocalMosquitto, free_port
+from edge_runtime.declaration import value_text
 from edge_runtime.fpca import error_ratio
+from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
-from edge_runtime.topology.checks import toml_repr
 from edge_runtime.wire import decode_subspace, encode_readings
 
 PREFIX = "bench"
@@ -100,7 +102,7 @@ def build_topology(scenario: Scenario, seed: int, root: Path) -> Topology:
             node["secagg_slot_s"] = float(scenario.slot_s)
             site = {"secagg_threshold": scenario.threshold, "rank": scenario.site_rank}
             node.update({k: v for k, v in site.items() if v is not None})
-    return parse_topology("\n".join(f"{k} = {toml_repr(v)}" for k, v in doc.items()))
+    return parse_topology("\n".join(f"{k} = {value_text(v)}" for k, v in doc.items()))
 
 
 def kind_of(topic: str, sensors: dict[str, str]) -> str:
@@ -140,6 +142,11 @@ async def publish(client: aiomqtt.Client, topology: Topology, rows: dict[str, np
             await client.publish(topology.nodes[leaf].sensor_topic, encode_readings(chunk), qos=1)
 
 
+def site_core(agent: AggregatorAgent) -> Any:
+    """A secure-aggregation site's core (`SecAggSite`) inside its aggregator agent."""
+    return agent.secagg.release.site  # type: ignore[union-attr]
+
+
 class _Monitor:
     """Slot starts and ends per site, read from the sites' cores every `POLL_S`."""
 
@@ -150,13 +157,13 @@ class _Monitor:
         self.outcomes: dict[str, list[dict[str, Any]]] = {s: [] for s in sites}
 
     def released(self, site: str) -> int:
-        return int(self.sites[site].secagg.site.status()["slots_released"])
+        return int(site_core(self.sites[site]).status()["slots_released"])
 
     async def run(self) -> None:
         while True:
             now = time.monotonic()
             for name, agent in self.sites.items():
-                core = agent.secagg.site
+                core = site_core(agent)
                 if core.slot is not None and core.slot not in self.start[name]:
                     self.start[name][core.slot] = now
                 for record in core.status()["recent"]:
@@ -241,8 +248,8 @@ async def live_run(
                     want = {leaf: min(size, n - k * size) for leaf, n in n_rows.items()}
                     await _until(
                         lambda w=want: all(
-                            agents[leaf].secagg.release is not None
-                            and agents[leaf].secagg.release.pending_rows == w[leaf]
+                            agents[leaf].release_shell.release is not None
+                            and agents[leaf].release_shell.release.pending_rows == w[leaf]
                             for leaf in leaves
                         ),
                         60.0 if k == 0 else 2 * scenario.slot_s, f"block {k} at the leaves",

@@ -19,10 +19,10 @@ from typing import Any
 import aiomqtt
 
 from benchmarks.privacy import motes_tree as mt
-from benchmarks.secagg_live.live import Scenario, build_topology, publish, start_agents
-from edge_runtime.agents import AgentSettings
+from benchmarks.secagg_live.live import Scenario, build_topology, publish, site_core, start_agents
 from edge_runtime.broker import LocalMosquitto, free_port
 from edge_runtime.logs import configure_logging
+from edge_runtime.settings import AgentSettings
 from edge_runtime.wire import decode_subspace
 
 SITES = ("site-a", "site-b")
@@ -49,7 +49,7 @@ async def main(seed: int) -> int:
             await start_agents(stack, topology, settings, ["root", *leaves, *SITES], agents)
 
             def released(site: str) -> int:
-                return int(agents[site].secagg.site.status()["slots_released"])
+                return int(site_core(agents[site]).status()["slots_released"])
 
             async def listen() -> None:
                 async for message in client.messages:

@@ -1,10 +1,5 @@
-"""The churn benchmark (issue 23, Done-when 3) end to end on a tiny fleet.
-
-8 declared leaves under 3 open aggregators, 2 undeclared leaves joining and 1 declared leaf
-retired with forgetting while the replay goes, on a private Mosquitto (`run_once` starts and
-stops it): the root must cover exactly the kept leaves' readings, name the joined leaves,
-and no longer name the retired one (which the run without churn merges like any other).
-"""
+"""The churn benchmark end to end on a tiny fleet and a private Mosquitto: 8 declared leaves
+under 3 open aggregators, 2 undeclared leaves joining and 1 retired with forgetting."""
 
 from __future__ import annotations
 
@@ -20,25 +15,17 @@ from edge_runtime.topology import parse_topology
 pytestmark = pytest.mark.mqtt
 
 TINY = ChurnPlan(
-    leaves=8,
-    join=2,
-    retire=1,
-    readings_per_leaf=100,
-    workers=1,
-    waves=1,
-    settle_timeout_s=20.0,
-    run_timeout_s=25.0,
-)
+    leaves=8, join=2, retire=1, readings_per_leaf=100, workers=1, waves=1,
+    settle_timeout_s=20.0, run_timeout_s=25.0,
+)  # fmt: skip
 
 
 def test_open_fleet_text_opens_every_aggregator_but_the_root() -> None:
     topology = parse_topology(open_fleet_text(8, admit_range=50, admit_rate=20))
     sites = topology.children(topology.root)
     assert len(sites) == 3 and len(topology.leaves()) == 8
-    assert all(topology.is_open(site) for site in sites)
-    assert not topology.is_open(topology.root)
-    leaf = topology.admitted_leaf(sites[0], "join-0")
-    assert leaf.valid_range == (-50.0, 50.0)
+    assert all(topology.is_open(site) for site in sites) and not topology.is_open(topology.root)
+    assert topology.admitted_leaf(sites[0], "join-0").valid_range == (-50.0, 50.0)
     assert topology.max_reading_rate("leaf-0") != 20  # declared leaves keep their settings
 
 
@@ -56,11 +43,9 @@ def test_churn_run_covers_exactly_the_kept_leaves() -> None:
     result = asyncio.run(run_once(TINY, fleet, churn=True, reference_s=quiet.wall_s))
     assert time.monotonic() - started < 30
 
-    assert result.error == ""
+    assert result.error == "" and result.exact, (result.provenance, result.expected)
     assert set(result.expected) == {*fleet.kept, *joined}
-    assert result.exact, (result.provenance, result.expected)
-    assert retired not in result.provenance
-    assert result.retired_present == []
+    assert retired not in result.provenance and result.retired_present == []
     assert result.n_samples == sum(result.expected.values()) == 9 * 100
     assert result.error_ratio <= 1.001
     # the retiring leaf may retire before all its readings went out (a loaded machine): the

@@ -1,34 +1,28 @@
 """Asyncio agents over MQTT: leaves run FPCA-Edge, aggregators merge their children.
 
-`LeafAgent` and `AggregatorAgent` are imported on first use (PEP 562), and `create_agent`
-imports only the role it creates: a leaf does not load the aggregator's modules, nor an
-FPCA node FedPower's, so a leaf's import time and RSS stay low.
+Internal to the runtime (the command line composes the agents), so ``__all__`` is empty.
+Agents are grouped by role (``leaf``, ``aggregator``, ``fedpower``, and what they share in
+``common``), each a synchronous core and an asyncio shell; import a name from the module
+that defines it (`edge_runtime.agents.leaf.shell.agent.LeafAgent`,
+`edge_runtime.agents.aggregator.shell.agent.AggregatorAgent`,
+`edge_runtime.agents.common.shell.agent.Agent`). `create_agent`, here, imports only the
+role it creates: a leaf does not load the aggregator's modules, nor an FPCA node FedPower's,
+so a leaf's import time and RSS stay low.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edge_runtime.agents.common.shell.agent import Agent, AgentState, AgentStats
-from edge_runtime.lazy import lazy_names
+from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.settings import AgentSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
-    from edge_runtime.agents.leaf.shell.agent import LeafAgent
     from edge_runtime.topology import Topology
 
-__all__ = [
-    "Agent",
-    "AgentSettings",
-    "AgentState",
-    "AgentStats",
-    "AggregatorAgent",
-    "LeafAgent",
-    "create_agent",
-]
+__all__: list[str] = []
 
 
 def create_agent(
@@ -85,12 +79,3 @@ def create_agent(
 
     return AggregatorAgent(topology, node_id, settings, n_features=n_features, state_dir=state_dir)
 
-
-_MODULE_OF = {
-    "AggregatorAgent": "edge_runtime.agents.aggregator.shell.agent",
-    "LeafAgent": "edge_runtime.agents.leaf.shell.agent",
-}
-"""The module of each name imported on first use (by `__getattr__`)."""
-
-
-__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)

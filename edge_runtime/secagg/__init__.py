@@ -15,33 +15,15 @@ seeds and times come in as arguments. Needs the ``secagg`` extra (``cryptography
   bound and `gdp`'s Gaussian-DP bound (numpy and scipy only).
 - `gdp`: the Skellam mechanism's Gaussian-DP bound (f-DP), tight to the analytic Gaussian's.
 
-Names load on first use (`edge_runtime.lazy`), so importing one module loads only its own.
+Internal to the runtime, so ``__all__`` is empty: import each name from its module (which
+loads only that module). `require_extra`, the check that the extra is installed, is here.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
-from edge_runtime.lazy import lazy_names
-
-__all__ = [
-    "AggregatorPhase",
-    "AggregatorRound",
-    "KeyAdvertisement",
-    "KeyRoster",
-    "LeafPhase",
-    "LeafRound",
-    "MaskedInput",
-    "RoundTimeouts",
-    "SecAggError",
-    "ShareDelivery",
-    "ShareUpload",
-    "SlotOutcome",
-    "UnmaskRefusedError",
-    "UnmaskRequest",
-    "UnmaskResponse",
-    "require_extra",
-]
+__all__: list[str] = []
 
 _EXTRA_MODULES = ("cryptography", "shamirs")
 """What the ``secagg`` extra installs and a node of a secure-aggregation site imports."""
@@ -66,27 +48,3 @@ def require_extra(node_id: str) -> None:
             "[secagg]' (or '.[secagg]' in a clone)"
         )
 
-
-_MODULE_OF = {
-    **dict.fromkeys(
-        ("AggregatorPhase", "AggregatorRound", "RoundTimeouts"),
-        "edge_runtime.secagg.aggregator_round",
-    ),
-    **dict.fromkeys(("LeafPhase", "LeafRound"), "edge_runtime.secagg.leaf_round"),
-    **dict.fromkeys(("SecAggError", "UnmaskRefusedError"), "edge_runtime.secagg.errors"),
-    **dict.fromkeys(
-        (
-            "KeyAdvertisement",
-            "KeyRoster",
-            "MaskedInput",
-            "ShareDelivery",
-            "ShareUpload",
-            "SlotOutcome",
-            "UnmaskRequest",
-            "UnmaskResponse",
-        ),
-        "edge_runtime.secagg.messages",
-    ),
-}
-
-__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF, __all__)

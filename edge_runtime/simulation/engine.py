@@ -59,7 +59,9 @@ heap of virtual time, its clock and the broker's links), a `ReplayModel`
 (`edge_runtime.simulation.replay_model`: the replay's streams, re-sends and probe) and an
 `Outcome` (`edge_runtime.simulation.outcome`: the run's tallies and its result). All three
 draw from the run's one `Draws`, in the order the events happen; this module drives the
-cores and passes each part what it needs.
+cores and passes each part what it needs. Every action a core decides is carried out by the
+simulation's executor (`edge_runtime.simulation.executor.carry_out`), against this
+module's virtual broker and state directories (`Simulation.publish`, `Simulation.write`).
 
 Example::
 
@@ -99,6 +101,7 @@ from edge_runtime.simulation.events import (
     EventQueue,
     SimNode,
 )
+from edge_runtime.simulation.executor import carry_out
 from edge_runtime.simulation.outcome import Outcome
 from edge_runtime.simulation.replay_model import ReplayModel
 from edge_runtime.topology import Topology
@@ -190,7 +193,7 @@ class Simulation:
         self._replay = ReplayModel(data, topology, cfg, self.draws, self._queue)
         self._outcome = Outcome()
         self.retained: dict[int, SubspaceMessage] = {}
-        self.checkpoints: dict[int, dict[str, object]] = {}
+        self.state_dirs: dict[int, dict[str, object]] = {}  # node index: {file: state}
         self.converged_at: float | None = None
         self.recorded: dict[str, list[Action]] | None = {} if record else None
         self.trace: dict[str, list[tuple[float, str, object]]] | None = {} if record else None
@@ -262,8 +265,9 @@ class Simulation:
         check, no restart count.
         """
         retained = self.retained.get(node.index)
-        state = self.checkpoints.get(node.index) if core.checkpointing else None
-        if state is not None:
+        image = self.state_dirs.get(node.index, {}).get("checkpoint")  # what it last wrote
+        if core.checkpointing and isinstance(image, CheckpointImage):
+            state = image.state
             keys = np.random.SeedSequence([self.config.seed, node.index, node.incarnation])
             estimator = FPCAEdge.from_state(state, random_state=np.random.default_rng(keys))
             core.restore_checkpoint(state, estimator, self.now)
@@ -367,29 +371,22 @@ class Simulation:
 
     def _carry_out_aggregator(self, node: SimNode) -> None:
         """`AggregatorAgent.step` against the virtual broker: the aggregator core's actions
-        at ``now`` (`AggregatorCore.step`), each carried out and reported back. The root's
-        ``model`` is counted with its snapshot (`_publish_snapshot`); no secure aggregation
-        runs in the simulation."""
+        at ``now`` (`AggregatorCore.step`), carried out by the simulation's executor
+        (`edge_runtime.simulation.executor.carry_out`, against `publish` and `write`) and
+        reported back. No secure aggregation runs in the simulation (its cores hold no
+        site), though the executor carries out a site's actions as any others."""
         core: AggregatorCore = node.core
         actions = core.step(self.now, WALL_CLOCK_ORIGIN + self.now)
         core.take_events()  # the log lines of a device; nothing to log here
+        done = carry_out(self, node, core, actions, self.now)
         if self.recorded is not None:
-            self.recorded.setdefault(node.id, []).extend(actions)
-        for action in actions:
-            if isinstance(action, WriteCheckpoint):
-                core.checkpoint_written(action, self.now)
-            elif isinstance(action, Publish):
-                if action.kind == "subspace":
-                    assert isinstance(action.message, SubspaceMessage)
-                    self._publish_snapshot(node, self._wire(action.message))
-                elif action.kind == "status":
-                    self._outcome.message("status")
-                core.published(action, self.now)
+            self.recorded.setdefault(node.id, []).extend(done)
 
     def _carry_out(self, node: SimNode, tick: str) -> None:
         """`LeafAgent.carry_out` against the virtual broker: the leaf core's ``tick`` at
-        ``now`` (`LeafCore.step`), each action carried out and its outcome reported, until
-        the tick's `Wake`. A checkpoint write never fails here."""
+        ``now`` (`LeafCore.step`), each call's actions carried out by the simulation's
+        executor (`edge_runtime.simulation.executor.carry_out`) and reported back, until the
+        tick's `Wake`. A checkpoint write never fails here."""
         core: LeafCore = node.core
         now = self.now
         if self.trace is not None:
@@ -397,32 +394,36 @@ class Simulation:
         for _ in range(MAX_TICK_CALLS):
             actions = core.step(now, timestamp=WALL_CLOCK_ORIGIN + now, tick=tick)
             core.take_released()  # no scoring, no secure aggregation in the simulation
-            for action in actions:
-                self._carry_out_one(node, action)
+            done = carry_out(self, node, core, actions, now)
             if self.recorded is not None:
-                self.recorded.setdefault(node.id, []).extend(actions)
+                self.recorded.setdefault(node.id, []).extend(done)
             if actions and isinstance(actions[-1], Wake):
                 break
 
-    def _carry_out_one(self, node: SimNode, action: Action) -> None:
-        core: LeafCore = node.core
-        if isinstance(action, WriteCheckpoint):  # Recovery.write_checkpoint
-            assert isinstance(action.state, CheckpointImage)
-            self.checkpoints[node.index] = action.state.state
-            core.checkpoint_written(action, self.now)
-            self._outcome.count("checkpoints")
-        elif isinstance(action, Publish):  # (a `Wake`: `_schedule` asks `next_wakeup`)
-            msg = action.message
-            if action.kind == "subspace":
-                assert isinstance(msg, SubspaceMessage)
-                wired = msg if action.reason == "reconnect" else self._wire(msg)
-                self._publish_snapshot(node, wired)
-            else:  # counted as "confirm", "status" or "scores"
-                self._outcome.message(action.kind)
-                if action.kind == "confirm":
-                    t = self._queue.arrival(self.config.confirms, node.slow, CONF, node.index)
-                    self._queue.push(t, CONF, node.index, msg)
-            core.published(action, self.now)
+    # ------------------------------------------------- the virtual broker and disk
+    def publish(self, node: SimNode, action: Publish) -> None:
+        """The virtual broker takes ``node``'s ``action`` (`VirtualIO.publish`, for the
+        executor): a ``subspace`` snapshot is retained, goes to the parent (the root's is
+        also counted as its ``model``, which needs nothing more) and echoes back
+        (`_publish_snapshot`; a sample through the wire format, but not a reconnection's
+        re-publish); a ``confirm`` goes to the replay after the link's delay; every other
+        kind (``status``, ``scores``, a site's ``secagg/...``) is counted by its kind."""
+        kind, msg = action.kind, action.message
+        if kind == "subspace":
+            assert isinstance(msg, SubspaceMessage)
+            self._publish_snapshot(node, msg if action.reason == "reconnect" else self._wire(msg))
+        elif kind != "model":
+            self._outcome.message(kind)
+            if kind == "confirm":
+                t = self._queue.arrival(self.config.confirms, node.slow, CONF, node.index)
+                self._queue.push(t, CONF, node.index, msg)
+
+    def write(self, node: SimNode, action: WriteCheckpoint) -> None:
+        """``node``'s state file ``action.what`` is now ``action.state`` (`VirtualIO.write`,
+        for the executor), counted in ``checkpoints``: a leaf's checkpoint (a
+        `CheckpointImage`) is what it restores from after a crash (`_restore_leaf`)."""
+        self.state_dirs.setdefault(node.index, {})[action.what] = action.state
+        self._outcome.count("checkpoints")
 
     def _connect(self, node: SimNode) -> None:
         """A (re)connection: ``online``, subscriptions (retained snapshots), ``on_connected``."""

@@ -6,7 +6,6 @@ Each check raises `TopologyError` with a one-line message naming the place (``wh
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -27,10 +26,7 @@ __all__ = [
     "check_kind",
     "check_n_features",
     "check_node_id",
-    "is_number",
     "prefix_problem",
-    "toml_repr",
-    "toml_type",
     "topic_filter_problem",
     "unknown_key_message",
 ]
@@ -43,47 +39,6 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 class TopologyError(EdgeRuntimeError, ValueError):
     """A topology file is missing, not valid TOML, or does not describe a valid tree."""
-
-
-def toml_type(value: object) -> str:
-    """The TOML name of a parsed value's type (``"integer"``, ``"array"``, ...), for messages."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, datetime.datetime):
-        return "datetime"
-    if isinstance(value, datetime.date):
-        return "date"
-    if isinstance(value, datetime.time):
-        return "time"
-    return type(value).__name__
-
-
-def toml_repr(value: object) -> str:
-    """A value as it would be written in TOML (booleans lower case), for error messages."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_repr(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {toml_repr(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def is_number(value: object) -> bool:
-    """Whether ``value`` is an int or a float (a bool is not)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def check_kind(where: str, key: str, value: object) -> Any:

@@ -8,12 +8,14 @@ keys in `edge_runtime.topology.node_checks`); the key groups `edge_runtime.topol
 checks a file's tables against; the key reference in ``topologies/README.md``
 (`edge_runtime.topology.reference`); and ``edge-runtime agent --prefix``.
 
-Adding a key is adding one `Key` below (and, if it is new in the reference, regenerating the
-README: ``python -m edge_runtime.topology.reference``).
+Adding a key is adding one row below, a `Key` made by its section's maker (``_leaf``,
+``_privacy``, ``_fedpower``, ...: the keywords the section's keys share), and, if it is new
+in the reference, regenerating the README: ``python -m edge_runtime.topology.reference``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from edge_runtime.declaration import KIND_NAMES as DECLARED_KIND_NAMES
@@ -124,6 +126,24 @@ _NON_NEGATIVE = Bound(0)
 _UNIT_OPEN = Bound(0, 1, low_open=True, high_open=True)
 _PRIVACY_DOC = "Leaves only (a `[defaults]` value skips aggregators; on an aggregator an error)."
 
+# The sections of the table: the keywords their keys share (a key's own keyword wins).
+_leaf = partial(Key, scope="defaults", roles="leaf")
+_aggregator = partial(Key, scope="defaults", roles="aggregator")
+_publish = partial(Key, scope="defaults", group="publish")
+_privacy = partial(_leaf, group="privacy")
+_score = partial(_leaf, group="score")
+_sensor = partial(_leaf, group="sensor")
+_secagg = partial(Key, scope="node", roles="aggregator", group="secagg")
+_document = partial(Key, scope="document", roles="document")
+_data = partial(Key, scope="data", roles="document")
+
+
+def _fedpower(name: str, kind: str, default: Any, **spec: Any) -> Key:
+    """A top-level FedPower key ``fedpower_<attr>``, the field ``<attr>`` of `FedPowerConfig`."""
+    attr = name.removeprefix("fedpower_")
+    return _document(name, kind, default, group="fedpower", attr=attr, **spec)
+
+
 TOPOLOGY_KEYS: tuple[Key, ...] = (
     # [[nodes]] and [defaults], in `NodeConfig`'s field order (id, parent, rank, block_size
     # may be given positionally)
@@ -142,8 +162,7 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         doc="initial rank r of the node's subspace; an aggregator truncates its merge to it "
         "(Merge_r, Alg. 2 of Grammenos et al., NeurIPS 2020)",
     ),
-    Key("block_size", "int", None,
-        scope="defaults", roles="leaf", type_doc="integer >= `rank`",
+    _leaf("block_size", "int", None, type_doc="integer >= `rank`",
         default_doc="`50`; a private `\"gaussian\"` leaf: see [Differential "
         "privacy](#differential-privacy)",
         doc="block size b of the streaming update, eq. (3): memory is one block of b x "
@@ -152,124 +171,100 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "`edge_runtime.fpca.privacy.gaussian_default_block_size(epsilon, delta, n_features, "
         "release_horizon)` once the width of a reading is known (`NodeConfig.block_size_for`)",
     ),
-    Key("adaptive", "bool", False,
-        scope="defaults", roles="leaf", doc="adapt the rank after each block, eq. (4)",
-    ),
-    Key("rank_bounds", "bounds", (0.01, 0.10),
-        scope="defaults", roles="leaf", type_doc="array of 2 numbers, 0 < lower < upper < 1",
+    _leaf("adaptive", "bool", False, doc="adapt the rank after each block, eq. (4)"),
+    _leaf("rank_bounds", "bounds", (0.01, 0.10),
+        type_doc="array of 2 numbers, 0 < lower < upper < 1",
         doc="energy-ratio bounds of eq. (4): above `upper` the rank grows by one, below `lower` "
         "it shrinks by one",
     ),
-    Key("holdoff", "int", 1,
-        scope="defaults", roles="leaf", bound=Bound(1), unit="blocks",
+    _leaf("holdoff", "int", 1, bound=Bound(1), unit="blocks",
         doc="blocks between two rank changes",
     ),
-    Key("idle_flush_s", "float", None,
-        scope="defaults", group="publish", bound=_POSITIVE, unit=_SECONDS,
+    _publish("idle_flush_s", "float", None, bound=_POSITIVE, unit=_SECONDS,
         default_doc="leaf `0.05`, aggregator `0.05`",
         doc="a node with something unpublished publishes once no input has arrived for this "
         "long (a leaf: at least twice the usual gap between its readings; the trailing publish; "
         "a private leaf masks its pending readings then). Unset: the role's default "
         "(`edge_runtime.agents.common.core.policy.LEAF_PUBLISH` / `AGGREGATOR_PUBLISH`)",
     ),
-    Key("publish_min_interval_s", "float", None,
-        scope="defaults", group="publish", bound=_NON_NEGATIVE, unit=_SECONDS,
+    _publish("publish_min_interval_s", "float", None, bound=_NON_NEGATIVE, unit=_SECONDS,
         default_doc="leaf `0.1`, aggregator `0.05`",
         doc="least time between two snapshots of the node (the rate limit)",
     ),
-    Key("publish_max_interval_s", "float", None,
-        scope="defaults", group="publish", bound=_NON_NEGATIVE, unit=_SECONDS,
+    _publish("publish_max_interval_s", "float", None, bound=_NON_NEGATIVE, unit=_SECONDS,
         type_doc="number >= min (seconds)", default_doc="leaf `5.0`, aggregator `0.5`",
         doc="most time a change may wait unpublished",
     ),
-    Key("publish_angle_rad", "float", None,
-        scope="defaults", group="publish", bound=_NON_NEGATIVE, unit="radians",
+    _publish("publish_angle_rad", "float", None, bound=_NON_NEGATIVE, unit="radians",
         default_doc="`0.05`",
         doc="deadband: publish when the largest principal angle between the leading `rank` "
         "directions and the last published ones exceeds this",
     ),
-    Key("publish_spectrum_change", "float", None,
-        scope="defaults", group="publish", bound=_POSITIVE, default_doc="`0.1`",
+    _publish("publish_spectrum_change", "float", None, bound=_POSITIVE, default_doc="`0.1`",
         doc="deadband: publish when a normalised singular value (`sigma_i / sqrt(n)`) changed "
         "by more than this fraction of the largest",
     ),
-    Key("publish_growth", "float", None,
-        scope="defaults", group="publish", bound=_POSITIVE, default_doc="`1.0`",
+    _publish("publish_growth", "float", None, bound=_POSITIVE, default_doc="`1.0`",
         doc="deadband: publish when the sample count grew by this fraction (1.0: doubled), so a "
         "stationary stream publishes O(log n) times",
     ),
-    Key("sensor_topic", "str", None,
-        scope="node", roles="leaf", type_doc="string (MQTT topic filter)",
+    _leaf("sensor_topic", "str", None, scope="node", type_doc="string (MQTT topic filter)",
         default_doc='`"sensors/<id>"` for a leaf',
         doc="where a leaf reads its readings (wildcards `+`/`#` allowed); an error on an "
         "aggregator",
     ),
-    Key("share", "float", 1.0,
-        scope="defaults", bound=_POSITIVE, roles="leaf", requirement="a finite number > 0",
+    _leaf("share", "float", 1.0, bound=_POSITIVE, requirement="a finite number > 0",
         doc="relative share of the dataset's rows a leaf gets with the contiguous split",
     ),
-    Key("oversample", "int", None,
-        scope="defaults", roles="leaf", bound=_NON_NEGATIVE, default_doc="FPCAEdge's default",
+    _leaf("oversample", "int", None, bound=_NON_NEGATIVE, default_doc="FPCAEdge's default",
         doc="extra directions `p` tracked beyond `rank`; snapshots carry `rank + p` directions, "
         "aggregators merge at `rank + p`, the root's `model` is truncated to `rank`",
     ),
-    Key("forget", "float", 1.0,
-        scope="defaults", roles="leaf", bound=Bound(0, 1, low_open=True),
+    _leaf("forget", "float", 1.0, bound=Bound(0, 1, low_open=True),
         doc="forgetting factor λ of a leaf's block updates (eq. (2)); below 1 for drifting "
         "streams",
     ),
-    Key("center", "bool", False,
-        scope="defaults", roles="leaf",
+    _leaf("center", "bool", False,
         doc="summarise mean-centred data (streaming mean, merged with the mean correction); the "
         "paper's default is uncentred. Not with privacy (the mean would be published without "
         "noise)",
     ),
-    Key("stale_policy", "str", "keep",
-        scope="defaults", roles="aggregator", choices=STALE_POLICIES,
+    _aggregator("stale_policy", "str", "keep", choices=STALE_POLICIES,
         doc="what an aggregator does with a child whose last snapshot is older than "
         "`stale_after_s`: keep its data in the merge, drop it, or scale its singular values by "
         "`stale_weight`",
     ),
-    Key("stale_after_s", "float", 60.0,
-        scope="defaults", roles="aggregator", bound=_POSITIVE, unit=_SECONDS,
+    _aggregator("stale_after_s", "float", 60.0, bound=_POSITIVE, unit=_SECONDS,
         requirement="> 0 seconds", doc="age after which a child counts as stale",
     ),
-    Key("stale_weight", "float", 0.5,
-        scope="defaults", roles="aggregator", bound=_UNIT_OPEN,
+    _aggregator("stale_weight", "float", 0.5, bound=_UNIT_OPEN,
         doc="factor on a stale child's singular values under `\"downweight\"`",
     ),
-    Key("epsilon", "float", None,
-        scope="defaults", roles="leaf", group="privacy", bound=_POSITIVE,
+    _privacy("epsilon", "float", None, bound=_POSITIVE,
         doc="differential privacy of a leaf: the budget ε per reading (replace-one "
         "neighbours). `epsilon`, `delta` and `clip_norm` come together or not at all; "
         "without them a leaf publishes without noise. " + _PRIVACY_DOC,
     ),
-    Key("delta", "float", None,
-        scope="defaults", roles="leaf", group="privacy", bound=_UNIT_OPEN,
+    _privacy("delta", "float", None, bound=_UNIT_OPEN,
         doc="the failure probability δ; keep it below 1 / (number of readings)",
     ),
-    Key("clip_norm", "float", None,
-        scope="defaults", roles="leaf", group="privacy", bound=_POSITIVE,
+    _privacy("clip_norm", "float", None, bound=_POSITIVE,
         type_doc="number > 0 (the readings' units)",
         doc="every reading is clipped to this Euclidean norm before it enters a block (the "
         "sensitivity bound of the noise); take it from the sensors' range, never from the data",
     ),
-    Key("chunk_size", "int", None,
-        scope="defaults", roles="leaf", group="privacy", bound=Bound(1),
+    _privacy("chunk_size", "int", None, bound=Bound(1),
         default_doc="`min(n_features, block_size)`",
         doc="columns of a block's masked covariance built at a time, eq. (7): memory `2 "
         "n_features chunk_size` floats; only with `mechanism = \"fpca-eq8\"`",
     ),
-    Key("noise_seed", "int", None,
-        scope="node", roles="leaf", group="privacy", bound=_NON_NEGATIVE,
+    _privacy("noise_seed", "int", None, scope="node", bound=_NON_NEGATIVE,
         default_doc="none: the operating system's entropy",
         doc="seed of a private leaf's noise, for reproducible experiments only (whoever knows "
         "it can regenerate the noise and remove it); unique per leaf; after a restart the leaf "
         "never replays the seed's stream",
     ),
-    Key("mechanism", "str", None,
-        scope="defaults", roles="leaf", group="privacy",
-        type_doc='`"gaussian"`, `"fpca-eq8"` or `"gaussian-secagg"`',
+    _privacy("mechanism", "str", None, type_doc='`"gaussian"`, `"fpca-eq8"` or `"gaussian-secagg"`',
         default_doc='`"gaussian"` (with privacy)',
         doc="the private mechanism, see [Differential privacy](#differential-privacy); needs "
         "privacy. `\"gaussian-secagg\"`: the leaf adds only its share of the noise and masks its "
@@ -277,49 +272,41 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "securely (`docs/secure_aggregation.md`); they must agree on `epsilon`, `delta`, "
         "`clip_norm` and `release_horizon`, be 3 to 64, under a site that is not `open`",
     ),
-    Key("release_horizon", "int", None,
-        scope="defaults", roles="leaf", group="privacy", bound=Bound(1, MAX_HORIZON),
+    _privacy("release_horizon", "int", None, bound=Bound(1, MAX_HORIZON),
         type_doc=f"integer in 1 .. {MAX_HORIZON}", default_doc="`64` (`1` when `forget < 1`)",
         doc="releases per segment of the continual release of a `\"gaussian\"` leaf; 1 noises "
         "every block independently; only with `mechanism = \"gaussian\"` (or "
         "`\"gaussian-secagg\"`); above 1 needs `forget = 1`",
     ),
-    Key("source", "table", None,
-        scope="node", roles="leaf", type_hint="SourceSpec | None", type_doc="inline table",
+    _leaf("source", "table", None,
+        scope="node", type_hint="SourceSpec | None", type_doc="inline table",
         default_doc="none: MQTT on `sensor_topic`",
         doc="a leaf's local sensor source, see [Local sensor sources](#local-sensor-sources) "
         "(`edge_runtime.sources.SourceSpec`); an error on an aggregator",
     ),
-    Key("score", "str", "off",
-        scope="defaults", roles="leaf", group="score", choices=SCORE_MODES,
+    _score("score", "str", "off", choices=SCORE_MODES,
         doc="no scoring; one document per reading; one document per `score_interval_s`",
     ),
-    Key("score_interval_s", "float", 10.0,
-        scope="defaults", roles="leaf", group="score", bound=_POSITIVE, unit=_SECONDS,
+    _score("score_interval_s", "float", 10.0, bound=_POSITIVE, unit=_SECONDS,
         requirement="> 0 seconds", doc='seconds of one batch in `"interval"` mode',
     ),
-    Key("score_alpha", "float", 0.01,
-        scope="defaults", roles="leaf", group="score", bound=_UNIT_OPEN,
+    _score("score_alpha", "float", 0.01, bound=_UNIT_OPEN,
         doc="significance of the Q (Jackson-Mudholkar) and T^2 (F) limits (`score_detector = "
         "\"static\"`)",
     ),
-    Key("score_allow_private", "bool", False,
-        scope="defaults", roles="leaf", group="score",
+    _score("score_allow_private", "bool", False,
         doc="let a private leaf (`epsilon` set) publish scores anyway",
     ),
-    Key("score_detector", "str", "faults",
-        scope="defaults", roles="leaf", group="score", choices=SCORE_DETECTORS,
+    _score("score_detector", "str", "faults", choices=SCORE_DETECTORS,
         doc="the sensor-fault detector (no model needed) or Q/T^2 against the root's model with "
         "static limits at `score_alpha`",
     ),
-    Key("score_warmup", "int", DEFAULT_SCORE_WARMUP,
-        scope="defaults", roles="leaf", group="score", bound=Bound(2), unit="readings",
+    _score("score_warmup", "int", DEFAULT_SCORE_WARMUP, bound=Bound(2), unit="readings",
         doc="readings that warm the `\"faults\"` detector: the leaf's first ones after it "
         "starts, assumed clean; buffered as `score_warmup x n_features` float64 until the "
         "detector is built (1.07 MB for 48 sensors), then freed",
     ),
-    Key("valid_range", "range", None,
-        scope="defaults", roles="leaf", group="sensor", default_doc="none (no check)",
+    _sensor("valid_range", "range", None, default_doc="none (no check)",
         type_doc="`[lo, hi]`, or `[[lo1, ..., lod], [hi1, ..., hid]]` per feature; finite, lo < "
         "hi",
         doc="the range the leaf's sensors can produce, in their units, from their datasheet "
@@ -327,144 +314,115 @@ TOPOLOGY_KEYS: tuple[Key, ...] = (
         "scores. Per-feature bounds of another width than the readings reject every reading "
         "(reason `valid_range_width`, logged)",
     ),
-    Key("out_of_range", "str", "reject",
-        scope="defaults", roles="leaf", group="sensor", choices=OUT_OF_RANGE_MODES,
+    _sensor("out_of_range", "str", "reject", choices=OUT_OF_RANGE_MODES,
         doc="what the leaf does with a reading that has any value outside `valid_range`: "
         "`\"reject\"` drops the whole reading (counted in `rejects` as `out_of_range`; it still "
         "counts as ingested in its source's sequence, so it is confirmed and never re-sent or "
         "waited for), `\"clip\"` clips each value into the range and keeps the reading (counted "
         "as `clipped`); `\"clip\"` needs `valid_range`",
     ),
-    Key("max_reading_rate", "float", None,
-        scope="defaults", roles="leaf", group="sensor", bound=_POSITIVE, unit="readings per second",
+    _sensor("max_reading_rate", "float", None, bound=_POSITIVE, unit="readings per second",
         default_doc="none (not declared)",
         doc="the most readings per second the leaf's sensor can produce, declared for the "
         "plausibility checks of the aggregators (`Topology.max_reading_rate` sums it over the "
         "leaves under a node)",
     ),
-    Key("open", "bool", False,
-        scope="node", roles="aggregator",
+    _aggregator("open", "bool", False, scope="node",
         doc="an open aggregator: it also admits children the file does not declare, see [Open "
         "aggregators](#open-aggregators-children-that-join-while-the-tree-runs); a node with "
         "`open = true` is an aggregator even without declared children",
     ),
-    Key("secagg_threshold", "int", None,
-        scope="node", roles="aggregator", group="secagg", bound=Bound(2),
+    _secagg("secagg_threshold", "int", None, bound=Bound(2),
         type_doc='integer t with n / 2 < t <= n (n: the site\'s `"gaussian-secagg"` leaves)',
         default_doc="n - 1",
         doc="aggregators only: the fewest leaves a release slot's sum may hold (up to n - t "
         "drop out per slot; fewer than t: the slot releases nothing). Each leaf adds 1 / t of "
         "the noise, so a slot with all n in has n / t times the calibrated noise",
     ),
-    Key("secagg_slot_s", "float", None,
-        scope="node", roles="aggregator", group="secagg", bound=Bound(2), unit=_SECONDS,
+    _secagg("secagg_slot_s", "float", None, bound=Bound(2), unit=_SECONDS,
         default_doc=f"{DEFAULT_SECAGG_SLOT_S:g}",
         doc="aggregators only: the period of the site's release slots; every slot releases the "
         "readings its leaves took since the last one, with fresh noise",
     ),
-    Key("admit", "table", None,
-        scope="node", roles="aggregator", field=False, type_doc="table (`[nodes.admit]`)",
+    _aggregator("admit", "table", None,
+        scope="node", field=False, type_doc="table (`[nodes.admit]`)",
         default_doc="none: `[defaults]`",
         doc="on an open aggregator only: the settings of the leaves it admits (any key of "
         "`[defaults]`, overriding it)",
     ),
     # the document
-    Key("name", "str", None,
-        scope="document", roles="document", type_doc="string",
+    _document("name", "str", None, type_doc="string",
         default_doc="the file name without `.toml`",
         doc="name of the deployment, for logs and summaries",
     ),
-    Key("prefix", "str", DEFAULT_PREFIX,
-        scope="document", roles="document", type_doc="string", flag="--prefix",
+    _document("prefix", "str", DEFAULT_PREFIX, type_doc="string", flag="--prefix",
         doc="topic prefix; may have several levels (`\"lab/fpca\"`), but no `+`, `#` or NUL, no "
         "leading or trailing `/`, no empty level, not starting with `$`",
         flag_help="without --topology: the topic prefix of the deployed topology "
         f"(default {DEFAULT_PREFIX!r})",
     ),
-    Key("algorithm", "str", "fpca",
-        scope="document", roles="document", choices=ALGORITHMS,
+    _document("algorithm", "str", "fpca", choices=ALGORITHMS,
         doc="the federated algorithm: FPCA's asynchronous merges, or FedPower's rounds (keys "
         "`fedpower_*`, see [FedPower](#fedpower))",
     ),
-    Key("defaults", "table", None,
-        scope="document", roles="document", field=False, type_doc="table", default_doc="empty",
+    _document("defaults", "table", None, field=False, type_doc="table", default_doc="empty",
         doc="per-node settings applied to every node (see below)",
     ),
-    Key("data", "table", None,
-        scope="document", roles="document", field=False, type_doc="table", default_doc="empty",
+    _document("data", "table", None, field=False, type_doc="table", default_doc="empty",
         doc="the dataset a replay deals to the leaves",
     ),
-    Key("nodes", "table", None,
-        scope="document", roles="document", field=False, type_doc="array of tables",
+    _document("nodes", "table", None, field=False, type_doc="array of tables",
         default_doc="required", doc="one table per node, in any order; file order is kept",
     ),
     # FedPower (`FedPowerConfig`)
-    Key("fedpower_local_steps", "int", 4,
-        scope="document", roles="document", group="fedpower", attr="local_steps", bound=Bound(1),
+    _fedpower("fedpower_local_steps", "int", 4, bound=Bound(1),
         doc="p: local power iterations of the first round (`edge_runtime.fedpower.Schedule`)",
     ),
-    Key("fedpower_decay", "str", "exponential",
-        scope="document", roles="document", group="fedpower", attr="decay",
-        choices=("exponential", "linear", "none"),
+    _fedpower("fedpower_decay", "str", "exponential", choices=("exponential", "linear", "none"),
         doc="how p shrinks each round (halved down to 1: the estimate ends in the exact power "
         "method, with no error floor from heterogeneous leaves; measured on Motes light a "
         "constant p = 2 stalls at error ratio 1.006)",
     ),
-    Key("fedpower_rounds", "int", 0,
-        scope="document", roles="document", group="fedpower", attr="rounds", bound=_NON_NEGATIVE,
+    _fedpower("fedpower_rounds", "int", 0, bound=_NON_NEGATIVE,
         doc="rounds after which the root stops; 0: open-ended (a streaming deployment). Private "
         "leaves need it > 0: their budget covers `FedPowerConfig.total_iterations` local "
         "iterations",
     ),
-    Key("fedpower_quorum", "number", 0,
-        scope="document", roles="document", group="fedpower", attr="quorum",
-        requirement="an integer >= 0 or a fraction in (0, 1)",
+    _fedpower("fedpower_quorum", "number", 0, requirement="an integer >= 0 or a fraction in (0, 1)",
         type_doc="integer >= 0 or a fraction in (0, 1)", default_doc="`0` (all leaves)",
         doc="K: replies that close a round early; a fraction of the leaves is rounded up",
     ),
-    Key("fedpower_round_timeout_s", "float", 5.0,
-        scope="document", roles="document", group="fedpower", attr="round_timeout_s",
-        bound=_POSITIVE, unit=_SECONDS,
+    _fedpower("fedpower_round_timeout_s", "float", 5.0, bound=_POSITIVE, unit=_SECONDS,
         doc="a round closes at the latest this long after its start, with the replies it has, "
         "so a straggler or a dead leaf never stalls it",
     ),
-    Key("fedpower_round_interval_s", "float", 0.1,
-        scope="document", roles="document", group="fedpower", attr="round_interval_s",
-        bound=_NON_NEGATIVE, unit=_SECONDS,
+    _fedpower("fedpower_round_interval_s", "float", 0.1, bound=_NON_NEGATIVE, unit=_SECONDS,
         doc="pause between the close of a round and the start of the next",
     ),
-    Key("fedpower_idle_interval_s", "float", 5.0,
-        scope="document", roles="document", group="fedpower", attr="idle_interval_s",
-        bound=_NON_NEGATIVE, unit=_SECONDS,
+    _fedpower("fedpower_idle_interval_s", "float", 5.0, bound=_NON_NEGATIVE, unit=_SECONDS,
         doc="the pause once the estimate settled (the last round moved it by at most "
         "`fedpower_tolerance_rad` and no participant had new readings), so an idle deployment "
         "costs one round per 5 s",
     ),
-    Key("fedpower_opt", "bool", True,
-        scope="document", roles="document", group="fedpower", attr="opt",
+    _fedpower("fedpower_opt", "bool", True,
         doc="align replies by Orthogonal Procrustes before averaging (false: plain averaging)",
     ),
-    Key("fedpower_tolerance_rad", "float", 1e-3,
-        scope="document", roles="document", group="fedpower", attr="tolerance_rad",
-        bound=_NON_NEGATIVE, unit="radians",
+    _fedpower("fedpower_tolerance_rad", "float", 1e-3, bound=_NON_NEGATIVE, unit="radians",
         doc="settled: largest principal angle between two consecutive global bases; "
         "`edge-runtime run` stops at the first model covering every reading that is this close "
         "to the previous covering one",
     ),
-    Key("fedpower_seed", "int", 0,
-        scope="document", roles="document", group="fedpower", attr="seed", bound=_NON_NEGATIVE,
+    _fedpower("fedpower_seed", "int", 0, bound=_NON_NEGATIVE,
         doc="seed of the initial basis Z_0 (a QR of a Gaussian (d, r) matrix), which every leaf "
         "derives the same way before the root knows the readings' width",
     ),
     # [data]
-    Key("dataset", "str", None,
-        scope="data", roles="document", type_doc="string",
+    _data("dataset", "str", None, type_doc="string",
         doc="a built-in dataset name (`\"motes-light\"`; wins over a file of the same name) or "
         "the path of a text file of numbers, relative to the topology file's folder (format: "
         "`edge_runtime/datasets/__init__.py`)",
     ),
-    Key("split", "str", "contiguous",
-        scope="data", roles="document", choices=SPLITS,
+    _data("split", "str", "contiguous", choices=SPLITS,
         doc="how rows are dealt to the leaves (in file order): `\"contiguous\"` gives each leaf "
         "one range of rows proportional to its `share` (largest-remainder rounding); "
         "`\"round-robin\"` gives row i to leaf i mod (number of leaves), ignoring shares",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from edge_runtime.declaration import type_name, value_text
 from edge_runtime.topology.checks import (
     TopologyError,
     aggregator_privacy_message,
@@ -24,8 +25,6 @@ from edge_runtime.topology.checks import (
     check_keys,
     check_kind,
     check_node_id,
-    toml_repr,
-    toml_type,
     unknown_key_message,
 )
 from edge_runtime.topology.fedpower_config import FedPowerConfig
@@ -264,7 +263,7 @@ def _admit_table(node_id: str, table: object) -> dict[str, Any]:
         return {}
     if not isinstance(table, dict):
         raise TopologyError(
-            f"node {node_id!r}: admit must be a table ([nodes.admit]), got {toml_type(table)}"
+            f"node {node_id!r}: admit must be a table ([nodes.admit]), got {type_name(table)}"
         )
     for key in table:
         if key in _NODE_ONLY:
@@ -312,7 +311,7 @@ def _leaf_source(
 def _table(document: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = document.get(key, {})
     if not isinstance(value, dict):
-        raise TopologyError(f"topology: {key} must be a table ([{key}]), got {toml_type(value)}")
+        raise TopologyError(f"topology: {key} must be a table ([{key}]), got {type_name(value)}")
     return value
 
 
@@ -341,7 +340,7 @@ def _raw_nodes(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         raise TopologyError("no nodes: add a root and at least one leaf as [[nodes]] tables")
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise TopologyError(
-            f"topology: nodes must be an array of tables ([[nodes]]), got {toml_type(tables)}"
+            f"topology: nodes must be an array of tables ([[nodes]]), got {type_name(tables)}"
         )
     by_id: dict[str, dict[str, Any]] = {}
     index_of: dict[str, int] = {}
@@ -354,7 +353,7 @@ def _raw_nodes(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if not isinstance(node_id, str):
             raise TopologyError(
                 f"nodes[{index}]: id must be a string, "
-                f"got {toml_type(node_id)} {toml_repr(node_id)}"
+                f"got {type_name(node_id)} {value_text(node_id)}"
             )
         check_node_id(node_id, where=f"nodes[{index}]: ")
         where = f"node {node_id!r}"

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from edge_runtime.declaration import type_name, value_text
 from edge_runtime.fedpower import MECHANISM as FEDPOWER_MECHANISM
 from edge_runtime.fpca.privacy import MECHANISMS
 from edge_runtime.topology.checks import (
     TopologyError,
     check_node_id,
-    toml_repr,
-    toml_type,
     topic_filter_problem,
 )
 from edge_runtime.topology.keys import (
@@ -73,7 +72,7 @@ def check_node(values: dict[str, Any]) -> dict[str, Any]:
     node_id = values["id"]
     if not isinstance(node_id, str):
         raise TopologyError(
-            f"node id must be a string, got {toml_type(node_id)} {toml_repr(node_id)}"
+            f"node id must be a string, got {type_name(node_id)} {value_text(node_id)}"
         )
     check_node_id(node_id)
     where = f"node {node_id!r}"
@@ -134,7 +133,7 @@ def _check_sensor_range(v: dict[str, Any], where: str) -> None:
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
             raise TopologyError(
                 f"{where}: valid_range must be finite numbers (the sensors' range from "
-                f"their datasheet), got {toml_repr(valid_range)}"
+                f"their datasheet), got {value_text(valid_range)}"
             )
         bad = np.flatnonzero(lo >= hi)
         if bad.size:

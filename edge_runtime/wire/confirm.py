@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_CONFIRM_SOURCES,
-    MAX_EPOCH_CHARS,
     Schema,
+    as_epoch,
     as_int,
     as_node_id,
     as_seq_map,
-    as_text,
     check_message,
     dump_json,
     load_json,
@@ -98,10 +97,8 @@ class ConfirmMessage:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
-        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
-        object.__setattr__(
-            self, "session", as_text("session", self.session, "epoch", MAX_EPOCH_CHARS)
-        )
+        object.__setattr__(self, "epoch", as_epoch("epoch", self.epoch))
+        object.__setattr__(self, "session", as_epoch("session", self.session))
         object.__setattr__(self, "connection", as_int("connection", self.connection, "seq"))
         for name in ("ingested", "durable", "gaps"):
             object.__setattr__(self, name, as_seq_map(name, getattr(self, name)))

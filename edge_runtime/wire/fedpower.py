@@ -48,18 +48,18 @@ from edge_runtime.wire.arrays import (
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
     Schema,
     WireError,
     as_deployment,
+    as_epoch,
     as_float,
     as_int,
     as_node_id,
     as_seq_map,
-    as_text,
     check_message,
     fail_type,
+    optional_keys,
     pack,
     read_map,
     unpack,
@@ -183,7 +183,7 @@ class RoundMessage:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", as_node_id("root", self.root))
-        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "epoch", as_epoch("epoch", self.epoch))
         object.__setattr__(self, "round", as_int("round", self.round, "seq", low=1))
         object.__setattr__(
             self, "rank", as_int("rank", self.rank, "rank", low=1, high=MAX_N_FEATURES + 1)
@@ -279,7 +279,7 @@ class ReplyMessage:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
-        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "epoch", as_epoch("epoch", self.epoch))
         object.__setattr__(self, "round", as_int("round", self.round, "seq", low=1))
         object.__setattr__(self, "y", _matrix("y", self.y))
         object.__setattr__(self, "n_samples", as_int("n", self.n_samples, "n_samples", low=1))
@@ -366,9 +366,7 @@ def encode_round(
         "ts": msg.timestamp,
         "seed": msg.seed,
     }
-    if msg.deployment is not None:
-        obj["dep"] = msg.deployment
-    return pack(obj, "round message", max_bytes)
+    return pack(optional_keys(obj, {}, msg.deployment), "round message", max_bytes)
 
 
 def decode_round(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> RoundMessage:
@@ -475,11 +473,7 @@ def encode_reply(
         "ts": msg.timestamp,
         "privacy": privacy_to_wire(msg.privacy),
     }
-    if msg.sources:
-        obj["src"] = dict(msg.sources)
-    if msg.deployment is not None:
-        obj["dep"] = msg.deployment
-    return pack(obj, "reply message", max_bytes)
+    return pack(optional_keys(obj, msg.sources, msg.deployment), "reply message", max_bytes)
 
 
 def decode_reply(payload: bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ReplyMessage:

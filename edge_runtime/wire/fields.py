@@ -3,7 +3,8 @@
 One place for what each message kind of `edge_runtime.wire` does alike: `WireError` and its
 `REASONS`, the contract limits (`SCHEMA_VERSION`, `DEFAULT_MAX_PAYLOAD_BYTES`, the id and
 epoch lengths), the exact-type checks of one field (``as_int``, ``as_float``, ``as_text``,
-``as_node_id``, ``as_bool``, the count and sequence maps), the size checks of a payload, the
+``as_node_id``, ``as_epoch``, ``as_bool``, the count and sequence maps, the optional
+keys of an encoded map), the size checks of a payload, the
 strict msgpack and JSON parsers, and the schema versions of a message kind (``Schema``,
 `understood_versions`) with the version check of a decoded map (``versioned``,
 ``require``). Every check raises `WireError` with the reason and the one-line text the
@@ -37,6 +38,7 @@ __all__ = [
     "as_bool",
     "as_count_map",
     "as_deployment",
+    "as_epoch",
     "as_float",
     "as_int",
     "as_node_id",
@@ -49,6 +51,7 @@ __all__ = [
     "dump_json",
     "fail_type",
     "load_json",
+    "optional_keys",
     "pack",
     "read_map",
     "require",
@@ -220,6 +223,11 @@ def as_deployment(label: str, value: object) -> str | None:
     return None if value is None else as_text(label, value, "field_type", MAX_ID_CHARS)
 
 
+def as_epoch(label: str, value: object) -> str:
+    """A state epoch (a random id): 1-64 characters of text (reason ``epoch``)."""
+    return as_text(label, value, "epoch", MAX_EPOCH_CHARS)
+
+
 def as_bool(label: str, value: object) -> bool:
     """A bool (a numpy bool too; not an int), as bool; ``field_type`` otherwise."""
     if not isinstance(value, bool | np.bool_):
@@ -305,6 +313,19 @@ def check_size(payload: bytes, what: str, max_bytes: int) -> bytes:
             f"encoded {what} is {len(payload)} bytes, above the limit of {max_bytes}",
         )
     return payload
+
+
+def optional_keys(
+    obj: dict[str, object], sources: Mapping[str, int], deployment: str | None
+) -> dict[str, object]:
+    """``obj``, an encoded message's map, with the keys left out when empty so that older
+    decoders still read it: ``src`` (a copy of ``sources``) when there are any, ``dep``
+    (``deployment``) when not None. Changes ``obj`` in place and returns it."""
+    if sources:
+        obj["src"] = dict(sources)
+    if deployment is not None:
+        obj["dep"] = deployment
+    return obj
 
 
 def pack(obj: object, what: str, max_bytes: int) -> bytes:

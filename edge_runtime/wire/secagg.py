@@ -57,7 +57,7 @@ compared by value):
 What the wire does not check is the protocol: sorted rosters, ``t`` above half the roster,
 distinct public keys, a cohort, who may send what when. The cores do
 (`edge_runtime.secagg.leaf_round`, `edge_runtime.secagg.aggregator_round`) and raise
-`edge_runtime.secagg.SecAggError`. Nothing here imports ``cryptography`` or ``shamirs``.
+`edge_runtime.secagg.errors.SecAggError`. Nothing here imports ``cryptography`` or ``shamirs``.
 
 Why `MAX_SECAGG_LEAVES` = 64: the protocol as built is all-pairs Bonawitz et al., so the
 aggregator routes ``n (n - 1)`` ciphertexts a slot (4032 at 64, 0.7 MB) and recovers up to

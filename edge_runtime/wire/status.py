@@ -17,13 +17,13 @@ import numpy as np
 
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_EPOCH_CHARS,
     MAX_N_FEATURES,
     SEQ_LIMIT,
     Schema,
     WireError,
     as_bool,
     as_count_map,
+    as_epoch,
     as_float,
     as_int,
     as_node_id,
@@ -130,7 +130,7 @@ class StatusDetail:
         object.__setattr__(self, "rank", as_int("rank", self.rank, "rank", high=MAX_N_FEATURES + 1))
         object.__setattr__(self, "n_samples", as_int("n_samples", self.n_samples, "n_samples"))
         object.__setattr__(self, "seq", as_int("seq", self.seq, "seq"))
-        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "epoch", as_epoch("epoch", self.epoch))
         rejects = as_count_map(
             "rejects",
             self.rejects,

@@ -34,13 +34,13 @@ from edge_runtime.wire.arrays import (
 )
 from edge_runtime.wire.fields import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_EPOCH_CHARS,
     MAX_ID_CHARS,
     MAX_N_FEATURES,
     Schema,
     WireError,
     as_count_map,
     as_deployment,
+    as_epoch,
     as_float,
     as_int,
     as_node_id,
@@ -49,6 +49,7 @@ from edge_runtime.wire.fields import (
     check_message,
     check_payload,
     fail_type,
+    optional_keys,
     pack,
     read_map,
     show,
@@ -156,7 +157,7 @@ class SubspaceMessage:
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", as_node_id("node_id", self.node_id))
         object.__setattr__(self, "deployment", as_deployment("deployment", self.deployment))
-        object.__setattr__(self, "epoch", as_text("epoch", self.epoch, "epoch", MAX_EPOCH_CHARS))
+        object.__setattr__(self, "epoch", as_epoch("epoch", self.epoch))
         object.__setattr__(self, "seq", as_int("seq", self.seq, "seq"))
         object.__setattr__(self, "sources", as_seq_map("sources", self.sources))
         if not isinstance(self.subspace, Subspace):
@@ -267,7 +268,7 @@ def encode_subspace(
     _check_arrays(
         basis.astype(np.float64), sv.astype(np.float64), tolerance_for(dtype, tol, tol_float32)
     )
-    obj = {
+    obj: dict[str, object] = {
         "v": SUBSPACE_VERSION,
         "node": msg.node_id,
         "epoch": msg.epoch,
@@ -282,10 +283,7 @@ def encode_subspace(
         "privacy": privacy_to_wire(msg.privacy),
         "prov": dict(msg.provenance),
     }
-    if msg.sources:
-        obj["src"] = dict(msg.sources)
-    if msg.deployment is not None:
-        obj["dep"] = msg.deployment
+    optional_keys(obj, msg.sources, msg.deployment)
     mean = msg.subspace.mean
     if mean is not None:
         wire_mean = rounded_to(mean, dtype)
@@ -353,7 +351,7 @@ def decode_subspace(
         tols=(tol, tol_float32),
     )
     node_id = as_node_id("node", obj["node"])
-    epoch = as_text("epoch", obj["epoch"], "epoch", MAX_EPOCH_CHARS)
+    epoch = as_epoch("epoch", obj["epoch"])
     seq = as_int("seq", obj["seq"], "seq")
     n_samples = as_int("n", obj["n"], "n_samples")
     d, r = as_dims(obj, min_rank=0)

@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from edge_runtime.agents import Agent, create_agent
+from edge_runtime.agents import create_agent
+from edge_runtime.agents.common.shell.agent import Agent
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology

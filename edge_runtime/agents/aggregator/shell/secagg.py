@@ -17,7 +17,7 @@ Time: the site's deadlines are part of the aggregator core's `next_wakeup`, so t
 work loop steps when a phase closes or a slot is due, and after every message that gives
 the site something to publish. A message that does not decode, comes from a node that is
 not one of the site's secagg leaves, names another leaf than its topic, or that the core
-refuses (`edge_runtime.secagg.SecAggError`: late, another slot, a conflicting duplicate) is
+refuses (`edge_runtime.secagg.errors.SecAggError`: late, another slot, a conflicting duplicate) is
 counted as a reject (`Agent.reject`) and dropped: reason ``secagg_late`` for a message of a
 slot that has ended, else ``secagg_refused``, the wire's reason, ``unknown_child`` or
 ``secagg_leaf_mismatch``. Not a reject: an unmask response of an ended slot, which every

@@ -1,4 +1,4 @@
-"""An agent's lifecycle state and its traffic counters (`edge_runtime.agents.Agent`)."""
+"""An agent's lifecycle state and its traffic counters (`agent.Agent`, beside this module)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """FedPower on the runtime, the synchronous part: a leaf core and the root's server core.
 
 No I/O, no clock (time comes in as an argument), as every core of `edge_runtime.agents`.
-This package gathers the three pieces (one module each) under one import path:
+Internal to the runtime, so ``__all__`` is empty: import each piece from its module.
 
 - `GramEstimator` (`edge_runtime.agents.fedpower.core.estimator`) keeps a leaf's `LocalGram`
   behind the estimator interface `LeafCore` drives, so a FedPower leaf shares the FPCA
@@ -25,17 +25,4 @@ This package gathers the three pieces (one module each) under one import path:
   them and what model to publish.
 """
 
-from __future__ import annotations
-
-from edge_runtime.agents.aggregator.core.aggregator import weakest_guarantee
-from edge_runtime.agents.fedpower.core.estimator import GramEstimator
-from edge_runtime.agents.fedpower.core.leaf import FedPowerLeafCore
-from edge_runtime.agents.fedpower.core.root import FedPowerRootCore, largest_angle
-
-__all__ = [
-    "FedPowerLeafCore",
-    "FedPowerRootCore",
-    "GramEstimator",
-    "largest_angle",
-    "weakest_guarantee",
-]
+__all__: list[str] = []

@@ -42,7 +42,8 @@ from edge_runtime.agents.common.shell.core_shell import (
     decode_or_reject,
     status_policy_of,
 )
-from edge_runtime.agents.fedpower.core import FedPowerLeafCore, FedPowerRootCore
+from edge_runtime.agents.fedpower.core.leaf import FedPowerLeafCore
+from edge_runtime.agents.fedpower.core.root import FedPowerRootCore
 from edge_runtime.agents.leaf.shell.agent import LeafAgent
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology

@@ -98,7 +98,9 @@ class LeafCore(NodeCore):
         Source of the leaf's ids (epoch, session; `NodeCore.new_id`).
     local_only : bool, default False
         The estimate never leaves the device: no snapshot is ever published (a
-        secure-aggregation leaf, whose readings its site's slots release).
+        secure-aggregation leaf, whose readings its site's slots release). The leaf's
+        release strategy decides it (``not publishes_snapshots`` of
+        `edge_runtime.agents.leaf.shell.release.ReleaseShell`).
     root_id : str, optional
         The topology's root, whose models a scoring leaf (``config.score`` not ``"off"``)
         with ``score_detector = "static"`` accepts (`ScoringCore`, attribute ``scoring``);

@@ -3,9 +3,10 @@
 The leaf's concepts are one module each, joined here: `edge_runtime.agents.leaf.shell.source` (a
 local sensor source), `edge_runtime.agents.leaf.shell.state_files` (checkpoint and retained-snapshot
 restore, noise), `edge_runtime.agents.leaf.shell.scores` (anomaly scores) and
-`edge_runtime.agents.leaf.shell.rejections` (reject counting and logging); the decisions are the
-core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every agent shares are in
-`edge_runtime.agents.common.shell.core_shell`.
+`edge_runtime.agents.leaf.shell.rejections` (reject counting and logging),
+`edge_runtime.agents.leaf.shell.release` (how the leaf releases its readings, by mechanism);
+the decisions are the core's (`edge_runtime.agents.leaf.core.leaf`), the shell helpers every
+agent shares are in `edge_runtime.agents.common.shell.core_shell`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from edge_runtime.agents.leaf.shell.rejections import (
     Rejections,
     peek_source,
 )
+from edge_runtime.agents.leaf.shell.release import ReleaseShell, release_shell_for
 from edge_runtime.agents.leaf.shell.scores import Scores
 from edge_runtime.agents.leaf.shell.source import LocalSource
 from edge_runtime.agents.leaf.shell.state_files import Recovery
@@ -47,7 +49,6 @@ from edge_runtime.fpca import FPCAEdge
 from edge_runtime.settings import AgentSettings
 from edge_runtime.sources import SourceError
 from edge_runtime.topology import Topology
-from edge_runtime.topology.keys import SECAGG_MECHANISM
 from edge_runtime.wire import (
     ConfirmMessage,
     PrivacyParams,
@@ -62,7 +63,6 @@ from edge_runtime.wire import (
 )
 
 if TYPE_CHECKING:
-    from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
     from edge_runtime.sources import Source
 
 __all__ = ["REJECT_LOG_BURST", "REJECT_LOG_INTERVAL_S", "LeafAgent"]
@@ -130,9 +130,14 @@ class LeafAgent(Agent):
     (`PrivacyStatus`: mechanism, budget, neighbours, noise scale, releases, clipped
     readings).
 
-    Secure aggregation (``mechanism = "gaussian-secagg"``): the leaf publishes no snapshot
-    (its core is ``local_only``); `SecAggLeaf` (``secagg``) takes every reading it ingests
-    into its site's release slots, and the status document's ``extra`` carries its ledger.
+    Release (``mechanism``): the leaf holds one release strategy, chosen from the mechanism
+    (`release_shell_for`, attribute ``release_shell``, interface `ReleaseShell`): for
+    ``none``, ``gaussian`` and ``fpca-eq8`` the core's snapshots are the release and the
+    strategy adds nothing; under secure aggregation the leaf publishes no snapshot (its
+    core is ``local_only``) and the strategy takes every reading the core applies into its
+    site's release slots, publishes its slot messages before each tick, says which readings
+    are durable (revealed in a slot) and adds its ledger to the status document's ``extra``
+    (`edge_runtime.agents.leaf.shell.release`).
 
     Parameters
     ----------
@@ -146,9 +151,9 @@ class LeafAgent(Agent):
         Width of a reading. When omitted (default None), the first valid reading fixes it;
         later readings of another width are rejected (reason ``width``).
     state_dir : Path, optional
-        Folder of the leaf's checkpoint ``<node>.ckpt`` (a secagg leaf's: its ledger
-        ``<node>.secagg-ledger`` instead, `SecAggLeaf`) and of a file source's resume
-        cursors; default None: no checkpoint.
+        Folder of the leaf's checkpoint ``<node>.ckpt`` (or what its release strategy keeps
+        instead, `ReleaseShell.checkpoint_path`) and of a file source's resume cursors;
+        default None: no checkpoint.
     checkpoint_every : int, optional
         Also checkpoint after this many completed blocks; default None: by time only.
     checkpoint_interval_s : float, default 120
@@ -193,18 +198,10 @@ class LeafAgent(Agent):
         if n_features is not None and n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         s = self.settings
-        secagg = self.config.mechanism == SECAGG_MECHANISM
-        # A secagg leaf's readings are durable once revealed in a slot, never by a checkpoint
-        # (its pending increment is not in one: `edge_runtime.agents.leaf.shell.secagg`).
-        self.checkpoint_path = (
-            None if state_dir is None or secagg else Path(state_dir) / f"{node_id}.ckpt"
-        )
         self._state_dir = None if state_dir is None else Path(state_dir)
-        self.secagg: SecAggLeaf | None = None
-        if secagg:  # only a secagg leaf loads its part
-            from edge_runtime.agents.leaf.shell.secagg import SecAggLeaf
-
-            self.secagg = SecAggLeaf(self, n_features, state_dir=state_dir)
+        # how the leaf releases its readings, by mechanism (restores its own state now)
+        self.release_shell: ReleaseShell = release_shell_for(self, n_features, state_dir)
+        self.checkpoint_path = self.release_shell.checkpoint_path(self._state_dir, node_id)
         self._core = self.new_core(
             policy=publish_policy_for(self.config, leaf=True),
             status_policy=status_policy_of(s),
@@ -216,11 +213,10 @@ class LeafAgent(Agent):
             checkpoint_interval_s=checkpoint_interval_s,
             echo_timeout_s=s.echo_timeout_s,
             root_id=topology.root,
-            local_only=secagg,  # its site's slots release its readings, never a snapshot
+            local_only=not self.release_shell.publishes_snapshots,
             rng=random.Random(),  # ids from the OS's entropy
         )
-        if self.secagg is not None:  # what its restored ledger revealed: ingested and durable
-            self.secagg.resume(self._core)
+        self.release_shell.resume(self._core)  # what it restored: ingested and durable
         self.local_source = LocalSource(
             self.config.source,
             node_id=node_id,
@@ -267,14 +263,10 @@ class LeafAgent(Agent):
             self._core.estimator = self._core.new_estimator(n_features)
 
     def new_core(self, **kwargs: Any) -> LeafCore:
-        """The leaf's core for ``self.config`` with `LeafCore`'s keyword arguments (a FedPower
-        leaf adds its budget)."""
-        config = self.config
-        if getattr(self, "secagg", None) is not None:  # a secagg leaf's estimate stays local
-            from edge_runtime.agents.leaf.shell.secagg import local_config
-
-            config = local_config(config)
-        return self.core_class(config, **kwargs)
+        """The leaf's core for ``self.config`` as its release strategy shapes it
+        (`ReleaseShell.core_config`) with `LeafCore`'s keyword arguments (a FedPower leaf
+        adds its budget)."""
+        return self.core_class(self.release_shell.core_config(self.config), **kwargs)
 
     @property
     def core(self) -> LeafCore:
@@ -368,12 +360,12 @@ class LeafAgent(Agent):
         self.local_source.open()
 
     def subscriptions(self) -> list[str]:
-        """The sensor topic (none with a local source) and, when scoring against the
-        root's model (``score_detector = "static"``), the model topic; subscribed with QoS
-        ``settings.qos``."""
+        """The sensor topic (none with a local source), when scoring against the root's
+        model (``score_detector = "static"``) the model topic, and the release strategy's
+        topics (`ReleaseShell.subscriptions`); subscribed with QoS ``settings.qos``."""
         scoring = self._core.scoring
         model = [self.topology.model_topic()] if scoring is not None and scoring.needs_model else []
-        model += [] if self.secagg is None else self.secagg.subscriptions()
+        model += self.release_shell.subscriptions()
         if self.config.source is not None:
             return model  # a local source: no sensor topic
         assert self.config.sensor_topic is not None
@@ -381,7 +373,8 @@ class LeafAgent(Agent):
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, message: aiomqtt.Message) -> None:
-        """One inbound message: the root's model (scoring), else a readings payload,
+        """One inbound message: the release strategy's (`ReleaseShell.owns`), the root's
+        model (scoring), else a readings payload,
         sequenced, screened and applied (`LeafCore.accept_labelled`, `LeafCore.apply`);
         an undecodable payload is a reject (`reject`), never an exception."""
         topic = str(message.topic)
@@ -389,8 +382,8 @@ class LeafAgent(Agent):
         if not isinstance(payload, bytes | bytearray):
             self.reject("payload_type", topic, f"payload of type {type(payload).__name__}")
             return
-        if self.secagg is not None and self.secagg.owns(topic):
-            self.secagg.handle(topic, payload)
+        if self.release_shell.owns(topic):
+            self.release_shell.handle(topic, payload)
             return
         if topic == self._model_topic:
             # (without scoring: a persistent session's subscription from an earlier run)
@@ -439,16 +432,15 @@ class LeafAgent(Agent):
     async def _after_ingest(
         self, results: list[Applied], events: list[RangeEvent], source: str | None = None
     ) -> None:
-        """Log the range events, score the applied blocks (and give them to a secagg leaf's
-        slots), in the order applied, and count the ones the estimator refused (reason
-        ``estimator``)."""
+        """Log the range events, give the applied blocks to the release strategy
+        (`ReleaseShell.readings_applied`) and score them, in the order applied, and count
+        the ones the estimator refused (reason ``estimator``)."""
         for reason, range_source, detail in events:
             self.rejections.log_range(reason, range_source, detail)
         async with self._scoring_lock:  # scored in the order applied (`_score` may await)
             for block, src, seq, error in results:
-                if error is None and self.secagg is not None:
-                    self.secagg.add_rows(block, src, seq)  # on the event loop, as its messages
                 if error is None:
+                    self.release_shell.readings_applied(block, src, seq)  # on the event loop
                     await self.scores.score(block, src, seq)
                     continue
                 topic = self.config.sensor_topic or ""
@@ -458,16 +450,16 @@ class LeafAgent(Agent):
 
     # ----------------------------------------------------------------- outbound
     async def step(self, client: aiomqtt.Client, now: float) -> None:
-        """One pass of the work loop at ``now`` (monotonic seconds): a secagg leaf's slot
-        messages first (`SecAggLeaf.flush`: its readings are durable once revealed), then
-        the core's ``work`` tick (`LeafCore.step`, in the order of `TICKS`), carried out
-        (`carry_out`)."""
+        """One pass of the work loop at ``now`` (monotonic seconds): the release strategy's
+        messages first (`ReleaseShell.flush`: the readings it released are durable, and the
+        status goes out at once when it asks), then the core's ``work`` tick
+        (`LeafCore.step`, in the order of `TICKS`), carried out (`carry_out`)."""
         self.rejections.log_suppressed(self._reject_log.due(now))
-        if self.secagg is not None:
-            await self.secagg.flush(client)
-            self._core.mark_durable(self.secagg.revealed)  # once revealed in a slot
-            if self.secagg.take_status_due():  # its site reads readings_released from it
-                await self.publish_status(client, force=True)
+        flushed = await self.release_shell.flush(client)
+        if flushed.durable is not None:
+            self._core.mark_durable(flushed.durable)
+        if flushed.status_due:  # e.g. a secure-aggregation site reads readings_released
+            await self.publish_status(client, force=True)
         await self.carry_out(client, now)
 
     async def carry_out(
@@ -541,11 +533,11 @@ class LeafAgent(Agent):
         core.published(action, self.clock())
 
     async def on_connected(self, client: aiomqtt.Client) -> None:
-        """After every (re)connection: a secagg leaf's current advertisement, then the
-        core's ``connect`` tick: the latest snapshot again (``subspace``, retained) and the
-        confirmation, so publishers re-send what this leaf has not ingested."""
-        if self.secagg is not None:
-            await self.secagg.on_connected(client)
+        """After every (re)connection: the release strategy's (`ReleaseShell.on_connected`,
+        e.g. a secure-aggregation leaf's current advertisement), then the core's ``connect``
+        tick: the latest snapshot again (``subspace``, retained) and the confirmation, so
+        publishers re-send what this leaf has not ingested."""
+        await self.release_shell.on_connected(client)
         await self.carry_out(client, self.clock(), "connect")
 
     async def on_shutdown(self, client: aiomqtt.Client) -> None:
@@ -585,7 +577,6 @@ class LeafAgent(Agent):
 
     def _status_extra(self) -> dict[str, object]:
         extra = self._core.status_extra(self.clock())
-        if self.secagg is not None:
-            extra["secagg"] = self.secagg.status()
+        extra.update(self.release_shell.status_extra())
         extra.update(self.local_source.status())
         return extra

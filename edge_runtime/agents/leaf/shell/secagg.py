@@ -1,6 +1,10 @@
-"""A secagg leaf's side of secure aggregation on MQTT: `SecAggLeaf`.
+"""A secagg leaf's side of secure aggregation on MQTT: `SecAggLeaf`, its release strategy.
 
-A leaf of mechanism ``"gaussian-secagg"`` publishes no snapshot of its own: it adds the
+A leaf of mechanism ``"gaussian-secagg"`` holds a `SecAggLeaf` as its release strategy
+(`edge_runtime.agents.leaf.shell.release.ReleaseShell`, chosen by
+`edge_runtime.agents.leaf.shell.release.release_shell_for`). It publishes no snapshot of its
+own (`publishes_snapshots` is False: its core is ``local_only``, its estimator without
+privacy, `local_config`): it adds the
 readings it ingests to a `edge_runtime.agents.leaf.core.secagg_release.SecAggRelease` and,
 slot after slot, contributes their Gram matrix, masked and with its share of the site's
 noise, to the secure sum its parent (the site's aggregator) runs
@@ -26,11 +30,12 @@ that does not decode, names another leaf than the topic's, or that the core refu
 reject (`edge_runtime.agents.common.shell.agent.Agent.reject`), never an exception.
 
 Durability: a reading is durable for its publishers (the leaf's confirmations) once the leaf
-revealed it in a slot (`revealed`; the shell sets the core's ``durable`` from it), and only
-then. The pending increment (readings not yet revealed) is in memory only, so a secagg leaf
-writes no checkpoint even with a state directory (a checkpoint of its local estimator would
-confirm readings that a crash then loses for the site's sum): after a restart its publishers
-re-send every reading it had not revealed.
+revealed it in a slot (`revealed`; `flush` returns it and the agent sets the core's
+``durable`` from it), and only then. The pending increment (readings not yet revealed) is
+in memory only, so a secagg leaf writes no checkpoint even with a state directory
+(`checkpoint_path` is None: a checkpoint of its local estimator would confirm readings that a
+crash then loses for the site's sum): after a restart its publishers re-send every reading it
+had not revealed.
 
 The ledger across restarts (with a state directory: ``edge-runtime agent --state-dir DIR``,
 the `LeafAgent`'s ``state_dir``): after its answers are published (`flush`), whenever the
@@ -83,6 +88,7 @@ from typing import Any
 import numpy as np
 
 from edge_runtime.agents.common.shell.secagg_payload import decode_or_reject, payload_bytes
+from edge_runtime.agents.leaf.shell.release import Flushed
 from edge_runtime.agents.leaf.shell.secagg_ledger_file import (
     COUNTS,
     LEDGER_FORMAT,
@@ -130,7 +136,8 @@ def _later(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
 
 
 class SecAggLeaf:
-    """The secure-aggregation part of a `LeafAgent` of mechanism ``"gaussian-secagg"``.
+    """The release strategy of a `LeafAgent` of mechanism ``"gaussian-secagg"``
+    (`edge_runtime.agents.leaf.shell.release.ReleaseShell`).
 
     Parameters
     ----------
@@ -162,6 +169,9 @@ class SecAggLeaf:
         The ledger file's ``restored``, ``unreadable``, ``refused``, ``written`` and
         ``write_failures`` (in the status as ``ledger_file`` with a state directory).
     """
+
+    publishes_snapshots = False
+    """The site's slots release the leaf's readings, never a snapshot of its own."""
 
     def __init__(
         self, agent: Any, n_features: int | None = None, state_dir: Path | str | None = None
@@ -223,6 +233,16 @@ class SecAggLeaf:
         self._restore(n_features)
         if n_features is not None and self.release is None:
             self._build(n_features)
+
+    def core_config(self, config: Any) -> Any:
+        """The leaf core's settings: its estimator without privacy (`local_config`)."""
+        return local_config(config)
+
+    def checkpoint_path(self, state_dir: Path | None, node_id: str) -> Path | None:
+        """None: readings are durable once revealed in a slot, never by a checkpoint (the
+        pending increment is in memory only; module docstring). The ledger file
+        (`ledger_path`) is this strategy's own."""
+        return None
 
     # -- the core -------------------------------------------------------------------------
 
@@ -362,6 +382,12 @@ class SecAggLeaf:
             self.agent.reject("secagg_rows", self.agent.config.sensor_topic or "", str(exc))
         if self._outbox:
             self.agent.wake()
+
+    def readings_applied(
+        self, rows: np.ndarray, source: str | None = None, first_seq: int | None = None
+    ) -> None:
+        """Readings the leaf's core applied: `add_rows`."""
+        self.add_rows(rows, source, first_seq)
 
     def _hold_upto(self, source: str) -> int:
         """The last sequence number of ``source`` in a masked input in flight at a restart."""
@@ -538,10 +564,16 @@ class SecAggLeaf:
         if last is not None and last.get("slot") == outcome.slot:
             self.agent.log.debug("secagg_slot_ended", **last)
 
-    async def flush(self, client: Any) -> None:
+    async def flush(self, client: Any) -> Flushed:
         """Publish what the core answered, in order (QoS 1; keys retained), then write the
         ledger file if the ledger changed (with a state directory): before the agent's
-        confirmations claim the readings revealed."""
+        confirmations claim the readings revealed. Returns `revealed` (durable) and whether
+        the leaf revealed a slot since the last call (`take_status_due`)."""
+        await self._send(client)
+        return Flushed(durable=dict(self.revealed), status_due=self.take_status_due())
+
+    async def _send(self, client: Any) -> None:
+        """The outbox published in order, then the ledger file (`flush`)."""
         while self._outbox:
             topic, payload, retain, doc, gate = self._outbox[0]
             if doc is not None and self._file and not await self._file.write(doc):
@@ -556,13 +588,17 @@ class SecAggLeaf:
     async def on_connected(self, client: Any) -> None:
         """After every (re)connection: the current advertisement again (retained); the
         retained roster and outcome arrive by themselves."""
-        await self.flush(client)
+        await self._send(client)
 
     def take_status_due(self) -> bool:
         """Whether the leaf revealed a slot since the last call: its status document goes out
         then (the site reads ``readings_released`` from it for its provenance)."""
         due, self._status_due = self._status_due, False
         return due
+
+    def status_extra(self) -> dict[str, object]:
+        """``{"secagg": status()}`` for the status document's ``extra``."""
+        return {"secagg": self.status()}
 
     def status(self) -> dict[str, object]:
         """The ledger (`SecAggRelease.ledger`) for the status document's ``extra``, and with
