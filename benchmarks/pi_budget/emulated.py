@@ -1,15 +1,11 @@
-"""'What a Pi pays' under qemu user-mode emulation: the aarch64 and armhf columns.
+"""'What a Pi pays' under qemu user-mode emulation: the aarch64 and armhf columns
+(``python -m benchmarks pi-budget-emulated [--arch ...] [--quick]``).
 
-``python -m benchmarks pi-budget-emulated [--arch aarch64 armhf] [--quick] [--out DIR]`` measures
-what `benchmarks.pi_budget.run` measures natively, with the leaf agent's Python emulated: the
-sysroots of ``scripts/arm/sysroot.sh`` (bookworm's python3.11 under ``qemu-ARCH-static``; aarch64
-with PyPI's wheels, armhf with Debian's packages), this checkout on ``PYTHONPATH``; broker and
-feeder native. An arch without a sysroot in the cache is skipped with one line. Per arch: import
-time (`IMPORT_RUNS`), RSS after start, CPU per reading at 1, 10 and 100 readings/s (and 100/s,
-10 per message) over `WINDOW_S` plus the work left after it, and whether the agent kept up
-(`kept_up`); RSS after `N_LONG` readings at `long_rate`. RSS and CPU are qemu's (the emulator and
-its translation included): no timing claims for real hardware. Writes
-``<out>/pi_budget_emulated.json``, keyed by arch (an arch not measured now keeps its entry).
+The rows of `benchmarks.pi_budget.run` with the agent's Python from the sysroots of
+``scripts/arm/sysroot.sh`` (an arch without one is skipped with one line), broker and feeder
+native; CPU windows count the work left after them and say whether the agent kept up
+(`kept_up`); the long run's rate is lowered when 100/s is too much (`long_rate`). RSS and CPU are
+qemu's. Writes ``<out>/pi_budget_emulated.json`` by arch (an arch not measured keeps its entry).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """``python -m benchmarks pi-budget``: what a Pi pays for one leaf agent as deployed (issue 24).
 
-A private Mosquitto, one ``edge-runtime agent`` process (leaf `NODE` of ``topologies/minimal.toml``,
-48 features, a state directory, ``PYTHONOPTIMIZE=2`` as the systemd unit runs it) fed readings on
-its sensor topic at QoS 1; its RSS and CPU time read with psutil (`benchmarks.processes`). The
-imports and the agent run as on a device: in a lean venv (``pip install`` of the project without
-extras, this venv's versions pinned, bytecode written; ``--no-lean``: this venv, rich hidden).
-Rows: import time (median of `IMPORT_RUNS` minus ``python -c pass``, one warm-up each), RSS after
-start, CPU per reading at 1, 10 and 100 readings/s (and 100/s, `BATCH` per message), RSS after
-`N_LONG` readings, and the floor: a bare MQTT subscriber (`benchmarks.pi_budget.floor`) fed the
-same. Writes ``pi_budget.md`` and ``pi_budget.json`` into ``--out``; the aarch64 / armhf columns
-come from ``pi_budget_emulated.json`` (`benchmarks.pi_budget.emulated`).
+One ``edge-runtime agent`` process (leaf `NODE` of ``topologies/minimal.toml``, a state
+directory, the unit's Python settings) against a private Mosquitto, in a lean venv as on a device
+(``--no-lean``: this venv, rich hidden): import time, RSS after start and after `N_LONG` readings,
+CPU per reading at 1, 10 and 100 readings/s, and the floor of a bare subscriber (`floor`); rows
+and method in ``benchmarks/README.md`` (j). Writes ``pi_budget.md`` and ``.json`` into ``--out``.
 """
 
 from __future__ import annotations
