@@ -8,10 +8,14 @@ from dataclasses import dataclass, field
 
 from edge_runtime.agents.leaf.core.durability import CHECKPOINT_INTERVAL_S
 
+#: The per-day counts scaled to 24 h when a simulated "day" is shorter.
+COUNTS = ("readings", "applied", "rejected", "checkpoints", "fsyncs", "bytes_written", "steps",
+          "leaf_snapshots", "aggregator_snapshots", "confirmations", "status_documents")
+
 
 @dataclass
 class DayStats:
-    """What one simulated day cost and produced."""
+    """What one simulated day cost and produced: counts, bytes, memory (bytes), latency (s)."""
 
     day: int
     case: str
@@ -38,24 +42,22 @@ class DayStats:
     latency_max: float = math.nan
     durable_lag_end: int = 0  # readings ingested but not durable at the day's end
     hours: float = 24.0  # simulated hours (per-day counts scaled to 24 h when fewer)
-    rss: int = 0  # VmRSS of the process at the day's end, bytes
+    rss: int = 0  # VmRSS of the process at the day's end
     objects: int = 0  # objects the garbage collector tracks at the day's end
     mem_runtime: int = 0  # tracemalloc: live bytes allocated in edge_runtime's code
     wall_s: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
-        out = dict(self.__dict__)
-        out["log_lines"] = dict(self.log_lines)
-        out["log_lines_total"] = sum(self.log_lines.values())
-        return out
+        lines = dict(self.log_lines)
+        return {**self.__dict__, "log_lines": lines, "log_lines_total": sum(lines.values())}
 
 
 @dataclass
 class LongevityRun:
-    """One run's settings."""
+    """One run's settings: ``rate`` readings/s, one case per simulated day."""
 
-    rate: float  # readings/s
-    days: list[str]  # case of each day
+    rate: float
+    days: list[str]
     checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
     batch: int = 64
     real_fsync: bool = False

@@ -1,7 +1,3 @@
-"""``python -m benchmarks.pi_budget``: see the package docstring."""
-
-import sys
-
 from benchmarks.pi_budget.run import main
 
-sys.exit(main())
+raise SystemExit(main())

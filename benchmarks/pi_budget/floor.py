@@ -1,13 +1,6 @@
-"""The floor under a leaf's CPU per reading: an MQTT subscriber that does nothing else.
-
-``python -m benchmarks.pi_budget.floor PORT``: aiomqtt on 127.0.0.1:PORT, subscribed to
-``sensors/#`` at QoS 1 with manual acknowledgement, its messages read through
-`edge_runtime.mqtt_ack.Inbox` (both as an agent does), each decoded with
-`edge_runtime.wire.decode_readings` and acknowledged, nothing more. Prints ``ready`` once
-subscribed; runs until killed. `benchmarks.pi_budget` feeds it exactly what it feeds the
-leaf: the leaf's CPU per reading minus this one is what the runtime adds to the MQTT client
-it stands on.
-"""
+"""The floor under a leaf's CPU per reading (``python -m benchmarks.pi_budget.floor PORT``): an
+aiomqtt subscriber to ``sensors/#`` at QoS 1 on 127.0.0.1:PORT that only reads through
+`edge_runtime.mqtt_ack.Inbox`, decodes and acknowledges, as an agent does. Prints ``ready``."""
 
 from __future__ import annotations
 

@@ -1,39 +1,25 @@
-"""One live run: a private Mosquitto, the Motes light tree's agents in this process, the
-readings published over MQTT, the root's model read from the broker, every payload counted.
+"""One live run: a private Mosquitto, the Motes light tree's agents in this process, the readings
+published over MQTT, the root's model read from the broker, every payload counted by kind.
 
-`Scenario` says what runs (a topology file of the repository, changed in memory: the prefix,
-the secure-aggregation keys, one ``noise_seed`` per leaf); `live_run` runs it once for one
-seed and returns a `RunResult`.
+`build_topology` changes a topology file in memory (the prefix, the secure-aggregation keys, one
+``noise_seed`` per leaf); `live_run` runs a `Scenario` once for one seed.
 
-How the releases are arranged (secure sum):
-
-- The root and the leaves start first; block 0 is published and the run waits until every
-  leaf holds it (``SecAggRelease.pending_rows``); only then do the two sites' aggregators
-  start. A site's first slot is due ``secagg_slot_s`` after it starts (`SecAggSite`'s time
-  grid), then every ``secagg_slot_s``: so slot 0 is never early for block 0.
-- **One release per leaf** (``blocks = 1``): block 0 is all 964 readings of every leaf.
-  Once both sites have released slot 0 the run waits for the root's model covering every
-  reading, lets it settle (`SETTLE_S` without a new model) and takes the last model the
-  broker delivered, then checks that each site has still released exactly one slot
-  (``slots_released == 1``) and stops the agents, before slot 1 is due (slot 0 ends well
-  under a second after its start, slot 1 is due one period later; a slot 1 started but
-  not released changes nothing the root has). A run that breaks any of these is reported
-  invalid, not scored.
-- **Continual release** (``blocks = 4``): block ``k`` is rows ``241 k .. 241 k + 240`` of
-  every leaf; block ``k + 1`` is published only after both sites ended slot ``k`` (so no
-  reading of it can enter slot ``k``), and the run checks that every leaf holds it before
-  either site starts slot ``k + 1`` (else invalid), and that slots 0-3 all released.
-
-Today's private mode (mechanism ``"gaussian"``): all readings at once; the model is taken
-once it covers every reading and settled.
+How the releases are arranged (secure sum): the root and the leaves start first; block 0 is
+published and the run waits until every leaf holds it (``SecAggRelease.pending_rows``); only
+then do the sites start, so their slot 0, due ``secagg_slot_s`` later on their time grid, holds
+every leaf's block. **One release per leaf** (``blocks = 1``): once both sites released slot 0
+and the root's model covers every reading and settled (`SETTLE_S` without a new model), the
+last model is taken and each site must have released exactly one slot. **Continual**
+(``blocks = 4``): block ``k + 1`` (241 rows of every leaf) is published only after both sites
+ended slot ``k``, and must be held by every leaf before either site starts slot ``k + 1``. A run
+breaking any of these is invalid, not scored. Today's private mode: all readings at once, the
+model taken once it covers every reading and settled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-import socket
 import time
 import tomllib
 from collections import Counter
@@ -47,107 +33,57 @@ import numpy as np
 
 from edge_runtime.agents.aggregator.shell.agent import AggregatorAgent
 from edge_runtime.agents.leaf.shell.agent import LeafAgent
-from edge_runtime.broker import LocalMosquitto
+from edge_runtime.broker import LocalMosquitto, free_port
+from edge_runtime.declaration import value_text
 from edge_runtime.fpca import error_ratio
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology, parse_topology
 from edge_runtime.wire import decode_subspace, encode_readings
 
-__all__ = ["PREFIX", "RunResult", "Scenario", "build_topology", "live_run"]
-
 PREFIX = "bench"
-#: Rows per published readings message (a msgpack 2-D batch).
-BATCH = 64
-#: Seconds without a new root model before the last one is taken.
-SETTLE_S = 1.0
-#: Poll period of the in-process monitor (slot starts and ends), seconds.
-POLL_S = 0.005
+BATCH = 64  # rows per published readings message (a msgpack 2-D batch)
+SETTLE_S = 1.0  # seconds without a new root model before the last one is taken
+POLL_S = 0.005  # poll period of the waits and of the slot monitor, seconds
 D = 48
 SECAGG_KINDS = ("keys", "shares", "delivery", "masked", "unmask", "unmasked", "outcome", "roster")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """What one row runs."""
+    """What one row runs: a topology file of the repository (Motes light, contiguous), the
+    secure sum per site (else today's private mode), its threshold, blocks per leaf (one per
+    slot), horizon, slot period and the sites' ``rank`` (None: the file's)."""
 
     key: str
     label: str
-    #: A topology file of the repository (its leaves' readings: Motes light, contiguous).
     topology: str
-    #: Secure sum per site (mechanism "gaussian-secagg"), else today's private mode.
     secagg: bool = True
     threshold: int | None = None
-    #: Blocks per leaf, one per slot (secure sum; 1 = one release per leaf).
     blocks: int = 1
     release_horizon: int | None = None
     slot_s: float = 5.0
-    #: The sites' ``rank`` (None: the file's, 10): what a site's snapshot keeps of its
-    #: noisy Gram matrix (`benchmarks.secagg` merges every direction, 48).
     site_rank: int | None = None
 
 
 @dataclass
 class RunResult:
-    """One live run."""
+    """One live run: its error ratio, payload bytes and messages per kind, slots started and
+    released per site, seconds per slot (both sites), from the last reading to the first
+    root model covering all, its wall time and which attempt of this (row, seed) it is."""
 
     scenario: str
     seed: int
     valid: bool
     note: str = ""
     error: float = float("nan")
-    #: Payload bytes per message kind (all topics), and messages per kind.
     bytes: dict[str, int] = field(default_factory=dict)
     messages: dict[str, int] = field(default_factory=dict)
-    #: Slots started per site (secure sum), released per site.
     slots_started: int = 0
     slots_released: int = 0
-    #: Seconds from each slot's start to its outcome (both sites, every slot).
     slot_seconds: list[float] = field(default_factory=list)
-    #: Seconds from the last reading published to the first root model covering all.
     latency_s: float = float("nan")
     wall_s: float = float("nan")
-    #: Which attempt of this (row, seed) this is (`benchmarks.secagg_live.run` retries an
-    #: invalid run).
     attempt: int = 1
-
-
-def _free_port(rng: random.Random) -> int:
-    for _ in range(200):
-        port = rng.randrange(20001, 60000)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port above 20000 on 127.0.0.1")
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML for {v!r}")
-
-
-def _dump(doc: dict[str, Any]) -> str:
-    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict | list)]
-    lines += [
-        f"{k} = {_toml_value(v)}" for k, v in doc.items() if isinstance(v, list) and k != "nodes"
-    ]
-    for name, table in doc.items():
-        if isinstance(table, dict):
-            lines.append(f"[{name}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    for node in doc.get("nodes", []):
-        lines.append("[[nodes]]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in node.items()]
-    return "\n".join(lines) + "\n"
 
 
 def build_topology(scenario: Scenario, seed: int, root: Path) -> Topology:
@@ -158,34 +94,57 @@ def build_topology(scenario: Scenario, seed: int, root: Path) -> Topology:
     if scenario.release_horizon is not None:
         doc["defaults"]["release_horizon"] = scenario.release_horizon
     parents = {n.get("parent") for n in doc["nodes"]}
-    i = 0
+    leaves = [n for n in doc["nodes"] if n["id"] not in parents]
+    for i, node in enumerate(leaves, 1):
+        node["noise_seed"] = 1000 * seed + i
     for node in doc["nodes"]:
-        if node["id"] not in parents:  # a leaf
-            i += 1
-            node["noise_seed"] = 1000 * seed + i
-        elif "secagg_slot_s" in node:
+        if "secagg_slot_s" in node:
             node["secagg_slot_s"] = float(scenario.slot_s)
-            if scenario.threshold is not None:
-                node["secagg_threshold"] = scenario.threshold
-            if scenario.site_rank is not None:
-                node["rank"] = scenario.site_rank
-    return parse_topology(_dump(doc))
+            site = {"secagg_threshold": scenario.threshold, "rank": scenario.site_rank}
+            node.update({k: v for k, v in site.items() if v is not None})
+    return parse_topology("\n".join(f"{k} = {value_text(v)}" for k, v in doc.items()))
 
 
 def kind_of(topic: str, sensors: dict[str, str]) -> str:
     """The message kind of ``topic``: a secagg kind, readings, snapshot, model, status, ..."""
+    levels = topic.split("/")
     if topic in sensors:
         return "readings"
-    levels = topic.split("/")
     if "secagg" in levels[1:-1]:
         return levels[levels.index("secagg", 1) + 1]
-    if levels[-1] == "subspace":
-        return "snapshot"
-    if levels[-1] == "model":
-        return "model"
-    if "status" in levels[1:]:
-        return "status"
-    return levels[-1]
+    if levels[-1] in ("subspace", "model"):
+        return "snapshot" if levels[-1] == "subspace" else "model"
+    return "status" if "status" in levels[1:] else levels[-1]
+
+
+async def start_agents(stack: contextlib.AsyncExitStack, topology: Topology, settings: Any,
+                       nodes: Sequence[str], agents: dict[str, Any]) -> None:
+    """Start the agents of ``nodes`` in ``stack`` (into ``agents``), then wait until each is
+    connected (10 s)."""
+    for node in nodes:
+        if topology.is_leaf(node):
+            agent: Any = LeafAgent(topology, node, settings, n_features=D)
+        else:
+            width = None if node == topology.root else D
+            agent = AggregatorAgent(topology, node, settings, n_features=width)
+        agents[node] = await stack.enter_async_context(agent)
+    for node in nodes:
+        await agents[node].wait_connected(10)
+
+
+async def publish(client: aiomqtt.Client, topology: Topology, rows: dict[str, np.ndarray],
+                  lo: int, hi: int) -> None:
+    """Rows ``lo:hi`` of every leaf to its sensor topic, `BATCH` per message, QoS 1."""
+    for leaf, values in rows.items():
+        end = min(hi, len(values))
+        for i in range(lo, end, BATCH):
+            chunk = values[i : min(i + BATCH, end)]
+            await client.publish(topology.nodes[leaf].sensor_topic, encode_readings(chunk), qos=1)
+
+
+def site_core(agent: AggregatorAgent) -> Any:
+    """A secure-aggregation site's core (`SecAggSite`) inside its aggregator agent."""
+    return agent.secagg.release.site  # type: ignore[union-attr]
 
 
 class _Monitor:
@@ -197,30 +156,26 @@ class _Monitor:
         self.end: dict[str, dict[int, float]] = {s: {} for s in sites}
         self.outcomes: dict[str, list[dict[str, Any]]] = {s: [] for s in sites}
 
-    def core(self, site: str) -> Any:
-        return self.sites[site].secagg.site
-
-    def ended(self, site: str) -> int:
-        return len(self.end[site])
-
     def released(self, site: str) -> int:
-        return int(self.core(site).status()["slots_released"])
+        return int(site_core(self.sites[site]).status()["slots_released"])
 
     async def run(self) -> None:
         while True:
             now = time.monotonic()
-            for name in self.sites:
-                core = self.core(name)
-                slot = core.slot
-                if slot is not None and slot not in self.start[name]:
-                    self.start[name][slot] = now
-                status = core.status()
-                for record in status["recent"]:
+            for name, agent in self.sites.items():
+                core = site_core(agent)
+                if core.slot is not None and core.slot not in self.start[name]:
+                    self.start[name][core.slot] = now
+                for record in core.status()["recent"]:
                     if record["slot"] not in self.end[name]:
                         self.end[name][record["slot"]] = now
                         self.start[name].setdefault(record["slot"], now)
                         self.outcomes[name].append(record)
             await asyncio.sleep(POLL_S)
+
+
+class _InvalidRunError(Exception):
+    pass
 
 
 async def _until(condition: Any, timeout_s: float, what: str) -> None:
@@ -232,10 +187,6 @@ async def _until(condition: Any, timeout_s: float, what: str) -> None:
         raise _InvalidRunError(f"timed out after {timeout_s:g} s waiting for {what}") from None
 
 
-class _InvalidRunError(Exception):
-    pass
-
-
 async def live_run(
     scenario: Scenario, seed: int, data_x: np.ndarray, parts: Sequence[np.ndarray], root: Path
 ) -> RunResult:
@@ -243,7 +194,6 @@ async def live_run(
     began = time.monotonic()
     topology = build_topology(scenario, seed, root)
     leaves = topology.leaves()
-    assert len(leaves) == len(parts)
     rows = dict(zip(leaves, parts, strict=True))
     n_rows = {leaf: len(p) for leaf, p in rows.items()}
     sensors = {topology.nodes[leaf].sensor_topic: leaf for leaf in leaves}
@@ -251,17 +201,14 @@ async def live_run(
     counts: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
     models: list[tuple[float, Any]] = []
-    port = _free_port(random.Random(f"{scenario.key}-{seed}-{time.time_ns()}"))
-    broker = LocalMosquitto(port=port)
+    broker = LocalMosquitto(port=free_port(low=20001))
     broker.start()
     try:
         settings = AgentSettings(host=broker.host, port=broker.port, timeout_s=5.0)
         async with contextlib.AsyncExitStack() as stack:
-            counter = await stack.enter_async_context(
-                aiomqtt.Client(broker.host, broker.port, timeout=5)
-            )
-            await counter.subscribe(f"{PREFIX}/#", qos=1)
-            for topic in sensors:
+            client = aiomqtt.Client(broker.host, broker.port, timeout=5)
+            counter = await stack.enter_async_context(client)
+            for topic in [f"{PREFIX}/#", *sensors]:
                 await counter.subscribe(topic, qos=1)
             model_topic = topology.model_topic()
 
@@ -275,36 +222,15 @@ async def live_run(
                     if topic == model_topic and payload:
                         models.append((time.monotonic(), decode_subspace(payload)))
 
-            counting = asyncio.create_task(count())
-            stack.callback(counting.cancel)
+            stack.callback(asyncio.create_task(count()).cancel)
             agents: dict[str, Any] = {}
             aggregators = [n for n in topology.nodes if not topology.is_leaf(n)]
             site_ids = [n for n in aggregators if topology.secagg_leaves(n)]
-
-            async def start(node: str) -> None:
-                if topology.is_leaf(node):
-                    agent = LeafAgent(topology, node, settings, n_features=D)
-                else:
-                    width = None if node == topology.root else D
-                    agent = AggregatorAgent(topology, node, settings, n_features=width)
-                agents[node] = await stack.enter_async_context(agent)
-
-            # the sites last (secure sum): their slot grid starts when they start, and
-            # block 0 is then already held by every leaf
-            for node in [*(n for n in aggregators if n not in site_ids), *leaves]:
-                await start(node)
-            for agent in agents.values():
-                await agent.wait_connected(10)
-            sensor = await stack.enter_async_context(
-                aiomqtt.Client(broker.host, broker.port, timeout=5)
-            )
-
-            async def publish(lo: int, hi: int) -> None:
-                for leaf, values in rows.items():
-                    topic = topology.nodes[leaf].sensor_topic
-                    for i in range(lo, min(hi, len(values)), BATCH):
-                        chunk = values[i : min(i + BATCH, hi, len(values))]
-                        await sensor.publish(topic, encode_readings(chunk), qos=1)
+            # the sites last (secure sum): their slot grid starts when they start
+            first = [n for n in aggregators if n not in site_ids]
+            await start_agents(stack, topology, settings, [*first, *leaves], agents)
+            client = aiomqtt.Client(broker.host, broker.port, timeout=5)
+            sensor = await stack.enter_async_context(client)
 
             def complete() -> bool:
                 return bool(models) and dict(models[-1][1].provenance) == n_rows
@@ -312,58 +238,42 @@ async def live_run(
             try:
                 blocks = scenario.blocks if scenario.secagg else 1
                 size = -(-max(n_rows.values()) // blocks)
-                sent_last = time.monotonic()
-                monitor = None
+                monitor: _Monitor | None = None
+                sites: dict[str, Any] = {}
                 for k in range(blocks):
-                    await publish(k * size, (k + 1) * size)
+                    await publish(sensor, topology, rows, k * size, (k + 1) * size)
                     sent_last = time.monotonic()
                     if not scenario.secagg:
                         break
                     want = {leaf: min(size, n - k * size) for leaf, n in n_rows.items()}
                     await _until(
                         lambda w=want: all(
-                            agents[leaf].secagg.release is not None
-                            and agents[leaf].secagg.release.pending_rows == w[leaf]
+                            agents[leaf].release_shell.release is not None
+                            and agents[leaf].release_shell.release.pending_rows == w[leaf]
                             for leaf in leaves
                         ),
-                        60.0 if k == 0 else 2 * scenario.slot_s,
-                        f"block {k} at the leaves",
+                        60.0 if k == 0 else 2 * scenario.slot_s, f"block {k} at the leaves",
                     )
                     held = time.monotonic()
                     if monitor is None:  # block 0 is held: start the sites, slot 0 is due
-                        for node in site_ids:  # one period from now
-                            await start(node)
-                        for node in site_ids:
-                            await agents[node].wait_connected(10)
-                        sites = {n: agents[n] for n in site_ids}
-                        assert all(a.secagg.site is not None for a in sites.values())
+                        await start_agents(stack, topology, settings, site_ids, agents)
+                        sites = {n: agents[n] for n in site_ids}  # one period from now
                         monitor = _Monitor(sites)
-                        monitoring = asyncio.create_task(monitor.run())
-                        stack.callback(monitoring.cancel)
-                    late = [s for s in sites if monitor.start[s].get(k, held + 1) < held]
-                    if late:
+                        stack.callback(asyncio.create_task(monitor.run()).cancel)
+                    if late := [s for s in sites if monitor.start[s].get(k, held + 1) < held]:
                         raise _InvalidRunError(
-                            f"block {k} not held by every leaf when {late} started slot {k}"
-                        )
-                    await _until(
-                        lambda k=k, m=monitor, ss=sites: all(m.ended(s) > k for s in ss),
-                        3 * scenario.slot_s,
-                        f"slot {k}'s outcome",
-                    )
+                            f"block {k} not held by every leaf when {late} started slot {k}")
+                    await _until(lambda k=k, m=monitor: min(len(e) for e in m.end.values()) > k,
+                                 3 * scenario.slot_s, f"slot {k}'s outcome")
                     if any(monitor.released(s) != k + 1 for s in sites):
-                        reasons = [
-                            f"{s}: {r.get('reason')}"
-                            for s in sites
-                            for r in monitor.outcomes[s]
-                            if not r["released"]
-                        ]
-                        raise _InvalidRunError(
-                            f"slot {k}: released {[monitor.released(s) for s in sites]} slots"
-                            f" ({'; '.join(reasons)})"
-                        )
+                        reasons = [f"{s}: {r.get('reason')}" for s in sites
+                                   for r in monitor.outcomes[s] if not r["released"]]
+                        done = [monitor.released(s) for s in sites]
+                        why = "; ".join(reasons)
+                        raise _InvalidRunError(f"slot {k}: released {done} slots ({why})")
                 await _until(complete, 6 * scenario.slot_s, "the root's model covering every leaf")
-                first = next(t for t, m in models if dict(m.provenance) == n_rows)
-                result.latency_s = first - sent_last
+                first_t = next(t for t, m in models if dict(m.provenance) == n_rows)
+                result.latency_s = first_t - sent_last
                 while time.monotonic() - models[-1][0] < SETTLE_S:
                     await asyncio.sleep(POLL_S)
                 model = models[-1][1]
@@ -373,15 +283,11 @@ async def live_run(
                     released = [monitor.released(s) for s in sites]
                     if any(r != blocks for r in released):
                         raise _InvalidRunError(
-                            f"{released} slots released when the model was taken"
-                        )
+                            f"{released} slots released when the model was taken")
                     result.slots_released = blocks
                     result.slots_started = max(len(monitor.start[s]) for s in sites)
-                    result.slot_seconds = [
-                        monitor.end[s][k] - monitor.start[s][k]
-                        for s in sites
-                        for k in sorted(monitor.end[s])
-                    ]
+                    result.slot_seconds = [monitor.end[s][k] - monitor.start[s][k]
+                                           for s in sites for k in sorted(monitor.end[s])]
                     survivors = {r.get("survivors") for s in sites for r in monitor.outcomes[s]}
                     result.note = f"survivors {sorted(x for x in survivors if x)}"
                 result.error = error_ratio(data_x, model.subspace.basis)
@@ -393,7 +299,6 @@ async def live_run(
             await asyncio.sleep(0.2)  # the last status documents and Last Wills
     finally:
         broker.stop()
-    result.bytes = dict(sizes)
-    result.messages = dict(counts)
+    result.bytes, result.messages = dict(sizes), dict(counts)
     result.wall_s = time.monotonic() - began
     return result

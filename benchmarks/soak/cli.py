@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -15,36 +16,26 @@ from benchmarks.soak.harness import Soak
 from benchmarks.soak.io_probe import io_probe
 from benchmarks.soak.report import write_report
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "report" / "longevity"
+#: (flag, type, default, help) of the command's valued options.
+OPTIONS = (
+    ("--minutes", float, 35.0, "minutes of the soak (--io: of the window)"),
+    ("--leaves", int, 3, "leaves under site-a"), ("--rate", float, 20.0, "readings/s per leaf"),
+    ("--batch", int, 10, "readings per message"), ("--fault-every", float, 240.0, "seconds"),
+    ("--sample-every", float, 60.0, "seconds"),
+    ("--out", Path, Path(__file__).resolve().parents[1] / "report" / "longevity", "report folder"),
+    ("--checkpoint-interval", float, None, "the leaves' --checkpoint-interval (default: theirs)"),
+    ("--warmup", float, 30.0, "--io: seconds before measuring"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.soak",
-        description=package.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--minutes", type=float, default=35.0)
-    p.add_argument("--leaves", type=int, default=3)
-    p.add_argument("--rate", type=float, default=20.0, help="readings/s per leaf")
-    p.add_argument("--batch", type=int, default=10, help="readings per message")
-    p.add_argument("--fault-every", type=float, default=240.0, help="seconds")
-    p.add_argument("--sample-every", type=float, default=60.0, help="seconds")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=package.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, kind, default, text in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=text)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument(
-        "--io",
-        action="store_true",
-        help="instead: one leaf at --rate (use 100) for --minutes, /proc/PID/io",
-    )
-    p.add_argument(
-        "--checkpoint-interval",
-        type=float,
-        default=None,
-        help="the leaves' --checkpoint-interval (default: the agent's own)",
-    )
-    p.add_argument("--warmup", type=float, default=30.0, help="--io: seconds before measuring")
+    p.add_argument("--io", action="store_true",
+                   help="instead: one leaf at --rate (use 100) for --minutes, /proc/PID/io")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="edge-soak-"))
     if args.io:
@@ -60,16 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(soak.run())
     finally:
         for proc in soak.procs.values():
-            if proc.poll() is None:
-                proc.kill()
+            if proc.proc.poll() is None:
+                proc.proc.kill()
+        soak.broker.keep_dir = False
         with contextlib.suppress(Exception):
-            soak.broker.keep_dir = False
             soak.broker.stop()
     path = write_report(result, args.out, argv if argv is not None else sys.argv[1:])
-    print(f"report: {path}")
-    print(path.read_text())
+    print(f"report: {path}\n{path.read_text()}")
     if not args.keep:
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -1,6 +1,5 @@
-"""`benchmarks.pi_budget.emulated` without measuring: the cells it formats, the rate of its
-long run, a missing sysroot skipped with one line; and, where ``scripts/arm/sysroot.sh``
-built the aarch64 sysroot, that its emulated Python reports its versions and numpy's route."""
+"""`benchmarks.pi_budget.emulated` without measuring: its cells, its long run's rate, a missing
+sysroot skipped; where an aarch64 sysroot is built, its Python's versions and numpy's route."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The offline secure-sum benchmark (`benchmarks.secagg.sites`) against the runtime's protocol.
-
-The benchmark does not run the slot protocol: it draws each leaf's Skellam share with
-``rng_for(26, seed, site, leaf)`` and sums exactly, since the pairwise masks cancel. Here the
-runtime's leaf and aggregator cores (`SecAggRelease`, `SecAggSite`) run one slot per site on a
-virtual clock, every message through `edge_runtime.wire.secagg`, with the same draws: the
-released sums are the same integers, so the root error is the benchmark's.
+"""The offline secure-sum benchmark (`benchmarks.secagg.sites`) against the runtime's protocol:
+the leaf and aggregator cores (`SecAggRelease`, `SecAggSite`) run one slot per site on a virtual
+clock, every message through the wire, with the benchmark's share draws (``rng_for(26, seed,
+site, leaf)``; the masks cancel): the released sums, so the root error, are the benchmark's.
 """
 
 from __future__ import annotations
