@@ -251,7 +251,13 @@ class CommandSource(Source):
 
     async def _stop(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
         """Terminate the process group if the command (or a child of it holding its stdout)
-        still runs, SIGKILL it after ``kill_timeout_s``; close the transport."""
+        still runs, SIGKILL it after ``kill_timeout_s``; close the transport.
+
+        The waits here are `asyncio.timeout` blocks, never ``asyncio.wait_for``: on Python
+        3.11, ``wait_for`` returns normally when the task is cancelled in the moment its
+        awaitable completes (CPython gh-86296, fixed in 3.12), so a source closed while a run
+        ended lost its cancellation, started the command again and blocked for ever on its
+        full queue, with `Source.aclose` waiting for it."""
         try:
             pid = transport.get_pid()
             if not protocol.stdout_eof or not protocol.exited.done():
@@ -260,18 +266,19 @@ class CommandSource(Source):
                 self._signal_group(pid, signal.SIGTERM)
             if not protocol.exited.done():
                 try:
-                    await asyncio.wait_for(
-                        asyncio.shield(protocol.exited), self.settings.kill_timeout_s
-                    )
+                    async with asyncio.timeout(self.settings.kill_timeout_s):
+                        await asyncio.shield(protocol.exited)
                 except TimeoutError:
                     self.log.warning(
                         "command_killed", pid=pid, after_s=self.settings.kill_timeout_s
                     )
                     self._signal_group(pid, signal.SIGKILL)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(protocol.exited), 5.0)
+                        async with asyncio.timeout(5.0):
+                            await asyncio.shield(protocol.exited)
             with contextlib.suppress(TimeoutError):  # the stderr of a short-lived writer
-                await asyncio.wait_for(_pipes_closed(transport), _STDERR_GRACE_S)
+                async with asyncio.timeout(_STDERR_GRACE_S):
+                    await _pipes_closed(transport)
         finally:
             transport.close()
 
