@@ -199,7 +199,7 @@ async def test_a_close_that_lands_as_a_runs_clean_up_completes_is_never_lost() -
         async with asyncio.timeout(STEP_S):
             while not (protocol.exited.done() and protocol.stdout_eof):
                 await asyncio.sleep(0.01)
-            await _pipes_closed(transport)
+        assert await _pipes_closed(transport, STEP_S)
         stop = loop.create_task(source._stop(transport, protocol))
         for _ in range(hops):
             await asyncio.sleep(0)
