@@ -36,13 +36,17 @@ leaf / an aggregator / the root SIGKILLed and restarted with the same command an
 directory, a leaf SIGSTOPped past its keep-alive then SIGCONTed, the replay SIGKILLed and run
 again with ``--resume RUN``.
 
-Fault moments count from the replay's first connection to the broker (its broker log line),
-not from the start of its process, and a replay run again with ``--resume`` is likewise
-left to connect before the next fault: a replay that cannot reach the broker at its very first
-attempt exits 1 at once ("cannot talk to the MQTT broker ... Connection refused"), by design
-(a wrong URL fails fast), unlike an agent, which retries for ``--startup-timeout`` seconds.
-The replay process takes about a second to start (2-core machine), so a
-schedule counted from its start would often kill the broker before it ever connected.
+Fault moments count from the replay's first connection to the broker, not from the start
+of its process, and a replay run again with ``--resume`` is likewise left to connect before
+the next fault: a replay that cannot reach the broker at its very first attempt exits 1 at
+once ("cannot talk to the MQTT broker ... Connection refused"), by design (a wrong URL fails
+fast), unlike an agent, which retries for ``--startup-timeout`` seconds. Any later loss of
+the broker, even before the replay's second connection, it survives. The connection counts
+from the replay's first subscription in the broker's log, not from the broker's "New client
+connected" line: that line is written before the CONNACK is sent, and under load a broker
+killed just after it would cut the replay's very first attempt short. The replay process
+takes about a second to start (2-core machine), so a schedule counted from its start would
+often kill the broker before it ever connected.
 
 Imported by ``tests/test_acceptance.py`` (short form) and ``benchmarks/acceptance.py`` (many
 seeds). Every wait is bounded; every process is stopped by its pid.
@@ -118,6 +122,9 @@ KINDS: tuple[str, ...] = (
 
 _RUNNING = re.compile(r"mosquitto version \S+ running")
 _RUN_SOURCE = re.compile(r"^replay:([A-Za-z0-9_-]{1,32}):")
+# Mosquitto's subscribe log line, "<time>: <client id> <qos> <topic>" (the client id is the
+# user name: use_username_as_clientid)
+_REPLAY_SUBSCRIBED = re.compile(rf"^\d+: {REPLAY_USER} [012] \S", re.MULTILINE)
 
 
 def edge_runtime_command() -> list[str]:
@@ -350,6 +357,7 @@ def secured_config(deployment: Deployment, port: int, data_dir: Path) -> str:
         f"persistence_location {data_dir}/",
         f"log_dest file {data_dir / 'mosquitto.log'}",
         *(f"log_type {kind}" for kind in ("error", "warning", "notice", "information")),
+        "log_type subscribe",  # "<client id> <qos> <topic>": a client acting on its CONNACK
     ]
     if os.geteuid() == 0:  # as root Mosquitto would switch to user mosquitto
         out.append("user root")
@@ -722,11 +730,13 @@ async def _wait_online(mon: Monitor, fleet: Fleet, nodes: Sequence[str], since: 
 async def wait_replay_connected(
     mon: Monitor, broker: SecuredBroker, replay: AgentProc, offset: int
 ) -> None:
-    """Until the broker's log (after byte ``offset``) shows the replay's connection, or the
-    replay exited (bounded): no fault strikes a replay before its first connection, which it
-    does not retry (see the module docstring)."""
+    """Until the broker's log (after byte ``offset``) shows the replay's first subscription
+    (its client has the CONNACK: the connection is made on both sides), or the replay exited
+    (bounded): no fault strikes a replay before its first connection, which it does not retry
+    (see the module docstring)."""
     await mon.wait_for(
-        lambda: f"u'{REPLAY_USER}')" in broker.log()[offset:] or replay.popen.poll() is not None,
+        lambda: bool(_REPLAY_SUBSCRIBED.search(broker.log()[offset:]))
+        or replay.popen.poll() is not None,
         ONLINE_TIMEOUT_S,
     )
 

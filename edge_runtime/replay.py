@@ -300,20 +300,28 @@ class Replayer:
         return time.monotonic() - self._last_progress
 
     # ------------------------------------------------------------------- sending
-    async def run(self, progress: Callable[[int], None] | None = None) -> ReplayStats:
+    async def run(
+        self, progress: Callable[[int], None] | None = None, *, reached: bool = False
+    ) -> ReplayStats:
         """Publish every row (and re-send until durable), then wait for the confirmations.
 
         A lost connection is re-opened after a full-jitter backoff delay (``reconnect_min_s``
         doubling to ``reconnect_max_s`` seconds of the settings, from the start again after
         a good connection) until ``confirm_timeout_s`` seconds pass without progress; then
         the run ends and the stats name the error (``ReplayStats.error``). Each publish waits
-        at most ``settings.timeout_s`` seconds for its PUBACK (QoS 1).
+        at most ``settings.timeout_s`` seconds for its PUBACK (QoS 1). Only a failure of the
+        very first attempt is raised at once (a wrong address or port fails fast), unless
+        ``reached`` says the broker answered before.
 
         Parameters
         ----------
         progress : callable, optional
             Called with the number of readings sent so far (first sends), as they go and
             once at the end.
+        reached : bool, default False
+            The broker was reached before this call (``edge-runtime replay`` first waits for
+            the leaves on a connection of its own): a first attempt that fails is then a
+            broker lost since, e.g. restarting, and is retried like any later one.
 
         Returns
         -------
@@ -323,7 +331,7 @@ class Replayer:
         Raises
         ------
         aiomqtt.MqttError
-            If the broker cannot be reached at the first attempt.
+            If the broker cannot be reached at the first attempt and ``reached`` is False.
         """
         start = time.monotonic()
         self._last_progress = start
@@ -341,7 +349,7 @@ class Replayer:
                 error = group.exceptions[0]
             if unconfirmed is not None:
                 break
-            if not self._connected and not connected_before and backoff.failures == 0:
+            if not (self._connected or connected_before or reached) and backoff.failures == 0:
                 assert error is not None
                 raise error
             if self._connected:

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The oldest dependencies edge_runtime supports, natively (issue 24). Two routes, each in
-# a virtual environment cached under .venv-oldest/ or $TEST_OLDEST_CACHE (rebuilt only when
-# pyproject.toml or the versions it would install change):
+# The oldest dependencies edge_runtime supports, natively. Two routes, each in a virtual
+# environment cached outside the clone, in $TEST_OLDEST_CACHE, default
+# ${XDG_CACHE_HOME:-~/.cache}/edge_runtime/oldest (rebuilt only when pyproject.toml's
+# requirements, the versions pinned or the Python change), so a fresh clone (CI) reuses it.
+# A venv holds the dependencies only, never the project: the code comes from this clone at
+# run time (PYTHONPATH, and an `edge-runtime` script calling edge_runtime.cli), so clones at
+# any path share the cache safely. One run at a time uses it (flock on $cache/.lock).
 #
 #   debian  Debian bookworm's own python3-numpy, python3-scipy and python3-msgpack (what
 #           a 32-bit Raspberry Pi OS user gets from apt; PyPI has no armv7 wheels of
@@ -35,10 +39,25 @@ while [ "$#" -gt 0 ]; do
 done
 [ "${#routes[@]}" -gt 0 ] || routes=(debian lowest)
 
-cache=${TEST_OLDEST_CACHE:-.venv-oldest} # where the venvs are kept
-recipe=1 # part of every venv's cache key: bump it when the way a venv is built changes
+repo=$(pwd)
+# where the venvs are kept (not in the clone: CI starts from a clean clone every time)
+cache=${TEST_OLDEST_CACHE:-${XDG_CACHE_HOME:-${HOME:-${TMPDIR:-/tmp}}/.cache}/edge_runtime/oldest}
+recipe=2 # part of every venv's cache key: bump it when the way a venv is built changes
 mkdir -p "$cache"
-[ -f "$cache/.gitignore" ] || echo '*' >"$cache/.gitignore"
+exec 9>"$cache/.lock"
+if command -v flock >/dev/null; then
+  flock 9 # another clone's run builds or uses the same venvs
+fi
+# What a venv installs: [project] dependencies and the test extra, from this clone.
+requirements=$cache/requirements.txt
+hostpy=python3 # any Python >= 3.11 (tomllib): setup.sh's venv, else the one on PATH
+[ -x .venv/bin/python ] && hostpy=.venv/bin/python
+"$hostpy" - >"$requirements" <<'EOF'
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
+EOF
 
 numerics=(
   tests/test_fpca_centering.py tests/test_fpca_gaussian.py tests/test_fpca_linalg_fallback.py
@@ -61,14 +80,19 @@ skip() { # route, reason
   echo "test-oldest: $1 route skipped: $2" >&2
 }
 
-# pip install into venv $1 with constraints $2 (the project editable, test extra); on
-# failure, "skip" (exit 3) when the package index is unreachable, else fail.
+# pip install into venv $1 with constraints $2 the project's requirements (not the project:
+# see the top) and write its console script; on failure, "skip" (exit 3) when the package
+# index is unreachable, else fail.
 install() {
   local venv=$1 constraints=$2 log
   log=$(mktemp)
   if "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --retries 1 \
-    --timeout 20 -c "$constraints" -e ".[test]" >"$log" 2>&1; then
+    --timeout 20 -c "$constraints" -r "$requirements" >"$log" 2>&1; then
     rm -f "$log"
+    # [project.scripts]'s console script; edge_runtime itself comes from PYTHONPATH
+    printf '#!%s\nimport sys\nfrom edge_runtime.cli import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+      "$venv/bin/python" >"$venv/bin/edge-runtime"
+    chmod +x "$venv/bin/edge-runtime"
     return 0
   fi
   if ! "$venv/bin/python" -m pip index versions pip --disable-pip-version-check --retries 0 \
@@ -114,8 +138,9 @@ print(
     file=sys.stderr,
 )
 EOF
-  # Two pytest-xdist workers (EDGE_TEST_WORKERS): mostly numerics, one per core.
-  "$py" -m pytest -q -m "not slow" -p no:cacheprovider -n "${EDGE_TEST_WORKERS:-2}" \
+  # Two pytest-xdist workers (EDGE_TEST_WORKERS): mostly numerics, one per core. The code
+  # under test is this clone's (children inherit the path).
+  PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -q -m "not slow" -p no:cacheprovider -n "${EDGE_TEST_WORKERS:-2}" \
     --maxschedchunk 1 "$@"
 }
 
@@ -155,7 +180,7 @@ route_debian() {
 print(f"numpy=={numpy.__version__}\nscipy=={scipy.__version__}")
 print("msgpack==" + ".".join(map(str, msgpack.version)))' >"$constraints" || return 1
   local stamp
-  stamp="$(cat "$constraints" pyproject.toml | sha256sum | cut -d' ' -f1) $("$sys_py" -V 2>&1) $recipe"
+  stamp="$(cat "$constraints" "$requirements" | sha256sum | cut -d' ' -f1) $("$sys_py" -V 2>&1) $recipe"
   make_debian_venv() { "$sys_py" -m venv --system-site-packages "$1"; }
   local status=0
   ensure_venv debian "$venv" "$stamp" "$constraints" make_debian_venv || status=$?
@@ -202,7 +227,7 @@ for req in project["dependencies"] + project["optional-dependencies"]["test"]:
     print(f"{name}=={low[0]}")
 EOF
   local stamp
-  stamp="$(cat "$constraints" pyproject.toml | sha256sum | cut -d' ' -f1) $("$py" -V 2>&1) $recipe"
+  stamp="$(cat "$constraints" "$requirements" | sha256sum | cut -d' ' -f1) $("$py" -V 2>&1) $recipe"
   make_lowest_venv() { "$py" -m venv "$1"; }
   local status=0
   ensure_venv lowest "$venv" "$stamp" "$constraints" make_lowest_venv || status=$?

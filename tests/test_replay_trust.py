@@ -4,6 +4,8 @@
   its readings; ``resume`` continues a run where its leaves stopped.
 - Readings the leaves reject end the replay with exit 1 and a one-line summary within
   ``--confirm-timeout`` + 5 s, with and without ``--no-resend``.
+- A broker lost after the replay reached it and before its own connection: retried, every
+  reading confirmed; never reached: the replay fails at once.
 - The broker SIGKILLed and restarted on the same port while the replay awaits confirmations:
   the replay reconnects, re-sends what was lost and ends with every reading confirmed, 20 of
   20 runs (agents in this process, a small tree, a few hundred readings per run).
@@ -19,12 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+import aiomqtt
 import numpy as np
 import pytest
 
 from acceptance.faults import write_topology
 from edge_runtime.broker import LocalMosquitto
-from edge_runtime.monitor import ModelWatcher
+from edge_runtime.monitor import ModelWatcher, wait_online
 from edge_runtime.replay import Replayer
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
@@ -215,6 +218,41 @@ async def test_broker_killed_and_restarted_while_the_replay_awaits_confirmations
         f"{sum(durations):.1f} s total, slowest run {max(durations):.2f} s"
     )
     assert not failures, "\n".join(failures)
+
+
+async def test_a_replay_that_reached_the_broker_survives_losing_it_before_its_first_connection(
+    make_mosquitto,
+):
+    """``edge-runtime replay`` first waits for the leaves online on a connection of its own,
+    then connects again to replay. A broker lost in between (a restart) is retried with
+    backoff and the run ends with every reading confirmed (``run(reached=True)``, what the
+    command passes); only a replay that never reached the broker fails at once (a wrong
+    address). The acceptance schedule with seed 2 kills the broker in that gap under load."""
+    broker = make_mosquitto(keep_dir=True)  # restarted in the same directory, same port
+    broker.start()
+    settings = fast_settings(broker)
+    topology = tree_topology(sites=1, leaves_per_site=2)
+    data = low_rank_data(200, 8, 3, seed=11)
+    async with AgentHost(topology, list(topology.nodes), settings, 8) as host:
+        assert await wait_online(topology, topology.leaves(), settings, 10.0) == []
+        broker.signal(signal.SIGKILL)
+        async with asyncio.timeout(5):
+            while broker.running:
+                await asyncio.sleep(0.01)
+        with pytest.raises(aiomqtt.MqttError):  # never reached: the wrong-address case
+            async with asyncio.timeout(10):
+                await Replayer(topology, data, settings).run()
+        replayer = Replayer(topology, data, settings, confirm_timeout_s=15)
+        task = asyncio.create_task(replayer.run(reached=True))
+        await asyncio.sleep(0.5)
+        assert not task.done(), "the replay gave up on a broker it had reached"
+        await asyncio.to_thread(broker.start)
+        async with asyncio.timeout(30):
+            stats = await task
+        held = {a.node_id: a.n_samples for a in host.agents if topology.is_leaf(a.node_id)}
+    assert stats.error is None and stats.reconnects >= 1
+    assert stats.unconfirmed == {} and stats.confirmed == len(data)
+    assert held == {leaf: len(rows) for leaf, rows in replayer.assignment.items()}
 
 
 async def test_a_resumed_run_at_a_rate_continues_at_once() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from edge_runtime.sources import (
     SourceSpec,
     open_source,
 )
+from edge_runtime.sources.command import CommandSource, _pipes_closed, _Protocol
 from edge_runtime.wire import SensorReadings
 
 FAST = SourceSettings(
@@ -175,6 +177,43 @@ async def test_closing_a_command_source_terminates_then_kills_its_process_group(
             break
         await asyncio.sleep(0.02)
     assert not alive(child)
+
+
+async def test_a_close_that_lands_as_a_runs_clean_up_completes_is_never_lost() -> None:
+    # The clean-up after a run (`_stop`) is cancelled at each of its first loop iterations in
+    # turn, the run already over (the command exited, its pipes closed), so each wait there
+    # completes at once. Whenever the cancellation reached the task before it ended, the task
+    # must end cancelled: Python 3.11's asyncio.wait_for returned normally instead (CPython
+    # gh-86296), and the producer then restarted the command and blocked for ever on its full
+    # queue with `aclose` waiting for it (the restart test hung under load, 4 of 30 runs).
+    source = open_source(SourceSpec(kind="command", command=("true",)), node_id="n", settings=FAST)
+    assert isinstance(source, CommandSource)
+    loop = asyncio.get_running_loop()
+    lost = []
+    for hops in range(12):
+        protocol = _Protocol(loop, FAST.read_chunk_bytes, lambda line: None)
+        transport, _ = await loop.subprocess_exec(
+            lambda protocol=protocol: protocol, "true",
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(STEP_S):
+            while not (protocol.exited.done() and protocol.stdout_eof):
+                await asyncio.sleep(0.01)
+        assert await _pipes_closed(transport, STEP_S)
+        stop = loop.create_task(source._stop(transport, protocol))
+        for _ in range(hops):
+            await asyncio.sleep(0)
+        requested = stop.cancel()
+        try:
+            async with asyncio.timeout(STEP_S):
+                await stop
+        except asyncio.CancelledError:
+            continue
+        finally:
+            transport.close()  # a task cancelled before its first step never ran `_stop`
+        if requested:
+            lost.append(hops)
+    assert lost == [], f"cancellation lost when it came after {lost} loop iterations"
 
 
 def alive(pid: int) -> bool:

@@ -257,14 +257,18 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         prefix = "--resume: " if args.resume is not None else ""
         raise CliError(f"{prefix}{exc}") from None
+    leaves = topology.leaves()
     if args.wait_online > 0:
-        missing = await wait_online(topology, topology.leaves(), settings, args.wait_online)
+        missing = await wait_online(topology, leaves, settings, args.wait_online)
         if missing:
             raise CliError(
                 f"leaves not online after {args.wait_online:g} s: {', '.join(missing)}",
                 EXIT_FAILED,
             )
-    stats = await replayer.run()
+    # wait_online returns only after a connection (it raises when its first attempt fails):
+    # the broker answered, so losing it before the replay's own connection (a restart) is
+    # retried, not the wrong-address error that fails at once
+    stats = await replayer.run(reached=args.wait_online > 0 and bool(leaves))
     unconfirmed = sum(stats.unconfirmed.values())
     summary = {
         "run": stats.run_id,

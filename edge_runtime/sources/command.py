@@ -251,7 +251,16 @@ class CommandSource(Source):
 
     async def _stop(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
         """Terminate the process group if the command (or a child of it holding its stdout)
-        still runs, SIGKILL it after ``kill_timeout_s``; close the transport."""
+        still runs, SIGKILL it after ``kill_timeout_s``; close the transport.
+
+        This runs when `Source.aclose` cancels the producer, so its waits never cancel the
+        task themselves (`asyncio.wait` with a timeout, a polling deadline): on Python 3.11,
+        ``asyncio.wait_for`` returns normally when the task is cancelled in the moment its
+        awaitable completes (CPython gh-86296, fixed in 3.12), and a source closed as a run
+        ended then restarted its command and blocked for ever on its full queue, with
+        ``aclose`` waiting for it; ``asyncio.timeout`` before 3.11.3 (Debian bookworm's
+        3.11.2) raises its expiry as `asyncio.CancelledError` in a task already being
+        cancelled, which would skip the SIGKILL."""
         try:
             pid = transport.get_pid()
             if not protocol.stdout_eof or not protocol.exited.done():
@@ -259,19 +268,14 @@ class CommandSource(Source):
                 # reaches the command's group even after the command itself was reaped.
                 self._signal_group(pid, signal.SIGTERM)
             if not protocol.exited.done():
-                try:
-                    await asyncio.wait_for(
-                        asyncio.shield(protocol.exited), self.settings.kill_timeout_s
-                    )
-                except TimeoutError:
+                await asyncio.wait([protocol.exited], timeout=self.settings.kill_timeout_s)
+                if not protocol.exited.done():
                     self.log.warning(
                         "command_killed", pid=pid, after_s=self.settings.kill_timeout_s
                     )
                     self._signal_group(pid, signal.SIGKILL)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(protocol.exited), 5.0)
-            with contextlib.suppress(TimeoutError):  # the stderr of a short-lived writer
-                await asyncio.wait_for(_pipes_closed(transport), _STDERR_GRACE_S)
+                    await asyncio.wait([protocol.exited], timeout=5.0)
+            await _pipes_closed(transport, _STDERR_GRACE_S)  # the stderr of a short-lived writer
         finally:
             transport.close()
 
@@ -289,10 +293,15 @@ class CommandSource(Source):
             transport.close()
 
 
-async def _pipes_closed(transport: asyncio.SubprocessTransport) -> None:
-    """Wait until the stdout and stderr pipes are closed (EOF from the process)."""
-    while True:
+async def _pipes_closed(transport: asyncio.SubprocessTransport, timeout_s: float) -> bool:
+    """Wait until the stdout and stderr pipes are closed (EOF from the process), at most
+    ``timeout_s`` seconds; whether they are."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:  # bounded by the deadline
         pipes = [transport.get_pipe_transport(fd) for fd in (1, 2)]
         if all(p is None or p.is_closing() for p in pipes):
-            return
+            return True
+        if loop.time() >= deadline:
+            return False
         await asyncio.sleep(0.01)
