@@ -30,7 +30,7 @@ from edge_runtime.sources import (
     SourceSpec,
     open_source,
 )
-from edge_runtime.sources.command import CommandSource, _pipes_closed, _Protocol
+from edge_runtime.sources.command import CommandProtocol, CommandSource, pipes_closed
 from edge_runtime.wire import SensorReadings
 
 FAST = SourceSettings(
@@ -191,7 +191,7 @@ async def test_a_close_that_lands_as_a_runs_clean_up_completes_is_never_lost() -
     loop = asyncio.get_running_loop()
     lost = []
     for hops in range(12):
-        protocol = _Protocol(loop, FAST.read_chunk_bytes, lambda line: None)
+        protocol = CommandProtocol(loop, FAST.read_chunk_bytes, lambda line: None)
         transport, _ = await loop.subprocess_exec(
             lambda protocol=protocol: protocol, "true",
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -199,7 +199,7 @@ async def test_a_close_that_lands_as_a_runs_clean_up_completes_is_never_lost() -
         async with asyncio.timeout(STEP_S):
             while not (protocol.exited.done() and protocol.stdout_eof):
                 await asyncio.sleep(0.01)
-        assert await _pipes_closed(transport, STEP_S)
+        assert await pipes_closed(transport, STEP_S)
         stop = loop.create_task(source._stop(transport, protocol))
         for _ in range(hops):
             await asyncio.sleep(0)

@@ -44,13 +44,13 @@ from edge_runtime.sources.ratelimit import LogRateLimiter
 from edge_runtime.sources.restart import restart_backoff
 from edge_runtime.sources.spec import SourceSpec
 
-__all__ = ["CommandSource"]
+__all__ = ["CommandProtocol", "CommandSource", "pipes_closed"]
 
 _STDERR_EXCERPT = 500
 _STDERR_GRACE_S = 1.0
 
 
-class _Protocol(asyncio.SubprocessProtocol):
+class CommandProtocol(asyncio.SubprocessProtocol):
     """Collects a process's stdout (bounded, pausing the pipe when the consumer is slow),
     hands stderr lines to a callback, and resolves ``exited`` with the return code."""
 
@@ -214,7 +214,7 @@ class CommandSource(Source):
 
     async def _run_once(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """Run the command once; its exit status (None if it could not start)."""
-        protocol = _Protocol(loop, self.settings.read_chunk_bytes, self._stderr_line)
+        protocol = CommandProtocol(loop, self.settings.read_chunk_bytes, self._stderr_line)
         try:
             transport, _ = await loop.subprocess_exec(
                 lambda: protocol,
@@ -249,7 +249,7 @@ class CommandSource(Source):
             self._transport = None
             self._flush_stderr_summary()
 
-    async def _stop(self, transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
+    async def _stop(self, transport: asyncio.SubprocessTransport, protocol: CommandProtocol) -> None:
         """Terminate the process group if the command (or a child of it holding its stdout)
         still runs, SIGKILL it after ``kill_timeout_s``; close the transport.
 
@@ -275,7 +275,7 @@ class CommandSource(Source):
                     )
                     self._signal_group(pid, signal.SIGKILL)
                     await asyncio.wait([protocol.exited], timeout=5.0)
-            await _pipes_closed(transport, _STDERR_GRACE_S)  # the stderr of a short-lived writer
+            await pipes_closed(transport, _STDERR_GRACE_S)  # the stderr of a short-lived writer
         finally:
             transport.close()
 
@@ -293,7 +293,7 @@ class CommandSource(Source):
             transport.close()
 
 
-async def _pipes_closed(transport: asyncio.SubprocessTransport, timeout_s: float) -> bool:
+async def pipes_closed(transport: asyncio.SubprocessTransport, timeout_s: float) -> bool:
     """Wait until the stdout and stderr pipes are closed (EOF from the process), at most
     ``timeout_s`` seconds; whether they are."""
     loop = asyncio.get_running_loop()
