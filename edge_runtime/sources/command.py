@@ -249,7 +249,9 @@ class CommandSource(Source):
             self._transport = None
             self._flush_stderr_summary()
 
-    async def _stop(self, transport: asyncio.SubprocessTransport, protocol: CommandProtocol) -> None:
+    async def _stop(
+        self, transport: asyncio.SubprocessTransport, protocol: CommandProtocol
+    ) -> None:
         """Terminate the process group if the command (or a child of it holding its stdout)
         still runs, SIGKILL it after ``kill_timeout_s``; close the transport.
 
