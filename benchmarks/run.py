@@ -3,8 +3,8 @@ fleet (g) and FedPower (h); writes ``REPORT.md``, ``results.json`` and the PNGs 
 
 ``--quick`` shrinks sizes (for smoke checks, not numbers); ``--only NAME ...`` runs some
 benchmarks (``fleet`` names its five parts; fleet and fedpower run only when named); with
-``--update`` the others keep their results from ``OUT/results.json``; ``--render`` measures
-nothing and redraws the report from it. See ``benchmarks/README.md``.
+``--update`` the others keep their results from ``OUT/results.json``; ``python -m benchmarks
+render suite`` measures nothing and redraws the report from it. See ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -321,8 +321,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     add("--only", nargs="+", choices=[*BENCHMARKS, *GROUPS], help="run only these benchmarks "
         "(default: all but the fleet benchmark and fedpower; 'fleet' names its five parts)")
-    add("--render", action="store_true",
-        help="measure nothing: rewrite REPORT.md and the PNGs of OUT from OUT/results.json")
     add("--update", action="store_true", help="with --only: keep the other benchmarks' "
         "results from OUT/results.json (same mode) and rewrite the whole report")
     group = parser.add_argument_group("fleet benchmark (with --only fleet or its parts)")
@@ -333,15 +331,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--update needs --only")
     fleet = {f: v for flag, fs, _, _ in _FLEET_OPTIONS for f in fs
              if (v := getattr(args, flag[2:].replace("-", "_"))) is not None}  # fmt: skip
-    if args.render:
-        flags = ["--quick", "--only", "--update", *(f for f, *_ in _FLEET_OPTIONS)]
-        if measuring := [f for f in flags if getattr(args, f[2:].replace("-", "_"))]:
-            parser.error(f"--render measures nothing: drop {', '.join(measuring)}")
-        try:
-            render(args.out)
-        except ValueError as exc:
-            parser.error(str(exc))
-        return 0
     sizes = QUICK if args.quick else FULL
     if fleet:
         if not set(expand_names(args.only)) & set(FLEET):
