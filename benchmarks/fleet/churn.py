@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.fleet.churn_run import ChurnPlan, RunResult, build_fleet, run_once
+from benchmarks.measure import median_of
 from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import Check, checks_table, prose, table
 from benchmarks.schema import read_result, revive, write_result
@@ -31,11 +32,6 @@ MAX_MESSAGES_PER_READING = 0.05  #: bound on agent messages per reading
 MAX_WALL_RATIO = 1.5  #: bound on wall time, churn / no churn
 MAX_ERROR_RATIO = 1.001  #: bound on the kept leaves' error ratio
 Pairs = list[tuple[RunResult, RunResult]]  # (no churn, churn)
-
-
-def _median(values: list[float]) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(finite) if finite else None
 
 
 def _fmt(value: float | None, fmt: str) -> str:
@@ -65,7 +61,7 @@ def evaluate(plan: ChurnPlan, pairs: Pairs) -> list[Check]:
     ratios, mpr = [c.error_ratio for c in churn], [c.messages_per_reading for c in churn]
     walls = [c.wall_s / q.wall_s if c.wall_s and q.wall_s else math.nan for q, c in pairs]
     cpus = [c.cpu_s / q.cpu_s if q.cpu_s else math.nan for q, c in pairs]
-    m_ratio, m_mpr, m_wall = _median(ratios), _median(mpr), _median(walls)
+    m_ratio, m_mpr, m_wall = median_of(ratios), median_of(mpr), median_of(walls)
     quiet_mpr = _list([q.messages_per_reading for q in quiet], ".4f")
     return [
         Check(
@@ -96,7 +92,7 @@ def evaluate(plan: ChurnPlan, pairs: Pairs) -> list[Check]:
         Check(
             "wall time churn / no churn (first reading sent -> exact root model; median of pairs)",
             "n/a" if m_wall is None else f"{m_wall:.3f} ({_list(walls, '.3f')}); CPU time churn "
-            f"/ no churn {_fmt(_median(cpus), '.3f')} ({_list(cpus, '.3f')})",
+            f"/ no churn {_fmt(median_of(cpus), '.3f')} ({_list(cpus, '.3f')})",
             f"<= {MAX_WALL_RATIO}",
             None if m_wall is None else m_wall <= MAX_WALL_RATIO,
         ),

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
-from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.reporting import figure, plain_log_axis, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st

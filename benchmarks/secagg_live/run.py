@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import motes_tree as mt
-from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.reporting import figure, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
