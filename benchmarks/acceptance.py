@@ -24,7 +24,7 @@ from pathlib import Path
 
 import acceptance.scenario as acc
 from benchmarks.measure import median_of
-from benchmarks.reporting import prose
+from benchmarks.reporting import number, prose
 from benchmarks.schema import read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,7 @@ def rate_label(rate: float | None) -> str:
 
 
 def _fmt(x: float | None, nd: int = 1) -> str:
-    return "-" if x is None else f"{x:.{nd}f}"
+    return number(x, f".{nd}f", missing="-")
 
 
 def _git(*args: str) -> str:
