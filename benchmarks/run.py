@@ -10,7 +10,6 @@ render suite`` measures nothing and redraws the report from it. See ``benchmarks
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import math
@@ -31,6 +30,7 @@ from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
+from benchmarks.schema import cpu_model
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -91,10 +91,7 @@ def _environment(sizes: Sizes) -> dict[str, str]:
     import sklearn
     from threadpoolctl import threadpool_info
 
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError, StopIteration):
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    cpu = cpu_model() or "unknown"
     pools = {f"{i['internal_api']} {i.get('version') or ''}".strip() for i in threadpool_info()}
     return {
         "run": f"{sizes.name} ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})",
