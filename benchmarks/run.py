@@ -30,6 +30,7 @@ from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
+from benchmarks.registry import REPORT_DIR
 from benchmarks.schema import cpu_model
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
@@ -40,7 +41,6 @@ __all__ = [
     "expand_names", "main", "render", "run_suite",
 ]  # fmt: skip
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "report"
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add = parser.add_argument
     add("--quick", action="store_true", help="small sizes and repeats (< 60 s)")
-    add("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    add("--out", type=Path, default=REPORT_DIR, help=f"output directory (default {REPORT_DIR})")
     add("--only", nargs="+", choices=[*BENCHMARKS, *GROUPS], help="run only these benchmarks "
         "(default: all but the fleet benchmark and fedpower; 'fleet' names its five parts)")
     add("--update", action="store_true", help="with --only: keep the other benchmarks' "

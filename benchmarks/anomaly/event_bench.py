@@ -35,6 +35,7 @@ from benchmarks.anomaly.baselines import HalfSpaceTreesDetector, RobustZ, Static
 from benchmarks.anomaly.faults import fill_dropouts
 from benchmarks.anomaly.inject import CONSTANT_KINDS, KINDS, Fault, FaultConfig, inject, noise_sigma
 from benchmarks.anomaly.nab import Stream, nab_score
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import Check, checks_table, figure, number, prose, save_figure, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_float, positive_int
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     add("--epoch", type=positive_float, default=None, help="seconds per --data reading")
     add("--warmup", type=positive_int, default=None, help="warm-up rows of --data")
     add("--no-motes", action="store_true", help="skip Motes light")
-    add("--out", type=Path, default=Path("benchmarks/report"))
+    add("--out", type=Path, default=REPORT_DIR)
     add("--only", action="append", default=[],
         help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)")
     add("--jobs", type=positive_int, default=2,

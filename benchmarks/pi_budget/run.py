@@ -32,6 +32,7 @@ import psutil
 
 from acceptance.scenario import unit_python_environment
 from benchmarks.processes import sample_process
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import prose
 from benchmarks.schema import cpu_model, read_result, write_result
 from benchmarks.soak.agent_process import AgentProcess
@@ -405,7 +406,7 @@ def start_summary(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pi_budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report")
+    p.add_argument("--out", type=Path, default=REPORT_DIR)
     p.add_argument("--quick", action="store_true", help="short windows, 10^4 readings")
     p.add_argument("--no-lean", action="store_true", help="this venv with rich hidden")
     p.add_argument("--start-only", action="store_true",

@@ -23,6 +23,7 @@ import numpy as np
 
 from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import motes_tree as mt
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import figure, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"also the variant rows {', '.join(VARIANTS)} (about 8 more minutes)")
     p.add_argument("--append", action="store_true",
                    help="keep --out's secagg_live.json runs of the rows not run now (with --only)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/report"), help="report folder")
+    p.add_argument("--out", type=Path, default=REPORT_DIR, help="report folder")
     args = p.parse_args(argv)
     from edge_runtime.logs import configure_logging
 
