@@ -256,7 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--no-baseline", action="store_true", help="no run without faults")
     add("--deadline-s", type=float, default=0.0, help="start no run after this many seconds")
     add("--out", default=str(DEFAULT_OUT))
-    add("--report-only", action="store_true", help="rewrite acceptance.md from acceptance.json")
     add("--append", action="store_true",
         help="add these runs to <out>/acceptance.json's (e.g. more seeds: --first-seed)")
     add("--commit", default="HEAD", help="the committed runtime to run (default %(default)s)")
@@ -266,9 +265,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
     args.out = str(Path(args.out).resolve())
-    if args.report_only:
-        render(Path(args.out))
-        return 0
     if not args.in_place:
         argv = [a for a in argv if a != "--in-place"]
         return in_snapshot(args, [*argv, "--out", args.out])
