@@ -15,7 +15,6 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import acceptance.scenario as acc
-from benchmarks.reporting import prose
+from benchmarks.measure import median_of
+from benchmarks.reporting import number, prose
 from benchmarks.schema import read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,12 +47,8 @@ def rate_label(rate: float | None) -> str:
     return "max" if rate is None else f"{rate:g}/s"
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    return statistics.median(vals) if (vals := [v for v in values if v is not None]) else None
-
-
 def _fmt(x: float | None, nd: int = 1) -> str:
-    return "-" if x is None else f"{x:.{nd}f}"
+    return number(x, f".{nd}f", missing="-")
 
 
 def _git(*args: str) -> str:
@@ -127,10 +123,10 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
             or "-"
         )
         lines.append(
-            f"| {rate} | **{passes} / {len(rs)}** | {_fmt(_median(replay))} / "
+            f"| {rate} | **{passes} / {len(rs)}** | {_fmt(median_of(replay))} / "
             f"{_fmt(max((x for x in replay if x is not None), default=None))} | "
-            f"{_fmt(_median([r['model_s'] for r in rs]))} | "
-            f"{_fmt(_median([r['total_s'] for r in rs]))} | {_fmt(_median(resent), 0)} | "
+            f"{_fmt(median_of([r['model_s'] for r in rs]))} | "
+            f"{_fmt(median_of([r['total_s'] for r in rs]))} | {_fmt(median_of(resent), 0)} | "
             f"{base_text} |"
         )
     kinds = [k for k in acc.KINDS if any(k in kinds_of(r) for r in faulted)]
@@ -143,7 +139,7 @@ def write_report(out: Path, env: dict[str, str], runs: list[dict], parameters: d
         cells = []
         for rate in rates:
             rs = [r for r in faulted if r["rate_label"] == rate and kind in kinds_of(r)]
-            replay = _fmt(_median([r["replay_s"] for r in rs]))
+            replay = _fmt(median_of([r["replay_s"] for r in rs]))
             cells.append(f"{sum(r['passed'] for r in rs)} / {len(rs)} ({replay})" if rs else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     noop = [r for r in faulted if any("already exited" in n for n in r.get("notes", []))]
@@ -260,7 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--no-baseline", action="store_true", help="no run without faults")
     add("--deadline-s", type=float, default=0.0, help="start no run after this many seconds")
     add("--out", default=str(DEFAULT_OUT))
-    add("--report-only", action="store_true", help="rewrite acceptance.md from acceptance.json")
     add("--append", action="store_true",
         help="add these runs to <out>/acceptance.json's (e.g. more seeds: --first-seed)")
     add("--commit", default="HEAD", help="the committed runtime to run (default %(default)s)")
@@ -270,9 +265,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 0 or args.faults_per_run < 1:
         parser.error("--seeds must be >= 0 and --faults-per-run >= 1")
     args.out = str(Path(args.out).resolve())
-    if args.report_only:
-        render(Path(args.out))
-        return 0
     if not args.in_place:
         argv = [a for a in argv if a != "--in-place"]
         return in_snapshot(args, [*argv, "--out", args.out])

@@ -1,4 +1,5 @@
-"""Measuring helpers: side-by-side timing, running error ratios, peak memory.
+"""Measuring helpers: side-by-side timing, running error ratios, peak memory, summaries over
+seeds and repeats (`summarise`, `median_of`) and seeded generators (`rng_for`, `seed_for`).
 
 Timing on 2 shared, noisy cores (`time_side_by_side`): each contender runs once untimed, the
 contenders alternate within each repeat so a slow moment hits all of them, and the median is
@@ -9,17 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
 from threadpoolctl import threadpool_limits
 
-__all__ = ["GramTracker", "basis_of", "peak_memory", "single_thread", "time_side_by_side"]
+__all__ = [
+    "GramTracker", "Summary", "basis_of", "median_of", "peak_memory", "rng_for", "seed_for",
+    "single_thread", "summarise", "time_side_by_side",
+]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -127,3 +133,42 @@ def peak_memory(run: Callable[[], Any]) -> int:
     finally:
         tracemalloc.stop()
     return peak - base
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, standard deviation, median and quartiles of ``n`` values (NaN when ``n = 0``)."""
+
+    n: int
+    mean: float
+    std: float
+    median: float
+    p25: float
+    p75: float
+
+
+def summarise(values: Sequence[float]) -> Summary:
+    """The `Summary` of ``values`` (std with ``ddof = 1``; 0 for one value)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return Summary(0, *[math.nan] * 5)
+    p25, median, p75 = (float(q) for q in np.percentile(v, [25, 50, 75]))
+    std = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return Summary(int(v.size), float(v.mean()), std, median, p25, p75)
+
+
+def rng_for(*key: int) -> np.random.Generator:
+    """A generator seeded by ``SeedSequence(key)``: independent streams per distinct key."""
+    return np.random.default_rng(np.random.SeedSequence([abs(int(k)) for k in key]))
+
+
+def seed_for(*key: int) -> int:
+    """A 63-bit integer seed derived from ``key`` (for ``random_state`` arguments)."""
+    state = np.random.SeedSequence([abs(int(k)) for k in key]).generate_state(1, np.uint64)
+    return int(state[0] >> np.uint64(1))
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    """Median of the finite ``values`` (None and NaN count as missing); None if there are none."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(finite) if finite else None

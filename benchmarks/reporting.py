@@ -5,6 +5,7 @@ and `prose` from the Markdown templates in ``benchmarks/templates/``."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
-    "DPI", "Check", "checks_table", "figure", "mark", "plain_log_axis", "prose", "save_figure",
-    "table",
+    "DPI", "Check", "checks_table", "figure", "mark", "number", "plain_log_axis", "prose",
+    "save_figure", "table",
 ]  # fmt: skip
 
 #: The Markdown templates of the reports' prose (`prose`).
@@ -45,6 +46,12 @@ class Check:
 def mark(passed: bool | None) -> str:
     """The result column of a `Check`: ``pass``, ``**FAIL**`` or ``n/a`` (not checkable)."""
     return {True: "pass", False: "**FAIL**", None: "n/a"}[passed]
+
+
+def number(value: float | None, fmt: str, *, scale: float = 1.0, missing: str = "n/a") -> str:
+    """``value * scale`` in the format spec ``fmt`` (`format`), or ``missing`` for None, NaN and
+    infinities."""
+    return missing if value is None or not math.isfinite(value) else format(value * scale, fmt)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:

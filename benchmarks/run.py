@@ -3,14 +3,13 @@ fleet (g) and FedPower (h); writes ``REPORT.md``, ``results.json`` and the PNGs 
 
 ``--quick`` shrinks sizes (for smoke checks, not numbers); ``--only NAME ...`` runs some
 benchmarks (``fleet`` names its five parts; fleet and fedpower run only when named); with
-``--update`` the others keep their results from ``OUT/results.json``; ``--render`` measures
-nothing and redraws the report from it. See ``benchmarks/README.md``.
+``--update`` the others keep their results from ``OUT/results.json``; ``python -m benchmarks
+render suite`` measures nothing and redraws the report from it. See ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import math
@@ -31,6 +30,8 @@ from benchmarks.fedpower import section as fedpower_section
 from benchmarks.fleet import dtype, live, scaling
 from benchmarks.measure import single_thread
 from benchmarks.privacy import section as privacy_section
+from benchmarks.registry import REPORT_DIR
+from benchmarks.schema import cpu_model
 from benchmarks.synth import SYNTH_ALPHAS, synth
 from edge_runtime.datasets import load_dataset
 from edge_runtime.fpca import error_ratio
@@ -40,7 +41,6 @@ __all__ = [
     "expand_names", "main", "render", "run_suite",
 ]  # fmt: skip
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "report"
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,7 @@ def _environment(sizes: Sizes) -> dict[str, str]:
     import sklearn
     from threadpoolctl import threadpool_info
 
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError, StopIteration):
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    cpu = cpu_model() or "unknown"
     pools = {f"{i['internal_api']} {i.get('version') or ''}".strip() for i in threadpool_info()}
     return {
         "run": f"{sizes.name} ({dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')})",
@@ -318,11 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add = parser.add_argument
     add("--quick", action="store_true", help="small sizes and repeats (< 60 s)")
-    add("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    add("--out", type=Path, default=REPORT_DIR, help=f"output directory (default {REPORT_DIR})")
     add("--only", nargs="+", choices=[*BENCHMARKS, *GROUPS], help="run only these benchmarks "
         "(default: all but the fleet benchmark and fedpower; 'fleet' names its five parts)")
-    add("--render", action="store_true",
-        help="measure nothing: rewrite REPORT.md and the PNGs of OUT from OUT/results.json")
     add("--update", action="store_true", help="with --only: keep the other benchmarks' "
         "results from OUT/results.json (same mode) and rewrite the whole report")
     group = parser.add_argument_group("fleet benchmark (with --only fleet or its parts)")
@@ -333,15 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--update needs --only")
     fleet = {f: v for flag, fs, _, _ in _FLEET_OPTIONS for f in fs
              if (v := getattr(args, flag[2:].replace("-", "_"))) is not None}  # fmt: skip
-    if args.render:
-        flags = ["--quick", "--only", "--update", *(f for f, *_ in _FLEET_OPTIONS)]
-        if measuring := [f for f in flags if getattr(args, f[2:].replace("-", "_"))]:
-            parser.error(f"--render measures nothing: drop {', '.join(measuring)}")
-        try:
-            render(args.out)
-        except ValueError as exc:
-            parser.error(str(exc))
-        return 0
     sizes = QUICK if args.quick else FULL
     if fleet:
         if not set(expand_names(args.only)) & set(FLEET):

@@ -9,6 +9,7 @@ objects when stored (`to_json`); `revive` turns them back. Non-finite floats are
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEYS", "environment", "read_result", "revive", "to_json", "write_result"]
+__all__ = ["KEYS", "cpu_model", "environment", "read_result", "revive", "to_json", "write_result"]
 
 #: The keys of every result file, in order.
 KEYS = ("name", "parameters", "rows", "medians", "environment")
@@ -73,6 +74,15 @@ def revive(tp: Any, value: Any) -> Any:
     if origin is dict:
         return {revive(args[0], k): revive(args[1], v) for k, v in value.items()}
     return tp(value) if tp in (float, int) else value
+
+
+def cpu_model() -> str:
+    """The CPU's ``model name`` in ``/proc/cpuinfo``, else `platform.processor` (may be "")."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def environment() -> dict[str, str]:

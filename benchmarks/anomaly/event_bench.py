@@ -19,7 +19,6 @@ import gzip
 import importlib
 import io
 import lzma
-import math
 import multiprocessing
 import subprocess
 import time
@@ -36,7 +35,8 @@ from benchmarks.anomaly.baselines import HalfSpaceTreesDetector, RobustZ, Static
 from benchmarks.anomaly.faults import fill_dropouts
 from benchmarks.anomaly.inject import CONSTANT_KINDS, KINDS, Fault, FaultConfig, inject, noise_sigma
 from benchmarks.anomaly.nab import Stream, nab_score
-from benchmarks.reporting import Check, checks_table, figure, prose, save_figure, table
+from benchmarks.registry import REPORT_DIR
+from benchmarks.reporting import Check, checks_table, figure, number, prose, save_figure, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_float, positive_int
 from edge_runtime.datasets import load_dataset
@@ -255,7 +255,7 @@ def evaluate(
 
 
 def _f(x: float, digits: int = 2) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+    return number(x, f".{digits}f")
 
 
 def _numbers(r: DetectorResult) -> list[str]:
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     add("--epoch", type=positive_float, default=None, help="seconds per --data reading")
     add("--warmup", type=positive_int, default=None, help="warm-up rows of --data")
     add("--no-motes", action="store_true", help="skip Motes light")
-    add("--out", type=Path, default=Path("benchmarks/report"))
+    add("--out", type=Path, default=REPORT_DIR)
     add("--only", action="append", default=[],
         help="run only detectors whose name contains this (e.g. FaultDetector, HalfSpace)")
     add("--jobs", type=positive_int, default=2,

@@ -24,6 +24,7 @@ import numpy as np
 from benchmarks.anomaly.event_bench import DAY_S, GROUPS, Dataset, motes
 from benchmarks.anomaly.events import DELAY_WINDOW, match_faults, merge_alarms
 from benchmarks.anomaly.inject import CONSTANT_KINDS, FaultConfig, inject, noise_sigma
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.cli.argtypes import positive_int
@@ -419,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks anomaly-oracle")
     parser.add_argument("--seeds", type=positive_int, default=20, help="fault seeds (default 20)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/report"))
+    parser.add_argument("--out", type=Path, default=REPORT_DIR)
     args = parser.parse_args(argv)
     ds = motes()
     parameters = {"seeds": args.seeds, "dataset": ds.name}

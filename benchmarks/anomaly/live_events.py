@@ -32,6 +32,7 @@ from benchmarks.anomaly import event_bench as bench
 from benchmarks.anomaly.event_bench import DetectorResult
 from benchmarks.anomaly.inject import Fault, inject, noise_sigma
 from benchmarks.anomaly.nab import nab_score
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.broker import LocalMosquitto
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     add = parser.add_argument
     add("--seed", type=int, default=0, help="fault seed (default 0)")
     add("--rate", type=positive_float, default=500.0, help="readings/s (default 500)")
-    add("--out", type=Path, default=REPO / "benchmarks" / "report")
+    add("--out", type=Path, default=REPORT_DIR)
     add("--work", type=Path, default=None, help="folder for the CSVs")
     add("--timeout", type=positive_float, default=600.0, help="seconds per run")
     add("--pool-seeds", type=int, default=5,

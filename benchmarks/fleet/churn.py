@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 from benchmarks.fleet.churn_run import ChurnPlan, RunResult, build_fleet, run_once
+from benchmarks.measure import median_of
 from benchmarks.registry import REPORT_DIR
-from benchmarks.reporting import Check, checks_table, prose, table
+from benchmarks.reporting import Check, checks_table, number, prose, table
 from benchmarks.schema import read_result, revive, write_result
 from edge_runtime.logs import configure_logging
 
@@ -33,17 +34,8 @@ MAX_ERROR_RATIO = 1.001  #: bound on the kept leaves' error ratio
 Pairs = list[tuple[RunResult, RunResult]]  # (no churn, churn)
 
 
-def _median(values: list[float]) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(finite) if finite else None
-
-
-def _fmt(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
-
-
 def _list(values: list[float], fmt: str) -> str:
-    return ", ".join(_fmt(v, fmt) for v in values)
+    return ", ".join(number(v, fmt) for v in values)
 
 
 def _coverage(run: RunResult) -> str:
@@ -65,7 +57,7 @@ def evaluate(plan: ChurnPlan, pairs: Pairs) -> list[Check]:
     ratios, mpr = [c.error_ratio for c in churn], [c.messages_per_reading for c in churn]
     walls = [c.wall_s / q.wall_s if c.wall_s and q.wall_s else math.nan for q, c in pairs]
     cpus = [c.cpu_s / q.cpu_s if q.cpu_s else math.nan for q, c in pairs]
-    m_ratio, m_mpr, m_wall = _median(ratios), _median(mpr), _median(walls)
+    m_ratio, m_mpr, m_wall = median_of(ratios), median_of(mpr), median_of(walls)
     quiet_mpr = _list([q.messages_per_reading for q in quiet], ".4f")
     return [
         Check(
@@ -96,7 +88,7 @@ def evaluate(plan: ChurnPlan, pairs: Pairs) -> list[Check]:
         Check(
             "wall time churn / no churn (first reading sent -> exact root model; median of pairs)",
             "n/a" if m_wall is None else f"{m_wall:.3f} ({_list(walls, '.3f')}); CPU time churn "
-            f"/ no churn {_fmt(_median(cpus), '.3f')} ({_list(cpus, '.3f')})",
+            f"/ no churn {number(median_of(cpus), '.3f')} ({_list(cpus, '.3f')})",
             f"<= {MAX_WALL_RATIO}",
             None if m_wall is None else m_wall <= MAX_WALL_RATIO,
         ),
@@ -112,20 +104,20 @@ def evaluate(plan: ChurnPlan, pairs: Pairs) -> list[Check]:
 #: (header, cell) of the table of runs.
 COLUMNS = [
     ("run", lambda r: "churn" if r.churn else "no churn"),
-    ("wall s", lambda r: _fmt(r.wall_s, ".2f")),
+    ("wall s", lambda r: number(r.wall_s, ".2f")),
     ("total s", lambda r: f"{r.total_s:.2f}"),
     ("CPU s", lambda r: f"{r.cpu_s:.1f}"),
     ("readings", lambda r: f"{r.readings:,}"),
-    ("readings/s", lambda r: _fmt(r.readings / r.wall_s if r.wall_s else None, ",.0f")),
+    ("readings/s", lambda r: number(r.readings / r.wall_s if r.wall_s else None, ",.0f")),
     ("messages (leaves + aggregators)",
      lambda r: f"{r.messages:,} ({r.leaf_messages:,} + {r.messages - r.leaf_messages:,})"),
-    ("msg/reading", lambda r: _fmt(r.messages_per_reading, ".4f")),
+    ("msg/reading", lambda r: number(r.messages_per_reading, ".4f")),
     ("root n_samples / expected", lambda r: f"{r.n_samples:,} / {sum(r.expected.values()):,}"),
     ("leaves covered", lambda r: f"{len(r.expected)}{'' if r.exact else ' (not exact)'}"),
     ("joined named", lambda r: f"{sum(lf in r.provenance for lf in r.joined)} / {len(r.joined)}"),
     ("retired named: ever / at end / of",
      lambda r: f"{len(r.retired_seen)} / {len(r.retired_present)} / {len(r.retired)}"),
-    ("error ratio", lambda r: _fmt(r.error_ratio, ".6f")),
+    ("error ratio", lambda r: number(r.error_ratio, ".6f")),
     ("rejects", lambda r: r.rejects),
     ("undelivered", lambda r: r.undelivered),
     ("error", lambda r: r.error or ""),
@@ -181,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             reference_s = reference_s if churn else r.wall_s or r.total_s
             print(
                 f"repeat {rep + 1}/{args.repeats} {'churn' if churn else 'no churn'}: wall "
-                f"{_fmt(r.wall_s, '.2f')} s, {r.readings} readings, {r.messages_per_reading:.4f} "
+                f"{number(r.wall_s, '.2f')} s, {r.readings} readings, {r.messages_per_reading:.4f} "
                 f"msg/reading, exact {r.exact}, error ratio {r.error_ratio:.6f} {r.error}",
                 flush=True,
             )

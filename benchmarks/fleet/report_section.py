@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from benchmarks.fleet.dtype import DtypeResult
 from benchmarks.fleet.live import AgentCostResult, LatencyResult, ProcessCost
 from benchmarks.fleet.scaling import MotesResult, SweepResult, SweepRow
-from benchmarks.reporting import Check, prose, table
+from benchmarks.reporting import Check, number, prose, table
 
 __all__ = ["PLOT", "checks", "section"]
 
@@ -36,12 +36,8 @@ COST_HEADER = [
 ]  # fmt: skip
 
 
-def _fmt(value: float | None, fmt: str, scale: float = 1.0) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value * scale, fmt)
-
-
 def _mib(value: float | None) -> str:
-    return _fmt(value, ",.0f", 1 / 2**20)
+    return number(value, ",.0f", scale=1 / 2**20)
 
 
 def _all(conditions: Sequence[bool | None]) -> bool | None:
@@ -97,8 +93,9 @@ def _sweep_checks(sweep: SweepResult) -> list[Check]:
             Check(
                 f"k = {DONE_K} leaves in one run (fan-out {top.fan_out}, depth 2, "
                 f"{top.readings_per_leaf} readings per leaf), defaults",
-                f"exit 0 and covered in {_runs_text(top)} runs; error ratio {_fmt(ratio, '.6f')}; "
-                f"re-sent {_fmt(resent, '.0f')}; publish_not_delivered {_fmt(undelivered, '.0f')}",
+                f"exit 0 and covered in {_runs_text(top)} runs; error ratio "
+                f"{number(ratio, '.6f')}; re-sent {number(resent, '.0f')}; "
+                f"publish_not_delivered {number(undelivered, '.0f')}",
                 target,
                 _all([*_ran(top), _at_most(ratio, MAX_ERROR_RATIO), *bounds]),
             )
@@ -137,13 +134,13 @@ def _motes_checks(motes: MotesResult) -> list[Check]:
     return [
         Check(
             f"Motes demo: payload / raw bytes at error ratio <= {MAX_ERROR_RATIO} (median of {n})",
-            f"{_fmt(payload, '.4f')} at error ratio {_fmt(ratio, '.6f')}",
+            f"{number(payload, '.4f')} at error ratio {number(ratio, '.6f')}",
             "<= 1/20 (0.05)",
             _all([_at_most(payload, MAX_MOTES_PAYLOAD), _at_most(ratio, MAX_ERROR_RATIO)]),
         ),
         Check(
             f"Motes demo: readings/s end to end (median of {n})",
-            _fmt(rate, ",.0f"),
+            number(rate, ",.0f"),
             f">= {MIN_MOTES_READINGS_PER_S:,.0f}",
             None if rate is None else rate >= MIN_MOTES_READINGS_PER_S,
         ),
@@ -155,7 +152,7 @@ def _latency_check(lat: LatencyResult) -> Check:
     return Check(
         f"Latency at {lat.n_leaves} leaves, {lat.rate:g} readings/s, every node a process: "
         "p95 from a reading to the root",
-        f"{_fmt(lat.p95_s, '.2f')} s (p50 {_fmt(lat.p50_s, '.2f')} s)"
+        f"{number(lat.p95_s, '.2f')} s (p50 {number(lat.p50_s, '.2f')} s)"
         + ("" if lat.covered else "; the root did not cover every reading"),
         "<= max publish interval + 1 s"
         + ("" if bound is None else f" = {bound:g} s")
@@ -188,9 +185,9 @@ def _large_check(row: SweepRow) -> Check:
         f"{row.readings_per_leaf} readings per leaf): no publish_not_delivered for a "
         "snapshot the broker delivered (issue 21)",
         f"exit 0 and covered in {_runs_text(row)} runs; publish_not_delivered logged "
-        f"{_fmt(logged, '.0f')} (delivered late {_fmt(m.get('delivered_late_logged'), '.0f')}, "
-        f"undelivered {_fmt(m.get('undelivered'), '.0f')}, connection_lost "
-        f"{_fmt(m.get('connection_lost_logged'), '.0f')})",
+        f"{number(logged, '.0f')} (delivered late {number(m.get('delivered_late_logged'), '.0f')}, "
+        f"undelivered {number(m.get('undelivered'), '.0f')}, connection_lost "
+        f"{number(m.get('connection_lost_logged'), '.0f')})",
         "exit 0, covered, 0 publish_not_delivered",
         _all([*_ran(row), _at_most(logged, 0)]),
     )
@@ -202,7 +199,7 @@ def _metric_cells(
     """The cells of ``columns`` (`METRIC_COLUMNS`); ``marks``: a footnote mark per metric,
     and under ``"rss"`` the metric shown as peak RSS."""
     return [
-        (_mib(m.get(marks["rss"])) if key == "peak_rss_bytes" else _fmt(m.get(key), fmt))
+        (_mib(m.get(marks["rss"])) if key == "peak_rss_bytes" else number(m.get(key), fmt))
         + marks.get(key, "")
         for _, key, fmt in columns
     ]
@@ -254,10 +251,10 @@ def _sweep_section(sweep: SweepResult) -> list[str]:
         out += prose(
             "fleet", "large", row=row, runs=_runs_text(row),
             outcome="not run" if not row.runs else f"exit {row.runs[0].returncode}",
-            wall=_fmt(m.get("wall_s"), ".1f"), ratio=_fmt(m.get("error_ratio"), ".9f"),
-            not_delivered=_fmt(m.get("not_delivered_logged"), ".0f"),
-            late=_fmt(m.get("delivered_late_logged"), ".0f"),
-            lost=_fmt(m.get("connection_lost_logged"), ".0f"),
+            wall=number(m.get("wall_s"), ".1f"), ratio=number(m.get("error_ratio"), ".9f"),
+            not_delivered=number(m.get("not_delivered_logged"), ".0f"),
+            late=number(m.get("delivered_late_logged"), ".0f"),
+            lost=number(m.get("connection_lost_logged"), ".0f"),
         )  # fmt: skip
     return out
 
@@ -285,8 +282,8 @@ def _latency_section(lat: LatencyResult) -> list[str]:
         "p95 s from publish", "max publish interval s", "bound s",
     ]  # fmt: skip
     values = [lat.p50_s, lat.p95_s, lat.max_s, lat.p50_from_publish_s, lat.p95_from_publish_s]
-    row = [f"{lat.readings_at_root} / {lat.readings}", *(_fmt(v, ".2f") for v in values)]
-    row += [_fmt(lat.max_publish_interval_s, "g"), _fmt(lat.bound_s, "g")]
+    row = [f"{lat.readings_at_root} / {lat.readings}", *(number(v, ".2f") for v in values)]
+    row += [number(lat.max_publish_interval_s, "g"), number(lat.bound_s, "g")]
     out = prose(
         "fleet", "latency", lat=lat, source=lat.interval_source or "n/a", table=table(header, [row])
     )
@@ -304,9 +301,9 @@ def _cost_rows(costs: Sequence[ProcessCost]) -> list[list[str]]:
     for role in ("leaf", "aggregator", "root"):
         if rows := [c for c in costs if c.role == role]:
             out.append([
-                role, str(len(rows)), _fmt(med([c.readings / c.window_s for c in rows]), ",.0f"),
-                _fmt(med([c.cpu_per_reading_s or math.nan for c in rows]), ".3f", 1e3),
-                _fmt(med([c.cpu_share for c in rows]), ".1%"),
+                role, str(len(rows)), number(med([c.readings / c.window_s for c in rows]), ",.0f"),
+                number(med([c.cpu_per_reading_s or math.nan for c in rows]), ".3f", scale=1e3),
+                number(med([c.cpu_share for c in rows]), ".1%"),
                 _mib(med([float(c.rss_bytes) for c in rows])),
                 _mib(med([float(c.peak_rss_bytes) for c in rows])),
             ])  # fmt: skip
@@ -331,8 +328,8 @@ def _dtype_section(dt: DtypeResult) -> list[str]:
         "bytes per aggregator snapshot", "angle to float64 (rad)",
     ]  # fmt: skip
     rows = [
-        [r.data, r.dtype, f"{r.error_ratio:.9f}", _fmt(r.leaf_bytes, ",.0f"),
-         _fmt(r.aggregator_bytes, ",.0f"), f"{r.max_angle_to_float64:.1e}"]
+        [r.data, r.dtype, f"{r.error_ratio:.9f}", number(r.leaf_bytes, ",.0f"),
+         number(r.aggregator_bytes, ",.0f"), f"{r.max_angle_to_float64:.1e}"]
         for r in dt.rows
     ]  # fmt: skip
     return prose("fleet", "dtype", dt=dt, table=table(header, rows))

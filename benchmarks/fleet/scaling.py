@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.fleet.inputs import write_fleet_inputs
+from benchmarks.measure import median_of
 from benchmarks.processes import CommandResult, edge_runtime_command, run_command
 
 __all__ = [
@@ -170,11 +170,7 @@ def summarise(runs: Sequence[RunOutcome]) -> dict[str, float | None]:
     none covered); None where no run reports it. NaN values count as missing."""
     chosen = [r for r in runs if r.covered] or [r for r in runs if r.summary]
     per_run = [metrics_of(r) for r in chosen]
-    out: dict[str, float | None] = {}
-    for key in METRICS:
-        values = [m[key] for m in per_run if m[key] is not None and math.isfinite(m[key])]
-        out[key] = statistics.median(values) if values else None
-    return out
+    return {key: median_of(m[key] for m in per_run) for key in METRICS}
 
 
 def _run(

@@ -38,6 +38,7 @@ from benchmarks.pi_budget.run import (
     start_leaf,
     wait_quiet,
 )
+from benchmarks.registry import REPORT_DIR
 
 ARCHES = ("aarch64", "armhf")
 JSON_NAME = "pi_budget_emulated.json"
@@ -241,7 +242,7 @@ def emulated_notes(data: dict) -> list[str]:
 
 def load(path: Path | None = None) -> dict:
     """The JSON (an empty object when it was never written)."""
-    path = path or ROOT / "benchmarks" / "report" / JSON_NAME
+    path = path or REPORT_DIR / JSON_NAME
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pi_budget.emulated", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", nargs="+", choices=ARCHES, default=list(ARCHES))
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report")
+    p.add_argument("--out", type=Path, default=REPORT_DIR)
     p.add_argument("--quick", action="store_true", help="10 s windows, 2,000 readings, 2 imports")
     args = p.parse_args(argv)
     path = args.out / JSON_NAME

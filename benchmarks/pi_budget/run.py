@@ -32,8 +32,9 @@ import psutil
 
 from acceptance.scenario import unit_python_environment
 from benchmarks.processes import sample_process
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import prose
-from benchmarks.schema import read_result, write_result
+from benchmarks.schema import cpu_model, read_result, write_result
 from benchmarks.soak.agent_process import AgentProcess
 from edge_runtime.broker import LocalMosquitto
 from edge_runtime.wire import encode_readings
@@ -293,7 +294,7 @@ def measure(quick: bool = False, lean: bool = True, start_only: bool = False) ->
     """Every row natively (`measure_start`, the agent after start, `measure_running`, the
     floor); ``quick``: 3 import runs, 10 s windows, 10^4 readings."""
     res: dict = {"python": sys.version.split()[0], "machine": platform.machine(),
-                 "cpu_model": _cpu_model()}
+                 "cpu_model": cpu_model()}
     with device_python(lean) as python:
         res |= measure_start(python, 3 if quick else IMPORT_RUNS)
         res["load"] = Path("/proc/loadavg").read_text().split()[:3]
@@ -337,13 +338,6 @@ def measure_running(leaf: AgentProcess, port: int, quick: bool) -> dict:
     if leaf.proc.poll() is not None:
         raise RuntimeError("agent exited:\n" + leaf.text()[-3000:])
     return res
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def _ok(value: float, budget: float) -> str:
@@ -412,7 +406,7 @@ def start_summary(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pi_budget", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "report")
+    p.add_argument("--out", type=Path, default=REPORT_DIR)
     p.add_argument("--quick", action="store_true", help="short windows, 10^4 readings")
     p.add_argument("--no-lean", action="store_true", help="this venv with rich hidden")
     p.add_argument("--start-only", action="store_true",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from benchmarks.measure import rng_for
 from benchmarks.privacy import leaves
 from benchmarks.privacy.comparators import dpdispca
-from benchmarks.privacy.stats import rng_for
 from edge_runtime.fpca import Subspace, error_ratio, merge_many
 from edge_runtime.fpca.privacy import (
     clip_to_unit_ball,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import itertools
 import math
 
+from benchmarks.measure import Summary
 from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy import section as sec
-from benchmarks.privacy.stats import Summary
 from benchmarks.privacy.synth_table import random_level
 from benchmarks.reporting import prose, table
 from edge_runtime.fpca.private_gram import release_noise_std

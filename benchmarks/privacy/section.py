@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.comparators import dpdispca_noise_std
 from benchmarks.privacy.leaves import fpca_leaf
 from benchmarks.privacy.state_choice import measure_memory
-from benchmarks.privacy.stats import Summary, summarise
 from benchmarks.privacy.synth_table import SynthCurve, random_level, run_synth
 from benchmarks.reporting import Check
 from edge_runtime.fpca import error_ratio

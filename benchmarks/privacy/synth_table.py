@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.measure import Summary, rng_for, seed_for, summarise
 from benchmarks.privacy.comparators import dpdispca, mod_sulq
 from benchmarks.privacy.leaves import streamed
-from benchmarks.privacy.stats import Summary, rng_for, seed_for, summarise
 from benchmarks.synth import synth
 from edge_runtime.fpca import FPCAEdge
 

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import horizon as hz
 from benchmarks.privacy import motes_tree as mt
 from benchmarks.privacy.section import CENTRAL, CONTINUAL_241, ONE_RELEASE
-from benchmarks.privacy.stats import Summary, summarise
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import figure, plain_log_axis, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg import sites as st
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=20, help="seeds per row (default 20)")
     p.add_argument("--precision-seeds", type=int, default=200,
                    help="seeds of the precision check of the main medians (0: none; default 200)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/report"), help="report folder")
+    p.add_argument("--out", type=Path, default=REPORT_DIR, help="report folder")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.precision_seeds < 0:
         p.error("--seeds must be positive and --precision-seeds >= 0")

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from benchmarks.measure import rng_for
 from benchmarks.privacy.leaves import eigen_subspace, top_eigenpairs
 from benchmarks.privacy.motes_tree import MotesData
-from benchmarks.privacy.stats import rng_for
 from edge_runtime.fpca import Subspace, error_ratio, merge_many
 from edge_runtime.fpca.continual import sqrt_factorisation_coefficients
 from edge_runtime.fpca.gaussian_mechanism import symmetric_noise

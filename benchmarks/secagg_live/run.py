@@ -5,7 +5,7 @@ row a fresh Mosquitto on 127.0.0.1 (a free port above 20000), the 11 agents of t
 tree in this process, every leaf's 964 readings published over MQTT, the root's model read from
 the broker and scored with `error_ratio` on all 7712 rows, every payload counted by kind
 (`benchmarks.secagg_live.live`). Writes ``secagg_live.md``, ``.png`` and ``.json`` (every run)
-into ``--out``; ``--render`` redraws the first two from the JSON.
+into ``--out``; ``python -m benchmarks render secagg-live`` redraws the first two from the JSON.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.measure import Summary, summarise
 from benchmarks.privacy import motes_tree as mt
-from benchmarks.privacy.stats import Summary, summarise
+from benchmarks.registry import REPORT_DIR
 from benchmarks.reporting import figure, prose, save_figure, table
 from benchmarks.schema import environment, read_result, revive, write_result
 from benchmarks.secagg.run import REPORTED, TARGET_CONTINUAL, TARGET_ONE
@@ -249,20 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="2 seeds (a smoke run, about 2 min)")
     p.add_argument("--slot-s", type=float, default=5.0, help="the sites' secagg_slot_s (default 5)")
     p.add_argument("--only", nargs="+", choices=[s.key for s in SCENARIOS], help="some rows")
-    p.add_argument("--render", action="store_true", help="measure nothing: redraw from the JSON")
     p.add_argument("--variants", action="store_true",
                    help=f"also the variant rows {', '.join(VARIANTS)} (about 8 more minutes)")
     p.add_argument("--append", action="store_true",
                    help="keep --out's secagg_live.json runs of the rows not run now (with --only)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/report"), help="report folder")
+    p.add_argument("--out", type=Path, default=REPORT_DIR, help="report folder")
     args = p.parse_args(argv)
     from edge_runtime.logs import configure_logging
 
     configure_logging("error")
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.render:
-        sys.stdout.write(render(args.out))
-        return 0
     seeds = 2 if args.quick else args.seeds
     if seeds < 1 or args.slot_s <= 0:
         p.error("--seeds and --slot-s must be positive")

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("cryptography")
 pytest.importorskip("shamirs")
 
+from benchmarks.measure import rng_for
 from benchmarks.privacy.motes_tree import load_motes
-from benchmarks.privacy.stats import rng_for
 from benchmarks.secagg import sites
 from edge_runtime.agents.aggregator.core.secagg_site import SecAggSite
 from edge_runtime.agents.leaf.core.secagg_release import SecAggRelease
