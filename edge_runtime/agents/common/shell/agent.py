@@ -189,7 +189,8 @@ class Agent(abc.ABC):
             timeout_s = 3 * self.settings.timeout_s
             # asyncio.wait, not asyncio.timeout: this runs when leaving ``async with`` in a
             # task being cancelled, where Python 3.11.2 raises the expiry as CancelledError
-            # and the agent's task would be left running; a cancelled caller leaves it be
+            # and the agent's task was left running. A cancellation of this caller does not
+            # reach the agent's task (as with the shield before): it raises here.
             await asyncio.wait([task], timeout=timeout_s)
             if task.done():
                 task.result()  # what the agent's task ended with, as before
