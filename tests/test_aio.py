@@ -201,3 +201,26 @@ async def test_a_cancellation_landing_as_the_awaited_task_completes_is_never_los
         if requested and not caller.cancelled():
             lost.append(hops)
     assert lost == [], f"cancellation lost when it came after {lost} loop iterations"
+
+
+async def test_a_graceful_stop_from_a_task_being_cancelled_still_cancels_a_late_task() -> None:
+    # The clean-up of a task already being cancelled (leaving ``async with`` on
+    # cancellation): the task it stops does not end in time, so it must be cancelled. With
+    # asyncio.timeout, Python 3.11.2 raised the expiry as a cancellation there instead, and
+    # the late task was left running.
+    late = asyncio.create_task(asyncio.sleep(30))
+    outcome: list[object] = []
+
+    async def cleaning_up() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            outcome.append(await wait_or_cancel(late, 0.01))
+            raise
+
+    caller = asyncio.create_task(cleaning_up())
+    await asyncio.sleep(0)
+    caller.cancel()
+    async with asyncio.timeout(STEP_S):
+        await asyncio.wait([caller])
+    assert caller.cancelled() and outcome == [False] and late.cancelled()
