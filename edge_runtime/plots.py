@@ -49,6 +49,7 @@ import aiomqtt
 import numpy as np
 
 from edge_runtime import __version__
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.fpca import error_ratio, projection_error
 from edge_runtime.wire import SubspaceMessage, WireError, decode_status
@@ -308,9 +309,7 @@ class RunRecorder:
             try:
                 yield
             finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)  # bounded, and a cancellation of the caller stays
 
 
 def write_plots(recorder: RunRecorder, out_dir: Path) -> list[Path]:

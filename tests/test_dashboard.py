@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -471,3 +472,40 @@ def test_watch_names_the_directions_the_roots_snapshot_tracks(motes: Topology) -
     assert watcher.tracked() == 6
     watcher._fold_detail("root", detail("root", rank=3))
     assert watcher.tracked() is None  # not more than the model's rank: nothing to add
+
+
+async def test_a_dashboard_cancelled_as_it_stops_ends_cancelled_with_its_follower_ended(
+    motes: Topology, shared_mosquitto: LocalMosquitto
+) -> None:
+    # The serving task is cancelled at each of its first loop iterations after ``stop`` in
+    # turn, so while it waits for its follower to end and in the moment the follower does:
+    # whenever the cancel was requested before the task ended, the task must end cancelled
+    # (asyncio.wait_for on Python 3.11 returned normally there, gh-86296, and a suppressed
+    # CancelledError lost it too), and the follower must have ended, not left running.
+    pytest.importorskip("aiohttp", reason="the dashboard extra (aiohttp) is not installed")
+    from edge_runtime.dashboard.server import serve_dashboard
+
+    settings = AgentSettings(host=shared_mosquitto.host, port=shared_mosquitto.port)
+    lost = []
+    for hops in range(16):
+        stop = asyncio.Event()
+        url: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            serve_dashboard(motes, settings, "127.0.0.1", 0, stop=stop, on_ready=url.set_result)
+        )
+        async with asyncio.timeout(10.0):
+            await asyncio.wait([url, task], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        for _ in range(hops):
+            await asyncio.sleep(0)
+        requested = task.cancel()
+        async with asyncio.timeout(15.0):
+            await asyncio.wait([task])
+        if requested and not task.cancelled():
+            lost.append(hops)
+        assert not task.done() or task.cancelled() or task.exception() is None
+        assert [t for t in asyncio.all_tasks() if t.get_name() == "dashboard-follower"] == []
+        # A follower cancelled while aiomqtt connects leaves paho's socket to its garbage
+        # collection, which needs the loop still open.
+        gc.collect()
+    assert lost == [], f"cancellation lost when it came after {lost} loop iterations"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import aiomqtt
 import structlog
 
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.dashboard.state import DashboardState
 from edge_runtime.monitor import connection_problem
 from edge_runtime.settings import AgentSettings
@@ -84,8 +85,11 @@ class Follower:
             await self._notify()
             if stop.is_set():
                 break
+            # not asyncio.wait_for: on Python 3.11 it loses a cancellation that lands as
+            # ``stop`` is set (gh-86296); asyncio.timeout does not
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._backoff.delay_s(self.failed_attempts))
+                async with asyncio.timeout(self._backoff.delay_s(self.failed_attempts)):
+                    await stop.wait()
 
     async def _connection(self, stop: asyncio.Event) -> None:
         async with aiomqtt.Client(
@@ -105,10 +109,9 @@ class Follower:
             try:
                 await asyncio.wait({listen, stopped}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for task in (listen, stopped):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                stopped.cancel()  # ended even if listen's error or a cancellation comes first
+                await cancel_and_wait(listen)
+                await cancel_and_wait(stopped)
             if listen.done() and not listen.cancelled() and listen.exception() is not None:
                 raise listen.exception()  # type: ignore[misc]
 

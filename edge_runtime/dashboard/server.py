@@ -11,7 +11,6 @@ reconnects by itself (``retry:`` `RETRY_MS`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import time
@@ -20,6 +19,7 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 
+from edge_runtime.aio import wait_or_cancel
 from edge_runtime.dashboard.follower import Follower
 from edge_runtime.dashboard.page import page_with
 from edge_runtime.dashboard.state import DashboardState
@@ -172,7 +172,9 @@ async def serve_dashboard(
             await stop.wait()
         finally:
             stop.set()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(follow, settings.timeout_s)
+            # not asyncio.wait_for, which on Python 3.11 loses a cancellation of this task
+            # that lands as the follower ends (gh-86296) and waits unbounded for a follower
+            # that ignores its own; and no suppressed CancelledError, which lost one too
+            await wait_or_cancel(follow, settings.timeout_s)
     finally:
         await runner.cleanup()

@@ -21,6 +21,7 @@ import aiomqtt
 import structlog
 from aiomqtt.exceptions import MqttConnectError
 
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.monitor.membership import Membership as Membership
 from edge_runtime.monitor.membership import (
     MembershipEvent,
@@ -261,11 +262,11 @@ class ModelWatcher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._close()
+        try:
+            if self._task is not None:  # bounded, and a cancellation of the caller stays
+                await cancel_and_wait(self._task)
+        finally:
+            await self._close()
 
     async def _connect(self) -> aiomqtt.Client:
         client = aiomqtt.Client(**self.settings.client_kwargs())

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn, TypeVar
 
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.settings import AgentSettings
 from edge_runtime.topology import Topology
 from edge_runtime.workers.host import (
@@ -368,11 +369,11 @@ class WorkerPool:
         try:
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for t in (task, watch):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await t
+            running = [t for t in (task, watch) if not t.done()]
+            for t in running:
+                t.cancel()
+            for t in running:  # bounded, and a cancellation of the caller stays
+                await cancel_and_wait(t)
         if not task.done() or task.cancelled():
             watch.result()  # raises the WorkerError
         return task.result()

@@ -36,6 +36,7 @@ from edge_runtime.agents.common.shell.discovery import AgentDiscovery, remove_di
 from edge_runtime.agents.common.shell.echo import SnapshotEcho
 from edge_runtime.agents.common.shell.lifecycle import AgentState, AgentStats
 from edge_runtime.agents.common.shell.retained import read_retained
+from edge_runtime.aio import cancel_and_wait
 from edge_runtime.backoff import OutageLog
 from edge_runtime.mqtt_ack import Inbox, ack, enable_manual_ack
 from edge_runtime.mqtt_ack import backlog as _backlog
@@ -183,15 +184,19 @@ class Agent(abc.ABC):
         the others). Never raises for the broker; sets `state` to ``CLOSED``.
         """
         self._stop.set()
-        if self._task is not None and not self._task.done():
-            try:
-                async with asyncio.timeout(3 * self.settings.timeout_s):
-                    await asyncio.shield(self._task)
-            except TimeoutError:
-                self.log.error("shutdown_timed_out", timeout_s=3 * self.settings.timeout_s)
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+        task = self._task
+        if task is not None and not task.done():
+            timeout_s = 3 * self.settings.timeout_s
+            # asyncio.wait, not asyncio.timeout: this runs when leaving ``async with`` in a
+            # task being cancelled, where Python 3.11.2 raises the expiry as CancelledError
+            # and the agent's task was left running. A cancellation of this caller does not
+            # reach the agent's task (as with the shield before): it raises here.
+            await asyncio.wait([task], timeout=timeout_s)
+            if task.done():
+                task.result()  # what the agent's task ended with, as before
+            else:
+                self.log.error("shutdown_timed_out", timeout_s=timeout_s)
+                await cancel_and_wait(task)
         self.state = AgentState.CLOSED
 
     async def wait_connected(self, timeout_s: float) -> None:
