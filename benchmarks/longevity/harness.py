@@ -22,18 +22,22 @@ from benchmarks.longevity.stats import COUNTS, DayStats, LongevityRun
 from benchmarks.processes import sample_process
 from edge_runtime.agents.aggregator.core.aggregator import AggregatorCore
 from edge_runtime.agents.aggregator.core.plausibility import child_bounds
+from edge_runtime.agents.common.core.actions import Publish, Wake, WriteCheckpoint
 from edge_runtime.agents.common.core.node import publish_policy_for
 from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.common.shell import agent as shell
 from edge_runtime.agents.common.shell.core_shell import status_policy_of
+from edge_runtime.agents.leaf.core.durability import CheckpointImage
 from edge_runtime.agents.leaf.core.leaf import LeafCore
+from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.agents.leaf.shell.rejections import REJECT_LOG_BURST
 from edge_runtime.backoff import OutageLog
 from edge_runtime.checkpoint import save_checkpoint
 from edge_runtime.settings import AgentSettings
+from edge_runtime.simulation.executor import carry_out
 from edge_runtime.topology import Topology
-from edge_runtime.wire import SensorReadings
+from edge_runtime.wire import ConfirmMessage, SensorReadings, SubspaceMessage
 
 LINK_S = 0.005  # broker delivery delay of a snapshot, and of its echo, seconds
 WALL_ORIGIN = 1.78e9  # wall-clock seconds of virtual time 0 (message timestamps)
@@ -69,7 +73,9 @@ def _own_sample():  # this process, alive
 
 
 class Harness:
-    """The leaf and aggregator cores, driven as their shells drive them."""
+    """The leaf and aggregator cores, driven as their shells drive them: each step's actions
+    carried out by the simulation's executor (`carry_out`) against this harness (`publish`,
+    `write`), so the order of a tick is the cores' own (`TICKS`)."""
 
     def __init__(self, run: LongevityRun, topology: Topology, data: np.ndarray, state_dir: Path):
         self.run, self.topology, self.data = run, topology, data
@@ -90,11 +96,13 @@ class Harness:
             deployment=topology.name, bounds={c: child_bounds(topology, c) for c in children},
             rng=random.Random(0),
         )
+        self.cores = {"leaf": self.leaf, "agg": self.agg}
         self.reject_log = RejectLog(REJECT_LOG_BURST, REJECT_LOG_INTERVAL_S)
         self.path = state_dir / f"{LEAF}.ckpt"
         self.heap: list[tuple[float, int, int, object]] = []
         self._n = 0
         self.leaf_wake = self.agg_wake = math.inf
+        self.leaf_slept = 0.0  # when the leaf's work loop last began to sleep
         self.connected = True
         self.seq = self.row = 0  # next sequence number of the source, next row of the data
         self.source = f"replay:longevity:{LEAF}"
@@ -110,7 +118,8 @@ class Harness:
         heapq.heappush(self.heap, (t, kind, self._n, payload))
 
     def lines(self, kind: str, n: int = 1) -> None:
-        self.day.log_lines[kind] += n
+        if n:
+            self.day.log_lines[kind] += n
 
     def readings(self, n: int, reject: bool) -> SensorReadings:
         rows = np.take(self.data, np.arange(self.row, self.row + n), axis=0, mode="wrap")
@@ -120,88 +129,96 @@ class Harness:
         return msg
 
     def on_readings(self, msg: SensorReadings) -> None:
-        """`LeafAgent.handle` -> `_ingest`: sequence, screen, apply; then `wake`."""
+        """`LeafAgent.handle` -> `_ingest`: sequence, screen, apply; then `wake_on_input`."""
         day, core, n = self.day, self.leaf, msg.values.shape[0]
         day.readings += n
-        applied = 0
-        for block, _, _ in core.accept_labelled(msg, self.now, origin="sensors/pi-01"):
-            core.apply(block, self.now)
-            applied += block.shape[0]
+        results = core.ingest(core.accept_labelled(msg, self.now, origin="sensors/pi-01"), self.now)
         for reason, _source, _detail in core.take_range_events():  # LeafAgent._ingest logs
             if self.reject_log.allow(reason, self.now)[0]:
                 self.lines("message_rejected")
+        applied = sum(block.shape[0] for block, _, _, error in results if error is None)
         day.applied += applied
         day.rejected += n - applied
         self._arrivals.append((self.seq - 1, self.now, n))
         if self.connected:
+            self.wake_on_input()
+
+    def wake_on_input(self) -> None:
+        """`Agent.wake_on_input`: the work loop runs at once when the input may be decisive
+        (`LeafCore.input_decisive`), else its sleep moves to the core's new `next_wakeup`."""
+        now = self.now
+        when = now if self.leaf.input_decisive() else min(
+            self.leaf.next_wakeup(now), self.leaf_slept + shell.MAX_SLEEP_S)
+        if when <= now + shell.MIN_SLEEP_S:
+            self.leaf_wake = math.inf
             self.leaf_step()
+        elif when != self.leaf_wake:
+            self.leaf_wake = when
+            self.push(when, WAKE_LEAF, when)
 
-    def _publish(self, core, who: str, now: float) -> None:
-        """The snapshot when due: sent, echoed `LINK_S` later (the leaf's also delivered)."""
-        reason = core.snapshot_due(now)
-        msg = None if reason is None else core.make_snapshot(WALL_ORIGIN + now, reason)
-        if msg is None:
-            return
+    # The `VirtualIO` of `carry_out`: the broker (snapshots and echoes arrive `LINK_S` later)
+    # and the leaf's state directory (a real disk).
+    def publish(self, who: str, action: Publish) -> None:
+        day, kind, msg = self.day, action.kind, action.message
+        if kind == "subspace":
+            assert isinstance(msg, SubspaceMessage)
+            echo = self.cores[who].echo
+            if echo is not None:  # `SnapshotEcho.publish`; the PUBACK comes at once
+                echo.sent(msg.epoch, msg.seq, self.now)
+                echo.acked(msg.epoch, msg.seq, self.now)
+                self.push(self.now + LINK_S, ECHO, (who, msg.epoch, msg.seq))
+            if who == "leaf":
+                day.leaf_snapshots += 1
+                self.push(self.now + LINK_S, SNAP, msg)
+            else:
+                day.aggregator_snapshots += 1
+        elif kind == "confirm":
+            assert isinstance(msg, ConfirmMessage)
+            day.confirmations += 1
+            self._confirmed(msg.durable.get(self.source, -1))
+        elif kind == "status":
+            day.status_documents += 1
+
+    def write(self, who: str, action: WriteCheckpoint) -> None:
+        """`LeafRecovery.write_checkpoint` with the real `save_checkpoint` (a failure raises:
+        no day of the benchmark fails the disk)."""
+        assert isinstance(action.state, CheckpointImage)
+        self.day.checkpoints += 1
+        self.day.bytes_written += save_checkpoint(self.path, action.state.state)
+        self.day.state_bytes = max(self.day.state_bytes, self.path.stat().st_size)
+
+    def leaf_step(self, tick: str = "work") -> None:
+        """`LeafAgent.step` (``work``, then the rest of `Agent.work`) or `on_connected`
+        (``connect``) at ``self.now``: the core's tick (`LeafCore.step`, in the order of
+        `TICKS`), carried out by the simulation's executor until its `Wake`."""
+        core, now = self.leaf, self.now
+        if tick == "work":
+            self.day.steps += 1
+            for _ in self.reject_log.due(now).items():  # _log_suppressed
+                self.lines("messages_rejected_suppressed")
+        for _ in range(MAX_TICK_CALLS):
+            actions = core.step(now, timestamp=WALL_ORIGIN + now, tick=tick)
+            core.take_released()  # no sequence gaps here: nothing to score or refuse
+            carry_out(self, "leaf", core, actions, now)
+            if actions and isinstance(actions[-1], Wake):
+                break
+        if tick == "work":
+            self._finish_step("leaf")
+
+    def _finish_step(self, who: str) -> None:
+        """The rest of `Agent.work`: echo expiry, the status document when due, and the next
+        wake-up (clamped)."""
+        core, now = self.cores[who], self.now
         if core.echo is not None:
-            core.echo.sent(msg.epoch, msg.seq, now)
-        if who == "leaf":
-            self.day.leaf_snapshots += 1
-            self.push(now + LINK_S, SNAP, msg)
-        else:
-            self.day.aggregator_snapshots += 1
-        self.push(now + LINK_S, ECHO, (who, msg.epoch, msg.seq))
-        core.snapshot_published(msg, now)
-
-    def _finish_step(self, core, now: float, kind: int) -> None:
-        """Echo expiry, the status document when due, and the next wake-up (clamped)."""
-        if core.echo is not None and core.echo.expired(now):
-            self.lines("publish_not_delivered")
+            self.lines("publish_not_delivered", len(core.echo.expired(now)))
         if core.status_due(now):
-            core.status_sent(now)
-            self.day.status_documents += 1
+            carry_out(self, who, core, [Publish("status", None, reason="due")], now)
         t = now + min(max(core.next_wakeup(now) - now, shell.MIN_SLEEP_S), shell.MAX_SLEEP_S)
-        attr = "leaf_wake" if kind == WAKE_LEAF else "agg_wake"
+        attr, kind = ("leaf_wake", WAKE_LEAF) if who == "leaf" else ("agg_wake", WAKE_AGG)
+        self.leaf_slept = now if who == "leaf" else self.leaf_slept
         if t != getattr(self, attr):
             setattr(self, attr, t)
             self.push(t, kind, t)
-
-    def leaf_step(self) -> None:
-        """`Agent.work` around `LeafAgent.step`, at ``self.now``."""
-        core, now = self.leaf, self.now
-        self.day.steps += 1
-        for _ in self.reject_log.due(now).items():  # _log_suppressed
-            self.lines("messages_rejected_suppressed")
-        if core.sequencer.held_rows:
-            for block, _, _ in core.expire_labelled(now):
-                core.apply(block, now)
-        if core.flush_due(now):
-            core.flush()
-        self._publish(core, "leaf", now)
-        if core.checkpoint_due(now):
-            self.checkpoint()
-        confirm = core.confirm_due(now)
-        if confirm is not None:
-            self.day.confirmations += 1
-            self._confirmed(confirm.durable.get(self.source, -1))
-            core.confirm_sent(now)
-        self._finish_step(core, now, WAKE_LEAF)
-
-    def checkpoint(self) -> None:
-        """`LeafRecovery.checkpoint`: capture, write atomically, confirm (or fail)."""
-        day, core = self.day, self.leaf
-        state, ingested, n_samples, blocks = core.checkpoint_state()
-        try:
-            size = save_checkpoint(self.path, state)
-        except OSError:
-            failures = core.checkpoint_failed(self.now)
-            day.checkpoint_failures += 1
-            if failures & (failures - 1) == 0:  # the shell's 1, 2, 4, ... rule
-                self.lines("checkpoint_failed")
-            return
-        day.checkpoints += 1
-        day.bytes_written += size
-        day.state_bytes = max(day.state_bytes, self.path.stat().st_size)
-        core.checkpointed(ingested, n_samples, blocks, now=self.now)
 
     def _confirmed(self, durable: int) -> None:
         """A confirmation reports ``durable``: every reading up to it waited until now."""
@@ -218,11 +235,12 @@ class Harness:
             self.agg_step()
 
     def agg_step(self) -> None:
+        """`AggregatorAgent.step`: the core's step (`AggregatorCore.step`) carried out, its
+        log lines, then the rest of `Agent.work`."""
         core, now = self.agg, self.now
-        for _child in core.check_staleness(now):
-            self.lines("child_stale")
-        self._publish(core, "agg", now)
-        self._finish_step(core, now, WAKE_AGG)
+        carry_out(self, "agg", core, core.step(now, WALL_ORIGIN + now), now)
+        self.lines("child_stale", sum(e == "child_stale" for e, _ in core.take_events()))
+        self._finish_step("agg")
 
     def simulate_day(self, index: int, case: str) -> DayStats:
         run = self.run
@@ -263,9 +281,8 @@ class Harness:
                 self.on_snapshot(payload)
             elif kind == ECHO:
                 who, epoch, seq = payload  # type: ignore[misc]
-                core = self.leaf if who == "leaf" else self.agg
-                if core.echo is not None and core.echo.echoed(epoch, seq, self.now):
-                    self.lines("publish_not_delivered")
+                lost = self.cores[who].echo.echoed(epoch, seq, self.now)
+                self.lines("publish_not_delivered", len(lost))
         self.now = end
         if outage:
             self._reconnect()
@@ -317,18 +334,17 @@ class Harness:
                 t += delay
 
     def _reconnect(self) -> None:
-        """`_serve_once`: connected, ``on_connected`` (snapshot again, forced confirmation),
-        then the work loop."""
+        """`_serve_once`: connected, ``on_connected`` (the leaf's ``connect`` tick; the
+        aggregator's snapshot again), then the work loops."""
         self.connected = True
         self.lines("connected", 2)
         for core in (self.leaf, self.agg):
             core.connected()
-        if self.leaf.snapshot is not None:
-            self.push(self.now + LINK_S, SNAP, self.leaf.snapshot)
-        confirm = self.leaf.confirm_due(self.now, force=True)
-        if confirm is not None:
-            self._confirmed(confirm.durable.get(self.source, -1))
-            self.leaf.confirm_sent(self.now)
+            if core.echo is not None:
+                core.echo.connected(self.now)
+        self.leaf_step("connect")
+        if self.agg.snapshot is not None:  # `AggregatorAgent.on_connected` (not reported)
+            self.publish("agg", Publish("subspace", self.agg.snapshot, reason="reconnect"))
         self.push(self.now, WAKE_LEAF, self.now)
         self.push(self.now, WAKE_AGG, self.now)
         self.leaf_wake = self.agg_wake = self.now
