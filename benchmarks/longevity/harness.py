@@ -205,6 +205,16 @@ class Harness:
         if tick == "work":
             self._finish_step("leaf")
 
+    def checkpoint_offline(self) -> None:
+        """`LeafRecovery.checkpoint_while_offline`: a due checkpoint (`LeafRecovery.checkpoint`),
+        then a sleep until the core's deadline (0.05 to 1 s)."""
+        core, now = self.leaf, self.now
+        if core.checkpoint_due(now):
+            image = WriteCheckpoint("checkpoint", core.checkpoint_image(), "requested")
+            carry_out(self, "leaf", core, [image], now)
+        self.leaf_wake = now + min(max(core.checkpoint_deadline() - now, 0.05), 1.0)
+        self.push(self.leaf_wake, WAKE_LEAF, self.leaf_wake)
+
     def _finish_step(self, who: str) -> None:
         """The rest of `Agent.work`: echo expiry, the status document when due, and the next
         wake-up (clamped)."""
@@ -271,9 +281,9 @@ class Harness:
                 break
             t, kind, _, payload = heapq.heappop(heap)
             self.now = t
-            if kind == WAKE_LEAF and payload == self.leaf_wake and self.connected:
+            if kind == WAKE_LEAF and payload == self.leaf_wake:
                 self.leaf_wake = math.inf
-                self.leaf_step()
+                self.leaf_step() if self.connected else self.checkpoint_offline()
             elif kind == WAKE_AGG and payload == self.agg_wake and self.connected:
                 self.agg_wake = math.inf
                 self.agg_step()
@@ -320,6 +330,8 @@ class Harness:
         """The broker gone for [start, end): no step; both agents retry by the real backoff
         and log by the real `OutageLog` (as `Agent.run`)."""
         self.connected = False
+        self.push(start, WAKE_LEAF, start)  # the leaf's offline checkpoints begin
+        self.leaf_wake = start
         for _ in range(2):  # leaf and aggregator
             backoff = self.settings.reconnect_backoff()
             outage = OutageLog(shell.RECONNECT_LOG_INTERVAL_S)
