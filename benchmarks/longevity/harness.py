@@ -9,11 +9,11 @@ import heapq
 import math
 import os
 import random
-import shutil
 import tempfile
 import time
 import tracemalloc
 from collections import Counter, deque
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,6 @@ from edge_runtime.agents.common.core.policy import ConfirmPolicy
 from edge_runtime.agents.common.core.reject_log import REJECT_LOG_INTERVAL_S, RejectLog
 from edge_runtime.agents.common.shell import agent as shell
 from edge_runtime.agents.common.shell.core_shell import status_policy_of
-from edge_runtime.agents.leaf.core.durability import CheckpointImage
 from edge_runtime.agents.leaf.core.leaf import LeafCore
 from edge_runtime.agents.leaf.core.tick import MAX_TICK_CALLS
 from edge_runtime.agents.leaf.shell.rejections import REJECT_LOG_BURST
@@ -37,7 +36,7 @@ from edge_runtime.checkpoint import save_checkpoint
 from edge_runtime.settings import AgentSettings
 from edge_runtime.simulation.executor import carry_out
 from edge_runtime.topology import Topology
-from edge_runtime.wire import ConfirmMessage, SensorReadings, SubspaceMessage
+from edge_runtime.wire import SensorReadings
 
 LINK_S = 0.005  # broker delivery delay of a snapshot, and of its echo, seconds
 WALL_ORIGIN = 1.78e9  # wall-clock seconds of virtual time 0 (message timestamps)
@@ -46,39 +45,31 @@ LEAF, AGGREGATOR = "pi-01", "site-a"
 SNAP, ECHO, WAKE_AGG, WAKE_LEAF = range(1, 5)
 
 
-class FsyncCounter(contextlib.ContextDecorator):
-    """The counting test double of ``os.fsync`` (what `edge_runtime.atomicfile` calls), in place
-    while entered; ``real``: it also syncs."""
+@contextlib.contextmanager
+def counted_fsync(real: bool) -> Iterator[Counter[str]]:
+    """``os.fsync`` (what `edge_runtime.atomicfile` calls) counted in ``["fsync"]`` of what it
+    yields while entered, by a test double; ``real``: the double also syncs."""
+    fsync, calls = os.fsync, Counter[str]()
 
-    def __init__(self, real: bool) -> None:
-        self.calls, self.real, self._fsync = 0, real, os.fsync
+    def counting(fd: int) -> None:
+        calls["fsync"] += 1
+        if real:
+            fsync(fd)
 
-    def __call__(self, fd: int) -> None:
-        self.calls += 1
-        if self.real:
-            self._fsync(fd)
-
-    def __enter__(self) -> FsyncCounter:
-        os.fsync = self  # type: ignore[assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.fsync = self._fsync
-
-
-def _own_sample():  # this process, alive
-    sample = sample_process()
-    assert sample is not None
-    return sample
+    os.fsync = counting
+    try:
+        yield calls
+    finally:
+        os.fsync = fsync
 
 
 class Harness:
     """The leaf and aggregator cores, driven as their shells drive them: each step's actions
-    carried out by the simulation's executor (`carry_out`) against this harness (`publish`,
-    `write`), so the order of a tick is the cores' own (`TICKS`)."""
+    carried out by `carry_out` against this harness (`publish`, `write`), in the cores' order."""
 
-    def __init__(self, run: LongevityRun, topology: Topology, data: np.ndarray, state_dir: Path):
-        self.run, self.topology, self.data = run, topology, data
+    def __init__(self, run: LongevityRun, topology: Topology, data: np.ndarray, state_dir: Path,
+                 fsync: Counter[str]):
+        self.run, self.topology, self.data, self.fsync = run, topology, data, fsync
         s = self.settings = AgentSettings()
         self.now = 0.0
         leaf_cfg, agg_cfg = topology.nodes[LEAF], topology.nodes[AGGREGATOR]
@@ -101,7 +92,7 @@ class Harness:
         self.path = state_dir / f"{LEAF}.ckpt"
         self.heap: list[tuple[float, int, int, object]] = []
         self._n = 0
-        self.leaf_wake = self.agg_wake = math.inf
+        self.wake = {WAKE_LEAF: math.inf, WAKE_AGG: math.inf}  # when each work loop wakes
         self.leaf_slept = 0.0  # when the leaf's work loop last began to sleep
         self.connected = True
         self.seq = self.row = 0  # next sequence number of the source, next row of the data
@@ -109,13 +100,18 @@ class Harness:
         self.day: DayStats = DayStats(0, "")
         self._arrivals: deque[tuple[int, float, int]] = deque()  # (last seq, arrival, rows)
         self._latencies: list[tuple[float, int]] = []
-        self.fsync = FsyncCounter(False)
         self.leaf.connected()
         self.agg.connected()
 
     def push(self, t: float, kind: int, payload: object = None) -> None:
         self._n += 1
         heapq.heappush(self.heap, (t, kind, self._n, payload))
+
+    def wake_at(self, kind: int, t: float) -> None:
+        """The work loop ``kind`` (`WAKE_LEAF`, `WAKE_AGG`) sleeps until ``t``."""
+        if t != self.wake[kind]:
+            self.wake[kind] = t
+            self.push(t, kind, t)
 
     def lines(self, kind: str, n: int = 1) -> None:
         if n:
@@ -150,18 +146,16 @@ class Harness:
         when = now if self.leaf.input_decisive() else min(
             self.leaf.next_wakeup(now), self.leaf_slept + shell.MAX_SLEEP_S)
         if when <= now + shell.MIN_SLEEP_S:
-            self.leaf_wake = math.inf
+            self.wake[WAKE_LEAF] = math.inf
             self.leaf_step()
-        elif when != self.leaf_wake:
-            self.leaf_wake = when
-            self.push(when, WAKE_LEAF, when)
+        else:
+            self.wake_at(WAKE_LEAF, when)
 
     # The `VirtualIO` of `carry_out`: the broker (snapshots and echoes arrive `LINK_S` later)
     # and the leaf's state directory (a real disk).
     def publish(self, who: str, action: Publish) -> None:
         day, kind, msg = self.day, action.kind, action.message
         if kind == "subspace":
-            assert isinstance(msg, SubspaceMessage)
             echo = self.cores[who].echo
             if echo is not None:  # `SnapshotEcho.publish`; the PUBACK comes at once
                 echo.sent(msg.epoch, msg.seq, self.now)
@@ -172,25 +166,24 @@ class Harness:
                 self.push(self.now + LINK_S, SNAP, msg)
             else:
                 day.aggregator_snapshots += 1
-        elif kind == "confirm":
-            assert isinstance(msg, ConfirmMessage)
+        elif kind == "confirm":  # every reading up to the durable one waited until now
             day.confirmations += 1
-            self._confirmed(msg.durable.get(self.source, -1))
+            durable = msg.durable.get(self.source, -1)  # a ConfirmMessage
+            while self._arrivals and self._arrivals[0][0] <= durable:
+                _, at, n = self._arrivals.popleft()
+                self._latencies.append((self.now - at, n))
         elif kind == "status":
             day.status_documents += 1
 
     def write(self, who: str, action: WriteCheckpoint) -> None:
-        """`LeafRecovery.write_checkpoint` with the real `save_checkpoint` (a failure raises:
-        no day of the benchmark fails the disk)."""
-        assert isinstance(action.state, CheckpointImage)
+        """`LeafRecovery.write_checkpoint`: a `CheckpointImage` by the real `save_checkpoint`."""
         self.day.checkpoints += 1
         self.day.bytes_written += save_checkpoint(self.path, action.state.state)
         self.day.state_bytes = max(self.day.state_bytes, self.path.stat().st_size)
 
     def leaf_step(self, tick: str = "work") -> None:
         """`LeafAgent.step` (``work``, then the rest of `Agent.work`) or `on_connected`
-        (``connect``) at ``self.now``: the core's tick (`LeafCore.step`, in the order of
-        `TICKS`), carried out by the simulation's executor until its `Wake`."""
+        (``connect``): the core's tick (`LeafCore.step`), carried out until its `Wake`."""
         core, now = self.leaf, self.now
         if tick == "work":
             self.day.steps += 1
@@ -212,29 +205,19 @@ class Harness:
         if core.checkpoint_due(now):
             image = WriteCheckpoint("checkpoint", core.checkpoint_image(), "requested")
             carry_out(self, "leaf", core, [image], now)
-        self.leaf_wake = now + min(max(core.checkpoint_deadline() - now, 0.05), 1.0)
-        self.push(self.leaf_wake, WAKE_LEAF, self.leaf_wake)
+        self.wake_at(WAKE_LEAF, now + min(max(core.checkpoint_deadline() - now, 0.05), 1.0))
 
     def _finish_step(self, who: str) -> None:
-        """The rest of `Agent.work`: echo expiry, the status document when due, and the next
-        wake-up (clamped)."""
+        """The rest of `Agent.work`: echo expiry, status when due, the next wake-up (clamped)."""
         core, now = self.cores[who], self.now
         if core.echo is not None:
             self.lines("publish_not_delivered", len(core.echo.expired(now)))
         if core.status_due(now):
             carry_out(self, who, core, [Publish("status", None, reason="due")], now)
         t = now + min(max(core.next_wakeup(now) - now, shell.MIN_SLEEP_S), shell.MAX_SLEEP_S)
-        attr, kind = ("leaf_wake", WAKE_LEAF) if who == "leaf" else ("agg_wake", WAKE_AGG)
-        self.leaf_slept = now if who == "leaf" else self.leaf_slept
-        if t != getattr(self, attr):
-            setattr(self, attr, t)
-            self.push(t, kind, t)
-
-    def _confirmed(self, durable: int) -> None:
-        """A confirmation reports ``durable``: every reading up to it waited until now."""
-        while self._arrivals and self._arrivals[0][0] <= durable:
-            _, at, n = self._arrivals.popleft()
-            self._latencies.append((self.now - at, n))
+        if who == "leaf":
+            self.leaf_slept = now
+        self.wake_at(WAKE_LEAF if who == "leaf" else WAKE_AGG, t)
 
     def on_snapshot(self, msg) -> None:
         """`AggregatorAgent.handle`: receive; wake unless refused or a duplicate."""
@@ -245,8 +228,7 @@ class Harness:
             self.agg_step()
 
     def agg_step(self) -> None:
-        """`AggregatorAgent.step`: the core's step (`AggregatorCore.step`) carried out, its
-        log lines, then the rest of `Agent.work`."""
+        """`AggregatorAgent.step`: the core's step carried out, its log lines, `_finish_step`."""
         core, now = self.agg, self.now
         carry_out(self, "agg", core, core.step(now, WALL_ORIGIN + now), now)
         self.lines("child_stale", sum(e == "child_stale" for e, _ in core.take_events()))
@@ -260,7 +242,7 @@ class Harness:
         batch = 1 if run.rate <= run.single_below else run.batch
         interval = batch / run.rate
         outage = case == "outage"
-        fsync0, io0, wall0 = self.fsync.calls, _own_sample().write_bytes, time.perf_counter()
+        fsync0, io0, wall0 = self.fsync["fsync"], sample_process().write_bytes, time.perf_counter()
         if run.trace_memory:
             tracemalloc.reset_peak()
         self._latencies = []
@@ -281,12 +263,12 @@ class Harness:
                 break
             t, kind, _, payload = heapq.heappop(heap)
             self.now = t
-            if kind == WAKE_LEAF and payload == self.leaf_wake:
-                self.leaf_wake = math.inf
-                self.leaf_step() if self.connected else self.checkpoint_offline()
-            elif kind == WAKE_AGG and payload == self.agg_wake and self.connected:
-                self.agg_wake = math.inf
-                self.agg_step()
+            if kind in self.wake and payload == self.wake[kind]:
+                self.wake[kind] = math.inf
+                if kind == WAKE_LEAF:
+                    self.leaf_step() if self.connected else self.checkpoint_offline()
+                elif self.connected:
+                    self.agg_step()
             elif kind == SNAP:
                 self.on_snapshot(payload)
             elif kind == ECHO:
@@ -296,10 +278,10 @@ class Harness:
         self.now = end
         if outage:
             self._reconnect()
-        own = _own_sample()
+        own = sample_process()  # this process: never None
         day.hours, day.rss, day.objects = hours, own.rss_bytes, len(gc.get_objects())
-        day.fsyncs = self.fsync.calls - fsync0
-        io1 = _own_sample().write_bytes
+        day.fsyncs = self.fsync["fsync"] - fsync0
+        io1 = sample_process().write_bytes
         day.proc_write_bytes = None if io0 is None or io1 is None else io1 - io0
         if run.trace_memory:
             day.mem_current, day.mem_peak = tracemalloc.get_traced_memory()
@@ -330,8 +312,7 @@ class Harness:
         """The broker gone for [start, end): no step; both agents retry by the real backoff
         and log by the real `OutageLog` (as `Agent.run`)."""
         self.connected = False
-        self.push(start, WAKE_LEAF, start)  # the leaf's offline checkpoints begin
-        self.leaf_wake = start
+        self.wake_at(WAKE_LEAF, start)  # the leaf's offline checkpoints begin
         for _ in range(2):  # leaf and aggregator
             backoff = self.settings.reconnect_backoff()
             outage = OutageLog(shell.RECONNECT_LOG_INTERVAL_S)
@@ -357,46 +338,31 @@ class Harness:
         self.leaf_step("connect")
         if self.agg.snapshot is not None:  # `AggregatorAgent.on_connected` (not reported)
             self.publish("agg", Publish("subspace", self.agg.snapshot, reason="reconnect"))
-        self.push(self.now, WAKE_LEAF, self.now)
-        self.push(self.now, WAKE_AGG, self.now)
-        self.leaf_wake = self.agg_wake = self.now
-
-
-def _scratch_dir() -> Path:
-    """A directory on a real disk (not tmpfs), so /proc/self/io sees the writes."""
-    for candidate in (Path("/var/tmp"), Path(tempfile.gettempdir())):
-        if candidate.is_dir() and os.access(candidate, os.W_OK):
-            return candidate
-    return Path(tempfile.gettempdir())
+        for kind in self.wake:
+            self.wake_at(kind, self.now)
 
 
 def run_days(run: LongevityRun, data: np.ndarray, topology: Topology) -> list[DayStats]:
-    """Simulate ``run.days`` (one case per day), printing each; per-day statistics."""
+    """Simulate ``run.days`` (one case per day), printing each; per-day statistics. The state
+    directory is on a real disk (not tmpfs), so /proc/self/io sees the writes."""
     out: list[DayStats] = []
-    tmp = Path(tempfile.mkdtemp(prefix="longevity-", dir=str(_scratch_dir())))
-    try:
-        with FsyncCounter(run.real_fsync) as fsync:
+    disk = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="longevity-", dir=disk) as tmp, \
+            counted_fsync(run.real_fsync) as fsync:
+        if run.trace_memory:
+            tracemalloc.start()
+        try:
+            harness = Harness(run, topology, data, Path(tmp), fsync)
+            for i, case in enumerate(run.days, 1):
+                day = harness.simulate_day(i, case)
+                out.append(day)
+                print(f"  rate {run.rate:g}/s interval {run.checkpoint_interval_s:g}s day {i} "
+                      f"{case}: {day.fsyncs} fsync, {day.bytes_written / 1e6:.2f} MB, "
+                      f"{day.checkpoints} ckpt, lines {sum(day.log_lines.values())}, mem "
+                      f"{day.mem_current / 1e6:.2f}/{day.mem_peak / 1e6:.2f} MB, rss "
+                      f"{day.rss / 1e6:.2f} MB, objects {day.objects:,}, lat p95 "
+                      f"{day.latency_p95:.1f}s ({day.wall_s:.0f}s)", flush=True)
+        finally:
             if run.trace_memory:
-                tracemalloc.start()
-            try:
-                harness = Harness(run, topology, data, tmp)
-                harness.fsync = fsync
-                for i, case in enumerate(run.days, 1):
-                    day = harness.simulate_day(i, case)
-                    out.append(day)
-                    print(
-                        f"  rate {run.rate:g}/s interval {run.checkpoint_interval_s:g}s "
-                        f"day {i} {case}: {day.fsyncs} fsync, "
-                        f"{day.bytes_written / 1e6:.2f} MB, {day.checkpoints} ckpt, "
-                        f"lines {sum(day.log_lines.values())}, "
-                        f"mem {day.mem_current / 1e6:.2f}/{day.mem_peak / 1e6:.2f} MB, "
-                        f"rss {day.rss / 1e6:.2f} MB, objects {day.objects:,}, "
-                        f"lat p95 {day.latency_p95:.1f}s ({day.wall_s:.0f}s)",
-                        flush=True,
-                    )
-            finally:
-                if run.trace_memory:
-                    tracemalloc.stop()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+                tracemalloc.stop()
     return out
