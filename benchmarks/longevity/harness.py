@@ -100,8 +100,7 @@ class Harness:
         self.day: DayStats = DayStats(0, "")
         self._arrivals: deque[tuple[int, float, int]] = deque()  # (last seq, arrival, rows)
         self._latencies: list[tuple[float, int]] = []
-        self.leaf.connected()
-        self.agg.connected()
+        self._reconnect()  # the first connection (its log lines go to no day)
 
     def push(self, t: float, kind: int, payload: object = None) -> None:
         self._n += 1
