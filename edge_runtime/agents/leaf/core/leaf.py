@@ -585,12 +585,14 @@ class LeafCore(NodeCore):
         is evaluated in `snapshot_due`, once per block), or readings are held behind a
         sequence gap (released by `expire_labelled`). Every other effect of a reading on the
         decisions (the idle, maximum-interval, checkpoint, confirmation and status deadlines)
-        is in `next_wakeup`, and so is the first snapshot's (`_first_due`): before it there
-        is no deadband verdict to change (a leaf whose readings are all rejected would
-        otherwise be woken by each of them)."""
+        is in `next_wakeup`. Before the first snapshot there is no verdict to change: the
+        readings are decisive once a full block makes it due (`_first_due`), not before (a
+        fresh leaf whose readings are all rejected would otherwise be woken by each)."""
         if self.sequencer.held_rows > 0:
             return True
-        return self.snapshot is not None and self._candidate_version != self._deadband_key()
+        if self.snapshot is None:
+            return self._first_due()
+        return self._candidate_version != self._deadband_key()
 
     def _first_due(self) -> bool:
         """Nothing published yet and a full block seen: the first snapshot waits for one
