@@ -103,3 +103,27 @@ def test_rejected_readings_still_become_durable_with_a_checkpoint() -> None:
     assert core.durable["s"] == last
     assert shell.ev.checkpoints and shell.ev.checkpoints[-1][1]["s"] == last
     assert shell.ev.confirms[-1][1]["s"] == last
+
+
+def test_a_private_leaf_with_pending_rows_does_not_spin_while_its_readings_are_rejected() -> None:
+    core = leaf(
+        valid_range=VALID, epsilon=1.0, delta=1e-5, clip_norm=10.0, noise_seed=1,
+        mechanism="gaussian",
+    )
+    shell = Shell(core)
+    shell.run(0.0, 60.0, offset=1000.0, seed=1)
+    shell.run(60.0, 60.0 + 5.0 / RATE, offset=1000.0, seed=3)  # half a block, pending
+    est = core.estimator
+    assert est is not None and est.n_pending_ > 0
+    before = shell.steps
+    start = 60.0 + 5.0 / RATE
+    shell.run(start, start + HOUR, offset=5000.0, seed=2)
+    assert shell.steps - before <= 2.0 * HOUR / MAX_SLEEP_S, shell.steps - before
+    # Once the rejected stream stops, the pending rows are masked, published, made durable.
+    end = start + HOUR + 300.0
+    for _ in range(10_000):
+        if shell.wake >= end or math.isinf(shell.wake):
+            break
+        shell.step(shell.wake)
+    assert est.n_pending_ == 0
+    assert core.durable["s"] == shell.seq - 1
