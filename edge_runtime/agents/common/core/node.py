@@ -201,10 +201,16 @@ class NodeCore:
         the new `next_wakeup`). Always, unless a role knows better (`LeafCore`)."""
         return True
 
+    def _publish_next(self, now: float) -> float:
+        """When the publish decision may next change without new input, seconds: the
+        policy's `PublishPolicy.next_check` on this node's times (a role whose decision
+        can be held back whatever the time says when it will act instead, `LeafCore`)."""
+        moved, first = self._publish_pending()
+        return self.policy.next_check(now, moved=moved, first=first, **self._times())
+
     def next_wakeup(self, now: float) -> float:
         """The next time a decision may change without new input, seconds."""
-        moved, first = self._publish_pending()
-        publish = self.policy.next_check(now, moved=moved, first=first, **self._times())
+        publish = self._publish_next(now)
         return min(publish, self.status_next(now), self.echo_next(), *self._other_wakeups(now))
 
     # ----------------------------------------------------------------- status

@@ -521,20 +521,11 @@ class LeafCore(NodeCore):
         """
         if math.isinf(self.unpublished_since):
             return None
-        if self.snapshot_n() == self.published_n:
-            est = self.estimator
-            nothing_pending = est is None or est.n_pending_ == 0
-            dropped = self._drops_uncovered()
-            # Only dropped readings since the last snapshot: publish it again so they become
-            # durable -- unless a checkpoint covers them (`checkpoint_due`) or a private
-            # leaf's pending rows must wait for their masked block.
-            republish = (
-                dropped and not self.checkpointing and (nothing_pending or est.privacy is None)
-            )
-            if not republish:
-                if nothing_pending and not dropped:
-                    self.unpublished_since = math.inf  # nothing left to publish
-                return None
+        held = self._held_back()
+        if held is not None:
+            if held == "nothing":
+                self.unpublished_since = math.inf  # nothing left to publish
+            return None
         if not self.policy.may_publish(now, self.last_publish):
             return None
         self._decided_at = now
@@ -549,14 +540,59 @@ class LeafCore(NodeCore):
             self._candidate_version = self._deadband_key()
         return self._decide(now, moved=self._candidate_moved, first=self._first_due())
 
+    def _held_back(self) -> str | None:
+        """Why no snapshot may go out now whatever the time, or None (the policy decides).
+
+        With nothing new since the last snapshot but readings dropped (`screen`) or refused
+        since the state a restart resumes from, the snapshot is published again so they
+        become durable (None) -- unless a checkpoint covers them, or a private leaf's
+        pending rows must wait for their masked block. Otherwise: ``"nothing"`` (nothing is
+        left to publish), ``"flush"`` (a private leaf's pending rows wait for `flush`) or
+        ``"covered"`` (a checkpoint, or new input, is what acts next).
+        """
+        if self.snapshot_n() != self.published_n:
+            return None
+        est = self.estimator
+        pending = est is not None and est.n_pending_ > 0
+        private = est is not None and est.privacy is not None
+        dropped = self._drops_uncovered()
+        if dropped and not self.checkpointing and not (pending and private):
+            return None  # republish
+        if not pending and not dropped:
+            return "nothing"
+        return "flush" if pending and private else "covered"
+
+    def _publish_next(self, now: float) -> float:
+        """As `NodeCore._publish_next`, but never a deadline at which `snapshot_due` would
+        decline without acting: a snapshot held back waits for the flush of a private
+        leaf's pending rows (`flush_due`) or, covered by a checkpoint, for nothing (the
+        checkpoint's own deadline, or new input, wakes the leaf). Else a leaf whose
+        readings are all rejected would be told "the maximum interval is due" at every
+        pass until its next checkpoint, and spin."""
+        if math.isinf(self.unpublished_since):
+            return math.inf
+        held = self._held_back()
+        if held == "covered":
+            return math.inf
+        if held == "flush":
+            earliest = self.last_publish + self.policy.min_interval_s
+            return max(earliest, self.last_input + self.idle_s, now)
+        return super()._publish_next(now)
+
     def input_decisive(self) -> bool:
         """Whether readings just taken may change a decision at once in a way `next_wakeup`
         does not foresee: a block completed since the deadband's last verdict (its candidate
         is evaluated in `snapshot_due`, once per block), or readings are held behind a
         sequence gap (released by `expire_labelled`). Every other effect of a reading on the
         decisions (the idle, maximum-interval, checkpoint, confirmation and status deadlines)
-        is in `next_wakeup`."""
-        return self._candidate_version != self._deadband_key() or self.sequencer.held_rows > 0
+        is in `next_wakeup`. Before the first snapshot there is no verdict to change: the
+        readings are decisive once a full block makes it due (`_first_due`), not before (a
+        fresh leaf whose readings are all rejected would otherwise be woken by each)."""
+        if self.sequencer.held_rows > 0:
+            return True
+        if self.snapshot is None:
+            return self._first_due()
+        return self._candidate_version != self._deadband_key()
 
     def _first_due(self) -> bool:
         """Nothing published yet and a full block seen: the first snapshot waits for one
