@@ -62,14 +62,22 @@ def _estimators() -> list[FPCAEdge]:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    _checks = parametrize_with_checks(
-        _estimators(), expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS
-    )
+    _checks = parametrize_with_checks(_estimators())
 
 
 @_checks
 @pytest.mark.filterwarnings("ignore::UserWarning")  # BaseEstimator / SkipTest notices
 def test_fpca_edge_passes_scikit_learns_estimator_checks(estimator, check) -> None:  # type: ignore[no-untyped-def]
+    # A check FPCAEdge fails on purpose must fail (raise), as EXPECTED_FAILED_CHECKS says;
+    # asserted here rather than marked xfail, so pytest never formats its traceback: Python
+    # 3.11.7's ast.parse (which pytest's traceback formatting calls) is not thread-safe
+    # (CPython gh-106905), and a thread of an earlier test formatting a traceback at the same
+    # moment crashed an xdist worker with "AST constructor recursion depth mismatch".
+    name = getattr(check, "func", check).__name__
+    if name in EXPECTED_FAILED_CHECKS:
+        with pytest.raises((AssertionError, TypeError, ValueError)):
+            check(estimator)
+        return
     check(estimator)
 
 
