@@ -1,5 +1,5 @@
 """Test helpers: small topologies with unique topic prefixes, synthetic data, MQTT probes,
-and the clean-up after failed TLS connections."""
+the clean-up after failed TLS connections, and no garbage collection inside `ast.parse`."""
 
 from __future__ import annotations
 
@@ -89,3 +89,19 @@ def collect_failed_tls_sockets() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+def garbage_collected_first() -> Iterator[None]:
+    """The body of an autouse fixture for a module that parses source with `ast.parse`:
+    collect the garbage earlier tests left (aiomqtt/paho clients whose finalizer raises
+    "Event loop is closed") before the test, and collect none during it. Python 3.11.7's
+    AST conversion keeps its recursion depth in shared state (CPython gh-106905): a
+    finalizer run by a collection inside `ast.parse` that formats a traceback (3.11's
+    `traceback` parses the line for its carets) made the outer parse fail with
+    "SystemError: AST constructor recursion depth mismatch"."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -18,6 +18,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers import garbage_collected_first
+
+_garbage_collected_first = pytest.fixture(autouse=True)(garbage_collected_first)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edge_runtime"

@@ -12,6 +12,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+from helpers import garbage_collected_first
+
+_garbage_collected_first = pytest.fixture(autouse=True)(garbage_collected_first)
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 BENCHMARKS = ROOT / "benchmarks"
